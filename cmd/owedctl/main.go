@@ -1,0 +1,91 @@
+// Command owedctl is the operator's tool: migrations, the local queue emulator
+// and sandbox provider, dead-letter inspection, ledger look-ups and the
+// embedded development stack.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one owedctl subcommand. It receives the arguments after its name
+// and returns an error that main prints and turns into an exit status.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+// usageError marks an error caused by the command line itself (exit status 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func commands() map[string]command {
+	return map[string]command{
+		"migrate":  {"apply, roll back or show database migrations", migrateCmd},
+		"queue":    {"run the local queue emulator (queue serve)", queueCmd},
+		"provider": {"run the local sandbox provider (provider serve)", providerCmd},
+	}
+}
+
+func usage() string {
+	cmds := commands()
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	s := "usage: owedctl <command> [flags]\n\ncommands:\n"
+	for _, n := range names {
+		s += fmt.Sprintf("  %-14s %s\n", n, cmds[n].summary)
+	}
+	s += "\nRun 'owedctl <command> --help' for a command's flags and an example.\n" +
+		"Exit status: 0 success, 1 the command failed, 2 bad usage.\n"
+	return s
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(os.Stderr, usage())
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := commands()[args[0]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "owedctl: unknown command %q\n\n%s", args[0], usage())
+		return 2
+	}
+	// The first signal cancels the context so the command can shut down
+	// gracefully; a second one restores the default handler and kills us.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	err := cmd.run(ctx, args[1:])
+	if err == nil {
+		return 0
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(os.Stderr, "owedctl %s: %s\n", args[0], err)
+		return 2
+	}
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "owedctl %s: %s\n", args[0], err)
+	return 1
+}

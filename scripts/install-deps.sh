@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs what the tests need and a fresh machine may lack
+# (PostgreSQL server binaries). Debian packages only; needs root for apt-get.
+set -euo pipefail
+need=()
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  need+=(postgresql)
+fi
+if [ "${#need[@]}" -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-deps.sh: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
