@@ -1,0 +1,232 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ClaimOutcome tells the worker what to do with a message's row.
+type ClaimOutcome int
+
+const (
+	// ClaimSend: the row is now the caller's (state sending); send it.
+	ClaimSend ClaimOutcome = iota + 1
+	// ClaimSettled: the row is already settled; ack the message, send nothing.
+	ClaimSettled
+	// ClaimExpired: the row's expiry passed; it is now settled expired.
+	ClaimExpired
+	// ClaimHeld: another live worker is sending the row; leave the message.
+	ClaimHeld
+	// ClaimStale: the row was rescheduled since the message was published.
+	ClaimStale
+	// ClaimEarly: the row is not due yet; retry after Claim.Wait.
+	ClaimEarly
+)
+
+func (o ClaimOutcome) String() string {
+	switch o {
+	case ClaimSend:
+		return "send"
+	case ClaimSettled:
+		return "settled"
+	case ClaimExpired:
+		return "expired"
+	case ClaimHeld:
+		return "held"
+	case ClaimStale:
+		return "stale"
+	case ClaimEarly:
+		return "early"
+	}
+	return fmt.Sprintf("ClaimOutcome(%d)", int(o))
+}
+
+// Claim is the result of ClaimForSend.
+type Claim struct {
+	Outcome ClaimOutcome
+	Row     Notification
+	// PossibleDuplicate is set when the row was claimed before and that
+	// claim never finished (a worker died mid-send): the provider may have
+	// accepted the first send.
+	PossibleDuplicate bool
+	// Reopened is set when an operator redrove a failed row's message.
+	Reopened bool
+	// Wait is how long until the row is due (ClaimEarly).
+	Wait time.Duration
+}
+
+// ClaimParams shape the worker's claim.
+type ClaimParams struct {
+	// DueAt is the due time the message was published for; a row whose due
+	// time differs was rescheduled and the message is stale.
+	DueAt time.Time
+	// LeaseFor is how long the claim holds the row against other workers.
+	LeaseFor time.Duration
+	// EarlyTolerance lets a message that arrives this much before the due
+	// time be sent anyway (clocks differ a little between machines).
+	EarlyTolerance time.Duration
+}
+
+// ClaimForSend is the worker's claim on one row before a send, inside the
+// tenant's scope: a row of another tenant is invisible and reported as
+// ErrNotFound. Only ClaimSend changes the row to sending; ClaimExpired
+// settles it expired.
+func (l *Ledger) ClaimForSend(ctx context.Context, tenant string, id int64, p ClaimParams) (Claim, error) {
+	if p.LeaseFor <= 0 {
+		return Claim{}, fmt.Errorf("ledger: claim lease must be above zero, got %s", p.LeaseFor)
+	}
+	now := l.now()
+	var c Claim
+	err := l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
+		row, err := scanNotification(tx.QueryRowContext(ctx, qLockForClaim, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		c.Row = row
+		switch {
+		case row.State.Settled() && row.State != StateFailed:
+			c.Outcome = ClaimSettled
+			return nil
+		case !row.DueAt.Equal(p.DueAt.UTC().Truncate(time.Microsecond)):
+			c.Outcome = ClaimStale
+			return nil
+		case row.State == StateFailed:
+			// A failed row's message is in the dead letters; one that comes
+			// back was redriven by an operator, who decided to try again.
+			c.Reopened = true
+		case row.ExpiresAt != nil && !row.ExpiresAt.After(now):
+			c.Outcome = ClaimExpired
+			_, err := tx.ExecContext(ctx, qSettleExpired, id, now)
+			return err
+		case row.State == StateSending && row.LeaseUntil != nil && row.LeaseUntil.After(now):
+			c.Outcome = ClaimHeld
+			return nil
+		case row.DueAt.After(now.Add(p.EarlyTolerance)):
+			c.Outcome = ClaimEarly
+			c.Wait = row.DueAt.Sub(now)
+			return nil
+		}
+		// A claimed_at left behind means the last claim neither settled nor
+		// released the row: its worker died, maybe after the provider took
+		// the message.
+		c.PossibleDuplicate = row.ClaimedAt != nil && !c.Reopened
+		if _, err := tx.ExecContext(ctx, qClaim, id, now, now.Add(p.LeaseFor)); err != nil {
+			return err
+		}
+		c.Outcome = ClaimSend
+		c.Row.State, c.Row.ClaimedAt = StateSending, &now
+		return nil
+	})
+	return c, err
+}
+
+// AttemptOutcome is how one send ended.
+type AttemptOutcome string
+
+// Outcomes of a send. A provider 429 is not an attempt: it burns nothing.
+const (
+	AttemptAccepted  AttemptOutcome = "accepted"
+	AttemptSkipped   AttemptOutcome = "skipped"
+	AttemptTransient AttemptOutcome = "transient"
+	AttemptPermanent AttemptOutcome = "permanent"
+)
+
+// Attempt is one send tried.
+type Attempt struct {
+	Attempt           int            `json:"attempt"`
+	Provider          string         `json:"provider"`
+	StartedAt         time.Time      `json:"started_at"`
+	FinishedAt        time.Time      `json:"finished_at"`
+	Outcome           AttemptOutcome `json:"outcome"`
+	ProviderMessageID string         `json:"provider_message_id,omitempty"`
+	HTTPStatus        int            `json:"http_status,omitempty"`
+	Error             string         `json:"error,omitempty"`
+	PossibleDuplicate bool           `json:"possible_duplicate,omitempty"`
+}
+
+func recordAttempt(ctx context.Context, tx *sql.Tx, id int64, a Attempt) error {
+	if a.StartedAt.IsZero() || a.FinishedAt.IsZero() {
+		return errors.New("ledger: an attempt needs its start and finish times")
+	}
+	var n int
+	err := tx.QueryRowContext(ctx, qRecordAttempt, id, a.Provider, a.StartedAt.UTC(), a.FinishedAt.UTC(),
+		string(a.Outcome), nullString(a.ProviderMessageID), sql.NullInt64{Int64: int64(a.HTTPStatus), Valid: a.HTTPStatus != 0},
+		nullString(a.Error), a.PossibleDuplicate).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// RecordAttempt appends a send tried to the row's history and counts it.
+func (l *Ledger) RecordAttempt(ctx context.Context, tenant string, id int64, a Attempt) error {
+	return l.withTenant(ctx, tenant, func(tx *sql.Tx) error { return recordAttempt(ctx, tx, id, a) })
+}
+
+// SettleDelivered records the accepted send and settles the row delivered
+// with the provider's message id, in one transaction. It reports false when
+// the row was already delivered (a duplicate the provider accepted anyway;
+// the attempt is still recorded, since it happened).
+func (l *Ledger) SettleDelivered(ctx context.Context, tenant string, id int64, a Attempt) (bool, error) {
+	a.Outcome = AttemptAccepted
+	var changed bool
+	err := l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
+		if err := recordAttempt(ctx, tx, id, a); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, qSettleDelivered, id, l.now(), a.Provider, nullString(a.ProviderMessageID))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		changed = n == 1
+		return err
+	})
+	return changed, err
+}
+
+// SettleSkipped settles a row the source says has nothing worth saying.
+func (l *Ledger) SettleSkipped(ctx context.Context, tenant string, id int64, reason string) error {
+	return l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, qSettleSkipped, id, l.now(), reason)
+		return err
+	})
+}
+
+// SettleFailed settles a row as failed with reason (a permanent error or
+// attempts exhausted). The attempt that failed, if any, is recorded with it.
+func (l *Ledger) SettleFailed(ctx context.Context, tenant string, id int64, reason string, a *Attempt) error {
+	return l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
+		if a != nil {
+			if err := recordAttempt(ctx, tx, id, *a); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, qSettleFailed, id, l.now(), reason)
+		return err
+	})
+}
+
+// ReleaseClaim gives back a row the worker could not send now. Its message
+// returns at retryAt (the nack's delay); the row's lease is held until
+// retryAt plus requeueAfter so the sweeper does not publish it again
+// meanwhile. A transient failure passes its attempt; a rate-limited send
+// passes nil, because a 429 burns no attempt.
+func (l *Ledger) ReleaseClaim(ctx context.Context, tenant string, id int64, retryAt time.Time,
+	requeueAfter time.Duration, reason string, a *Attempt) error {
+	return l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
+		if a != nil {
+			if err := recordAttempt(ctx, tx, id, *a); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, qReleaseClaim, id, retryAt.UTC().Add(requeueAfter), nullString(reason), l.now())
+		return err
+	})
+}

@@ -1,0 +1,189 @@
+// Package ledger owns the record of what is owed and what was sent: the
+// notifications table, its attempts, and every statement that reads or
+// writes them. Nothing outside this package writes SQL against the ledger.
+//
+// Row-level security is forced on both tables. Every statement runs inside a
+// transaction that names its tenant (set_config('owed.tenant_id', …, true)),
+// except exactly these cross-tenant statements, which set the
+// transaction-local bypass flag owed.bypass_rls instead:
+//
+//   - Lease, ExpireOverdue, MarkQueued and ReleaseLeased: the sweeper's claim
+//     over every tenant's owed rows and its bookkeeping of that claim;
+//   - Backlog, GetAny and Stats: operator aggregates and look-ups.
+//
+// Both settings are transaction-local, so a pooled connection never carries
+// one request's tenant into the next. A statement run with neither setting
+// matches no row at all: an unscoped read is empty, not global.
+//
+// The package never marks a row delivered before the provider accepted it:
+// claimed_at records that a worker took the row, delivered_at that the
+// provider said yes.
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// State is a ledger row's place in its life.
+type State string
+
+// The states a row moves through. The last five are settled: settled_at is
+// set and the sweeper never leases the row again.
+const (
+	StatePending   State = "pending"
+	StateLeased    State = "leased"
+	StateQueued    State = "queued"
+	StateSending   State = "sending"
+	StateDelivered State = "delivered"
+	StateSkipped   State = "skipped"
+	StateExpired   State = "expired"
+	StateFailed    State = "failed"
+	StateCancelled State = "cancelled"
+)
+
+// Settled reports whether s is a final state.
+func (s State) Settled() bool {
+	switch s {
+	case StateDelivered, StateSkipped, StateExpired, StateFailed, StateCancelled:
+		return true
+	}
+	return false
+}
+
+// States lists every state in life order.
+var States = []State{StatePending, StateLeased, StateQueued, StateSending,
+	StateDelivered, StateSkipped, StateExpired, StateFailed, StateCancelled}
+
+// DefaultIdempotencyPrefix starts every idempotency key unless configured.
+const DefaultIdempotencyPrefix = "owed-"
+
+// IdempotencyKey derives the key a row's queue message and provider sends
+// carry. It depends on the row alone, never on the attempt or the clock: a
+// retried row keeps its key, and a rescheduled row (new due_at) gets a new one.
+func IdempotencyKey(prefix string, id int64, dueAt time.Time) string {
+	return fmt.Sprintf("%s%d-%d", prefix, id, dueAt.UTC().UnixMicro())
+}
+
+// Ledger runs the named ledger operations against a database connected as
+// the application role.
+type Ledger struct {
+	db *sql.DB
+	// Clock returns the current time. Tests replace it to say "an hour has
+	// passed" without waiting an hour.
+	Clock func() time.Time
+}
+
+// New returns a Ledger using db.
+func New(db *sql.DB) *Ledger {
+	return &Ledger{db: db, Clock: time.Now}
+}
+
+// DB returns the underlying pool (for health checks).
+func (l *Ledger) DB() *sql.DB { return l.db }
+
+func (l *Ledger) now() time.Time {
+	// Postgres keeps microseconds; rounding here makes a value read back
+	// compare equal to the one written.
+	return l.Clock().UTC().Truncate(time.Microsecond)
+}
+
+// ErrNotFound is returned when a row does not exist in the caller's scope.
+var ErrNotFound = errors.New("ledger: notification not found")
+
+// withTenant runs fn in a transaction scoped to tenant.
+func (l *Ledger) withTenant(ctx context.Context, tenant string, fn func(*sql.Tx) error) error {
+	if tenant == "" {
+		return errors.New("ledger: tenant is required")
+	}
+	return l.inTx(ctx, qSetTenant, tenant, fn)
+}
+
+// withBypass runs fn in a transaction that may see every tenant. Only the
+// statements listed in the package doc use it.
+func (l *Ledger) withBypass(ctx context.Context, fn func(*sql.Tx) error) error {
+	return l.inTx(ctx, qSetBypass, nil, fn)
+}
+
+func (l *Ledger) inTx(ctx context.Context, scope string, arg any, fn func(*sql.Tx) error) error {
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if arg != nil {
+		_, err = tx.ExecContext(ctx, scope, arg)
+	} else {
+		_, err = tx.ExecContext(ctx, scope)
+	}
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Notification is one ledger row.
+type Notification struct {
+	ID                int64           `json:"id"`
+	Tenant            string          `json:"tenant_id"`
+	Recipient         string          `json:"recipient"`
+	Channel           string          `json:"channel"`
+	Kind              string          `json:"kind"`
+	RefID             string          `json:"ref_id"`
+	DueAt             time.Time       `json:"due_at"`
+	ExpiresAt         *time.Time      `json:"expires_at,omitempty"`
+	Payload           json.RawMessage `json:"payload"`
+	State             State           `json:"state"`
+	Attempts          int             `json:"attempts"`
+	LeaseUntil        *time.Time      `json:"lease_until,omitempty"`
+	ClaimedAt         *time.Time      `json:"claimed_at,omitempty"`
+	PublishedAt       *time.Time      `json:"published_at,omitempty"`
+	DeliveredAt       *time.Time      `json:"delivered_at,omitempty"`
+	SettledAt         *time.Time      `json:"settled_at,omitempty"`
+	Provider          string          `json:"provider,omitempty"`
+	ProviderMessageID string          `json:"provider_message_id,omitempty"`
+	LastError         string          `json:"last_error,omitempty"`
+	CreatedAt         time.Time       `json:"created_at"`
+	UpdatedAt         time.Time       `json:"updated_at"`
+}
+
+type scanner interface{ Scan(...any) error }
+
+func scanNotification(s scanner) (Notification, error) {
+	var n Notification
+	var exp, lease, claimed, published, delivered, settled sql.NullTime
+	var provider, providerMsg, lastErr sql.NullString
+	var payload []byte
+	err := s.Scan(&n.ID, &n.Tenant, &n.Recipient, &n.Channel, &n.Kind, &n.RefID, &n.DueAt, &exp,
+		&payload, &n.State, &n.Attempts, &lease, &claimed, &published, &delivered, &settled,
+		&provider, &providerMsg, &lastErr, &n.CreatedAt, &n.UpdatedAt)
+	if err != nil {
+		return n, err
+	}
+	n.Payload = json.RawMessage(payload)
+	n.ExpiresAt, n.LeaseUntil, n.ClaimedAt = timePtr(exp), timePtr(lease), timePtr(claimed)
+	n.PublishedAt, n.DeliveredAt, n.SettledAt = timePtr(published), timePtr(delivered), timePtr(settled)
+	n.Provider, n.ProviderMessageID, n.LastError = provider.String, providerMsg.String, lastErr.String
+	n.DueAt = n.DueAt.UTC()
+	n.CreatedAt, n.UpdatedAt = n.CreatedAt.UTC(), n.UpdatedAt.UTC()
+	return n, nil
+}
+
+func timePtr(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	u := t.Time.UTC()
+	return &u
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+func seconds(d time.Duration) float64 { return d.Seconds() }

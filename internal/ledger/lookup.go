@@ -1,0 +1,179 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+)
+
+// Detail is one row with every send tried: the compliance answer to "was
+// this customer notified, and when".
+type Detail struct {
+	Notification
+	History []Attempt `json:"attempts"`
+}
+
+// Get returns one of tenant's rows with its attempts.
+func (l *Ledger) Get(ctx context.Context, tenant string, id int64) (Detail, error) {
+	var d Detail
+	err := l.withTenant(ctx, tenant, func(tx *sql.Tx) error { return getDetail(ctx, tx, id, &d) })
+	return d, err
+}
+
+// GetAny returns a row of any tenant, for operators (owedctl).
+func (l *Ledger) GetAny(ctx context.Context, id int64) (Detail, error) {
+	var d Detail
+	err := l.withBypass(ctx, func(tx *sql.Tx) error { return getDetail(ctx, tx, id, &d) })
+	return d, err
+}
+
+func getDetail(ctx context.Context, tx *sql.Tx, id int64, d *Detail) error {
+	n, err := scanNotification(tx.QueryRowContext(ctx, qGet, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	d.Notification = n
+	rows, err := tx.QueryContext(ctx, qAttempts, id)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	d.History = []Attempt{}
+	for rows.Next() {
+		var a Attempt
+		var msgID, errText sql.NullString
+		var status sql.NullInt64
+		if err := rows.Scan(&a.Attempt, &a.Provider, &a.StartedAt, &a.FinishedAt, &a.Outcome, &msgID, &status,
+			&errText, &a.PossibleDuplicate); err != nil {
+			return err
+		}
+		a.StartedAt, a.FinishedAt = a.StartedAt.UTC(), a.FinishedAt.UTC()
+		a.ProviderMessageID, a.HTTPStatus, a.Error = msgID.String, int(status.Int64), errText.String
+		d.History = append(d.History, a)
+	}
+	return rows.Err()
+}
+
+// Filter selects a tenant's rows; empty fields match everything.
+type Filter struct {
+	Recipient string
+	RefID     string
+	Kind      string
+	Limit     int // default and cap: MaxFindLimit
+}
+
+// MaxFindLimit caps how many rows Find returns.
+const MaxFindLimit = 500
+
+// Find lists tenant's rows matching f, newest due first.
+func (l *Ledger) Find(ctx context.Context, tenant string, f Filter) ([]Notification, error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return nil, err
+	}
+	if f.Limit <= 0 || f.Limit > MaxFindLimit {
+		f.Limit = MaxFindLimit
+	}
+	out := []Notification{}
+	err := l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, qFind, tenant, f.Recipient, f.RefID, f.Kind, f.Limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			n, err := scanNotification(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, n)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// Backlog is what is still owed, across every tenant.
+type Backlog struct {
+	// ByState counts unsettled rows per state.
+	ByState map[State]int64 `json:"by_state"`
+	// Owed is every unsettled row, due or not.
+	Owed int64 `json:"owed"`
+	// OldestDueAt is the due time of the oldest unsettled row that is
+	// already due; nil when nothing due is owed.
+	OldestDueAt *time.Time `json:"oldest_due_at,omitempty"`
+	// OldestOwedAge is now minus OldestDueAt (zero when nothing is due).
+	OldestOwedAge time.Duration `json:"oldest_owed_age"`
+}
+
+// Backlog counts owed rows by state and finds the oldest one already due.
+// A growing OldestOwedAge while sweeps report nothing leased is the silent
+// failure the design warns about: a claim that matches nothing.
+func (l *Ledger) Backlog(ctx context.Context) (Backlog, error) {
+	now := l.now()
+	b := Backlog{ByState: map[State]int64{}}
+	err := l.withBypass(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, qBacklog, now)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s State
+			var n int64
+			var oldest sql.NullTime
+			if err := rows.Scan(&s, &n, &oldest); err != nil {
+				return err
+			}
+			b.ByState[s] = n
+			b.Owed += n
+			if oldest.Valid && (b.OldestDueAt == nil || oldest.Time.Before(*b.OldestDueAt)) {
+				t := oldest.Time.UTC()
+				b.OldestDueAt = &t
+			}
+		}
+		return rows.Err()
+	})
+	if b.OldestDueAt != nil {
+		b.OldestOwedAge = now.Sub(*b.OldestDueAt)
+	}
+	return b, err
+}
+
+// Stats summarises delivery since a point in time, for `owedctl stats`.
+type Stats struct {
+	Since     time.Time `json:"since"`
+	Delivered int64     `json:"delivered"`
+	Expired   int64     `json:"expired"`
+	Failed    int64     `json:"failed"`
+	Skipped   int64     `json:"skipped"`
+	Cancelled int64     `json:"cancelled"`
+	// Lag is delivered_at − due_at over rows delivered since Since.
+	LagP50 time.Duration `json:"lag_p50"`
+	LagP95 time.Duration `json:"lag_p95"`
+	LagMax time.Duration `json:"lag_max"`
+	// DuplicateRows counts rows the provider accepted more than once.
+	DuplicateRows int64 `json:"duplicate_rows"`
+	// PossibleDuplicates counts resends after a worker died mid-send.
+	PossibleDuplicates int64 `json:"possible_duplicates"`
+}
+
+// Stats reads delivery figures since since, across every tenant.
+func (l *Ledger) Stats(ctx context.Context, since time.Time) (Stats, error) {
+	s := Stats{Since: since.UTC()}
+	err := l.withBypass(ctx, func(tx *sql.Tx) error {
+		var p50, p95, max float64
+		if err := tx.QueryRowContext(ctx, qStats, since).Scan(&s.Delivered, &s.Expired, &s.Failed, &s.Skipped,
+			&s.Cancelled, &p50, &p95, &max); err != nil {
+			return err
+		}
+		s.LagP50, s.LagP95, s.LagMax = secondsToDuration(p50), secondsToDuration(p95), secondsToDuration(max)
+		return tx.QueryRowContext(ctx, qPossibleDuplicates, since).Scan(&s.DuplicateRows, &s.PossibleDuplicates)
+	})
+	return s, err
+}
+
+func secondsToDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -1,0 +1,230 @@
+package ledger
+
+// Every statement the ledger runs, named for what it does. Times are passed
+// in as parameters ($now) rather than read from now() so tests control the
+// clock and every statement in a transaction agrees on the instant.
+
+const (
+	qSetTenant = `SELECT set_config('owed.tenant_id', $1, true)`
+	qSetBypass = `SELECT set_config('owed.bypass_rls', 'on', true)`
+
+	notificationColumns = `id, tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
+		payload, state, attempts, lease_until, claimed_at, published_at, delivered_at, settled_at,
+		provider, provider_message_id, last_error, created_at, updated_at`
+
+	// qSchedule inserts a batch idempotently. The batch travels as one JSON
+	// array so a thousand rows cost one round trip. Rows already there are
+	// found by the schedule key in the final select.
+	qSchedule = `
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
+        idx int, recipient text, channel text, kind text, ref_id text,
+        due_at timestamptz, expires_at timestamptz, payload jsonb)
+), ins AS (
+    INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
+                               payload, created_at, updated_at)
+    SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload, $3, $3
+      FROM input ORDER BY idx
+    ON CONFLICT ON CONSTRAINT notifications_schedule_key DO NOTHING
+    RETURNING id, recipient, kind, ref_id, due_at
+)
+SELECT i.idx, coalesce(ins.id, n.id), ins.id IS NOT NULL, coalesce(n.state, 'pending')
+  FROM input i
+  LEFT JOIN ins ON (ins.recipient, ins.kind, ins.ref_id, ins.due_at) = (i.recipient, i.kind, i.ref_id, i.due_at)
+  LEFT JOIN notifications n ON n.tenant_id = $2
+       AND (n.recipient, n.kind, n.ref_id, n.due_at) = (i.recipient, i.kind, i.ref_id, i.due_at)
+ ORDER BY i.idx`
+
+	// qFindScheduled looks up rows a concurrent scheduler inserted after
+	// qSchedule's snapshot was taken (ON CONFLICT saw them, the join did not).
+	qFindScheduled = `
+SELECT id, state FROM notifications
+ WHERE tenant_id = $1 AND recipient = $2 AND kind = $3 AND ref_id = $4 AND due_at = $5`
+
+	// qCancel settles open rows of one subject. A row a worker is sending
+	// right now is left alone: its outcome is the truth.
+	qCancel = `
+UPDATE notifications
+   SET state = 'cancelled', settled_at = $4, lease_until = NULL, updated_at = $4,
+       last_error = 'cancelled'
+ WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3
+   AND settled_at IS NULL
+   AND (state <> 'sending' OR lease_until <= $4)`
+
+	// qCountInFlight counts rows of one subject that are being sent now.
+	qCountInFlight = `
+SELECT count(*) FROM notifications
+ WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3
+   AND state = 'sending' AND lease_until > $4`
+
+	// qReschedule moves open rows to a new due time, shifting an expiry by
+	// the same amount so the window a nudge is worth sending in keeps its
+	// length. The new due_at gives the row a new idempotency key; a message
+	// already published under the old one is recognised as stale by the
+	// worker. published_at is cleared because the new key was never published.
+	qReschedule = `
+UPDATE notifications
+   SET due_at = $4, expires_at = expires_at + ($4 - due_at),
+       state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
+       updated_at = $5
+ WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3
+   AND settled_at IS NULL
+   AND (state <> 'sending' OR lease_until <= $5)`
+
+	// qLease is the sweeper's claim, in one statement: the inner select is
+	// exactly the partial index notifications_owed_due plus the lease test,
+	// SKIP LOCKED lets a concurrent sweep step over rows this one holds
+	// instead of queueing behind them, and the LIMIT bounds the run. There is
+	// no lower bound on due_at: after a pause, the oldest owed rows go first.
+	// RETURNING shows published_at before this statement (it is not set
+	// here), which tells a republish from a first publish.
+	qLease = `
+UPDATE notifications n
+   SET state = 'leased', lease_until = $2, updated_at = $1
+  FROM (SELECT id FROM notifications
+         WHERE settled_at IS NULL
+           AND due_at <= $3
+           AND (expires_at IS NULL OR expires_at > $1)
+           AND (state = 'pending' OR lease_until <= $1)
+         ORDER BY due_at
+         LIMIT $4
+         FOR UPDATE SKIP LOCKED) owed
+ WHERE n.id = owed.id
+RETURNING n.id, n.tenant_id, n.due_at, n.published_at IS NOT NULL`
+
+	// qExpireOverdue settles rows whose expiry passed before they were sent.
+	// A row a live worker is sending is skipped: that worker checked the
+	// expiry when it claimed the row.
+	qExpireOverdue = `
+UPDATE notifications n
+   SET state = 'expired', settled_at = $1, lease_until = NULL, updated_at = $1,
+       last_error = 'expired before it was sent'
+  FROM (SELECT id FROM notifications
+         WHERE settled_at IS NULL
+           AND expires_at <= $1
+           AND (state <> 'sending' OR lease_until <= $1)
+         ORDER BY expires_at
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED) overdue
+ WHERE n.id = overdue.id`
+
+	// qMarkQueued records that the queue accepted the rows' messages. Only
+	// rows still leased change: a worker may already have claimed (or even
+	// delivered) a row whose message it received before this statement ran.
+	// The lease runs from the due time, since a message published ahead is
+	// invisible until then.
+	qMarkQueued = `
+UPDATE notifications
+   SET state = 'queued', published_at = $2,
+       lease_until = greatest($2, due_at) + make_interval(secs => $3), updated_at = $2
+ WHERE id = ANY($1) AND state = 'leased'`
+
+	// qReleaseLeased hands back leased rows whose messages were not
+	// accepted, so the next sweep takes them at once.
+	qReleaseLeased = `
+UPDATE notifications
+   SET state = 'pending', lease_until = NULL, updated_at = $2
+ WHERE id = ANY($1) AND state = 'leased'`
+
+	// qLockForClaim reads the row a worker's message names, locking it so
+	// the decision and the claim below are one step.
+	qLockForClaim = `SELECT ` + notificationColumns + ` FROM notifications WHERE id = $1 FOR UPDATE`
+
+	// qClaim takes the row for one send. settled_at is cleared for the one
+	// settled state a claim may reopen: a failed row an operator redrove.
+	qClaim = `
+UPDATE notifications
+   SET state = 'sending', claimed_at = $2, lease_until = $3, settled_at = NULL, updated_at = $2
+ WHERE id = $1`
+
+	qSettleExpired = `
+UPDATE notifications
+   SET state = 'expired', settled_at = $2, lease_until = NULL, updated_at = $2,
+       last_error = 'expired before it was sent'
+ WHERE id = $1 AND settled_at IS NULL`
+
+	// qSettleDelivered stamps delivered_at only on a row that is not
+	// delivered yet, so a row has one delivered_at however many copies of its
+	// message arrive. A failed row may be delivered by an operator's redrive.
+	qSettleDelivered = `
+UPDATE notifications
+   SET state = 'delivered', delivered_at = $2, settled_at = $2, lease_until = NULL,
+       provider = $3, provider_message_id = $4, last_error = NULL, updated_at = $2
+ WHERE id = $1 AND (settled_at IS NULL OR state = 'failed')`
+
+	qSettleSkipped = `
+UPDATE notifications
+   SET state = 'skipped', settled_at = $2, lease_until = NULL, last_error = $3, updated_at = $2
+ WHERE id = $1 AND (settled_at IS NULL OR state = 'failed')`
+
+	qSettleFailed = `
+UPDATE notifications
+   SET state = 'failed', settled_at = $2, lease_until = NULL, last_error = $3, updated_at = $2
+ WHERE id = $1 AND settled_at IS NULL`
+
+	// qReleaseClaim returns a row a worker could not send now (rate limited,
+	// transient failure) to queued. Its message comes back after the nack's
+	// delay; the lease keeps the sweeper from republishing it before then.
+	// claimed_at is cleared so the next claim is not taken for a crash.
+	qReleaseClaim = `
+UPDATE notifications
+   SET state = 'queued', claimed_at = NULL, lease_until = $2, last_error = $3, updated_at = $4
+ WHERE id = $1 AND state = 'sending'`
+
+	// qRecordAttempt appends one send tried and counts it on the row.
+	qRecordAttempt = `
+WITH counted AS (
+    UPDATE notifications SET attempts = attempts + 1, updated_at = $4
+     WHERE id = $1
+    RETURNING id, tenant_id, attempts
+)
+INSERT INTO notification_attempts (notification_id, tenant_id, attempt, provider, started_at, finished_at,
+                                   outcome, provider_message_id, http_status, error, possible_duplicate)
+SELECT id, tenant_id, attempts, $2, $3, $4, $5, $6, $7, $8, $9 FROM counted
+RETURNING attempt`
+
+	qGet = `SELECT ` + notificationColumns + ` FROM notifications WHERE id = $1`
+
+	qAttempts = `
+SELECT attempt, provider, started_at, finished_at, outcome, provider_message_id, http_status, error,
+       possible_duplicate
+  FROM notification_attempts WHERE notification_id = $1 ORDER BY attempt`
+
+	// qFind lists a tenant's rows for a recipient and/or subject, newest due
+	// first. An empty filter value matches every row.
+	qFind = `SELECT ` + notificationColumns + ` FROM notifications
+ WHERE tenant_id = $1
+   AND ($2 = '' OR recipient = $2)
+   AND ($3 = '' OR ref_id = $3)
+   AND ($4 = '' OR kind = $4)
+ ORDER BY due_at DESC, id DESC
+ LIMIT $5`
+
+	// qBacklog counts owed rows by state; it reads only the partial index's
+	// rows, so its cost follows the backlog, not the ledger.
+	qBacklog = `
+SELECT state, count(*), min(due_at) FILTER (WHERE due_at <= $1)
+  FROM notifications WHERE settled_at IS NULL GROUP BY state`
+
+	// qStats summarises settled rows since a point in time for operators.
+	qStats = `
+SELECT count(*) FILTER (WHERE state = 'delivered'),
+       count(*) FILTER (WHERE state = 'expired'),
+       count(*) FILTER (WHERE state = 'failed'),
+       count(*) FILTER (WHERE state = 'skipped'),
+       count(*) FILTER (WHERE state = 'cancelled'),
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM delivered_at - due_at))
+                FILTER (WHERE state = 'delivered'), 0),
+       coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM delivered_at - due_at))
+                FILTER (WHERE state = 'delivered'), 0),
+       coalesce(max(extract(epoch FROM delivered_at - due_at)) FILTER (WHERE state = 'delivered'), 0)
+  FROM notifications WHERE settled_at >= $1`
+
+	// qPossibleDuplicates counts rows with more than one accepted send, and
+	// resends made after a worker died mid-send.
+	qPossibleDuplicates = `
+SELECT (SELECT count(*) FROM (SELECT notification_id FROM notification_attempts
+                               WHERE outcome = 'accepted' AND finished_at >= $1
+                               GROUP BY notification_id HAVING count(*) > 1) d),
+       (SELECT count(*) FROM notification_attempts WHERE possible_duplicate AND finished_at >= $1)`
+)

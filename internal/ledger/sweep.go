@@ -1,0 +1,140 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// Leased is one row the sweeper holds and must publish.
+type Leased struct {
+	ID     int64
+	Tenant string
+	DueAt  time.Time
+	// Republish is true when the row was published before (its message was
+	// lost or its lease ran out); the message goes out again under the same
+	// idempotency key.
+	Republish bool
+}
+
+// LeaseParams bound one sweep's claim.
+type LeaseParams struct {
+	// Limit caps the rows leased (OWED_SWEEP_BATCH).
+	Limit int
+	// Ahead also leases rows falling due within this window, to be published
+	// with a delay so they surface at their due second (OWED_PUBLISH_AHEAD).
+	Ahead time.Duration
+	// For is how long the sweeper holds the rows before another sweep may
+	// take them (a crashed sweeper heals when it runs out).
+	For time.Duration
+}
+
+func (p LeaseParams) validate() error {
+	switch {
+	case p.Limit <= 0:
+		return fmt.Errorf("ledger: lease limit must be above zero, got %d", p.Limit)
+	case p.For <= 0:
+		return fmt.Errorf("ledger: lease duration must be above zero, got %s", p.For)
+	case p.Ahead < 0:
+		return fmt.Errorf("ledger: publish-ahead window must not be negative, got %s", p.Ahead)
+	}
+	return nil
+}
+
+// Lease claims up to p.Limit owed rows across every tenant, oldest due
+// first, in one statement: rows that are pending, or whose lease (leased,
+// queued or sending) ran out. Rows past their expiry are never returned.
+// Concurrent calls never return the same row.
+func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	now := l.now()
+	var out []Leased
+	err := l.withBypass(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, qLease, now, now.Add(p.For), now.Add(p.Ahead), p.Limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r Leased
+			if err := rows.Scan(&r.ID, &r.Tenant, &r.DueAt, &r.Republish); err != nil {
+				return err
+			}
+			r.DueAt = r.DueAt.UTC()
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	// UPDATE … RETURNING has no order; publish oldest first all the same.
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].DueAt.Equal(out[j].DueAt) {
+			return out[i].DueAt.Before(out[j].DueAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// ExpireOverdue settles up to limit owed rows whose expires_at has passed as
+// expired, across every tenant, and returns how many it settled.
+func (l *Ledger) ExpireOverdue(ctx context.Context, limit int) (int64, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("ledger: expiry limit must be above zero, got %d", limit)
+	}
+	var n int64
+	err := l.withBypass(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, qExpireOverdue, l.now(), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// MarkQueued records that the queue accepted the messages of rows ids. A
+// queued row that stays unsettled for requeueAfter past its due time is
+// leased and published again (OWED_REQUEUE_AFTER).
+func (l *Ledger) MarkQueued(ctx context.Context, ids []int64, requeueAfter time.Duration) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err := l.withBypass(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, qMarkQueued, pq.Array(ids), l.now(), seconds(requeueAfter))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// ReleaseLeased hands back leased rows whose messages the queue did not
+// accept, so the next sweep takes them without waiting for the lease.
+func (l *Ledger) ReleaseLeased(ctx context.Context, ids []int64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err := l.withBypass(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, qReleaseLeased, pq.Array(ids), l.now())
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
