@@ -1,0 +1,173 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultTimeout bounds one send, from dial to the last byte of the response.
+// Providers answer in well under a second; ten seconds rides out a slow moment
+// without letting a hung connection hold a worker for its whole lease.
+const DefaultTimeout = 10 * time.Second
+
+// MaxResponseBytes bounds how much of a response body an adapter reads. Every
+// provider's answer is a small JSON object; an endpoint that streams more is
+// misbehaving and must not cost the worker memory.
+const MaxResponseBytes = 64 << 10
+
+// MaxRetryAfter caps a Retry-After so that a buggy or hostile server saying
+// "wait a year" pauses an account for an hour, after which the next send asks
+// again.
+const MaxRetryAfter = time.Hour
+
+// NewHTTPClient returns the client every adapter uses: a whole-request
+// timeout (DefaultTimeout when timeout is zero) and redirects not followed. A
+// provider API that redirects a POST is misconfigured (a wrong base URL, an
+// http:// URL upgraded to https), and following it would resend credentials
+// and body to a host nobody configured; the adapter sees the 3xx and
+// classifies it Permanent.
+func NewHTTPClient(timeout time.Duration) *http.Client {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	return &http.Client{
+		Timeout: timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// Response is what Do read from the provider: the status, the headers and at
+// most MaxResponseBytes of the body.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Do sends req with hc and reads a bounded body. A failure below HTTP comes
+// back as a Transient *Error with the URL stripped and secrets redacted; any
+// HTTP status, including errors, is returned as a Response for the adapter to
+// classify.
+func Do(hc *http.Client, req *http.Request, name string, secrets ...string) (Response, error) {
+	resp, err := hc.Do(req)
+	if err != nil {
+		return Response{}, TransportError(name, err, secrets...)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
+	if err != nil {
+		// The status arrived but the body did not: the provider may or may not
+		// have accepted the message, and only a retry with the same key can
+		// tell, so this is transient.
+		pe := TransportError(name, err, secrets...)
+		pe.HTTPStatus = resp.StatusCode
+		return Response{}, pe
+	}
+	// Drain a little of any excess so the connection can be reused, without
+	// reading an unbounded stream.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxResponseBytes))
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
+}
+
+// NewJSONRequest builds a POST with a JSON body.
+func NewJSONRequest(ctx context.Context, url string, body []byte) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	return req, nil
+}
+
+// StatusClass is the default reading of an HTTP status, for adapters whose
+// provider documents nothing more specific: 429 is RateLimited; 408 and 5xx
+// are Transient (the request timed out or the server failed, so it may
+// succeed later); 3xx and every other 4xx are Permanent (the request itself is
+// wrong and resending it unchanged cannot help). Anything else unexpected is
+// Transient.
+func StatusClass(status int) Class {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return RateLimited
+	case status == http.StatusRequestTimeout:
+		return Transient
+	case status >= 300 && status < 500:
+		return Permanent
+	default:
+		return Transient
+	}
+}
+
+// StatusError classifies a non-2xx response by StatusClass, with RetryAfter
+// from the Retry-After header and a message naming the status. Adapters start
+// from it and refine Code, Message and Class from the provider's error body.
+func StatusError(name string, resp Response, now time.Time) *Error {
+	e := &Error{Provider: name, Class: StatusClass(resp.Status), HTTPStatus: resp.Status}
+	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), now); ok && e.Class != Permanent {
+		e.RetryAfter = d
+	}
+	if resp.Status >= 300 && resp.Status < 400 {
+		e.Message = fmt.Sprintf("unexpected redirect (HTTP %d); check the base URL", resp.Status)
+	} else {
+		e.Message = http.StatusText(resp.Status)
+	}
+	return e
+}
+
+// ParseRetryAfter reads an HTTP Retry-After value (RFC 9110 §10.2.3): either
+// delta-seconds or an HTTP date in any of the three accepted forms
+// (IMF-fixdate, the obsolete RFC 850 form, asctime). A date in the past means
+// "now" and yields zero. Values above MaxRetryAfter are capped. An empty,
+// negative, fractional or otherwise malformed value reports false.
+func ParseRetryAfter(value string, now time.Time) (time.Duration, bool) {
+	v := strings.TrimSpace(value)
+	if v == "" {
+		return 0, false
+	}
+	if isDigits(v) {
+		secs, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || secs > int64(MaxRetryAfter/time.Second) {
+			// Only overflow fails ParseInt on a string of digits: a number
+			// too large to hold is certainly above the cap.
+			return MaxRetryAfter, true
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	d := t.Sub(now)
+	switch {
+	case d <= 0:
+		return 0, true
+	case d >= MaxRetryAfter:
+		// Checked before rounding: Sub saturates at the largest Duration,
+		// and rounding that up would overflow.
+		return MaxRetryAfter, true
+	}
+	// An HTTP date has whole seconds but now does not; round the wait up so
+	// a caller waiting exactly d never arrives a fraction early.
+	if rem := d % time.Second; rem != 0 {
+		d += time.Second - rem
+	}
+	return min(d, MaxRetryAfter), true
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,229 @@
+// Package provider is the one interface between owed and every delivery
+// channel: a Sender takes one rendered notification to one recipient and
+// either returns the provider's message id or a classified *Error.
+//
+// The classification is the contract the worker schedules by: RateLimited is a
+// schedule (wait RetryAfter, do not burn an attempt), Transient is retried with
+// backoff, Permanent settles the row failed. A Sender never retries by itself,
+// never sleeps on a Retry-After, and never puts a credential in an error.
+// Adapters live in one subpackage each (webhook, telegram, twilio, sendgrid,
+// postmark, slack); the sandbox subpackage is a local provider for tests and
+// drills, and providers picks an adapter per channel from the environment.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/owedhq/owed/internal/message"
+)
+
+// Sender delivers one notification through one provider account.
+type Sender interface {
+	// Send delivers d once. A nil error means the provider accepted the
+	// message; any error is classified (see Classify).
+	Send(ctx context.Context, d Delivery) (Result, error)
+	// Name is the provider account ("sandbox", "sendgrid:acct"). Workers
+	// sharing a name share one pace, because they share one rate limit.
+	Name() string
+}
+
+// Delivery is one notification on its way to one recipient.
+type Delivery struct {
+	Tenant         string
+	NotificationID int64
+	// Recipient is the resolved address: an email address, a phone number in
+	// E.164, a Telegram chat id, a Slack channel id.
+	Recipient string
+	Channel   string
+	Kind      string
+	Message   message.Message
+	// IdempotencyKey is the same on every attempt of a row, so a provider that
+	// honours it turns a retried send into a no-op.
+	IdempotencyKey string
+}
+
+// Result describes an accepted send.
+type Result struct {
+	// MessageID is the provider's id for the message, recorded on the row.
+	MessageID  string
+	HTTPStatus int
+}
+
+// Class says what the worker should do after a failed send.
+type Class int
+
+// The classes a failed send falls into. Transient is the zero value so that an
+// Error built without a class is retried rather than dropped.
+const (
+	// Transient: retry with backoff; the send may succeed later.
+	Transient Class = iota
+	// RateLimited: the provider account is over its limit. Wait RetryAfter,
+	// slow every worker sharing the account, and do not count an attempt.
+	RateLimited
+	// Permanent: the send will never succeed as it is (bad address, blocked
+	// bot, rejected content). Settle the row failed.
+	Permanent
+)
+
+func (c Class) String() string {
+	switch c {
+	case Transient:
+		return "transient"
+	case RateLimited:
+		return "rate_limited"
+	case Permanent:
+		return "permanent"
+	}
+	return fmt.Sprintf("class(%d)", int(c))
+}
+
+// MaxMessageLen bounds Error.Message: it is stored on the ledger row and in
+// the attempts table, and a provider's error page is not worth keeping whole.
+const MaxMessageLen = 512
+
+// Error is a classified send failure. Message is what the provider said,
+// truncated and with the adapter's credentials redacted; it never contains a
+// secret or a URL that embeds one.
+type Error struct {
+	// Provider is the Sender's Name.
+	Provider string
+	Class    Class
+	// RetryAfter is how long the provider asked us to wait. It is set for
+	// RateLimited (zero when the provider did not say, leaving the pace to the
+	// caller) and for Transient when the server sent a Retry-After.
+	RetryAfter time.Duration
+	// HTTPStatus is the response status, zero when no response arrived.
+	HTTPStatus int
+	// Code is the provider's own error code ("21211", "channel_not_found").
+	Code    string
+	Message string
+	// err is the underlying cause (a context or network error), kept so that
+	// errors.Is(err, context.Canceled) works on a classified error.
+	err error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.Provider != "" {
+		b.WriteString(e.Provider)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Class.String())
+	if e.HTTPStatus != 0 {
+		fmt.Fprintf(&b, " (HTTP %d", e.HTTPStatus)
+		if e.Code != "" {
+			fmt.Fprintf(&b, ", code %s", e.Code)
+		}
+		b.WriteString(")")
+	} else if e.Code != "" {
+		fmt.Fprintf(&b, " (code %s)", e.Code)
+	}
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, ", retry after %s", e.RetryAfter)
+	}
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause, if the failure had one below HTTP.
+func (e *Error) Unwrap() error { return e.err }
+
+// Classify returns err as a *Error. A *Error anywhere in the chain is returned
+// as is; anything else (a context deadline, a network error, an adapter's
+// unexpected failure) is Transient, because retrying an unknown failure is
+// safe where dropping a notification is not. Classify(nil) is nil.
+func Classify(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return &Error{Class: Transient, Message: truncate(err.Error()), err: err}
+}
+
+// IsRateLimited reports whether err is RateLimited and how long the provider
+// asked to wait (zero when it did not say).
+func IsRateLimited(err error) (time.Duration, bool) {
+	pe := Classify(err)
+	if pe == nil || pe.Class != RateLimited {
+		return 0, false
+	}
+	return pe.RetryAfter, true
+}
+
+// IsPermanent reports whether err will fail again on every retry.
+func IsPermanent(err error) bool {
+	pe := Classify(err)
+	return pe != nil && pe.Class == Permanent
+}
+
+// IsTransient reports whether err is worth retrying with backoff. Unclassified
+// errors are transient.
+func IsTransient(err error) bool {
+	pe := Classify(err)
+	return pe != nil && pe.Class == Transient
+}
+
+// TransportError classifies a failure below HTTP (dial, TLS, timeout, a
+// cancelled context) as Transient. Go's *url.Error quotes the request URL,
+// which for some providers (Telegram) contains the token, so only the inner
+// cause is kept, and every secret is redacted from what remains.
+func TransportError(name string, err error, secrets ...string) *Error {
+	cause := err
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		cause = ue.Err
+	}
+	msg := cause.Error()
+	var ne net.Error
+	switch {
+	case errors.Is(cause, context.DeadlineExceeded):
+		msg = "request timed out: " + msg
+	case errors.Is(cause, context.Canceled):
+		msg = "request cancelled: " + msg
+	case errors.As(cause, &ne) && ne.Timeout():
+		msg = "request timed out: " + msg
+	}
+	return &Error{Provider: name, Class: Transient, Message: Redact(msg, secrets...), err: cause}
+}
+
+// NewError builds a classified error, redacting secrets from the provider's
+// message and truncating it to MaxMessageLen.
+func NewError(name string, class Class, status int, code, msg string, secrets ...string) *Error {
+	return &Error{Provider: name, Class: class, HTTPStatus: status, Code: code, Message: Redact(msg, secrets...)}
+}
+
+// Redact replaces every non-empty secret in s with "[redacted]" and truncates
+// the result to MaxMessageLen.
+func Redact(s string, secrets ...string) string {
+	for _, sec := range secrets {
+		if sec != "" {
+			s = strings.ReplaceAll(s, sec, "[redacted]")
+		}
+	}
+	return truncate(s)
+}
+
+func truncate(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= MaxMessageLen {
+		return s
+	}
+	// Cut on a rune boundary so the stored message stays valid UTF-8.
+	cut := MaxMessageLen
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
+}

@@ -1,0 +1,299 @@
+// Package webhook is the Standard Webhooks adapter (standardwebhooks.com):
+// every notification is a signed JSON POST to one configured endpoint. It is
+// also how owed talks to the sandbox provider, which checks the signature with
+// Verify.
+//
+// The webhook-id header is the row's idempotency key, so a receiver that
+// de-duplicates on it (as the sandbox does) sees a retried send as a repeat.
+// The adapter never follows a redirect and never puts the secret in an error.
+package webhook
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/owedhq/owed/internal/provider"
+)
+
+// The Standard Webhooks headers, and owed's own headers that let a receiver
+// route a request without parsing its body.
+const (
+	HeaderID             = "webhook-id"
+	HeaderTimestamp      = "webhook-timestamp"
+	HeaderSignature      = "webhook-signature"
+	HeaderTenant         = "owed-tenant"
+	HeaderNotificationID = "owed-notification-id"
+	HeaderMessageID      = "x-message-id"
+)
+
+// SecretPrefix marks a Standard Webhooks secret; the rest is base64.
+const SecretPrefix = "whsec_"
+
+// DefaultTolerance is how far a webhook-timestamp may be from the receiver's
+// clock before Verify rejects it as a possible replay; it is the value the
+// Standard Webhooks reference libraries use.
+const DefaultTolerance = 5 * time.Minute
+
+// DefaultEnvPrefix is the prefix of the variables named in configuration
+// errors when Config.EnvPrefix is empty.
+const DefaultEnvPrefix = "OWED_WEBHOOK"
+
+// Config configures the adapter. With the OWED_WEBHOOK prefix the variables
+// are OWED_WEBHOOK_URL and OWED_WEBHOOK_SECRET.
+type Config struct {
+	// URL is the endpoint every notification is POSTed to.
+	URL string `envconfig:"URL"`
+	// Secret is the signing secret, "whsec_" followed by base64. Empty sends
+	// unsigned requests, which only an endpoint that does not verify (the
+	// sandbox without a secret) accepts.
+	Secret string `envconfig:"SECRET"`
+	// Name is the Sender's name; "webhook:<host>" when empty.
+	Name string `ignored:"true"`
+	// EnvPrefix names the variables in errors; DefaultEnvPrefix when empty.
+	EnvPrefix string `ignored:"true"`
+	// Timeout bounds one send; provider.DefaultTimeout when zero.
+	Timeout time.Duration `ignored:"true"`
+}
+
+// Client sends notifications as Standard Webhooks.
+type Client struct {
+	url  string
+	key  []byte
+	name string
+	// secret is kept only to redact it from anything an endpoint echoes.
+	secret string
+	hc     *http.Client
+	now    func() time.Time
+}
+
+var _ provider.Sender = (*Client)(nil)
+
+// New validates cfg and returns a Client.
+func New(cfg Config) (*Client, error) {
+	prefix := cfg.EnvPrefix
+	if prefix == "" {
+		prefix = DefaultEnvPrefix
+	}
+	u, err := url.Parse(cfg.URL)
+	if cfg.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		// The URL is not a secret, but it can carry a token in its query or
+		// userinfo, so only its shape is described.
+		return nil, fmt.Errorf("%s_URL: must be an absolute http or https URL (got %d characters)", prefix, len(cfg.URL))
+	}
+	var key []byte
+	if cfg.Secret != "" {
+		if key, err = ParseSecret(cfg.Secret); err != nil {
+			return nil, fmt.Errorf("%s_SECRET: %v", prefix, err)
+		}
+	}
+	name := cfg.Name
+	if name == "" {
+		name = "webhook:" + u.Host
+	}
+	return &Client{url: cfg.URL, key: key, name: name, secret: cfg.Secret,
+		hc: provider.NewHTTPClient(cfg.Timeout), now: time.Now}, nil
+}
+
+// Name returns the provider account the client sends as.
+func (c *Client) Name() string { return c.name }
+
+// Payload is the JSON body of every request, in the Standard Webhooks shape
+// {type, timestamp, data}.
+type Payload struct {
+	// Type is the notification's kind.
+	Type      string    `json:"type"`
+	Timestamp time.Time `json:"timestamp"`
+	Data      Data      `json:"data"`
+}
+
+// Data is the notification itself.
+type Data struct {
+	NotificationID int64  `json:"notification_id"`
+	Tenant         string `json:"tenant"`
+	Recipient      string `json:"recipient"`
+	Channel        string `json:"channel"`
+	Subject        string `json:"subject,omitempty"`
+	Text           string `json:"text,omitempty"`
+	HTML           string `json:"html,omitempty"`
+	// Payload is the message's own JSON data (the webhook channel's body).
+	Payload json.RawMessage   `json:"payload,omitempty"`
+	Extras  map[string]string `json:"extras,omitempty"`
+}
+
+// Send POSTs d as a signed Standard Webhook.
+func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
+	if d.IdempotencyKey == "" {
+		// The key is the webhook-id; without it the receiver cannot
+		// de-duplicate, so this is a caller bug that no retry fixes.
+		return provider.Result{}, provider.NewError(c.name, provider.Permanent, 0, "", "idempotency key is required")
+	}
+	now := c.now()
+	body, err := json.Marshal(Payload{
+		Type:      d.Kind,
+		Timestamp: now.UTC(),
+		Data: Data{
+			NotificationID: d.NotificationID, Tenant: d.Tenant, Recipient: d.Recipient, Channel: d.Channel,
+			Subject: d.Message.Subject, Text: d.Message.Text, HTML: d.Message.HTML,
+			Payload: d.Message.Data, Extras: d.Message.Extras,
+		},
+	})
+	if err != nil {
+		// Only invalid JSON in Message.Data fails here, and it fails every time.
+		return provider.Result{}, provider.NewError(c.name, provider.Permanent, 0, "", "encode payload: "+err.Error())
+	}
+	req, err := provider.NewJSONRequest(ctx, c.url, body)
+	if err != nil {
+		return provider.Result{}, provider.TransportError(c.name, err, c.secret)
+	}
+	ts := now.Unix()
+	req.Header.Set(HeaderID, d.IdempotencyKey)
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+	if c.key != nil {
+		req.Header.Set(HeaderSignature, Sign(c.key, d.IdempotencyKey, ts, body))
+	}
+	req.Header.Set(HeaderTenant, d.Tenant)
+	req.Header.Set(HeaderNotificationID, strconv.FormatInt(d.NotificationID, 10))
+	resp, err := provider.Do(c.hc, req, c.name, c.secret)
+	if err != nil {
+		return provider.Result{}, err
+	}
+	return classify(c.name, resp, d.IdempotencyKey, c.now(), c.secret)
+}
+
+// classify turns a response into a Result or a classified error. 2xx is
+// accepted; 429 is RateLimited; 408 and 5xx are Transient (with Retry-After
+// when given); 3xx, 410 and every other 4xx are Permanent.
+func classify(name string, resp provider.Response, webhookID string, now time.Time, secrets ...string) (provider.Result, error) {
+	var body struct {
+		ID      string `json:"id"`
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}
+	// Endpoints answer with anything from nothing to an HTML page; the
+	// fields are used only when the body happens to be JSON carrying them.
+	_ = json.Unmarshal(resp.Body, &body)
+	if resp.Status >= 200 && resp.Status < 300 {
+		id := body.ID
+		if id == "" {
+			id = resp.Header.Get(HeaderMessageID)
+		}
+		if id == "" {
+			id = webhookID
+		}
+		return provider.Result{MessageID: id, HTTPStatus: resp.Status}, nil
+	}
+	e := provider.StatusError(name, resp, now)
+	if msg := firstNonEmpty(body.Message, body.Error); msg != "" {
+		e.Message = provider.Redact(msg, secrets...)
+	}
+	return provider.Result{}, e
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// ParseSecret decodes a Standard Webhooks secret: "whsec_" followed by
+// standard base64 (the prefix is optional). The decoded bytes are the HMAC key.
+func ParseSecret(secret string) ([]byte, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, SecretPrefix))
+	if err != nil {
+		return nil, errors.New(`must be "whsec_" followed by base64 (the value is not valid base64)`)
+	}
+	if len(key) == 0 {
+		return nil, errors.New(`must be "whsec_" followed by base64 of at least one byte`)
+	}
+	return key, nil
+}
+
+// Sign returns the webhook-signature value for one request: "v1," and the
+// base64 HMAC-SHA256, under key, of "id.timestamp.body".
+func Sign(key []byte, id string, timestamp int64, body []byte) string {
+	return "v1," + base64.StdEncoding.EncodeToString(mac(key, id, timestamp, body))
+}
+
+func mac(key []byte, id string, timestamp int64, body []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(id))
+	m.Write([]byte{'.'})
+	m.Write([]byte(strconv.FormatInt(timestamp, 10)))
+	m.Write([]byte{'.'})
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// Errors Verify returns; a receiver answers all of them with 401.
+var (
+	ErrMissingHeaders = errors.New("webhook: missing webhook-id, webhook-timestamp or webhook-signature header")
+	ErrTimestamp      = errors.New("webhook: webhook-timestamp is not unix seconds within the tolerance")
+	ErrSignature      = errors.New("webhook: no valid v1 signature in webhook-signature")
+)
+
+// Verify checks a Standard Webhooks request: the three headers are present,
+// the timestamp is within tolerance of now (DefaultTolerance when tolerance is
+// zero), and one of the space-separated "v1,<base64>" signatures matches.
+// Signatures of other versions are ignored, so a sender can rotate schemes.
+func Verify(secret string, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
+	key, err := ParseSecret(secret)
+	if err != nil {
+		return fmt.Errorf("webhook: secret %v", err)
+	}
+	id, tsHeader, sigHeader := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
+	if id == "" || tsHeader == "" || sigHeader == "" {
+		return ErrMissingHeaders
+	}
+	ts, err := strconv.ParseInt(tsHeader, 10, 64)
+	if err != nil {
+		return ErrTimestamp
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	// Compare in seconds, and without subtracting the untrusted value: an
+	// arbitrary int64 would overflow either a time.Duration or the difference.
+	n, limit := now.Unix(), int64(tolerance/time.Second)
+	if ts < n-limit || ts > n+limit {
+		return ErrTimestamp
+	}
+	want := mac(key, id, ts, body)
+	for _, sig := range ParseSignatures(sigHeader) {
+		if subtle.ConstantTimeCompare(sig, want) == 1 {
+			return nil
+		}
+	}
+	return ErrSignature
+}
+
+// ParseSignatures returns the decoded v1 signatures in a webhook-signature
+// header, skipping other versions and malformed entries.
+func ParseSignatures(header string) [][]byte {
+	var out [][]byte
+	for _, field := range strings.Fields(header) {
+		version, sig, ok := strings.Cut(field, ",")
+		if !ok || version != "v1" {
+			continue
+		}
+		b, err := base64.StdEncoding.DecodeString(sig)
+		if err != nil || len(b) != sha256.Size {
+			continue
+		}
+		out = append(out, b)
+	}
+	return out
+}
