@@ -1,0 +1,80 @@
+// Package envelope is the queue message the sweeper publishes for one ledger
+// row and the worker consumes. It carries only what locates the row — the
+// tenant, the id and the due time the message was published for — never the
+// content: the worker reads the row in the tenant's scope, so a message can
+// neither widen its own access nor send content the ledger does not hold.
+package envelope
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Version is the envelope format this build writes and reads.
+const Version = 1
+
+// MaxBytes bounds an envelope; anything larger is not one of ours.
+const MaxBytes = 4 << 10
+
+// Envelope locates one ledger row.
+type Envelope struct {
+	V      int       `json:"v"`
+	Tenant string    `json:"tenant_id"`
+	ID     int64     `json:"id"`
+	DueAt  time.Time `json:"due_at"`
+	// Key is the row's idempotency key, repeated so the provider send can
+	// use it without recomputing the prefix.
+	Key string `json:"key"`
+}
+
+// Encode returns the JSON body of e.
+func Encode(e Envelope) ([]byte, error) {
+	e.V = Version
+	if err := e.validate(); err != nil {
+		return nil, err
+	}
+	e.DueAt = e.DueAt.UTC()
+	return json.Marshal(e)
+}
+
+// Decode parses and checks a message body. Its errors are reasons a worker
+// puts on a dead-lettered message, so they say what was wrong.
+func Decode(b []byte) (Envelope, error) {
+	var e Envelope
+	if len(b) > MaxBytes {
+		return e, fmt.Errorf("envelope: %d bytes exceeds the limit of %d", len(b), MaxBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return e, fmt.Errorf("envelope: not valid JSON: %v", err)
+	}
+	if dec.More() {
+		return e, errors.New("envelope: trailing data after the JSON object")
+	}
+	if e.V != Version {
+		return e, fmt.Errorf("envelope: v=%d is not supported (this worker reads v=%d)", e.V, Version)
+	}
+	if err := e.validate(); err != nil {
+		return e, err
+	}
+	e.DueAt = e.DueAt.UTC()
+	return e, nil
+}
+
+func (e Envelope) validate() error {
+	switch {
+	case e.Tenant == "" || len(e.Tenant) > 128:
+		return errors.New("envelope: tenant_id must be 1 to 128 bytes")
+	case e.ID <= 0:
+		return fmt.Errorf("envelope: id must be a positive row id, got %d", e.ID)
+	case e.DueAt.IsZero():
+		return errors.New("envelope: due_at is required")
+	case e.Key == "" || len(e.Key) > 256:
+		return errors.New("envelope: key must be 1 to 256 bytes")
+	}
+	return nil
+}
