@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -170,4 +171,28 @@ func isDigits(s string) bool {
 		}
 	}
 	return true
+}
+
+// BaseURL validates a provider's base URL setting, falling back to def when
+// value is empty, and returns it without a trailing slash. variable names the
+// setting in the error.
+func BaseURL(variable, value, def string) (string, error) {
+	if value == "" {
+		value = def
+	}
+	u, err := url.Parse(value)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.User != nil {
+		return "", fmt.Errorf("%s: must be an absolute http or https URL without query or credentials, like %s (got %q)",
+			variable, def, redactURL(value))
+	}
+	return strings.TrimRight(value, "/"), nil
+}
+
+// redactURL shows only the scheme and host of a rejected base URL: a
+// misplaced credential sits in the userinfo, path or query, never the host.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.Host != "" {
+		return u.Scheme + "://" + u.Host + "/…"
+	}
+	return fmt.Sprintf("%d characters", len(s))
 }

@@ -1,0 +1,157 @@
+// Package postmark is the Postmark email adapter: one email per delivery
+// through POST /email.
+//
+// Postmark has no idempotency key; the row's key travels in Metadata so a
+// duplicate can be recognised in Postmark's activity. The server token never
+// appears in an error.
+package postmark
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/owedhq/owed/internal/provider"
+)
+
+// DefaultBaseURL is Postmark's API.
+const DefaultBaseURL = "https://api.postmarkapp.com"
+
+// DefaultMessageStream is the transactional stream every server has.
+const DefaultMessageStream = "outbound"
+
+// Postmark API error codes with a meaning for a send
+// (postmarkapp.com/developer/api/overview#error-codes).
+const (
+	codeInvalidEmail      = 300 // the To address is not a valid email address
+	codeInactiveRecipient = 406 // the recipient bounced or marked spam before
+	codeRateLimited       = 429
+)
+
+// Config configures the adapter; with the OWED_POSTMARK prefix the variables
+// are OWED_POSTMARK_SERVER_TOKEN, OWED_POSTMARK_FROM,
+// OWED_POSTMARK_MESSAGE_STREAM and OWED_POSTMARK_BASE_URL.
+type Config struct {
+	ServerToken string `envconfig:"SERVER_TOKEN"`
+	// From is a confirmed sender signature, optionally "Name <addr>".
+	From          string `envconfig:"FROM"`
+	MessageStream string `envconfig:"MESSAGE_STREAM" default:"outbound"`
+	BaseURL       string `envconfig:"BASE_URL" default:"https://api.postmarkapp.com"`
+	// Timeout bounds one send; provider.DefaultTimeout when zero.
+	Timeout time.Duration `ignored:"true"`
+}
+
+// Client sends email through one Postmark server.
+type Client struct {
+	cfg      Config
+	endpoint string
+	hc       *http.Client
+	now      func() time.Time
+}
+
+var _ provider.Sender = (*Client)(nil)
+
+// New validates cfg and returns a Client.
+func New(cfg Config) (*Client, error) {
+	if cfg.ServerToken == "" {
+		return nil, fmt.Errorf("OWED_POSTMARK_SERVER_TOKEN: required (the server's API token)")
+	}
+	if !strings.Contains(cfg.From, "@") {
+		return nil, fmt.Errorf("OWED_POSTMARK_FROM: required, a confirmed sender signature (got %q)", cfg.From)
+	}
+	if cfg.MessageStream == "" {
+		cfg.MessageStream = DefaultMessageStream
+	}
+	base, err := provider.BaseURL("OWED_POSTMARK_BASE_URL", cfg.BaseURL, DefaultBaseURL)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{cfg: cfg, endpoint: base + "/email", hc: provider.NewHTTPClient(cfg.Timeout), now: time.Now}, nil
+}
+
+// Name is "postmark:<sender>"; the token is secret and a sender belongs to
+// one server.
+func (c *Client) Name() string { return "postmark:" + c.cfg.From }
+
+type request struct {
+	From          string            `json:"From"`
+	To            string            `json:"To"`
+	Subject       string            `json:"Subject"`
+	TextBody      string            `json:"TextBody,omitempty"`
+	HTMLBody      string            `json:"HtmlBody,omitempty"`
+	Tag           string            `json:"Tag,omitempty"`
+	MessageStream string            `json:"MessageStream"`
+	Metadata      map[string]string `json:"Metadata,omitempty"`
+}
+
+// Send emails d to the address d.Recipient; the kind becomes the Tag.
+func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
+	body, err := json.Marshal(request{
+		From: c.cfg.From, To: d.Recipient, Subject: d.Message.Subject,
+		TextBody: d.Message.Text, HTMLBody: d.Message.HTML, Tag: d.Kind, MessageStream: c.cfg.MessageStream,
+		Metadata: map[string]string{
+			"owed_idempotency_key": d.IdempotencyKey,
+			"owed_notification_id": strconv.FormatInt(d.NotificationID, 10),
+			"owed_tenant":          d.Tenant,
+		},
+	})
+	if err != nil {
+		return provider.Result{}, provider.NewError(c.Name(), provider.Permanent, 0, "", "encode request: "+err.Error())
+	}
+	req, err := provider.NewJSONRequest(ctx, c.endpoint, body)
+	if err != nil {
+		return provider.Result{}, provider.TransportError(c.Name(), err, c.cfg.ServerToken)
+	}
+	req.Header.Set("X-Postmark-Server-Token", c.cfg.ServerToken)
+	resp, err := provider.Do(c.hc, req, c.Name(), c.cfg.ServerToken)
+	if err != nil {
+		return provider.Result{}, err
+	}
+	return classify(c.Name(), resp, c.now(), c.cfg.ServerToken)
+}
+
+type response struct {
+	MessageID string `json:"MessageID"`
+	ErrorCode int    `json:"ErrorCode"`
+	Message   string `json:"Message"`
+}
+
+// classify reads a /email response: 200 with ErrorCode 0 is accepted;
+// ErrorCode 300 (invalid address) and 406 (inactive recipient) and every
+// other 4xx are Permanent; HTTP 429 (or ErrorCode 429) is RateLimited; 5xx is
+// Transient.
+func classify(name string, resp provider.Response, now time.Time, token string) (provider.Result, error) {
+	var r response
+	decodeErr := json.Unmarshal(resp.Body, &r)
+	if resp.Status >= 200 && resp.Status < 300 && r.ErrorCode == 0 {
+		if decodeErr != nil || r.MessageID == "" {
+			// Postmark always answers a success with a MessageID; without
+			// one whether the email went is unknown, so it is retried.
+			return provider.Result{}, provider.NewError(name, provider.Transient, resp.Status, "", "success response without a MessageID")
+		}
+		return provider.Result{MessageID: r.MessageID, HTTPStatus: resp.Status}, nil
+	}
+	e := provider.StatusError(name, resp, now)
+	if r.ErrorCode != 0 {
+		e.Code = strconv.Itoa(r.ErrorCode)
+	}
+	if r.Message != "" {
+		e.Message = provider.Redact(r.Message, token)
+	}
+	switch {
+	case r.ErrorCode == codeRateLimited:
+		e.Class = provider.RateLimited
+	case r.ErrorCode == codeInvalidEmail, r.ErrorCode == codeInactiveRecipient:
+		e.Class = provider.Permanent
+		e.RetryAfter = 0
+	case resp.Status >= 200 && resp.Status < 300:
+		// A 2xx carrying an ErrorCode is not documented; a rejection that
+		// names a code is about the request, so it is not retried.
+		e.Class = provider.Permanent
+	}
+	return provider.Result{}, e
+}

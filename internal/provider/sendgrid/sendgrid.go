@@ -1,0 +1,180 @@
+// Package sendgrid is the SendGrid v3 Mail Send adapter: one email per
+// delivery.
+//
+// SendGrid has no idempotency key for Mail Send; the row's key travels as a
+// custom_arg so a duplicate can at least be recognised in the event webhook.
+// The API key never appears in an error.
+package sendgrid
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/owedhq/owed/internal/provider"
+)
+
+// DefaultBaseURL is SendGrid's API.
+const DefaultBaseURL = "https://api.sendgrid.com"
+
+// Config configures the adapter; with the OWED_SENDGRID prefix the variables
+// are OWED_SENDGRID_API_KEY, OWED_SENDGRID_FROM, OWED_SENDGRID_FROM_NAME and
+// OWED_SENDGRID_BASE_URL.
+type Config struct {
+	APIKey string `envconfig:"API_KEY"`
+	// From is a verified sender address; FromName its display name.
+	From     string `envconfig:"FROM"`
+	FromName string `envconfig:"FROM_NAME"`
+	BaseURL  string `envconfig:"BASE_URL" default:"https://api.sendgrid.com"`
+	// Timeout bounds one send; provider.DefaultTimeout when zero.
+	Timeout time.Duration `ignored:"true"`
+}
+
+// Client sends email through one SendGrid account.
+type Client struct {
+	cfg      Config
+	endpoint string
+	hc       *http.Client
+	now      func() time.Time
+}
+
+var _ provider.Sender = (*Client)(nil)
+
+// New validates cfg and returns a Client.
+func New(cfg Config) (*Client, error) {
+	if cfg.APIKey == "" {
+		return nil, fmt.Errorf("OWED_SENDGRID_API_KEY: required (an API key with Mail Send permission)")
+	}
+	if !strings.Contains(cfg.From, "@") {
+		return nil, fmt.Errorf("OWED_SENDGRID_FROM: required, a verified sender address (got %q)", cfg.From)
+	}
+	base, err := provider.BaseURL("OWED_SENDGRID_BASE_URL", cfg.BaseURL, DefaultBaseURL)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{cfg: cfg, endpoint: base + "/v3/mail/send", hc: provider.NewHTTPClient(cfg.Timeout), now: time.Now}, nil
+}
+
+// Name is "sendgrid:<sender>": the API key is secret, and one sender maps to
+// one account's rate limit in practice.
+func (c *Client) Name() string { return "sendgrid:" + c.cfg.From }
+
+type address struct {
+	Email string `json:"email"`
+	Name  string `json:"name,omitempty"`
+}
+
+type content struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+type personalization struct {
+	To         []address         `json:"to"`
+	CustomArgs map[string]string `json:"custom_args,omitempty"`
+}
+
+type request struct {
+	Personalizations []personalization `json:"personalizations"`
+	From             address           `json:"from"`
+	Subject          string            `json:"subject"`
+	Content          []content         `json:"content"`
+}
+
+// Send emails d to the address d.Recipient.
+func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
+	r := request{
+		Personalizations: []personalization{{
+			To: []address{{Email: d.Recipient}},
+			CustomArgs: map[string]string{
+				"owed_idempotency_key": d.IdempotencyKey,
+				"owed_notification_id": strconv.FormatInt(d.NotificationID, 10),
+				"owed_tenant":          d.Tenant,
+			},
+		}},
+		From:    address{Email: c.cfg.From, Name: c.cfg.FromName},
+		Subject: d.Message.Subject,
+	}
+	// SendGrid requires text/plain before text/html when both are present.
+	if d.Message.Text != "" {
+		r.Content = append(r.Content, content{Type: "text/plain", Value: d.Message.Text})
+	}
+	if d.Message.HTML != "" {
+		r.Content = append(r.Content, content{Type: "text/html", Value: d.Message.HTML})
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		return provider.Result{}, provider.NewError(c.Name(), provider.Permanent, 0, "", "encode request: "+err.Error())
+	}
+	req, err := provider.NewJSONRequest(ctx, c.endpoint, body)
+	if err != nil {
+		return provider.Result{}, provider.TransportError(c.Name(), err, c.cfg.APIKey)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
+	resp, err := provider.Do(c.hc, req, c.Name(), c.cfg.APIKey)
+	if err != nil {
+		return provider.Result{}, err
+	}
+	return classify(c.Name(), resp, c.now(), c.cfg.APIKey)
+}
+
+type errorResponse struct {
+	Errors []struct {
+		Message string `json:"message"`
+		Field   string `json:"field"`
+	} `json:"errors"`
+}
+
+// classify reads a Mail Send response: 2xx is accepted with the
+// X-Message-Id header as the id; 429 is RateLimited until X-RateLimit-Reset
+// (epoch seconds), falling back to Retry-After; other 4xx are Permanent and
+// 5xx Transient.
+func classify(name string, resp provider.Response, now time.Time, key string) (provider.Result, error) {
+	if resp.Status >= 200 && resp.Status < 300 {
+		id := resp.Header.Get("X-Message-Id")
+		if id == "" {
+			// SendGrid always sets it on 202; an id-less success still
+			// delivered, so it is recorded rather than retried into a duplicate.
+			id = "sendgrid:unknown"
+		}
+		return provider.Result{MessageID: id, HTTPStatus: resp.Status}, nil
+	}
+	e := provider.StatusError(name, resp, now)
+	if e.Class == provider.RateLimited {
+		if d, ok := untilReset(resp.Header.Get("X-RateLimit-Reset"), now); ok {
+			e.RetryAfter = d
+		}
+	}
+	var r errorResponse
+	if json.Unmarshal(resp.Body, &r) == nil && len(r.Errors) > 0 {
+		msg := r.Errors[0].Message
+		if f := r.Errors[0].Field; f != "" {
+			msg = f + ": " + msg
+		}
+		e.Message = provider.Redact(msg, key)
+	}
+	return provider.Result{}, e
+}
+
+// untilReset turns X-RateLimit-Reset, the epoch second the limit resets, into
+// a wait from now, rounded up and capped at provider.MaxRetryAfter.
+func untilReset(v string, now time.Time) (time.Duration, bool) {
+	reset, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || reset < 0 {
+		return 0, false
+	}
+	n := now.Unix()
+	switch {
+	case reset <= n:
+		return 0, true
+	case reset-n >= int64(provider.MaxRetryAfter/time.Second):
+		return provider.MaxRetryAfter, true
+	}
+	// now carries a fraction of a second that Unix() dropped; waiting until
+	// the reset second itself is exact.
+	return time.Unix(reset, 0).Sub(now), true
+}

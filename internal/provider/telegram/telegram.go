@@ -1,0 +1,134 @@
+// Package telegram is the Telegram Bot API adapter: sendMessage to a chat id.
+//
+// The bot token is part of the request path, so no error this package returns
+// may contain the request URL; every transport error is stripped of it and the
+// token is redacted from anything the API echoes. The Bot API has no
+// idempotency key, so a retry after a lost response can post twice.
+package telegram
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/owedhq/owed/internal/provider"
+)
+
+// DefaultBaseURL is the Bot API's address.
+const DefaultBaseURL = "https://api.telegram.org"
+
+// Name is the Sender name: one bot is one rate limit.
+const Name = "telegram"
+
+// Config configures the adapter; with the OWED_TELEGRAM prefix the variables
+// are OWED_TELEGRAM_TOKEN and OWED_TELEGRAM_BASE_URL.
+type Config struct {
+	// Token is the bot token from @BotFather ("123456:ABC-DEF…").
+	Token   string `envconfig:"TOKEN"`
+	BaseURL string `envconfig:"BASE_URL" default:"https://api.telegram.org"`
+	// Timeout bounds one send; provider.DefaultTimeout when zero.
+	Timeout time.Duration `ignored:"true"`
+}
+
+// Client sends Telegram messages.
+type Client struct {
+	endpoint string
+	token    string
+	hc       *http.Client
+	now      func() time.Time
+}
+
+var _ provider.Sender = (*Client)(nil)
+
+// New validates cfg and returns a Client.
+func New(cfg Config) (*Client, error) {
+	if cfg.Token == "" {
+		return nil, fmt.Errorf("OWED_TELEGRAM_TOKEN: required (the bot token from @BotFather)")
+	}
+	if strings.ContainsAny(cfg.Token, "/?# ") {
+		return nil, fmt.Errorf("OWED_TELEGRAM_TOKEN: must not contain '/', '?', '#' or spaces (it goes in the URL path)")
+	}
+	base, err := provider.BaseURL("OWED_TELEGRAM_BASE_URL", cfg.BaseURL, DefaultBaseURL)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{endpoint: base + "/bot" + cfg.Token + "/sendMessage", token: cfg.Token,
+		hc: provider.NewHTTPClient(cfg.Timeout), now: time.Now}, nil
+}
+
+// Name returns the provider account the client sends as.
+func (c *Client) Name() string { return Name }
+
+type request struct {
+	ChatID    string `json:"chat_id"`
+	Text      string `json:"text"`
+	ParseMode string `json:"parse_mode,omitempty"`
+}
+
+// Send posts d's text to the chat whose id is d.Recipient. Message.Extras
+// "parse_mode" (MarkdownV2, HTML) is passed through.
+func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
+	body, err := json.Marshal(request{ChatID: d.Recipient, Text: d.Message.Text, ParseMode: d.Message.Extras["parse_mode"]})
+	if err != nil {
+		return provider.Result{}, provider.NewError(Name, provider.Permanent, 0, "", "encode request: "+err.Error())
+	}
+	req, err := provider.NewJSONRequest(ctx, c.endpoint, body)
+	if err != nil {
+		return provider.Result{}, provider.TransportError(Name, err, c.token)
+	}
+	resp, err := provider.Do(c.hc, req, Name, c.token)
+	if err != nil {
+		return provider.Result{}, err
+	}
+	return classify(resp, d.Recipient, c.now(), c.token)
+}
+
+// response is the Bot API's envelope for every method.
+type response struct {
+	OK          bool   `json:"ok"`
+	ErrorCode   int    `json:"error_code"`
+	Description string `json:"description"`
+	Result      struct {
+		MessageID int64 `json:"message_id"`
+	} `json:"result"`
+	Parameters struct {
+		RetryAfter int64 `json:"retry_after"`
+	} `json:"parameters"`
+}
+
+// classify reads a sendMessage response. ok:true is accepted, with the
+// message id "<chat id>:<message_id>" because Telegram numbers messages per
+// chat. 429 is RateLimited after parameters.retry_after seconds; 400 (bad
+// chat, bad markup), 401, 403 (bot blocked, user deactivated) and 404 (bad
+// token) are Permanent; 5xx and anything unreadable are Transient.
+func classify(resp provider.Response, chatID string, now time.Time, token string) (provider.Result, error) {
+	var r response
+	decodeErr := json.Unmarshal(resp.Body, &r)
+	if resp.Status == http.StatusOK && decodeErr == nil && r.OK {
+		return provider.Result{MessageID: chatID + ":" + strconv.FormatInt(r.Result.MessageID, 10), HTTPStatus: resp.Status}, nil
+	}
+	e := provider.StatusError(Name, resp, now)
+	if resp.Status == http.StatusOK {
+		// A 200 that is not ok:true (or not JSON) is a broken answer: the
+		// message may or may not have gone, so it is retried.
+		e.Class = provider.Transient
+		e.Message = "unreadable sendMessage response"
+	}
+	if r.ErrorCode != 0 {
+		e.Code = strconv.Itoa(r.ErrorCode)
+	}
+	if r.Description != "" {
+		e.Message = provider.Redact(r.Description, token)
+	}
+	if resp.Status == http.StatusTooManyRequests || r.ErrorCode == http.StatusTooManyRequests {
+		e.Class = provider.RateLimited
+		if r.Parameters.RetryAfter > 0 {
+			e.RetryAfter = time.Duration(min(r.Parameters.RetryAfter, int64(provider.MaxRetryAfter/time.Second))) * time.Second
+		}
+	}
+	return provider.Result{}, e
+}
