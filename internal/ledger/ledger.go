@@ -9,7 +9,8 @@
 //
 //   - Lease, ExpireOverdue, MarkQueued and ReleaseLeased: the sweeper's claim
 //     over every tenant's owed rows and its bookkeeping of that claim;
-//   - Backlog, GetAny and Stats: operator aggregates and look-ups.
+//   - Backlog, OldestOwedAge, Leasable, GetAny and Stats: operator
+//     aggregates and look-ups.
 //
 // Both settings are transaction-local, so a pooled connection never carries
 // one request's tenant into the next. A statement run with neither setting

@@ -177,3 +177,29 @@ func (l *Ledger) Stats(ctx context.Context, since time.Time) (Stats, error) {
 }
 
 func secondsToDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// OldestOwedAge is how long the oldest unsettled, already due row has been
+// owed, across every tenant; zero when nothing due is owed.
+func (l *Ledger) OldestOwedAge(ctx context.Context) (time.Duration, error) {
+	now := l.now()
+	var oldest sql.NullTime
+	err := l.withBypass(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, qOldestOwed, now).Scan(&oldest)
+	})
+	if err != nil || !oldest.Valid {
+		return 0, err
+	}
+	return now.Sub(oldest.Time), nil
+}
+
+// Leasable reports whether any row is owed and free to lease within ahead:
+// when a sweep leased nothing but this is true, the claim is broken (the
+// silent zero), not idle.
+func (l *Ledger) Leasable(ctx context.Context, ahead time.Duration) (bool, error) {
+	now := l.now()
+	var ok bool
+	err := l.withBypass(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, qLeasableExists, now, now.Add(ahead)).Scan(&ok)
+	})
+	return ok, err
+}

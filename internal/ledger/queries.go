@@ -228,3 +228,17 @@ SELECT (SELECT count(*) FROM (SELECT notification_id FROM notification_attempts
                                GROUP BY notification_id HAVING count(*) > 1) d),
        (SELECT count(*) FROM notification_attempts WHERE possible_duplicate AND finished_at >= $1)`
 )
+
+const (
+	// qOldestOwed is the due time of the oldest unsettled row already due:
+	// one step down the partial index.
+	qOldestOwed = `SELECT min(due_at) FROM notifications WHERE settled_at IS NULL AND due_at <= $1`
+
+	// qLeasableExists tells whether a lease could have returned something:
+	// the check behind "a sweep that leased nothing while rows are owed".
+	qLeasableExists = `
+SELECT EXISTS (SELECT 1 FROM notifications
+                WHERE settled_at IS NULL AND due_at <= $2
+                  AND (expires_at IS NULL OR expires_at > $1)
+                  AND (state = 'pending' OR lease_until <= $1))`
+)
