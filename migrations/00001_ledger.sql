@@ -93,6 +93,9 @@ DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'owed_app') THEN
         GRANT SELECT, INSERT, UPDATE ON notifications, notification_attempts TO owed_app;
+        -- Read access to goose's version table lets /readyz check that the
+        -- schema is at the version the binary expects.
+        GRANT SELECT ON goose_db_version TO owed_app;
     END IF;
 END
 $$;

@@ -1,0 +1,75 @@
+package sweeper
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/sweep"
+)
+
+// Config is the sweeper service's configuration, read from OWED_*
+// variables. Every field is documented in the README's configuration table.
+type Config struct {
+	DatabaseURL string `envconfig:"DATABASE_URL"`
+	ListenAddr  string `envconfig:"LISTEN_ADDR" default:":8080"`
+	LogLevel    string `envconfig:"LOG_LEVEL" default:"info"`
+	// CronSecret authenticates the hosted cron's calls to /cron/*.
+	CronSecret string `envconfig:"CRON_SECRET"`
+	// APIToken is the optional service token for a trusted backend.
+	APIToken string `envconfig:"API_TOKEN"`
+	DBMaxConns int `envconfig:"DB_MAX_CONNS" default:"10"`
+
+	SweepBatch        int           `envconfig:"SWEEP_BATCH" default:"500"`
+	SweepBudget       time.Duration `envconfig:"SWEEP_BUDGET" default:"50s"`
+	PublishAhead      time.Duration `envconfig:"PUBLISH_AHEAD" default:"60s"`
+	RequeueAfter      time.Duration `envconfig:"REQUEUE_AFTER" default:"10m"`
+	IdempotencyPrefix string        `envconfig:"IDEMPOTENCY_PREFIX" default:"owed-"`
+
+	Lookahead   time.Duration `envconfig:"LOOKAHEAD" default:"3h"`
+	DefaultLead time.Duration `envconfig:"DEFAULT_LEAD" default:"10m"`
+
+	Queue queue.Config `ignored:"true"`
+}
+
+// LoadConfig reads the environment. Errors name the variable.
+func LoadConfig() (Config, error) {
+	var c Config
+	if err := envconfig.Process("OWED", &c); err != nil {
+		return c, fmt.Errorf("configuration: %w", err)
+	}
+	if err := envconfig.Process("OWED", &c.Queue); err != nil {
+		return c, fmt.Errorf("configuration: %w", err)
+	}
+	return c, c.Validate()
+}
+
+// Sweep returns the sweep settings.
+func (c Config) Sweep() sweep.Config {
+	return sweep.Config{Batch: c.SweepBatch, Budget: c.SweepBudget, PublishAhead: c.PublishAhead,
+		RequeueAfter: c.RequeueAfter, KeyPrefix: c.IdempotencyPrefix}
+}
+
+// Validate names the first unusable setting.
+func (c Config) Validate() error {
+	switch {
+	case c.DatabaseURL == "":
+		return fmt.Errorf("OWED_DATABASE_URL is not set: give a postgres:// URL for the application role")
+	case len(c.CronSecret) < 16:
+		return fmt.Errorf("OWED_CRON_SECRET must be set to at least 16 characters: the hosted cron sends it as a bearer token")
+	case c.APIToken != "" && len(c.APIToken) < 16:
+		return fmt.Errorf("OWED_API_TOKEN must be at least 16 characters when set")
+	case c.DBMaxConns <= 0:
+		return fmt.Errorf("OWED_DB_MAX_CONNS=%d must be above zero", c.DBMaxConns)
+	case c.Lookahead <= 0:
+		return fmt.Errorf("OWED_LOOKAHEAD=%s must be above zero", c.Lookahead)
+	case c.DefaultLead < 0:
+		return fmt.Errorf("OWED_DEFAULT_LEAD=%s must not be negative", c.DefaultLead)
+	}
+	if err := c.Sweep().Validate(); err != nil {
+		return err
+	}
+	return c.Queue.Validate()
+}

@@ -1,0 +1,121 @@
+// Package sweeper is the sweeper service: the URL the hosted cron calls
+// every minute (/cron/sweep), the look-ahead refill (/cron/materialise), the
+// scheduling API (/v1/…), health and metrics. The cron is a heartbeat, never
+// the source of truth: a missed call is recovered by the next one, because
+// the ledger, not the cron, knows what is owed.
+package sweeper
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/migrate"
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/service"
+	"github.com/owedhq/owed/internal/sweep"
+)
+
+// Server routes the sweeper's HTTP endpoints.
+type Server struct {
+	cfg     Config
+	ledger  *ledger.Ledger
+	queue   *queue.Client
+	sweeper *sweep.Sweeper
+	metrics *sweep.Metrics
+	reg     *prometheus.Registry
+	log     zerolog.Logger
+	mux     *http.ServeMux
+}
+
+// New assembles the service from its parts.
+func New(cfg Config, l *ledger.Ledger, q *queue.Client, log zerolog.Logger) (*Server, error) {
+	sw, err := sweep.New(l, q, cfg.Sweep(), log)
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		sweep.NewBacklogCollector(l))
+	s := &Server{cfg: cfg, ledger: l, queue: q, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg, log: log,
+		mux: http.NewServeMux()}
+	s.mux.HandleFunc("/cron/sweep", s.cron(s.handleSweep))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return s, nil
+}
+
+// Handler returns the routes.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// cron wraps a /cron endpoint: POST only, bearer secret required.
+func (s *Server) cron(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed: use POST")
+			return
+		}
+		if !service.BearerOK(r, s.cfg.CronSecret) {
+			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer secret (OWED_CRON_SECRET)")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) {
+	res, _ := s.sweeper.Run(r.Context())
+	s.metrics.Observe(res, time.Now())
+	status := http.StatusOK
+	if !res.Complete || res.Stalled {
+		// A hosted cron retries or alerts on non-2xx; the counts so far are
+		// in the body either way.
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, res)
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	checks := map[string]string{}
+	ok := true
+	if err := s.ledger.DB().PingContext(ctx); err != nil {
+		checks["database"], ok = "unreachable", false
+	} else if cur, target, err := migrate.AtHead(ctx, s.ledger.DB()); err != nil {
+		checks["database"], ok = "cannot read the migration version", false
+	} else if cur != target {
+		checks["database"], ok = "schema not at head: run owedctl migrate up", false
+	} else {
+		checks["database"] = "ok"
+	}
+	if _, err := s.queue.Stats(ctx); err != nil {
+		checks["queue"], ok = "unreachable", false
+	} else {
+		checks["queue"] = "ok"
+	}
+	status := http.StatusOK
+	if !ok {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, checks)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
