@@ -19,8 +19,8 @@ type Config struct {
 	// CronSecret authenticates the hosted cron's calls to /cron/*.
 	CronSecret string `envconfig:"CRON_SECRET"`
 	// APIToken is the optional service token for a trusted backend.
-	APIToken string `envconfig:"API_TOKEN"`
-	DBMaxConns int `envconfig:"DB_MAX_CONNS" default:"10"`
+	APIToken   string `envconfig:"API_TOKEN"`
+	DBMaxConns int    `envconfig:"DB_MAX_CONNS" default:"10"`
 
 	SweepBatch        int           `envconfig:"SWEEP_BATCH" default:"500"`
 	SweepBudget       time.Duration `envconfig:"SWEEP_BUDGET" default:"50s"`
