@@ -38,9 +38,11 @@ const (
 type Config struct {
 	ServerToken string `envconfig:"SERVER_TOKEN"`
 	// From is a confirmed sender signature, optionally "Name <addr>".
-	From          string `envconfig:"FROM"`
-	MessageStream string `envconfig:"MESSAGE_STREAM" default:"outbound"`
-	BaseURL       string `envconfig:"BASE_URL" default:"https://api.postmarkapp.com"`
+	From string `envconfig:"FROM"`
+	// MessageStream is DefaultMessageStream when empty.
+	MessageStream string `envconfig:"MESSAGE_STREAM"`
+	// BaseURL overrides DefaultBaseURL, for a fake server in tests.
+	BaseURL string `envconfig:"BASE_URL"`
 	// Timeout bounds one send; provider.DefaultTimeout when zero.
 	Timeout time.Duration `ignored:"true"`
 }

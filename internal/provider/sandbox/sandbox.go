@@ -31,6 +31,9 @@ import (
 
 // Defaults for Config.
 const (
+	// DefaultAddr is where `owedctl provider serve` listens: loopback only,
+	// because the admin endpoints are unauthenticated.
+	DefaultAddr = "127.0.0.1:8089"
 	// DefaultRate matches the worker's default pace, so a well-behaved worker
 	// pool rarely sees a 429 and a misbehaving one sees many.
 	DefaultRate = "40/m"

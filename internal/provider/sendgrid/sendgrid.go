@@ -29,7 +29,8 @@ type Config struct {
 	// From is a verified sender address; FromName its display name.
 	From     string `envconfig:"FROM"`
 	FromName string `envconfig:"FROM_NAME"`
-	BaseURL  string `envconfig:"BASE_URL" default:"https://api.sendgrid.com"`
+	// BaseURL overrides DefaultBaseURL, for a fake server in tests.
+	BaseURL string `envconfig:"BASE_URL"`
 	// Timeout bounds one send; provider.DefaultTimeout when zero.
 	Timeout time.Duration `ignored:"true"`
 }

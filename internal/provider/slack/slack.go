@@ -41,8 +41,9 @@ var permanentErrors = map[string]bool{
 // are OWED_SLACK_TOKEN and OWED_SLACK_BASE_URL.
 type Config struct {
 	// Token is a bot token ("xoxb-…") with chat:write.
-	Token   string `envconfig:"TOKEN"`
-	BaseURL string `envconfig:"BASE_URL" default:"https://slack.com"`
+	Token string `envconfig:"TOKEN"`
+	// BaseURL overrides DefaultBaseURL, for a fake server in tests.
+	BaseURL string `envconfig:"BASE_URL"`
 	// Timeout bounds one send; provider.DefaultTimeout when zero.
 	Timeout time.Duration `ignored:"true"`
 }

@@ -28,8 +28,9 @@ const Name = "telegram"
 // are OWED_TELEGRAM_TOKEN and OWED_TELEGRAM_BASE_URL.
 type Config struct {
 	// Token is the bot token from @BotFather ("123456:ABC-DEF…").
-	Token   string `envconfig:"TOKEN"`
-	BaseURL string `envconfig:"BASE_URL" default:"https://api.telegram.org"`
+	Token string `envconfig:"TOKEN"`
+	// BaseURL overrides DefaultBaseURL, for a fake server in tests.
+	BaseURL string `envconfig:"BASE_URL"`
 	// Timeout bounds one send; provider.DefaultTimeout when zero.
 	Timeout time.Duration `ignored:"true"`
 }

@@ -40,7 +40,8 @@ type Config struct {
 	// is used instead and lets Twilio pick the number.
 	From                string `envconfig:"FROM"`
 	MessagingServiceSID string `envconfig:"MESSAGING_SERVICE_SID"`
-	BaseURL             string `envconfig:"BASE_URL" default:"https://api.twilio.com"`
+	// BaseURL overrides DefaultBaseURL, for a fake server in tests.
+	BaseURL string `envconfig:"BASE_URL"`
 	// Timeout bounds one send; provider.DefaultTimeout when zero.
 	Timeout time.Duration `ignored:"true"`
 }

@@ -1,0 +1,205 @@
+// Package providers picks the Sender for each channel from the environment.
+// It is the only place that knows every adapter; the worker asks a Router for
+// a channel's Sender and never names a provider itself.
+//
+// A channel no configured provider can carry fails New at start-up, with the
+// variable to set, rather than failing its first send.
+package providers
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/provider"
+	"github.com/owedhq/owed/internal/provider/postmark"
+	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/provider/sendgrid"
+	"github.com/owedhq/owed/internal/provider/slack"
+	"github.com/owedhq/owed/internal/provider/telegram"
+	"github.com/owedhq/owed/internal/provider/twilio"
+	"github.com/owedhq/owed/internal/provider/webhook"
+)
+
+// Provider names accepted by OWED_PROVIDER and its per-channel overrides.
+const (
+	Sandbox  = "sandbox"
+	Webhook  = "webhook"
+	Telegram = "telegram"
+	Twilio   = "twilio"
+	SendGrid = "sendgrid"
+	Postmark = "postmark"
+	Slack    = "slack"
+	// None disables a channel: a send on it fails with ErrNoProvider.
+	None = "none"
+)
+
+// DefaultProvider carries every channel unless configured otherwise, so a
+// fresh checkout never sends to a real recipient.
+const DefaultProvider = Sandbox
+
+// DefaultSandboxURL is the sandbox's default listen address as a URL.
+const DefaultSandboxURL = "http://" + sandbox.DefaultAddr
+
+// providerNames lists every accepted name in the order errors show them.
+var providerNames = []string{Sandbox, Webhook, Telegram, Twilio, SendGrid, Postmark, Slack, None}
+
+// carries says which providers can carry each channel. The sandbox and the
+// generic webhook carry anything: the receiver decides what a channel means.
+var carries = map[string][]string{
+	message.ChannelEmail:    {Sandbox, Webhook, SendGrid, Postmark, None},
+	message.ChannelSMS:      {Sandbox, Webhook, Twilio, None},
+	message.ChannelTelegram: {Sandbox, Webhook, Telegram, None},
+	message.ChannelSlack:    {Sandbox, Webhook, Slack, None},
+	message.ChannelWebhook:  {Sandbox, Webhook, None},
+}
+
+// Config is read with envconfig.Process("OWED", &cfg); every variable is
+// listed in docs/providers.md.
+type Config struct {
+	// Provider carries every channel without an override; DefaultProvider
+	// when empty.
+	Provider         string `envconfig:"PROVIDER"`
+	ProviderEmail    string `envconfig:"PROVIDER_EMAIL"`
+	ProviderSMS      string `envconfig:"PROVIDER_SMS"`
+	ProviderTelegram string `envconfig:"PROVIDER_TELEGRAM"`
+	ProviderSlack    string `envconfig:"PROVIDER_SLACK"`
+	ProviderWebhook  string `envconfig:"PROVIDER_WEBHOOK"`
+	// Timeout bounds one send for every adapter; provider.DefaultTimeout
+	// when zero.
+	Timeout time.Duration `envconfig:"PROVIDER_TIMEOUT"`
+
+	// SandboxURL is where the sandbox listens; DefaultSandboxURL when empty.
+	SandboxURL string `envconfig:"SANDBOX_URL"`
+	// SandboxSecret signs requests to the sandbox; it must match the
+	// sandbox's own OWED_SANDBOX_SECRET. Empty sends unsigned.
+	SandboxSecret string `envconfig:"SANDBOX_SECRET"`
+
+	Webhook  webhook.Config  `envconfig:"WEBHOOK"`
+	Telegram telegram.Config `envconfig:"TELEGRAM"`
+	Twilio   twilio.Config   `envconfig:"TWILIO"`
+	SendGrid sendgrid.Config `envconfig:"SENDGRID"`
+	Postmark postmark.Config `envconfig:"POSTMARK"`
+	Slack    slack.Config    `envconfig:"SLACK"`
+}
+
+// ErrNoProvider is returned by Router.For for a channel configured "none" or
+// not known at all.
+var ErrNoProvider = errors.New("no provider for channel")
+
+// Router maps a channel to its Sender. Channels sharing a provider share one
+// Sender, and so one Name and one pace.
+type Router struct {
+	senders map[string]provider.Sender
+}
+
+// For returns the Sender for channel, or an error wrapping ErrNoProvider.
+func (r Router) For(channel string) (provider.Sender, error) {
+	s, ok := r.senders[channel]
+	if !ok || s == nil {
+		return nil, fmt.Errorf("%w %q (set OWED_PROVIDER_%s)", ErrNoProvider, channel, strings.ToUpper(channel))
+	}
+	return s, nil
+}
+
+// Assignments returns each channel's Sender name ("none" when disabled), for
+// the start-up log line.
+func (r Router) Assignments() map[string]string {
+	out := make(map[string]string, len(r.senders))
+	for ch, s := range r.senders {
+		if s == nil {
+			out[ch] = None
+		} else {
+			out[ch] = s.Name()
+		}
+	}
+	return out
+}
+
+// New builds the Router: it resolves each channel's provider, checks that
+// the provider can carry the channel, and builds each provider used once.
+func New(cfg Config) (Router, error) {
+	if cfg.Provider == "" {
+		cfg.Provider = DefaultProvider
+	}
+	overrides := map[string]string{
+		message.ChannelEmail: cfg.ProviderEmail, message.ChannelSMS: cfg.ProviderSMS,
+		message.ChannelTelegram: cfg.ProviderTelegram, message.ChannelSlack: cfg.ProviderSlack,
+		message.ChannelWebhook: cfg.ProviderWebhook,
+	}
+	built := map[string]provider.Sender{}
+	r := Router{senders: map[string]provider.Sender{}}
+	for _, ch := range message.Channels() {
+		name, variable := cfg.Provider, "OWED_PROVIDER"
+		if o := overrides[ch]; o != "" {
+			name, variable = o, "OWED_PROVIDER_"+strings.ToUpper(ch)
+		}
+		name = strings.ToLower(strings.TrimSpace(name))
+		if !slices.Contains(providerNames, name) {
+			return Router{}, fmt.Errorf("%s: unknown provider %q; accepted: %s", variable, name, strings.Join(providerNames, ", "))
+		}
+		if !slices.Contains(carries[ch], name) {
+			return Router{}, fmt.Errorf("%s=%s cannot carry the %s channel; set OWED_PROVIDER_%s to one of %s",
+				variable, name, ch, strings.ToUpper(ch), strings.Join(carries[ch], ", "))
+		}
+		if name == None {
+			r.senders[ch] = nil
+			continue
+		}
+		s, ok := built[name]
+		if !ok {
+			var err error
+			if s, err = build(name, cfg); err != nil {
+				return Router{}, fmt.Errorf("provider %s (for the %s channel): %w", name, ch, err)
+			}
+			built[name] = s
+		}
+		r.senders[ch] = s
+	}
+	return r, nil
+}
+
+func build(name string, cfg Config) (provider.Sender, error) {
+	switch name {
+	case Sandbox:
+		url := cfg.SandboxURL
+		if url == "" {
+			url = DefaultSandboxURL
+		}
+		return webhook.New(webhook.Config{URL: url, Secret: cfg.SandboxSecret, Name: Sandbox,
+			EnvPrefix: "OWED_SANDBOX", Timeout: cfg.Timeout})
+	case Webhook:
+		if cfg.Webhook.Secret == "" {
+			return nil, fmt.Errorf(`OWED_WEBHOOK_SECRET: required, "whsec_" followed by base64; receivers verify the signature`)
+		}
+		c := cfg.Webhook
+		c.Timeout = cfg.Timeout
+		return webhook.New(c)
+	case Telegram:
+		c := cfg.Telegram
+		c.Timeout = cfg.Timeout
+		return telegram.New(c)
+	case Twilio:
+		c := cfg.Twilio
+		c.Timeout = cfg.Timeout
+		return twilio.New(c)
+	case SendGrid:
+		c := cfg.SendGrid
+		c.Timeout = cfg.Timeout
+		return sendgrid.New(c)
+	case Postmark:
+		c := cfg.Postmark
+		c.Timeout = cfg.Timeout
+		return postmark.New(c)
+	case Slack:
+		c := cfg.Slack
+		c.Timeout = cfg.Timeout
+		return slack.New(c)
+	}
+	// New checked the name against providerNames; reaching here means a
+	// name was added there without an adapter here.
+	return nil, fmt.Errorf("provider %q has no adapter", name)
+}

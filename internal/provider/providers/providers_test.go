@@ -1,0 +1,141 @@
+package providers
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/owedhq/owed/internal/message"
+)
+
+// load reads the environment the way the worker does. Tests using it call
+// t.Setenv and so cannot run in parallel.
+func load(t *testing.T, env map[string]string) (Router, error) {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	var cfg Config
+	if err := envconfig.Process("OWED", &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return New(cfg)
+}
+
+func TestDefaultIsSandboxForEverything(t *testing.T) {
+	r, err := load(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := r.For(message.ChannelEmail)
+	for _, ch := range message.Channels() {
+		s, err := r.For(ch)
+		if err != nil || s != first || s.Name() != "sandbox" {
+			t.Fatalf("%s: %v %v", ch, s, err)
+		}
+	}
+}
+
+func TestEveryProviderFromTheEnvironment(t *testing.T) {
+	r, err := load(t, map[string]string{
+		"OWED_PROVIDER":              "sandbox",
+		"OWED_PROVIDER_EMAIL":        "sendgrid",
+		"OWED_SENDGRID_API_KEY":      "SG.key",
+		"OWED_SENDGRID_FROM":         "owed@example.com",
+		"OWED_PROVIDER_SMS":          "twilio",
+		"OWED_TWILIO_ACCOUNT_SID":    "AC123",
+		"OWED_TWILIO_AUTH_TOKEN":     "tok",
+		"OWED_TWILIO_FROM":           "+15550001111",
+		"OWED_PROVIDER_TELEGRAM":     "telegram",
+		"OWED_TELEGRAM_TOKEN":        "1:abc",
+		"OWED_PROVIDER_SLACK":        "slack",
+		"OWED_SLACK_TOKEN":           "xoxb-1",
+		"OWED_PROVIDER_WEBHOOK":      "webhook",
+		"OWED_WEBHOOK_URL":           "https://hooks.example.com/owed",
+		"OWED_WEBHOOK_SECRET":        "whsec_c2VjcmV0",
+		"OWED_PROVIDER_TIMEOUT":      "3s",
+		"OWED_TELEGRAM_BASE_URL":     "http://127.0.0.1:1",
+		"OWED_POSTMARK_SERVER_TOKEN": "unused because postmark is not selected",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		message.ChannelEmail: "sendgrid:owed@example.com", message.ChannelSMS: "twilio:AC123",
+		message.ChannelTelegram: "telegram", message.ChannelSlack: "slack",
+		message.ChannelWebhook: "webhook:hooks.example.com",
+	}
+	got := r.Assignments()
+	for ch, name := range want {
+		if got[ch] != name {
+			t.Errorf("%s: %q, want %q", ch, got[ch], name)
+		}
+	}
+}
+
+func TestPostmarkAndNone(t *testing.T) {
+	r, err := load(t, map[string]string{
+		"OWED_PROVIDER":              "none",
+		"OWED_PROVIDER_EMAIL":        "Postmark",
+		"OWED_POSTMARK_SERVER_TOKEN": "pm",
+		"OWED_POSTMARK_FROM":         "owed@example.com",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := r.For(message.ChannelEmail); err != nil || s.Name() != "postmark:owed@example.com" {
+		t.Fatalf("email: %v %v", s, err)
+	}
+	_, err = r.For(message.ChannelSMS)
+	if !errors.Is(err, ErrNoProvider) || !strings.Contains(err.Error(), "OWED_PROVIDER_SMS") {
+		t.Fatalf("disabled channel: %v", err)
+	}
+	if _, err := r.For("pigeon"); !errors.Is(err, ErrNoProvider) {
+		t.Fatalf("unknown channel: %v", err)
+	}
+	if r.Assignments()[message.ChannelSMS] != None {
+		t.Fatalf("assignments %v", r.Assignments())
+	}
+}
+
+func TestErrorsNameTheVariable(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"unknown provider", map[string]string{"OWED_PROVIDER": "carrier-pigeon"},
+			[]string{"OWED_PROVIDER:", `"carrier-pigeon"`, "sandbox, webhook, telegram, twilio, sendgrid, postmark, slack, none"}},
+		{"unknown override", map[string]string{"OWED_PROVIDER_SMS": "twillio"},
+			[]string{"OWED_PROVIDER_SMS:", `"twillio"`}},
+		{"provider cannot carry a channel", map[string]string{"OWED_PROVIDER": "twilio"},
+			[]string{"OWED_PROVIDER=twilio cannot carry the email channel", "OWED_PROVIDER_EMAIL", "sendgrid, postmark"}},
+		{"override cannot carry its channel", map[string]string{"OWED_PROVIDER_SMS": "slack"},
+			[]string{"OWED_PROVIDER_SMS=slack cannot carry the sms channel"}},
+		{"missing credentials", map[string]string{"OWED_PROVIDER_SMS": "twilio"},
+			[]string{"OWED_TWILIO_ACCOUNT_SID"}},
+		{"webhook without secret", map[string]string{"OWED_PROVIDER_WEBHOOK": "webhook", "OWED_WEBHOOK_URL": "https://x"},
+			[]string{"OWED_WEBHOOK_SECRET"}},
+		{"bad sandbox secret", map[string]string{"OWED_SANDBOX_SECRET": "whsec_not-base64!"},
+			[]string{"OWED_SANDBOX_SECRET"}},
+		{"bad sandbox url", map[string]string{"OWED_SANDBOX_URL": "localhost:8089"},
+			[]string{"OWED_SANDBOX_URL"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := load(t, tt.env)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "not-base64!") {
+				t.Errorf("error leaks the secret: %v", err)
+			}
+		})
+	}
+}
