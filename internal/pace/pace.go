@@ -1,0 +1,248 @@
+// Package pace owns the send rate shared by every worker process that sends
+// through one provider account: the provider_pace table, one row per account,
+// and every statement that reads or writes it.
+//
+// The pace is GCRA (the generic cell rate algorithm) kept in Postgres. The row
+// holds tat, the theoretical arrival time: the next slot starts at
+// greatest(tat, now, paused_until), and taking it moves tat one interval past
+// that start, in one INSERT … ON CONFLICT DO UPDATE. K processes reserving
+// concurrently therefore get slots exactly one interval apart, never closer,
+// and an idle account does not bank capacity for a burst.
+//
+// The database's clock is the truth. Workers run on different machines whose
+// clocks drift apart; the one clock every process reaches is the server's, so
+// slots are computed from clock_timestamp() and handed back as a duration to
+// wait, which the worker's own clock measures well however wrong its wall
+// time is. Tests inject an instant instead (WithClock).
+//
+// A 429 is a schedule: Pause records Retry-After in the shared row, so every
+// process's next reservation starts after it, not just the one that saw it.
+//
+// The package never holds a message: a slot further away than the caller's
+// max wait is not taken, and the caller puts the message back on the queue
+// with a delay instead of sleeping on it (messages wait in the queue, not in
+// worker memory). A Limiter over an unlimited Rate never touches the
+// database.
+package pace
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// MaxAccountLength is the longest account name the provider_pace table
+// accepts.
+const MaxAccountLength = 128
+
+// Reservation is the answer to one Reserve.
+type Reservation struct {
+	// Granted says the slot was taken. When false, nothing changed and Wait
+	// is how far away the earliest slot was: put the message back on the
+	// queue with a delay of at least Wait minus the max wait, so it returns
+	// when a slot is within reach.
+	Granted bool
+	// Wait is how long to wait before sending, measured from the moment the
+	// limiter's clock was read. It is never negative.
+	Wait time.Duration
+	// At is the slot's start on the limiter's clock (the database's unless a
+	// clock was injected); zero for an unlimited limiter.
+	At time.Time
+}
+
+// State is an account's pace, for metrics and owedctl.
+type State struct {
+	// Now is the limiter's clock when the state was read.
+	Now time.Time
+	// TAT is the theoretical arrival time: no new slot starts before it.
+	// TAT minus Now is how far ahead the slots already handed out reach.
+	// Zero when the account never reserved or paused.
+	TAT time.Time
+	// PausedUntil is the end of the last 429's Retry-After; zero if none.
+	PausedUntil time.Time
+}
+
+// Limiter reserves send slots for one provider account. It is safe for
+// concurrent use, and any number of Limiters, in any number of processes,
+// may share an account.
+type Limiter struct {
+	db       *sql.DB
+	account  string
+	rate     Rate
+	interval int64 // microseconds, rounded up
+	clock    func() time.Time
+
+	// pausedUntil is the local pause of an unlimited limiter (see Pause).
+	mu          sync.Mutex
+	pausedUntil time.Time
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithClock makes the limiter pass now() to every statement instead of
+// letting the database read its clock. Tests use it to say "ten seconds
+// have passed" without waiting; production leaves the database's clock in
+// charge, because it is the one clock every worker shares.
+func WithClock(now func() time.Time) Option {
+	return func(l *Limiter) { l.clock = now }
+}
+
+// New returns a Limiter for account, which by convention is the provider's
+// Name() ("sandbox", "sendgrid:acct"): processes sharing an account share its
+// pace. db must be connected as a role allowed to read and write
+// provider_pace; it is never used when rate is unlimited (and may then be
+// nil).
+func New(db *sql.DB, account string, rate Rate, opts ...Option) (*Limiter, error) {
+	if account == "" || len(account) > MaxAccountLength {
+		return nil, fmt.Errorf("pace: account %q must be 1 to %d bytes (the provider's Name())",
+			account, MaxAccountLength)
+	}
+	if rate.Count < 0 || rate.Per < 0 || (rate.Count > 0) != (rate.Per > 0) || rate.tooFine() {
+		return nil, fmt.Errorf("pace: rate %+v must have a positive count and period at least %s per send, "+
+			"or be unlimited; build rates with ParseRate", rate, MinInterval)
+	}
+	if !rate.IsUnlimited() && db == nil {
+		return nil, fmt.Errorf("pace: account %q: a database is required for rate %s", account, rate)
+	}
+	l := &Limiter{db: db, account: account, rate: rate, interval: ceilMicros(rate.Interval())}
+	for _, o := range opts {
+		o(l)
+	}
+	return l, nil
+}
+
+// Account is the provider account this limiter paces.
+func (l *Limiter) Account() string { return l.account }
+
+// Rate is the rate this limiter keeps.
+func (l *Limiter) Rate() Rate { return l.rate }
+
+// Reserve takes the next free slot if it starts within maxWait, and says how
+// long to wait before sending. If it starts later, nothing is taken and the
+// Reservation says how far away it is: the caller should return the message
+// to the queue with a delay rather than hold it. One statement, one round
+// trip, either way.
+func (l *Limiter) Reserve(ctx context.Context, maxWait time.Duration) (Reservation, error) {
+	if maxWait < 0 {
+		return Reservation{}, fmt.Errorf("pace: max wait %s must not be negative", maxWait)
+	}
+	if l.rate.IsUnlimited() {
+		wait := l.localPause()
+		return Reservation{Granted: wait <= maxWait, Wait: wait}, nil
+	}
+	var (
+		granted bool
+		at, now time.Time
+	)
+	err := l.db.QueryRowContext(ctx, qReserve, l.account, l.interval, ceilMicros(maxWait), l.now()).
+		Scan(&granted, &at, &now)
+	if errors.Is(err, sql.ErrNoRows) {
+		// Only possible if the row vanished between the upsert's conflict and
+		// the read, which a role without DELETE cannot cause.
+		return Reservation{}, fmt.Errorf("pace: reserve %q: account row disappeared", l.account)
+	}
+	if err != nil {
+		return Reservation{}, fmt.Errorf("pace: reserve %q: %w", l.account, err)
+	}
+	// clock_timestamp() is read once per expression, so now can trail the
+	// slot's start by a few microseconds when the slot starts right away.
+	return Reservation{Granted: granted, Wait: max(at.Sub(now), 0), At: at}, nil
+}
+
+// Wait reserves a slot and sleeps until it starts. A slot further away than
+// maxWait is not taken and not waited for: the Reservation says how far away
+// it was, as with Reserve. A cancelled context ends the sleep with ctx.Err();
+// the slot it held goes unused, which costs one interval of capacity and
+// never causes a burst.
+func (l *Limiter) Wait(ctx context.Context, maxWait time.Duration) (Reservation, error) {
+	r, err := l.Reserve(ctx, maxWait)
+	if err != nil || !r.Granted || r.Wait == 0 {
+		return r, err
+	}
+	t := time.NewTimer(r.Wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return r, nil
+	case <-ctx.Done():
+		return r, ctx.Err()
+	}
+}
+
+// Pause records a 429 with Retry-After: no slot, in any process sharing the
+// account, starts before now + retryAfter. A longer pause already recorded
+// stands. Slots handed out before the pause are not revoked; they were taken
+// at most one max wait earlier.
+//
+// An unlimited limiter has no shared row to pause, so it pauses only this
+// process, in memory: the provider said it does throttle after all, and the
+// fix is to configure its rate so the pace is shared.
+func (l *Limiter) Pause(ctx context.Context, retryAfter time.Duration) error {
+	if retryAfter < 0 {
+		return fmt.Errorf("pace: pause %q: retry-after %s must not be negative", l.account, retryAfter)
+	}
+	if l.rate.IsUnlimited() {
+		until := time.Now().Add(retryAfter)
+		l.mu.Lock()
+		if until.After(l.pausedUntil) {
+			l.pausedUntil = until
+		}
+		l.mu.Unlock()
+		return nil
+	}
+	if _, err := l.db.ExecContext(ctx, qPause, l.account, ceilMicros(retryAfter), l.now()); err != nil {
+		return fmt.Errorf("pace: pause %q: %w", l.account, err)
+	}
+	return nil
+}
+
+// State reads the account's pace. An unlimited limiter reports its local
+// pause and its own clock, without touching the database.
+func (l *Limiter) State(ctx context.Context) (State, error) {
+	if l.rate.IsUnlimited() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return State{Now: time.Now(), PausedUntil: l.pausedUntil}, nil
+	}
+	var (
+		s           State
+		tat, paused sql.NullTime
+	)
+	if err := l.db.QueryRowContext(ctx, qState, l.account, l.now()).Scan(&s.Now, &tat, &paused); err != nil {
+		return State{}, fmt.Errorf("pace: state %q: %w", l.account, err)
+	}
+	s.TAT, s.PausedUntil = tat.Time, paused.Time
+	return s, nil
+}
+
+// now is the injected clock's reading, or nil so the statement reads the
+// database's clock.
+func (l *Limiter) now() any {
+	if l.clock == nil {
+		return nil
+	}
+	// Postgres keeps microseconds; truncating here makes a value read back
+	// compare equal to the one passed in.
+	return l.clock().UTC().Truncate(time.Microsecond)
+}
+
+// localPause is how long an unlimited limiter's in-memory pause still runs.
+func (l *Limiter) localPause() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(time.Until(l.pausedUntil), 0)
+}
+
+// ceilMicros rounds d up to whole microseconds, Postgres's resolution:
+// rounding an interval down would pace faster than asked.
+func ceilMicros(d time.Duration) int64 {
+	us := int64(d / time.Microsecond)
+	if d%time.Microsecond > 0 {
+		us++
+	}
+	return us
+}

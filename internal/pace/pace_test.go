@@ -1,0 +1,398 @@
+package pace
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/owedhq/owed/internal/testdb"
+)
+
+var ctx = context.Background()
+
+// bundle is what a pace test needs: a database, an injectable clock, and a
+// way to open more pools on it, each one standing in for a worker process.
+type bundle struct {
+	db  *testdb.DB
+	mu  sync.Mutex
+	now time.Time
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	t.Parallel()
+	return &bundle{db: testdb.New(t), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+func (b *bundle) clock() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.now
+}
+
+func (b *bundle) advance(d time.Duration) {
+	b.mu.Lock()
+	b.now = b.now.Add(d)
+	b.mu.Unlock()
+}
+
+// process opens a separate pool as the application role, as a worker
+// process on another machine would.
+func (b *bundle) process(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("postgres", b.db.AppURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func mustNew(t *testing.T, db *sql.DB, account string, rate Rate, opts ...Option) *Limiter {
+	t.Helper()
+	l, err := New(db, account, rate, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func mustReserve(t *testing.T, l *Limiter, maxWait time.Duration) Reservation {
+	t.Helper()
+	r, err := l.Reserve(ctx, maxWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// checkSpacing fails when two granted slots are closer than interval, which
+// is the same as more than ceil(w/interval) slots in some window w.
+func checkSpacing(t *testing.T, slots []time.Time, interval time.Duration) {
+	t.Helper()
+	slices.SortFunc(slots, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(slots); i++ {
+		if gap := slots[i].Sub(slots[i-1]); gap < interval {
+			t.Fatalf("slots %d and %d are %s apart, closer than the interval %s", i-1, i, gap, interval)
+		}
+	}
+}
+
+// reserveConcurrently has every limiter reserve perGoroutine slots from
+// goroutines goroutines at once, and returns the granted slots' starts.
+func reserveConcurrently(t *testing.T, limiters []*Limiter, goroutines, perGoroutine int, maxWait time.Duration) []time.Time {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		slots []time.Time
+		wg    sync.WaitGroup
+		errs  = make(chan error, len(limiters)*goroutines)
+	)
+	for _, l := range limiters {
+		for range goroutines {
+			wg.Go(func() {
+				for range perGoroutine {
+					r, err := l.Reserve(ctx, maxWait)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if !r.Granted {
+						errs <- errors.New("a reservation within max wait was not granted")
+						return
+					}
+					mu.Lock()
+					slots = append(slots, r.At)
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return slots
+}
+
+// Four processes, eight goroutines each, on the database's own clock: the
+// production path. No two granted slots are closer than the interval.
+func TestReserveSpacesSlotsAcrossProcesses(t *testing.T) {
+	b := setup(t)
+	rate := Rate{1000, time.Second}
+	var limiters []*Limiter
+	for range 4 {
+		limiters = append(limiters, mustNew(t, b.process(t), "sandbox", rate))
+	}
+	slots := reserveConcurrently(t, limiters, 8, 20, time.Minute)
+	if len(slots) != 4*8*20 {
+		t.Fatalf("granted %d slots, want %d", len(slots), 4*8*20)
+	}
+	checkSpacing(t, slots, rate.Interval())
+}
+
+// With the clock standing still, every slot after the first is exactly one
+// interval after the one before: the pace leaves no capacity unused.
+func TestReserveLeavesNoGap(t *testing.T) {
+	b := setup(t)
+	rate := Rate{40, time.Second}
+	var limiters []*Limiter
+	for range 3 {
+		limiters = append(limiters, mustNew(t, b.process(t), "sandbox", rate, WithClock(b.clock)))
+	}
+	slots := reserveConcurrently(t, limiters, 4, 10, time.Minute)
+	slices.SortFunc(slots, func(a, c time.Time) int { return a.Compare(c) })
+	for i, s := range slots {
+		if want := b.now.Add(time.Duration(i) * rate.Interval()); !s.Equal(want) {
+			t.Fatalf("slot %d starts at %s, want %s", i, s, want)
+		}
+	}
+}
+
+func TestReserveWaitAndIdle(t *testing.T) {
+	b := setup(t)
+	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clock))
+	if r := mustReserve(t, l, 0); !r.Granted || r.Wait != 0 || !r.At.Equal(b.now) {
+		t.Fatalf("first reservation = %+v, want granted now", r)
+	}
+	if r := mustReserve(t, l, time.Second); !r.Granted || r.Wait != 25*time.Millisecond {
+		t.Fatalf("second reservation = %+v, want granted in 25ms", r)
+	}
+	// An idle account banks nothing: after a minute of silence the next
+	// slot is now, and the one after that is an interval later, not also now.
+	b.advance(time.Minute)
+	if r := mustReserve(t, l, 0); !r.Granted || r.Wait != 0 {
+		t.Fatalf("after idling = %+v, want granted now", r)
+	}
+	if r := mustReserve(t, l, 0); r.Granted || r.Wait != 25*time.Millisecond {
+		t.Fatalf("second after idling with no max wait = %+v, want not granted, 25ms away", r)
+	}
+}
+
+// A slot beyond max wait is not taken: the state is exactly as before, and
+// the answer says how far away the earliest slot is.
+func TestReserveNotGrantedLeavesStateUnchanged(t *testing.T) {
+	b := setup(t)
+	l := mustNew(t, b.db.App, "sandbox", Rate{1, time.Second}, WithClock(b.clock))
+	for range 5 {
+		mustReserve(t, l, time.Minute)
+	}
+	before, err := l.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustReserve(t, l, 2*time.Second)
+	if r.Granted || r.Wait != 5*time.Second || !r.At.Equal(b.now.Add(5*time.Second)) {
+		t.Fatalf("reservation beyond max wait = %+v, want not granted, 5s away", r)
+	}
+	after, err := l.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Fatalf("a refused reservation changed the pace: %+v, then %+v", before, after)
+	}
+	// Once the clock catches up, the same request is granted that slot.
+	b.advance(3 * time.Second)
+	if r := mustReserve(t, l, 2*time.Second); !r.Granted || r.Wait != 2*time.Second {
+		t.Fatalf("after 3s = %+v, want granted in 2s", r)
+	}
+}
+
+// A 429 seen by one process pushes back the next reservation of another.
+func TestPauseFromOneProcessPushesAnother(t *testing.T) {
+	b := setup(t)
+	rate := Rate{40, time.Second}
+	saw429 := mustNew(t, b.process(t), "sandbox", rate, WithClock(b.clock))
+	other := mustNew(t, b.process(t), "sandbox", rate, WithClock(b.clock))
+	bystander := mustNew(t, b.process(t), "postmark", rate, WithClock(b.clock))
+
+	mustReserve(t, other, 0)
+	if err := saw429.Pause(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustReserve(t, other, time.Second); r.Granted || r.Wait != 10*time.Second {
+		t.Fatalf("reservation during the pause = %+v, want not granted, 10s away", r)
+	}
+	r := mustReserve(t, other, time.Minute)
+	if !r.Granted || !r.At.Equal(b.now.Add(10*time.Second)) {
+		t.Fatalf("reservation with room = %+v, want granted at the pause's end", r)
+	}
+	// Slots after the pause follow one another an interval apart: no burst
+	// when it ends.
+	if r := mustReserve(t, saw429, time.Minute); !r.At.Equal(b.now.Add(10*time.Second + rate.Interval())) {
+		t.Fatalf("next reservation starts at %s, want one interval after the pause", r.At)
+	}
+	// A shorter Retry-After does not cut a longer pause short.
+	if err := other.Pause(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s, err := other.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.PausedUntil.Equal(b.now.Add(10*time.Second)) || s.TAT.Before(s.PausedUntil) {
+		t.Fatalf("state after a shorter pause = %+v, want paused until +10s and tat past it", s)
+	}
+	// Another account's pace is its own.
+	if r := mustReserve(t, bystander, 0); !r.Granted || r.Wait != 0 {
+		t.Fatalf("another account's reservation = %+v, want granted now", r)
+	}
+}
+
+// Pausing an account that never reserved creates its row.
+func TestPauseBeforeAnyReservation(t *testing.T) {
+	b := setup(t)
+	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clock))
+	if err := l.Pause(ctx, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustReserve(t, l, time.Minute); !r.Granted || r.Wait != 3*time.Second {
+		t.Fatalf("reservation after a pause = %+v, want granted in 3s", r)
+	}
+}
+
+func TestStateOfUnknownAccount(t *testing.T) {
+	b := setup(t)
+	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clock))
+	s, err := l.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Now.Equal(b.now) || !s.TAT.IsZero() || !s.PausedUntil.IsZero() {
+		t.Fatalf("state of an unknown account = %+v, want only the clock", s)
+	}
+}
+
+func TestWaitSleepsUntilTheSlot(t *testing.T) {
+	b := setup(t)
+	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clock))
+	mustReserve(t, l, 0)
+	start := time.Now()
+	r, err := l.Wait(ctx, time.Second)
+	if err != nil || !r.Granted {
+		t.Fatalf("Wait = %+v, %v", r, err)
+	}
+	if slept := time.Since(start); slept < r.Wait {
+		t.Fatalf("Wait returned after %s, before its slot %s away", slept, r.Wait)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Wait(cancelled, time.Second); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait with a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+// An unlimited limiter costs nothing: a closed pool proves no statement ran.
+func TestUnlimitedNeverTouchesTheDatabase(t *testing.T) {
+	t.Parallel()
+	closed, err := sql.Open("postgres", "postgres://nowhere.invalid/owed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	for _, db := range []*sql.DB{closed, nil} {
+		l := mustNew(t, db, "sandbox", Unlimited)
+		if r := mustReserve(t, l, 0); !r.Granted || r.Wait != 0 {
+			t.Fatalf("unlimited reservation = %+v, want granted now", r)
+		}
+		if r, err := l.Wait(ctx, 0); err != nil || !r.Granted {
+			t.Fatalf("unlimited Wait = %+v, %v", r, err)
+		}
+		if _, err := l.State(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// A 429 from a provider configured as unlimited pauses this process.
+		if err := l.Pause(ctx, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if r := mustReserve(t, l, time.Second); r.Granted || r.Wait <= 59*time.Minute {
+			t.Fatalf("unlimited reservation during a local pause = %+v, want not granted, ~1h away", r)
+		}
+	}
+}
+
+func TestValidation(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		db      *sql.DB
+		account string
+		rate    Rate
+	}{
+		{"empty account", &sql.DB{}, "", Rate{40, time.Second}},
+		{"long account", &sql.DB{}, string(make([]byte, MaxAccountLength+1)), Rate{40, time.Second}},
+		{"sub-microsecond rate", &sql.DB{}, "sandbox", Rate{2000, time.Millisecond}},
+		{"no database", nil, "sandbox", Rate{40, time.Second}},
+		{"count without period", &sql.DB{}, "sandbox", Rate{Count: 40}},
+		{"negative count", &sql.DB{}, "sandbox", Rate{-1, time.Second}},
+	} {
+		if _, err := New(c.db, c.account, c.rate); err == nil {
+			t.Errorf("%s: New succeeded", c.name)
+		}
+	}
+	l := mustNew(t, nil, "sandbox", Unlimited)
+	if _, err := l.Reserve(ctx, -time.Second); err == nil {
+		t.Error("Reserve with a negative max wait succeeded")
+	}
+	if err := l.Pause(ctx, -time.Second); err == nil {
+		t.Error("Pause with a negative retry-after succeeded")
+	}
+}
+
+// Under contention with a short max wait, some reservations are refused. A
+// refusal must report the latest state, not a stale snapshot: the slot it
+// names lies beyond max wait, or it would have been granted. Clock reads
+// inside one statement differ by microseconds, hence the small tolerance.
+func TestRefusalsUnderContentionReportTheLatestSlot(t *testing.T) {
+	b := setup(t)
+	rate := Rate{200, time.Second}
+	const maxWait = 40 * time.Millisecond
+	var (
+		mu       sync.Mutex
+		slots    []time.Time
+		refusals int
+		wg       sync.WaitGroup
+		errs     = make(chan error, 32)
+	)
+	for range 4 {
+		l := mustNew(t, b.process(t), "sandbox", rate)
+		for range 8 {
+			wg.Go(func() {
+				for range 30 {
+					r, err := l.Reserve(ctx, maxWait)
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					if r.Granted {
+						slots = append(slots, r.At)
+					} else {
+						refusals++
+					}
+					mu.Unlock()
+					if !r.Granted && r.Wait <= maxWait-time.Millisecond {
+						errs <- errors.New("a refusal named a slot within max wait: " + r.Wait.String())
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if refusals == 0 {
+		t.Fatal("no reservation was refused; the test did not contend")
+	}
+	checkSpacing(t, slots, rate.Interval())
+	t.Logf("granted=%d refused=%d", len(slots), refusals)
+}
