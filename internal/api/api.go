@@ -1,0 +1,261 @@
+// Package api is owed's scheduling API: schedule, cancel and reschedule
+// notifications, fan an event out to its recipients, and answer "was this
+// recipient notified, and when". Routes and bodies are documented in
+// docs/api.md.
+//
+// Every request acts in exactly one tenant's scope. A tenant token can only
+// ever name its own tenant (naming another is 403, and another tenant's rows
+// are invisible to it under row-level security, so reading one is 404); the
+// service token, for a trusted backend, must name the tenant in every request.
+// The package never logs or echoes a token, and never writes part of a
+// request: each write route is one ledger call, which validates the whole
+// input before it writes anything.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/internal/ledger"
+)
+
+// Options configures the API handler.
+type Options struct {
+	// Ledger is where notifications are scheduled and read. Required.
+	Ledger *ledger.Ledger
+	// Tokens authenticates tenant tokens. Nil accepts the service token only.
+	Tokens *Tokens
+	// ServiceToken (OWED_API_TOKEN) lets a trusted backend act for any tenant
+	// it names. Empty disables it.
+	ServiceToken string
+	// Log receives one line per request; never a token or a payload.
+	Log zerolog.Logger
+	// Clock returns the current time (reschedule's delay_seconds). Nil means
+	// time.Now.
+	Clock func() time.Time
+}
+
+type server struct {
+	ledger      *ledger.Ledger
+	tokens      *Tokens
+	serviceHash [sha256.Size]byte
+	hasService  bool
+	log         zerolog.Logger
+	clock       func() time.Time
+	mux         *http.ServeMux
+}
+
+// New returns the handler serving every /v1 route.
+func New(o Options) http.Handler {
+	if o.Ledger == nil {
+		panic("api.New: Options.Ledger is required")
+	}
+	s := &server{ledger: o.Ledger, tokens: o.Tokens, log: o.Log, clock: o.Clock, mux: http.NewServeMux()}
+	if s.clock == nil {
+		s.clock = time.Now
+	}
+	if o.ServiceToken != "" {
+		// Comparing digests keeps the comparison constant-time even in the
+		// token's length, which subtle.ConstantTimeCompare alone leaks.
+		s.serviceHash, s.hasService = sha256.Sum256([]byte(o.ServiceToken)), true
+	}
+	s.mux.HandleFunc("POST /v1/notifications", s.authed(s.schedule))
+	s.mux.HandleFunc("GET /v1/notifications", s.authed(s.find))
+	s.mux.HandleFunc("GET /v1/notifications/{id}", s.authed(s.get))
+	s.mux.HandleFunc("POST /v1/notifications/cancel", s.authed(s.cancel))
+	s.mux.HandleFunc("POST /v1/notifications/reschedule", s.authed(s.reschedule))
+	s.mux.HandleFunc("POST /v1/events", s.authed(s.event))
+	return s
+}
+
+// requestInfo collects what the request's log line reports; handlers fill it
+// in as they learn the tenant and the row counts.
+type requestInfo struct {
+	tenant  string
+	auth    string
+	rows    int
+	created int
+	err     error
+}
+
+type infoKey struct{}
+
+func info(r *http.Request) *requestInfo { return r.Context().Value(infoKey{}).(*requestInfo) }
+
+// statusWriter remembers the status a handler wrote, for the log line.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// headerOnly captures what ServeMux's own 404/405 handler would write, so the
+// API can answer with its JSON error shape instead of plain text.
+type headerOnly struct {
+	header http.Header
+	status int
+}
+
+func (h *headerOnly) Header() http.Header         { return h.header }
+func (h *headerOnly) WriteHeader(code int)        { h.status = code }
+func (h *headerOnly) Write(b []byte) (int, error) { return len(b), nil }
+
+// ServeHTTP routes r, answering unknown routes and wrong methods with JSON
+// errors, and logs one line per request.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	ri := &requestInfo{}
+	r = r.WithContext(context.WithValue(r.Context(), infoKey{}, ri))
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error().Interface("panic", p).Str("method", r.Method).Str("path", r.URL.Path).Msg("api: handler panicked")
+			if sw.status == 0 {
+				writeError(sw, &apiError{Status: http.StatusInternalServerError, Code: codeInternal, Message: "internal error"})
+			}
+		}
+		s.logRequest(r, sw.status, ri, time.Since(start))
+	}()
+
+	h, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		probe := &headerOnly{header: http.Header{}}
+		h.ServeHTTP(probe, r)
+		if allow := probe.header.Get("Allow"); probe.status == http.StatusMethodNotAllowed {
+			sw.Header().Set("Allow", allow)
+			writeError(sw, &apiError{Status: http.StatusMethodNotAllowed, Code: codeMethodNotAllowed,
+				Message: r.Method + " is not allowed here; allowed: " + allow})
+			return
+		}
+		writeError(sw, &apiError{Status: http.StatusNotFound, Code: codeNotFound,
+			Message: "no such route; see docs/api.md"})
+		return
+	}
+	s.mux.ServeHTTP(sw, r)
+}
+
+func (s *server) logRequest(r *http.Request, status int, ri *requestInfo, took time.Duration) {
+	ev := s.log.Info()
+	if status >= 500 {
+		ev = s.log.Error().Err(ri.err)
+	}
+	ev = ev.Str("method", r.Method).Str("route", r.Pattern).Str("path", r.URL.Path).Int("status", status).
+		Int64("duration_ms", took.Milliseconds())
+	if ri.auth != "" {
+		ev = ev.Str("auth", ri.auth)
+	}
+	if ri.tenant != "" {
+		ev = ev.Str("tenant", ri.tenant)
+	}
+	if ri.rows > 0 {
+		ev = ev.Int("rows", ri.rows).Int("created", ri.created)
+	}
+	ev.Msg("api request")
+}
+
+// authed wraps a handler with authentication: a request without a valid
+// bearer token never reaches it.
+func (s *server) authed(h func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, e := s.authenticate(r)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		ri := info(r)
+		ri.auth = "tenant_token"
+		if p.service {
+			ri.auth = "service_token"
+		}
+		h(w, r, p)
+	}
+}
+
+func (s *server) authenticate(r *http.Request) (principal, *apiError) {
+	unauthorized := func(msg string) *apiError {
+		return &apiError{Status: http.StatusUnauthorized, Code: codeUnauthorized, Message: msg}
+	}
+	scheme, bearer, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(bearer) == "" {
+		return principal{}, unauthorized("missing bearer token: send Authorization: Bearer <token>")
+	}
+	bearer = strings.TrimSpace(bearer)
+	if s.hasService {
+		sum := sha256.Sum256([]byte(bearer))
+		if subtle.ConstantTimeCompare(sum[:], s.serviceHash[:]) == 1 {
+			return principal{service: true}, nil
+		}
+	}
+	if s.tokens != nil {
+		tenant, err := s.tokens.Authenticate(r.Context(), bearer)
+		if err == nil {
+			return principal{tenant: tenant}, nil
+		}
+		if !errors.Is(err, ErrInvalidToken) {
+			info(r).err = err
+			return principal{}, &apiError{Status: http.StatusInternalServerError, Code: codeInternal,
+				Message: "could not check the token; retry"}
+		}
+	}
+	return principal{}, unauthorized("invalid or revoked token")
+}
+
+// readBody reads a JSON request body of at most MaxBodyBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return nil, &apiError{Status: http.StatusUnsupportedMediaType, Code: codeUnsupportedMedia,
+			Message: "send the body as Content-Type: application/json"}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Code: codeTooLarge,
+			Message: "the body exceeds the limit of 1 MiB; split the batch"}
+	case err != nil:
+		return nil, &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON,
+			Message: "could not read the request body: " + err.Error()}
+	}
+	return body, nil
+}
+
+// fail writes e, or a 500 for an error the client did not cause.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error, name fieldNamer) {
+	if e := fromLedger(err, name); e != nil {
+		writeError(w, e)
+		return
+	}
+	info(r).err = err
+	if errors.Is(err, context.Canceled) {
+		// The client went away; nobody reads this response.
+		return
+	}
+	writeError(w, &apiError{Status: http.StatusInternalServerError, Code: codeInternal,
+		Message: "internal error; the request may be retried, it is idempotent"})
+}

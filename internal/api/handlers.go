@@ -1,0 +1,155 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/owedhq/owed/internal/ledger"
+)
+
+// scheduleResult is the answer to a schedule or an event: one entry per
+// input row, in input order, and the totals.
+type scheduleResult struct {
+	Notifications []scheduledRow `json:"notifications"`
+	Created       int            `json:"created"`
+	Existing      int            `json:"existing"`
+}
+
+type scheduledRow struct {
+	// Recipient is set for event fan-outs, whose rows differ by recipient.
+	Recipient string       `json:"recipient,omitempty"`
+	ID        int64        `json:"id"`
+	Created   bool         `json:"created"`
+	State     ledger.State `json:"state"`
+}
+
+func (s *server) schedule(w http.ResponseWriter, r *http.Request, p principal) {
+	body, e := readBody(w, r)
+	if e == nil {
+		var tenant string
+		var rows []ledger.NewNotification
+		if tenant, rows, e = decodeSchedule(body, p); e == nil {
+			s.writeScheduled(w, r, tenant, rows, false, batchNamer("notifications"))
+			return
+		}
+	}
+	writeError(w, e)
+}
+
+func (s *server) event(w http.ResponseWriter, r *http.Request, p principal) {
+	body, e := readBody(w, r)
+	if e == nil {
+		var tenant string
+		var rows []ledger.NewNotification
+		if tenant, rows, e = decodeEvent(body, p); e == nil {
+			s.writeScheduled(w, r, tenant, rows, true, batchNamer("recipients"))
+			return
+		}
+	}
+	writeError(w, e)
+}
+
+// writeScheduled schedules rows in one ledger call (all or nothing) and
+// writes the per-row result.
+func (s *server) writeScheduled(w http.ResponseWriter, r *http.Request, tenant string,
+	rows []ledger.NewNotification, withRecipient bool, name fieldNamer) {
+	ri := info(r)
+	ri.tenant = tenant
+	out, err := s.ledger.Schedule(r.Context(), tenant, rows)
+	if err != nil {
+		s.fail(w, r, err, name)
+		return
+	}
+	res := scheduleResult{Notifications: make([]scheduledRow, len(out))}
+	for i, sc := range out {
+		res.Notifications[i] = scheduledRow{ID: sc.ID, Created: sc.Created, State: sc.State}
+		if withRecipient {
+			res.Notifications[i].Recipient = rows[i].Recipient
+		}
+		if sc.Created {
+			res.Created++
+		} else {
+			res.Existing++
+		}
+	}
+	ri.rows, ri.created = len(out), res.Created
+	writeData(w, http.StatusOK, res)
+}
+
+func (s *server) cancel(w http.ResponseWriter, r *http.Request, p principal) {
+	body, e := readBody(w, r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	tenant, req, e := decodeSubject(body, p)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	info(r).tenant = tenant
+	res, err := s.ledger.Cancel(r.Context(), tenant, req.Kind, req.RefID)
+	if err != nil {
+		s.fail(w, r, err, batchNamer("notifications"))
+		return
+	}
+	writeData(w, http.StatusOK, res)
+}
+
+func (s *server) reschedule(w http.ResponseWriter, r *http.Request, p principal) {
+	body, e := readBody(w, r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	tenant, req, due, e := decodeReschedule(body, p, s.clock())
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	info(r).tenant = tenant
+	res, err := s.ledger.Reschedule(r.Context(), tenant, req.Kind, req.RefID, due)
+	if err != nil {
+		s.fail(w, r, err, batchNamer("notifications"))
+		return
+	}
+	writeData(w, http.StatusOK, res)
+}
+
+func (s *server) get(w http.ResponseWriter, r *http.Request, p principal) {
+	tenant, id, e := decodeGet(r.PathValue("id"), r.URL.Query(), p)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	info(r).tenant = tenant
+	d, err := s.ledger.Get(r.Context(), tenant, id)
+	if err != nil {
+		s.fail(w, r, err, batchNamer("notifications"))
+		return
+	}
+	writeData(w, http.StatusOK, d)
+}
+
+func (s *server) find(w http.ResponseWriter, r *http.Request, p principal) {
+	q, e := decodeFind(r.URL.Query(), p)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	info(r).tenant = q.tenant
+	rows, err := s.ledger.Find(r.Context(), q.tenant, q.filter)
+	if err != nil {
+		s.fail(w, r, err, batchNamer("notifications"))
+		return
+	}
+	writeData(w, http.StatusOK, map[string]any{"notifications": rows, "limit": effectiveLimit(q.filter.Limit)})
+}
+
+// effectiveLimit is the cap ledger.Find applied, so a client can tell a full
+// page from a complete answer.
+func effectiveLimit(n int) int {
+	if n <= 0 || n > ledger.MaxFindLimit {
+		return ledger.MaxFindLimit
+	}
+	return n
+}

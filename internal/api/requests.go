@@ -1,0 +1,410 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/owedhq/owed/internal/ledger"
+)
+
+// Limits on requests. The batch limit is the ledger's: one request is one
+// ledger.Schedule call, so a request is written whole or not at all.
+const (
+	// MaxBodyBytes bounds a request body; a larger one gets 413.
+	MaxBodyBytes = 1 << 20
+	// MaxDelay bounds delay_seconds and expires_in_seconds: a year is
+	// further ahead than any notification owed should be scheduled.
+	MaxDelay = 366 * 24 * time.Hour
+)
+
+// The JSON bodies of the write routes. Times are strings so that a bad one is
+// reported with its row and field ("notifications[3].due_at") rather than as
+// encoding/json's anonymous parse error.
+
+type scheduleRequest struct {
+	TenantID      string              `json:"tenant_id"`
+	Notifications []notificationInput `json:"notifications"`
+}
+
+type notificationInput struct {
+	Recipient string          `json:"recipient"`
+	Channel   string          `json:"channel"`
+	Kind      string          `json:"kind"`
+	RefID     string          `json:"ref_id"`
+	DueAt     string          `json:"due_at"`
+	ExpiresAt string          `json:"expires_at"`
+	Payload   json.RawMessage `json:"payload"`
+}
+
+type subjectRequest struct {
+	TenantID string `json:"tenant_id"`
+	Kind     string `json:"kind"`
+	RefID    string `json:"ref_id"`
+}
+
+type rescheduleRequest struct {
+	subjectRequest
+	DueAt        string `json:"due_at"`
+	DelaySeconds *int64 `json:"delay_seconds"`
+}
+
+type eventRequest struct {
+	TenantID         string           `json:"tenant_id"`
+	Kind             string           `json:"kind"`
+	RefID            string           `json:"ref_id"`
+	Channel          string           `json:"channel"`
+	Payload          json.RawMessage  `json:"payload"`
+	OccurredAt       string           `json:"occurred_at"`
+	DelaySeconds     *int64           `json:"delay_seconds"`
+	ExpiresAt        string           `json:"expires_at"`
+	ExpiresInSeconds *int64           `json:"expires_in_seconds"`
+	Recipients       []eventRecipient `json:"recipients"`
+}
+
+type eventRecipient struct {
+	Recipient string          `json:"recipient"`
+	Channel   string          `json:"channel"`
+	Payload   json.RawMessage `json:"payload"`
+}
+
+// principal is who a request authenticated as: the service token (which may
+// act for any tenant it names) or one tenant's token.
+type principal struct {
+	service bool
+	tenant  string
+}
+
+// scope resolves the tenant a request acts in. named is what the request
+// said (JSON tenant_id or query tenant), field its name for errors.
+func (p principal) scope(named, field string) (string, *apiError) {
+	if p.service {
+		if strings.TrimSpace(named) == "" {
+			return "", badField(field, "required with the service token: name the tenant the request acts for")
+		}
+		if err := ledger.ValidateTenant(named); err != nil {
+			var v *ledger.ValidationError
+			errors.As(err, &v)
+			return "", badField(field, "%s", v.Fields[0].Msg)
+		}
+		return named, nil
+	}
+	if named != "" && named != p.tenant {
+		return "", &apiError{Status: http.StatusForbidden, Code: codeForbidden, Field: field,
+			Message: "this token is bound to another tenant than the one named in " + field}
+	}
+	return p.tenant, nil
+}
+
+// decodeJSON decodes one JSON object into dst, rejecting unknown fields and
+// trailing data.
+func decodeJSON(body []byte, dst any) *apiError {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON, Message: "request body is empty: send a JSON object"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil {
+		if _, trailing := dec.Token(); trailing != io.EOF {
+			return &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON,
+				Message: "trailing data after the JSON object: send exactly one object"}
+		}
+		return nil
+	}
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON,
+			Message: fmt.Sprintf("malformed JSON at byte %d: %v", syntax.Offset, syntax)}
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON,
+				Message: fmt.Sprintf("the body must be a JSON object, not %s", typ.Value)}
+		}
+		return badField(field, "got a JSON %s, want %s", typ.Value, jsonKind(typ.Type.String()))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON, Message: "malformed JSON: the body ends early"}
+	}
+	if name, ok := unknownFieldName(err); ok {
+		return &apiError{Status: http.StatusBadRequest, Code: codeUnknownField, Field: name,
+			Message: fmt.Sprintf("%s: unknown field; see docs/api.md for the accepted fields", name)}
+	}
+	return &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON, Message: "malformed JSON: " + err.Error()}
+}
+
+// jsonKind names a Go type the way a JSON client thinks of it.
+func jsonKind(goType string) string {
+	switch {
+	case goType == "string":
+		return "a string"
+	case strings.HasPrefix(goType, "[]api."):
+		return "an array of objects"
+	case strings.HasPrefix(goType, "api."), strings.HasPrefix(goType, "struct"):
+		return "an object"
+	case strings.Contains(goType, "int"):
+		return "an integer"
+	}
+	return goType
+}
+
+// parseTime reads an RFC 3339 time. An empty value is the zero time; the
+// caller decides whether that is allowed.
+func parseTime(field, value string) (time.Time, *fieldDetail) {
+	if value == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, value)
+	if err != nil {
+		return time.Time{}, &fieldDetail{Field: field,
+			Message: fmt.Sprintf("%q is not an RFC 3339 time (like 2026-03-01T12:00:00Z)", value)}
+	}
+	return t, nil
+}
+
+// parseSeconds checks an optional count of seconds against [min, MaxDelay].
+func parseSeconds(field string, v *int64, min int64) (time.Duration, *fieldDetail) {
+	if v == nil {
+		return 0, nil
+	}
+	max := int64(MaxDelay / time.Second)
+	if *v < min || *v > max {
+		return 0, &fieldDetail{Field: field, Message: fmt.Sprintf("%d is outside %d..%d", *v, min, max)}
+	}
+	return time.Duration(*v) * time.Second, nil
+}
+
+// decodeSchedule turns a POST /v1/notifications body into the ledger rows it
+// asks for, fully validated: a nil error means ledger.Schedule will accept
+// the rows. It touches no database, so the fuzz target exercises it whole.
+func decodeSchedule(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
+	var req scheduleRequest
+	if e := decodeJSON(body, &req); e != nil {
+		return "", nil, e
+	}
+	tenant, e := p.scope(req.TenantID, "tenant_id")
+	if e != nil {
+		return "", nil, e
+	}
+	rows := make([]ledger.NewNotification, len(req.Notifications))
+	var bad []fieldDetail
+	for i, n := range req.Notifications {
+		prefix := fmt.Sprintf("notifications[%d].", i)
+		due, fe := parseTime(prefix+"due_at", n.DueAt)
+		if fe != nil {
+			bad = append(bad, *fe)
+		}
+		rows[i] = ledger.NewNotification{Recipient: n.Recipient, Channel: n.Channel, Kind: n.Kind,
+			RefID: n.RefID, DueAt: due, Payload: n.Payload}
+		if n.ExpiresAt != "" {
+			exp, fe := parseTime(prefix+"expires_at", n.ExpiresAt)
+			if fe != nil {
+				bad = append(bad, *fe)
+			}
+			rows[i].ExpiresAt = &exp
+		}
+	}
+	if e := fieldErrors(bad); e != nil {
+		return "", nil, e
+	}
+	if err := ledger.Validate(tenant, rows); err != nil {
+		return "", nil, fromLedger(err, batchNamer("notifications"))
+	}
+	return tenant, rows, nil
+}
+
+// decodeSubject reads a cancel body.
+func decodeSubject(body []byte, p principal) (string, subjectRequest, *apiError) {
+	var req subjectRequest
+	if e := decodeJSON(body, &req); e != nil {
+		return "", req, e
+	}
+	tenant, e := p.scope(req.TenantID, "tenant_id")
+	return tenant, req, e
+}
+
+// decodeReschedule reads a reschedule body. The new due time is due_at, or
+// now plus delay_seconds for a snooze; exactly one must be given.
+func decodeReschedule(body []byte, p principal, now time.Time) (string, subjectRequest, time.Time, *apiError) {
+	var req rescheduleRequest
+	if e := decodeJSON(body, &req); e != nil {
+		return "", req.subjectRequest, time.Time{}, e
+	}
+	tenant, e := p.scope(req.TenantID, "tenant_id")
+	if e != nil {
+		return "", req.subjectRequest, time.Time{}, e
+	}
+	switch {
+	case req.DueAt != "" && req.DelaySeconds != nil:
+		return "", req.subjectRequest, time.Time{}, badField("delay_seconds", "give due_at or delay_seconds, not both")
+	case req.DueAt == "" && req.DelaySeconds == nil:
+		return "", req.subjectRequest, time.Time{}, badField("due_at", "required (RFC 3339 time), or delay_seconds")
+	}
+	due, fe := parseTime("due_at", req.DueAt)
+	if req.DelaySeconds != nil {
+		var delay time.Duration
+		delay, fe = parseSeconds("delay_seconds", req.DelaySeconds, 0)
+		due = now.Add(delay)
+	}
+	if fe != nil {
+		return "", req.subjectRequest, time.Time{}, fieldErrors([]fieldDetail{*fe})
+	}
+	return tenant, req.subjectRequest, due, nil
+}
+
+// decodeEvent fans an event out into one ledger row per recipient. The due
+// time is occurred_at plus delay_seconds, both taken from the body: a replay
+// of the same event therefore lands on the same rows, which a due time
+// computed from the server's clock would not.
+func decodeEvent(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
+	var req eventRequest
+	if e := decodeJSON(body, &req); e != nil {
+		return "", nil, e
+	}
+	tenant, e := p.scope(req.TenantID, "tenant_id")
+	if e != nil {
+		return "", nil, e
+	}
+	var bad []fieldDetail
+	add := func(fe *fieldDetail) {
+		if fe != nil {
+			bad = append(bad, *fe)
+		}
+	}
+	occurred, fe := parseTime("occurred_at", req.OccurredAt)
+	add(fe)
+	if req.OccurredAt == "" {
+		add(&fieldDetail{Field: "occurred_at", Message: "required (RFC 3339 time): when the event happened"})
+	}
+	delay, fe := parseSeconds("delay_seconds", req.DelaySeconds, 0)
+	add(fe)
+	due := occurred.Add(delay)
+	var expires *time.Time
+	switch {
+	case req.ExpiresAt != "" && req.ExpiresInSeconds != nil:
+		add(&fieldDetail{Field: "expires_in_seconds", Message: "give expires_at or expires_in_seconds, not both"})
+	case req.ExpiresAt != "":
+		exp, fe := parseTime("expires_at", req.ExpiresAt)
+		add(fe)
+		expires = &exp
+	case req.ExpiresInSeconds != nil:
+		in, fe := parseSeconds("expires_in_seconds", req.ExpiresInSeconds, 1)
+		add(fe)
+		exp := due.Add(in)
+		expires = &exp
+	}
+	if e := fieldErrors(bad); e != nil {
+		return "", nil, e
+	}
+	rows := make([]ledger.NewNotification, len(req.Recipients))
+	for i, r := range req.Recipients {
+		rows[i] = ledger.NewNotification{Recipient: r.Recipient, Channel: req.Channel, Kind: req.Kind,
+			RefID: req.RefID, DueAt: due, ExpiresAt: expires, Payload: req.Payload}
+		if r.Channel != "" {
+			rows[i].Channel = r.Channel
+		}
+		if len(r.Payload) > 0 {
+			rows[i].Payload = r.Payload
+		}
+	}
+	if err := ledger.Validate(tenant, rows); err != nil {
+		return "", nil, fromLedger(err, eventNamer(req))
+	}
+	return tenant, rows, nil
+}
+
+// eventNamer names a ledger field error after the event field the value came
+// from: the recipient's own override when it gave one, else the event's.
+func eventNamer(req eventRequest) fieldNamer {
+	return func(f ledger.FieldError) string {
+		if f.Index < 0 {
+			if f.Field == "notifications" {
+				return "recipients"
+			}
+			return f.Field
+		}
+		r := req.Recipients[f.Index]
+		own := fmt.Sprintf("recipients[%d].", f.Index)
+		switch {
+		case f.Field == "recipient":
+			return own + "recipient"
+		case f.Field == "channel" && r.Channel != "":
+			return own + "channel"
+		case strings.HasPrefix(f.Field, "payload") && len(r.Payload) > 0:
+			return own + f.Field
+		case f.Field == "due_at":
+			return "occurred_at"
+		case f.Field == "expires_at" && req.ExpiresInSeconds != nil:
+			return "expires_in_seconds"
+		}
+		return f.Field
+	}
+}
+
+// findQuery is GET /v1/notifications' query string.
+type findQuery struct {
+	tenant string
+	filter ledger.Filter
+}
+
+// findParams are the query parameters GET /v1/notifications accepts.
+var findParams = map[string]bool{"tenant": true, "recipient": true, "ref": true, "kind": true, "limit": true}
+
+// decodeFind reads the list route's query. Unknown and repeated parameters
+// are rejected, as unknown JSON fields are: a typo ("recipent=") must not
+// silently widen the answer to every row.
+func decodeFind(q url.Values, p principal) (findQuery, *apiError) {
+	var out findQuery
+	for name, vals := range q {
+		if !findParams[name] {
+			return out, &apiError{Status: http.StatusBadRequest, Code: codeUnknownField, Field: name,
+				Message: name + ": unknown query parameter; accepted: tenant, recipient, ref, kind, limit"}
+		}
+		if len(vals) > 1 {
+			return out, badField(name, "given %d times; give it once", len(vals))
+		}
+	}
+	tenant, e := p.scope(q.Get("tenant"), "tenant")
+	if e != nil {
+		return out, e
+	}
+	out.tenant = tenant
+	out.filter = ledger.Filter{Recipient: q.Get("recipient"), RefID: q.Get("ref"), Kind: q.Get("kind")}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > ledger.MaxFindLimit {
+			return out, badField("limit", "%q is not an integer in 1..%d", s, ledger.MaxFindLimit)
+		}
+		out.filter.Limit = n
+	}
+	return out, nil
+}
+
+// decodeGet reads GET /v1/notifications/{id}: the id and the optional tenant
+// query parameter.
+func decodeGet(idText string, q url.Values, p principal) (string, int64, *apiError) {
+	for name := range q {
+		if name != "tenant" {
+			return "", 0, &apiError{Status: http.StatusBadRequest, Code: codeUnknownField, Field: name,
+				Message: name + ": unknown query parameter; accepted: tenant"}
+		}
+	}
+	tenant, e := p.scope(q.Get("tenant"), "tenant")
+	if e != nil {
+		return "", 0, e
+	}
+	id, err := strconv.ParseInt(idText, 10, 64)
+	if err != nil || id < 1 {
+		return "", 0, badField("id", "%q is not a notification id (a positive integer)", idText)
+	}
+	return tenant, id, nil
+}

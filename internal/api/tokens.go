@@ -1,0 +1,201 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/owedhq/owed/internal/ledger"
+)
+
+// TokenPrefix starts every tenant token. It lets a secret scanner recognise a
+// leaked token and lets the API tell a tenant token from the service token
+// without a database round trip.
+const TokenPrefix = "owed_"
+
+// tokenEntropyBytes is how much CSPRNG output a token carries: 256 bits, which
+// is why a plain SHA-256 (not a slow KDF) is enough to store it.
+const tokenEntropyBytes = 32
+
+// maxTokenNameLen matches the api_tokens.name column check.
+const maxTokenNameLen = 128
+
+// lastUsedResolution is how stale last_used_at may get before a request
+// refreshes it: a busy token costs one write a minute, not one per request.
+const lastUsedResolution = time.Minute
+
+// ErrInvalidToken is returned for a token that is malformed, unknown or
+// revoked. The three are deliberately indistinguishable to the caller.
+var ErrInvalidToken = errors.New("api: invalid or revoked token")
+
+// ErrTokenNotFound is returned when revoking a token that does not exist.
+var ErrTokenNotFound = errors.New("api: token not found")
+
+// Token describes a stored token. It never carries the plaintext or the hash.
+type Token struct {
+	ID         int64      `json:"id"`
+	Tenant     string     `json:"tenant_id"`
+	Name       string     `json:"name"`
+	CreatedAt  time.Time  `json:"created_at"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+}
+
+// Tokens stores tenant API tokens in the api_tokens table. The table has no
+// row-level security (a token is looked up before its tenant is known) and
+// holds only SHA-256 hashes; the plaintext exists once, in Create's return
+// value.
+type Tokens struct {
+	db *sql.DB
+	// Clock returns the current time; tests replace it.
+	Clock func() time.Time
+}
+
+// NewTokens returns a token store over db (the application role suffices).
+func NewTokens(db *sql.DB) *Tokens {
+	return &Tokens{db: db, Clock: time.Now}
+}
+
+func (t *Tokens) now() time.Time { return t.Clock().UTC().Truncate(time.Microsecond) }
+
+const (
+	qTokenCreate = `
+INSERT INTO api_tokens (tenant_id, token_hash, name, created_at) VALUES ($1, $2, $3, $4) RETURNING id`
+	qTokenAuthenticate = `
+SELECT id, tenant_id, last_used_at FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL`
+	// qTokenTouch re-checks staleness so concurrent requests write once.
+	qTokenTouch = `
+UPDATE api_tokens SET last_used_at = $2
+ WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $3)`
+	// qTokenRevoke keeps the first revocation time when revoked twice.
+	qTokenRevokeByID = `
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $2) WHERE id = $1
+RETURNING ` + tokenColumns
+	qTokenRevokeByHash = `
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $2) WHERE token_hash = $1
+RETURNING ` + tokenColumns
+	qTokenList = `SELECT ` + tokenColumns + ` FROM api_tokens WHERE tenant_id = $1 ORDER BY id`
+
+	tokenColumns = `id, tenant_id, name, created_at, revoked_at, last_used_at`
+)
+
+// hashToken is the stored form of a token.
+func hashToken(plaintext string) []byte {
+	sum := sha256.Sum256([]byte(plaintext))
+	return sum[:]
+}
+
+// Create makes a token for tenant and returns its plaintext, which is shown
+// to the operator once and never stored.
+func (t *Tokens) Create(ctx context.Context, tenant, name string) (string, int64, error) {
+	if err := ledger.ValidateTenant(tenant); err != nil {
+		return "", 0, err
+	}
+	if len(name) > maxTokenNameLen {
+		return "", 0, fmt.Errorf("name: %d bytes exceeds the limit of %d", len(name), maxTokenNameLen)
+	}
+	raw := make([]byte, tokenEntropyBytes)
+	if _, err := rand.Read(raw); err != nil {
+		return "", 0, fmt.Errorf("generate token: %w", err)
+	}
+	plaintext := TokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
+	var id int64
+	if err := t.db.QueryRowContext(ctx, qTokenCreate, tenant, hashToken(plaintext), name, t.now()).
+		Scan(&id); err != nil {
+		return "", 0, fmt.Errorf("store token: %w", err)
+	}
+	return plaintext, id, nil
+}
+
+// Authenticate returns the tenant a live token is bound to, or
+// ErrInvalidToken. The database compares hashes, so the plaintext never
+// leaves this process and timing reveals nothing about stored tokens.
+func (t *Tokens) Authenticate(ctx context.Context, bearer string) (string, error) {
+	if !strings.HasPrefix(bearer, TokenPrefix) {
+		return "", ErrInvalidToken
+	}
+	var id int64
+	var tenant string
+	var lastUsed sql.NullTime
+	err := t.db.QueryRowContext(ctx, qTokenAuthenticate, hashToken(bearer)).Scan(&id, &tenant, &lastUsed)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", ErrInvalidToken
+	}
+	if err != nil {
+		return "", fmt.Errorf("look up token: %w", err)
+	}
+	now := t.now()
+	if !lastUsed.Valid || lastUsed.Time.Before(now.Add(-lastUsedResolution)) {
+		// last_used_at is an operator's hint, not an audit log: failing to
+		// record it must not fail the request it describes.
+		t.db.ExecContext(ctx, qTokenTouch, id, now, now.Add(-lastUsedResolution))
+	}
+	return tenant, nil
+}
+
+// Revoke revokes the token with id. Revoking a revoked token is a no-op that
+// keeps the first revocation time.
+func (t *Tokens) Revoke(ctx context.Context, id int64) (Token, error) {
+	return t.revoke(ctx, qTokenRevokeByID, id)
+}
+
+// RevokeToken revokes the token whose plaintext is given, for an operator who
+// holds a leaked token but not its id.
+func (t *Tokens) RevokeToken(ctx context.Context, plaintext string) (Token, error) {
+	return t.revoke(ctx, qTokenRevokeByHash, hashToken(plaintext))
+}
+
+func (t *Tokens) revoke(ctx context.Context, query string, key any) (Token, error) {
+	tok, err := scanToken(t.db.QueryRowContext(ctx, query, key, t.now()))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Token{}, ErrTokenNotFound
+	}
+	return tok, err
+}
+
+// List returns tenant's tokens, revoked ones included, oldest first.
+func (t *Tokens) List(ctx context.Context, tenant string) ([]Token, error) {
+	if err := ledger.ValidateTenant(tenant); err != nil {
+		return nil, err
+	}
+	rows, err := t.db.QueryContext(ctx, qTokenList, tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Token{}
+	for rows.Next() {
+		tok, err := scanToken(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tok)
+	}
+	return out, rows.Err()
+}
+
+type rowScanner interface{ Scan(...any) error }
+
+func scanToken(s rowScanner) (Token, error) {
+	var tok Token
+	var revoked, used sql.NullTime
+	if err := s.Scan(&tok.ID, &tok.Tenant, &tok.Name, &tok.CreatedAt, &revoked, &used); err != nil {
+		return Token{}, err
+	}
+	tok.CreatedAt = tok.CreatedAt.UTC()
+	if revoked.Valid {
+		r := revoked.Time.UTC()
+		tok.RevokedAt = &r
+	}
+	if used.Valid {
+		u := used.Time.UTC()
+		tok.LastUsedAt = &u
+	}
+	return tok, nil
+}
