@@ -363,7 +363,7 @@ func (s *Server) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid_faults", "message": err.Error()})
 		return
 	}
-	s.cfg.Log.Info().Interface("faults", f).Msg("sandbox faults set")
+	s.cfg.Log.Info().Interface("faults", s.Faults()).Msg("sandbox faults set")
 	writeJSON(w, http.StatusOK, s.Faults())
 }
 
