@@ -1,0 +1,412 @@
+package emulator_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/queue/queuetest"
+	"github.com/owedhq/owed/internal/testdb"
+)
+
+const testToken = "emulator-test-token-7d2e"
+
+// syncBuffer collects log lines from several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// bundle is what a test needs: a running emulator, its URL and a client.
+type bundle struct {
+	em     *emulator.Emulator
+	srv    *httptest.Server
+	client *queue.Client
+	cfg    emulator.Config
+	ctx    context.Context
+}
+
+// setup starts an emulator over HTTP on a fresh database. At the end it
+// checks that no log line showed the token.
+func setup(t *testing.T, dbURL string, change func(*emulator.Config)) *bundle {
+	t.Helper()
+	if dbURL == "" {
+		dbURL = testdb.New(t).OwnerURL
+	}
+	cfg := emulator.DefaultConfig()
+	cfg.Token = testToken
+	cfg.DatabaseURL = dbURL
+	if change != nil {
+		change(&cfg)
+	}
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	t.Cleanup(cancel)
+	em, err := emulator.Open(ctx, cfg, zerolog.New(logs).Level(zerolog.DebugLevel))
+	if err != nil {
+		t.Fatalf("emulator.Open: %v", err)
+	}
+	em.Start(ctx)
+	srv := httptest.NewServer(em)
+	t.Cleanup(func() {
+		em.Drain()
+		srv.Close()
+		em.Stop()
+		if strings.Contains(logs.String(), testToken) {
+			t.Error("a log line shows the token")
+		}
+	})
+	c, err := queue.New(queue.Config{URL: srv.URL, Token: testToken, Name: "test-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{em: em, srv: srv, client: c, cfg: cfg, ctx: ctx}
+}
+
+func TestContract(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "", nil)
+	queuetest.Run(t, b.srv.URL, testToken)
+}
+
+// TestContractHosted runs the suite against a real endpoint.
+func TestContractHosted(t *testing.T) {
+	u, tok := os.Getenv("OWED_QUEUE_CONTRACT_URL"), os.Getenv("OWED_QUEUE_CONTRACT_TOKEN")
+	if u == "" || tok == "" {
+		t.Skip("set OWED_QUEUE_CONTRACT_URL and OWED_QUEUE_CONTRACT_TOKEN to run the contract suite against a hosted queue: " +
+			"OWED_QUEUE_CONTRACT_URL=https://queue.example.com OWED_QUEUE_CONTRACT_TOKEN=… go test -run TestContractHosted ./internal/queue/emulator")
+	}
+	queuetest.Run(t, u, tok)
+}
+
+func msg(key string) queue.Message {
+	return queue.Message{Payload: json.RawMessage(`{"k":"` + key + `"}`), IdempotencyKey: key}
+}
+
+// TestDurableAcrossRestart stops an emulator and opens a new one on the same
+// database: queued, in-flight, delayed and dead-lettered messages are all
+// there, and the keys are still remembered.
+func TestDurableAcrossRestart(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.New(t).OwnerURL
+	first := setup(t, dbURL, nil)
+	ctx, c := first.ctx, first.client
+	res, err := c.PublishBatch(ctx, []queue.Message{msg("a"), msg("b"), msg("c"), {Payload: json.RawMessage(`1`), IdempotencyKey: "later", Delay: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Consume(ctx, queue.ConsumeOptions{MaxMessages: 2, VisibilityTimeout: time.Hour})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("consume: %d, %v", len(got), err)
+	}
+	if _, err := c.Nack(ctx, got[1].MessageID, queue.NackOptions{DeadLetter: true, Reason: "bad"}); err != nil {
+		t.Fatal(err)
+	}
+	// The first emulator goes away as a crashed one would: its in-memory
+	// state (waiters, faults) is gone, only the database remains.
+	first.srv.Close()
+	first.em.Stop()
+
+	second := setup(t, dbURL, nil)
+	c2 := second.client.WithQueue(c.Queue())
+	st, err := c2.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Visible != 1 || st.InFlight != 1 || st.Delayed != 1 || st.DeadLetterDepth != 1 {
+		t.Fatalf("stats after restart: %+v, want one each of visible, in_flight, delayed, dead", st)
+	}
+	for i, m := range []queue.Message{msg("a"), msg("b"), msg("c")} {
+		r, err := c2.Publish(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Deduplicated || r.MessageID != res[i].MessageID {
+			t.Fatalf("republish %s after restart: %+v, want deduplicated with %s", m.IdempotencyKey, r, res[i].MessageID)
+		}
+	}
+	left, err := c2.Consume(ctx, queue.ConsumeOptions{MaxMessages: 10})
+	if err != nil || len(left) != 1 || left[0].MessageID != res[2].MessageID {
+		t.Fatalf("consume after restart: %+v, %v; want message c", left, err)
+	}
+}
+
+// TestConcurrentConsumersNeverShare runs consumers in parallel, on two
+// emulators over one database, and checks no message is handed out twice
+// within its visibility timeout.
+func TestConcurrentConsumersNeverShare(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.New(t).OwnerURL
+	a := setup(t, dbURL, nil)
+	b := setup(t, dbURL, nil)
+	const n = 600
+	msgs := make([]queue.Message, n)
+	for i := range msgs {
+		msgs[i] = msg(fmt.Sprintf("m%d", i))
+	}
+	if _, err := a.client.PublishBatch(a.ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		c := a.client
+		if w%2 == 1 {
+			c = b.client.WithQueue(a.client.Queue())
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				got, err := c.Consume(a.ctx, queue.ConsumeOptions{MaxMessages: 10, VisibilityTimeout: time.Minute})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				ids := make([]string, len(got))
+				mu.Lock()
+				for i, m := range got {
+					seen[m.MessageID]++
+					ids[i] = m.MessageID
+				}
+				mu.Unlock()
+				if _, err := c.Ack(a.ctx, ids...); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Fatalf("consumed %d distinct messages, want %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Fatalf("message %s was handed out %d times", id, k)
+		}
+	}
+}
+
+func setFaults(t *testing.T, b *bundle, body string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/admin/faults", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /admin/faults %s: HTTP %d", body, resp.StatusCode)
+	}
+}
+
+// TestFaultThrottle checks the injected 429/503 and that the client honours
+// their Retry-After: with a deadline shorter than the wait it gives up at
+// once with the typed error; with room it waits and succeeds.
+func TestFaultThrottle(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, faults string
+		status       int
+	}{
+		{"429 seconds", `{"throttle_rate":1,"throttle_status":429,"throttle_scope":"publish","retry_after_seconds":1}`, 429},
+		{"503 HTTP date", `{"throttle_rate":1,"throttle_status":503,"throttle_scope":"all","retry_after_seconds":1,"retry_after_http_date":true}`, 503},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, "", nil)
+			setFaults(t, b, tc.faults)
+			ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := b.client.Publish(ctx, msg("t"))
+			var ae *queue.APIError
+			if !errors.As(err, &ae) || ae.Status != tc.status || !ae.Retryable || ae.RetryAfter < time.Second/2 {
+				t.Fatalf("publish under throttle: %v, want a retryable %d with Retry-After", err, tc.status)
+			}
+			if time.Since(start) > 250*time.Millisecond {
+				t.Fatalf("gave up after %s; a Retry-After beyond the deadline should end the call at once", time.Since(start))
+			}
+			if tc.status == 503 {
+				if _, err := b.client.Stats(ctx); !errors.As(err, &ae) || ae.Status != 503 {
+					t.Fatalf("stats with scope all: %v, want 503", err)
+				}
+			}
+			// Lift the throttle while the client waits out its Retry-After:
+			// the retry then succeeds.
+			done := make(chan error, 1)
+			go func() {
+				_, err := b.client.Publish(b.ctx, msg("t"))
+				done <- err
+			}()
+			time.Sleep(100 * time.Millisecond)
+			setFaults(t, b, `{}`)
+			if err := <-done; err != nil {
+				t.Fatalf("publish after the throttle lifted: %v", err)
+			}
+		})
+	}
+}
+
+func TestFaultLatency(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "", func(c *emulator.Config) { c.LatencyMS = 300 })
+	start := time.Now()
+	if _, err := b.client.Stats(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("stats took %s with 300 ms of injected latency", d)
+	}
+	if f := b.em.Faults(); f.LatencyMS != 300 {
+		t.Fatalf("faults from config: %+v", f)
+	}
+}
+
+func TestFaultRedelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "", nil)
+	setFaults(t, b, `{"redelivery_rate":1}`)
+	r, err := b.client.Publish(b.ctx, msg("twice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		got, err := b.client.Consume(b.ctx, queue.ConsumeOptions{MaxMessages: 1, Wait: 5 * time.Second, VisibilityTimeout: time.Hour})
+		if err != nil || len(got) != 1 || got[0].MessageID != r.MessageID || got[0].ReceiveCount != i {
+			t.Fatalf("delivery %d within the visibility timeout: %+v, %v", i, got, err)
+		}
+	}
+}
+
+func TestFaultsRejectBadValues(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "", nil)
+	for body, field := range map[string]string{
+		`{"throttle_rate":2}`:                         "throttle_rate",
+		`{"throttle_rate":1,"throttle_status":500}`:   "throttle_status",
+		`{"redelivery_rate":-1}`:                      "redelivery_rate",
+		`{"throttle_rate":0.5,"throttle_scope":"ab"}`: "throttle_scope",
+		`{"latency":5}`:                               "latency",
+	} {
+		req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/admin/faults", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var eb struct{ Error struct{ Message string } }
+		json.NewDecoder(resp.Body).Decode(&eb)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(eb.Error.Message, field) {
+			t.Errorf("faults %s: HTTP %d %q, want 400 naming %s", body, resp.StatusCode, eb.Error.Message, field)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/admin/faults", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET /admin/faults without the token: HTTP %d, want 401", resp.StatusCode)
+	}
+}
+
+// TestVisibilityExpiryDeadLetters checks that a message whose consumer
+// keeps dying (no nack, the visibility timeout runs out) is dead-lettered
+// after max_receives rather than delivered forever.
+func TestVisibilityExpiryDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "", func(c *emulator.Config) { c.MaxReceives = 2 })
+	if _, err := b.client.Publish(b.ctx, msg("poison")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		got, err := b.client.Consume(b.ctx, queue.ConsumeOptions{MaxMessages: 1, Wait: 5 * time.Second, VisibilityTimeout: time.Second})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("delivery %d: %d, %v", i+1, len(got), err)
+		}
+	}
+	got, err := b.client.Consume(b.ctx, queue.ConsumeOptions{MaxMessages: 1, Wait: 3 * time.Second})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("third delivery: %d, %v; want none", len(got), err)
+	}
+	page, err := b.client.DeadLetters(b.ctx, queue.DeadLetterQuery{})
+	if err != nil || len(page.DeadLetters) != 1 || !strings.Contains(page.DeadLetters[0].LastError, "visibility timeout") {
+		t.Fatalf("dead letters: %+v, %v", page, err)
+	}
+}
+
+func TestRestrictedQueuesAndHealth(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "", func(c *emulator.Config) { c.Queues = []string{"only-this"} })
+	_, err := b.client.Stats(b.ctx)
+	var ae *queue.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
+		t.Fatalf("stats of an unlisted queue: %v, want 404", err)
+	}
+	if _, err := b.client.WithQueue("only-this").Stats(b.ctx); err != nil {
+		t.Fatalf("stats of the listed queue: %v", err)
+	}
+	resp, err := http.Get(b.srv.URL + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz: HTTP %d", resp.StatusCode)
+	}
+}
+
+func TestConfigValidateNamesTheVariable(t *testing.T) {
+	t.Parallel()
+	for want, change := range map[string]func(*emulator.Config){
+		"OWED_QUEUE_TOKEN":              func(c *emulator.Config) { c.Token = "" },
+		"OWED_QUEUE_DATABASE_URL":       func(c *emulator.Config) { c.DatabaseURL = "" },
+		"OWED_QUEUE_MAX_RECEIVES":       func(c *emulator.Config) { c.MaxReceives = 0 },
+		"OWED_QUEUE_VISIBILITY_TIMEOUT": func(c *emulator.Config) { c.VisibilityTimeout = 13 * time.Hour },
+		"OWED_QUEUE_QUEUES":             func(c *emulator.Config) { c.Queues = []string{"no spaces"} },
+		"OWED_QUEUE_FAULT_THROTTLE_RATE": func(c *emulator.Config) {
+			c.ThrottleRate = 3
+		},
+	} {
+		cfg := emulator.DefaultConfig()
+		cfg.Token, cfg.DatabaseURL = "t", "postgres://x/y"
+		change(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate: %v, want an error naming %s", err, want)
+		}
+	}
+}
