@@ -51,6 +51,9 @@ type Delivery struct {
 // Result describes an accepted send.
 type Result struct {
 	// MessageID is the provider's id for the message, recorded on the row.
+	// It is empty when the provider accepted the message but its answer
+	// carried no readable id: the send happened, and retrying it to learn the
+	// id would deliver it twice.
 	MessageID  string
 	HTTPStatus int
 }

@@ -128,13 +128,12 @@ type response struct {
 // Transient.
 func classify(name string, resp provider.Response, now time.Time, token string) (provider.Result, error) {
 	var r response
-	decodeErr := json.Unmarshal(resp.Body, &r)
+	// A body that is not the documented JSON leaves r empty, and the status
+	// alone decides.
+	_ = json.Unmarshal(resp.Body, &r)
 	if resp.Status >= 200 && resp.Status < 300 && r.ErrorCode == 0 {
-		if decodeErr != nil || r.MessageID == "" {
-			// Postmark always answers a success with a MessageID; without
-			// one whether the email went is unknown, so it is retried.
-			return provider.Result{}, provider.NewError(name, provider.Transient, resp.Status, "", "success response without a MessageID")
-		}
+		// Postmark answers errors with 4xx, so a 2xx without a readable
+		// MessageID is still a send (see Result.MessageID).
 		return provider.Result{MessageID: r.MessageID, HTTPStatus: resp.Status}, nil
 	}
 	e := provider.StatusError(name, resp, now)

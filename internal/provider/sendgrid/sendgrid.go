@@ -136,13 +136,9 @@ type errorResponse struct {
 // 5xx Transient.
 func classify(name string, resp provider.Response, now time.Time, key string) (provider.Result, error) {
 	if resp.Status >= 200 && resp.Status < 300 {
-		id := resp.Header.Get("X-Message-Id")
-		if id == "" {
-			// SendGrid always sets it on 202; an id-less success still
-			// delivered, so it is recorded rather than retried into a duplicate.
-			id = "sendgrid:unknown"
-		}
-		return provider.Result{MessageID: id, HTTPStatus: resp.Status}, nil
+		// SendGrid always sets X-Message-Id on 202; a success without it is
+		// still a send (see Result.MessageID).
+		return provider.Result{MessageID: resp.Header.Get("X-Message-Id"), HTTPStatus: resp.Status}, nil
 	}
 	e := provider.StatusError(name, resp, now)
 	if e.Class == provider.RateLimited {

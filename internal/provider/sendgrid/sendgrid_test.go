@@ -153,7 +153,7 @@ func FuzzSendGridResponse(f *testing.F) {
 		h := http.Header{}
 		h.Set("X-RateLimit-Reset", reset)
 		res, err := classify("sendgrid", provider.Response{Status: status, Header: h, Body: body}, time.Now(), key)
-		if err == nil && (status < 200 || status > 299 || res.MessageID == "") {
+		if err == nil && (status < 200 || status > 299 || res.HTTPStatus != status) {
 			t.Fatalf("accepted status %d", status)
 		}
 		if err != nil {

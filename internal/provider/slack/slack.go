@@ -121,12 +121,18 @@ func classify(resp provider.Response, now time.Time, token string) (provider.Res
 		}
 		return provider.Result{}, e
 	}
-	if decodeErr == nil && r.OK && r.TS != "" {
-		return provider.Result{MessageID: r.Channel + ":" + r.TS, HTTPStatus: resp.Status}, nil
+	if decodeErr == nil && r.OK {
+		res := provider.Result{HTTPStatus: resp.Status}
+		if r.TS != "" {
+			res.MessageID = r.Channel + ":" + r.TS
+		}
+		return res, nil
 	}
 	e := provider.NewError(Name, provider.Transient, resp.Status, provider.Redact(r.Error, token), "chat.postMessage failed")
 	switch {
-	case decodeErr != nil || r.OK:
+	case decodeErr != nil:
+		// Slack answers failures with 200 too, so an unreadable 200 may or
+		// may not be a send; it is retried.
 		e.Message = "unreadable chat.postMessage response"
 	case r.Error == "ratelimited":
 		e.Class = provider.RateLimited

@@ -122,7 +122,7 @@ func FuzzSlackResponse(f *testing.F) {
 		h := http.Header{}
 		h.Set("Retry-After", retryAfter)
 		res, err := classify(provider.Response{Status: status, Header: h, Body: body}, time.Now(), token)
-		if err == nil && (status != 200 || res.MessageID == "") {
+		if err == nil && (status != 200 || res.HTTPStatus != status) {
 			t.Fatalf("accepted status %d", status)
 		}
 		if err != nil {

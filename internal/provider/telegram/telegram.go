@@ -110,7 +110,11 @@ func classify(resp provider.Response, chatID string, now time.Time, token string
 	var r response
 	decodeErr := json.Unmarshal(resp.Body, &r)
 	if resp.Status == http.StatusOK && decodeErr == nil && r.OK {
-		return provider.Result{MessageID: chatID + ":" + strconv.FormatInt(r.Result.MessageID, 10), HTTPStatus: resp.Status}, nil
+		res := provider.Result{HTTPStatus: resp.Status}
+		if r.Result.MessageID != 0 {
+			res.MessageID = chatID + ":" + strconv.FormatInt(r.Result.MessageID, 10)
+		}
+		return res, nil
 	}
 	e := provider.StatusError(Name, resp, now)
 	if resp.Status == http.StatusOK {

@@ -153,7 +153,7 @@ func FuzzTelegramResponse(f *testing.F) {
 	f.Add(500, []byte(`not json`))
 	f.Fuzz(func(t *testing.T, status int, body []byte) {
 		res, err := classify(provider.Response{Status: status, Header: http.Header{}, Body: body}, "1", time.Now(), token)
-		if err == nil && (status != 200 || res.MessageID == "") {
+		if err == nil && (status != 200 || res.HTTPStatus != status) {
 			t.Fatalf("accepted status %d with id %q", status, res.MessageID)
 		}
 		if err != nil {

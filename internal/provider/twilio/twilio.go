@@ -111,13 +111,12 @@ type response struct {
 // are Permanent; 5xx is Transient.
 func classify(name string, resp provider.Response, now time.Time, token string) (provider.Result, error) {
 	var r response
-	decodeErr := json.Unmarshal(resp.Body, &r)
+	// A body that is not the documented JSON leaves r empty, and the status
+	// alone decides.
+	_ = json.Unmarshal(resp.Body, &r)
 	if resp.Status >= 200 && resp.Status < 300 {
-		if decodeErr != nil || r.SID == "" {
-			// Accepted but unreadable: whether Twilio queued the message is
-			// unknown, so the send is retried rather than recorded without an id.
-			return provider.Result{}, provider.NewError(name, provider.Transient, resp.Status, "", "accepted response without a sid")
-		}
+		// Twilio answers 201 only when it queued the message, so a 2xx
+		// without a readable sid is still a send (see Result.MessageID).
 		return provider.Result{MessageID: r.SID, HTTPStatus: resp.Status}, nil
 	}
 	e := provider.StatusError(name, resp, now)
