@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	_ "github.com/lib/pq" // the postgres driver
+
+	"github.com/owedhq/owed/internal/api"
+)
+
+// tokensCmd creates, lists and revokes tenant API tokens. A token's plaintext
+// is printed once, by create, to stdout alone (so a script can capture it);
+// list never shows it, and revoke takes the id or, for a leaked token whose
+// id nobody knows, the token itself.
+func tokensCmd(ctx context.Context, args []string) error {
+	const synopsis = "tokens create|list|revoke [flags]"
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fs := newFlags("tokens", synopsis, "owedctl tokens create --tenant acme --name 'billing backend'")
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		fs.Usage()
+		return usageError{"missing action: one of create, list, revoke"}
+	}
+	switch args[0] {
+	case "create":
+		return tokensCreate(ctx, args[1:])
+	case "list":
+		return tokensList(ctx, args[1:])
+	case "revoke":
+		return tokensRevoke(ctx, args[1:])
+	}
+	return usageError{fmt.Sprintf("unknown action %q: one of create, list, revoke", args[0])}
+}
+
+// databaseFlag registers --database-url on fs. The environment is read only
+// when the flag is absent (in openTokens), never as the flag's default: a
+// default is printed by --help, and the URL may carry a password.
+func databaseFlag(fs *flag.FlagSet) *string {
+	return fs.String("database-url", "",
+		"database holding api_tokens; the application role suffices (default $OWED_DATABASE_URL)")
+}
+
+func openTokens(dbURL string) (*api.Tokens, func(), error) {
+	if dbURL == "" {
+		dbURL = os.Getenv("OWED_DATABASE_URL")
+	}
+	if dbURL == "" {
+		return nil, nil, usageError{"no database: set OWED_DATABASE_URL or pass --database-url"}
+	}
+	db, err := sql.Open("postgres", dbURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open database: %w", err)
+	}
+	return api.NewTokens(db), func() { db.Close() }, nil
+}
+
+func tokensCreate(ctx context.Context, args []string) error {
+	fs := newFlags("tokens create", "tokens create --tenant T [--name N] [--database-url URL]",
+		"TOKEN=$(owedctl tokens create --tenant acme --name 'billing backend')")
+	tenant := fs.String("tenant", "", "tenant the token acts for (required)")
+	name := fs.String("name", "", "label saying who holds the token, shown by list")
+	dbURL := databaseFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *tenant == "" {
+		return usageError{"--tenant is required"}
+	}
+	tokens, done, err := openTokens(*dbURL)
+	if err != nil {
+		return err
+	}
+	defer done()
+	plain, id, err := tokens.Create(ctx, *tenant, *name)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "created token %d for tenant %q; it is shown once, below: store it now\n", id, *tenant)
+	fmt.Println(plain)
+	return nil
+}
+
+func tokensList(ctx context.Context, args []string) error {
+	fs := newFlags("tokens list", "tokens list --tenant T [--database-url URL]",
+		"owedctl tokens list --tenant acme")
+	tenant := fs.String("tenant", "", "tenant whose tokens to list (required)")
+	dbURL := databaseFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *tenant == "" {
+		return usageError{"--tenant is required"}
+	}
+	tokens, done, err := openTokens(*dbURL)
+	if err != nil {
+		return err
+	}
+	defer done()
+	list, err := tokens.List(ctx, *tenant)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tNAME\tCREATED\tLAST USED\tREVOKED")
+	for _, t := range list {
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.CreatedAt.Format(time.RFC3339),
+			timeOrDash(t.LastUsedAt), timeOrDash(t.RevokedAt))
+	}
+	return w.Flush()
+}
+
+func timeOrDash(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Format(time.RFC3339)
+}
+
+func tokensRevoke(ctx context.Context, args []string) error {
+	fs := newFlags("tokens revoke", "tokens revoke ID | --token TOKEN|- [--database-url URL]",
+		"owedctl tokens revoke 12   (or: echo \"$LEAKED\" | owedctl tokens revoke --token -)")
+	token := fs.String("token", "", "revoke by the token itself; - reads it from stdin, "+
+		"which keeps it out of the shell history and the process list")
+	dbURL := databaseFlag(fs)
+	// An id may come before or after the flags.
+	var idArg string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		idArg, args = args[0], args[1:]
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if idArg == "" && len(rest) > 0 {
+		idArg, rest = rest[0], rest[1:]
+	}
+	if len(rest) > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q: give one token id", rest[0])}
+	}
+	if (idArg == "") == (*token == "") {
+		return usageError{"give a token id or --token, exactly one"}
+	}
+	var id int64
+	if idArg != "" {
+		var err error
+		if id, err = strconv.ParseInt(idArg, 10, 64); err != nil || id < 1 {
+			return usageError{fmt.Sprintf("token id %q is not a positive integer (see owedctl tokens list)", idArg)}
+		}
+	}
+	if *token == "-" {
+		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+		if err != nil && line == "" {
+			return fmt.Errorf("read the token from stdin: %w", err)
+		}
+		*token = strings.TrimSpace(line)
+	}
+	tokens, done, err := openTokens(*dbURL)
+	if err != nil {
+		return err
+	}
+	defer done()
+	var t api.Token
+	if id != 0 {
+		t, err = tokens.Revoke(ctx, id)
+	} else {
+		t, err = tokens.RevokeToken(ctx, *token)
+	}
+	if errors.Is(err, api.ErrTokenNotFound) {
+		// The error never repeats a token given on the command line.
+		return errors.New("no such token")
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("revoked token %d (tenant %q, name %q) at %s\n", t.ID, t.Tenant, t.Name, t.RevokedAt.Format(time.RFC3339))
+	return nil
+}
