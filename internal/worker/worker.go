@@ -44,9 +44,10 @@ const (
 	// its turn at the provider; beyond it the message goes back to the queue
 	// with that delay, so the backlog waits in the queue, not in memory.
 	PaceMaxWaitDefault = 2 * time.Second
-	// retryBase and retryCap bound the backoff between transient failures.
-	retryBase = 5 * time.Second
-	retryCap  = 10 * time.Minute
+	// RetryBaseDefault is the first backoff after a transient failure; it
+	// doubles per attempt up to retryCap.
+	RetryBaseDefault = 5 * time.Second
+	retryCap         = 10 * time.Minute
 	// settleRetry bounds how long the worker keeps trying to record an
 	// accepted send before leaving the message to be redelivered.
 	settleRetry = 30 * time.Second
@@ -109,6 +110,7 @@ type Options struct {
 	RetryAfterMax     time.Duration
 	EarlyTolerance    time.Duration
 	PaceMaxWait       time.Duration
+	RetryBase         time.Duration
 }
 
 func (o *Options) defaults() {
@@ -135,6 +137,9 @@ func (o *Options) defaults() {
 	}
 	if o.PaceMaxWait <= 0 {
 		o.PaceMaxWait = PaceMaxWaitDefault
+	}
+	if o.RetryBase <= 0 {
+		o.RetryBase = RetryBaseDefault
 	}
 	if o.Resolver == nil {
 		o.Resolver = RecipientResolver{}
@@ -322,7 +327,7 @@ func (w *Worker) send(ctx context.Context, log zerolog.Logger, d queue.Delivery,
 	addr, skip, err := w.o.Resolver.Resolve(ctx, row.Tenant, row.Recipient, row.Channel)
 	switch {
 	case err != nil:
-		w.release(ctx, log, d, row, jitter(retryBase), "resolve recipient: "+err.Error(), nil)
+		w.release(ctx, log, d, row, jitter(w.o.RetryBase), "resolve recipient: "+err.Error(), nil)
 		m.outcome("retried")
 		return
 	case skip:
@@ -422,7 +427,7 @@ func (w *Worker) send(ctx context.Context, log zerolog.Logger, d queue.Delivery,
 			w.fail(ctx, log, d, row, fmt.Sprintf("attempts exhausted (%d): %s", row.Attempts+1, pe.Error()), &attempt)
 			return
 		}
-		delay := backoffDelay(row.Attempts + 1)
+		delay := backoffDelay(w.o.RetryBase, row.Attempts+1)
 		if pe.RetryAfter > delay {
 			delay = min(pe.RetryAfter, w.o.RetryAfterMax)
 		}
@@ -521,9 +526,9 @@ func (w *Worker) deadLetter(ctx context.Context, id, reason, kind string) {
 
 // backoffDelay is the exponential delay before retry n (1-based), with
 // jitter so a batch that failed together does not come back in lockstep.
-func backoffDelay(n int) time.Duration {
+func backoffDelay(base time.Duration, n int) time.Duration {
 	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.Multiplier, b.RandomizationFactor = retryBase, 2, 0.5
+	b.InitialInterval, b.Multiplier, b.RandomizationFactor = base, 2, 0.5
 	b.MaxInterval, b.MaxElapsedTime = retryCap, 0
 	b.Reset()
 	d := b.NextBackOff()

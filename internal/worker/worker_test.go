@@ -1,0 +1,343 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/provider"
+	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/stacktest"
+	"github.com/owedhq/owed/internal/sweep"
+	"github.com/owedhq/owed/internal/worker"
+)
+
+var bg = context.Background()
+
+type bundle struct {
+	*stacktest.Stack
+	sweeper *sweep.Sweeper
+	metrics *worker.Metrics
+}
+
+func setup(t *testing.T, o stacktest.Options) *bundle {
+	t.Helper()
+	t.Parallel()
+	s := stacktest.New(t, o)
+	sw, err := sweep.New(s.Ledger, s.Queue, sweep.Config{Batch: 500, Budget: 30 * time.Second,
+		PublishAhead: time.Minute, RequeueAfter: 10 * time.Minute, KeyPrefix: "owed-"}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{Stack: s, sweeper: sw}
+}
+
+// sweepAll runs sweeps until one leases nothing.
+func (b *bundle) sweepAll(t *testing.T) int {
+	t.Helper()
+	total := 0
+	for {
+		res, err := b.sweeper.Run(bg)
+		if err != nil {
+			t.Fatalf("sweep: %v", err)
+		}
+		if res.Leased == 0 {
+			return total
+		}
+		total += res.Published
+	}
+}
+
+type options func(*worker.Options)
+
+// start runs a worker until the returned stop is called; stop waits for Run
+// to return.
+func (b *bundle) start(t *testing.T, change ...options) (stop func()) {
+	t.Helper()
+	o := worker.Options{
+		Ledger: b.Ledger, Queue: b.Queue,
+		Route:             func(string) (provider.Sender, error) { return b.Sender, nil },
+		Pace:              func(string) worker.Pacer { return stacktest.Unpaced{} },
+		Log:               zerolog.Nop(),
+		Concurrency:       8,
+		VisibilityTimeout: 5 * time.Second,
+		SendTimeout:       2 * time.Second,
+		ShutdownTimeout:   10 * time.Second,
+	}
+	for _, c := range change {
+		c(&o)
+	}
+	w, err := worker.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once atomic.Bool
+	stop = func() {
+		if once.Swap(true) {
+			return
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("worker.Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("worker did not stop within 30s of cancellation")
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitSettled polls the ledger until nothing is owed.
+func (b *bundle) waitSettled(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		bl, err := b.Ledger.Backlog(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bl.Owed == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still owed after %s: %+v", timeout, bl.ByState)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (b *bundle) sandboxStats(t *testing.T) sandbox.Stats {
+	t.Helper()
+	st, err := b.SandboxClient.Stats(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func (b *bundle) queueStats(t *testing.T) queue.Stats {
+	t.Helper()
+	st, err := b.Queue.Stats(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func TestThousandRowsDeliveredExactlyOnce(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	rows := b.Schedule(t, "acme", 1000, time.Now().Add(-time.Minute), nil)
+	if n := b.sweepAll(t); n != 1000 {
+		t.Fatalf("published %d, want 1000", n)
+	}
+	b.start(t)
+	b.waitSettled(t, 60*time.Second)
+
+	st := b.sandboxStats(t)
+	if st.Accepted != 1000 || st.Duplicates != 0 || st.DistinctKeys != 1000 {
+		t.Errorf("sandbox: accepted=%d duplicates=%d distinct=%d, want 1000/0/1000", st.Accepted, st.Duplicates, st.DistinctKeys)
+	}
+	for _, r := range rows[:20] {
+		d, err := b.Ledger.Get(bg, "acme", r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.State != ledger.StateDelivered || d.DeliveredAt == nil || d.ProviderMessageID == "" || len(d.History) != 1 {
+			t.Errorf("row %d: state=%s delivered=%v msg=%q attempts=%d", r.ID, d.State, d.DeliveredAt, d.ProviderMessageID, len(d.History))
+		}
+		sends, err := b.SandboxClient.Sends(bg, sandbox.SendQuery{Key: ledger.IdempotencyKey("owed-", r.ID, d.DueAt)})
+		if err != nil || len(sends) != 1 || sends[0].MessageID != d.ProviderMessageID {
+			t.Errorf("row %d: sandbox sends %+v (err %v), want one with message id %q", r.ID, sends, err, d.ProviderMessageID)
+		}
+	}
+	if q := b.queueStats(t); q.Visible+q.InFlight+q.Delayed+q.DeadLetterDepth != 0 {
+		t.Errorf("queue not drained: %+v", q)
+	}
+}
+
+func TestDuplicateQueueDeliveryIsAbsorbed(t *testing.T) {
+	b := setup(t, stacktest.Options{Emulator: func(c *emulator.Config) { c.RedeliveryRate = 0.5 }})
+	b.Schedule(t, "acme", 200, time.Now().Add(-time.Minute), nil)
+	b.sweepAll(t)
+	b.start(t)
+	b.waitSettled(t, 60*time.Second)
+	// Let redelivered copies drain, then count.
+	deadline := time.Now().Add(20 * time.Second)
+	for q := b.queueStats(t); q.Visible+q.InFlight+q.Delayed > 0 && time.Now().Before(deadline); q = b.queueStats(t) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	st := b.sandboxStats(t)
+	if st.Accepted != 200 || st.Duplicates != 0 {
+		t.Errorf("sandbox accepted=%d duplicates=%d, want 200 and 0", st.Accepted, st.Duplicates)
+	}
+}
+
+func TestExpiredRowIsNeverSent(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	now := time.Now()
+	exp := now.Add(3 * time.Second)
+	rows := b.Schedule(t, "acme", 2, now.Add(-time.Second), func(i int, r *ledger.NewNotification) {
+		if i == 0 {
+			r.ExpiresAt = &exp
+		}
+	})
+	b.sweepAll(t)
+	// The row expires while its message sits in the queue.
+	b.Ledger.Clock = func() time.Time { return time.Now().Add(time.Hour) }
+	b.start(t)
+	b.waitSettled(t, 30*time.Second)
+	d, _ := b.Ledger.Get(bg, "acme", rows[0].ID)
+	if d.State != ledger.StateExpired || len(d.History) != 0 {
+		t.Errorf("expired row: state=%s attempts=%d, want expired and none", d.State, len(d.History))
+	}
+	if st := b.sandboxStats(t); st.Accepted != 1 {
+		t.Errorf("sandbox accepted %d, want only the unexpired row", st.Accepted)
+	}
+}
+
+func TestWorkerDiedMidSendIsRecoveredAndCounted(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	due := time.Now().Add(-time.Second).UTC().Truncate(time.Microsecond)
+	rows := b.Schedule(t, "acme", 1, due, nil)
+	b.sweepAll(t)
+	// A worker took the message and claimed the row, then died: its claim
+	// has a short lease and its message is never acked.
+	msgs, err := b.Queue.Consume(bg, queue.ConsumeOptions{MaxMessages: 1, VisibilityTimeout: time.Second})
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("consume: %v %d", err, len(msgs))
+	}
+	if c, err := b.Ledger.ClaimForSend(bg, "acme", rows[0].ID, ledger.ClaimParams{DueAt: due, LeaseFor: time.Millisecond}); err != nil || c.Outcome != ledger.ClaimSend {
+		t.Fatalf("claim: %v %v", c.Outcome, err)
+	}
+	b.start(t)
+	b.waitSettled(t, 30*time.Second)
+	d, _ := b.Ledger.Get(bg, "acme", rows[0].ID)
+	if d.State != ledger.StateDelivered || len(d.History) != 1 || !d.History[0].PossibleDuplicate {
+		t.Errorf("recovered row: state=%s history=%+v, want delivered with one attempt flagged possible duplicate", d.State, d.History)
+	}
+}
+
+func TestRateLimitStormBurnsNoAttempt(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	// Every send is refused with 429 Retry-After: 1 for the first two seconds.
+	if err := b.SandboxClient.SetFaults(bg, sandbox.Faults{StormSeconds: 2, StormRetryAfterSeconds: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rows := b.Schedule(t, "acme", 20, time.Now().Add(-time.Second), nil)
+	b.sweepAll(t)
+	var paused atomic.Int64
+	b.start(t, func(o *worker.Options) {
+		o.Pace = func(string) worker.Pacer { return countingPacer{&paused} }
+	})
+	b.waitSettled(t, 60*time.Second)
+	if st := b.sandboxStats(t); st.Faults[sandbox.FaultStorm] == 0 || st.Accepted != 20 || st.Duplicates != 0 {
+		t.Errorf("sandbox: storms=%d accepted=%d duplicates=%d; want storms > 0, 20 accepted, 0 duplicates",
+			st.Faults[sandbox.FaultStorm], st.Accepted, st.Duplicates)
+	}
+	if paused.Load() == 0 {
+		t.Error("a 429 did not pause the shared pace")
+	}
+	for _, r := range rows {
+		d, _ := b.Ledger.Get(bg, "acme", r.ID)
+		if d.State != ledger.StateDelivered || d.Attempts != 1 {
+			t.Errorf("row %d: state=%s attempts=%d, want delivered with exactly 1 attempt", r.ID, d.State, d.Attempts)
+		}
+	}
+	if q := b.queueStats(t); q.DeadLetterDepth != 0 {
+		t.Errorf("dead letters: %d, want 0", q.DeadLetterDepth)
+	}
+}
+
+type countingPacer struct{ n *atomic.Int64 }
+
+func (countingPacer) Reserve(context.Context, time.Duration) (time.Duration, bool, error) {
+	return 0, true, nil
+}
+func (p countingPacer) Pause(context.Context, time.Duration) error { p.n.Add(1); return nil }
+
+func TestPermanentFailureAndPoisonAreDeadLettered(t *testing.T) {
+	b := setup(t, stacktest.Options{Sandbox: func(c *sandbox.Config) { c.Faults.PermanentRecipient = "bounce" }})
+	rows := b.Schedule(t, "acme", 3, time.Now().Add(-time.Second), func(i int, r *ledger.NewNotification) {
+		if i == 0 {
+			r.Recipient = "bounce@example.com"
+		}
+	})
+	b.sweepAll(t)
+	// A malformed message and one naming a row of another tenant.
+	poison := []queue.Message{
+		{Payload: json.RawMessage(`{"hello":"world"}`), IdempotencyKey: "poison-1"},
+		{Payload: json.RawMessage(`{"v":1,"tenant_id":"mallory","id":` + itoa(rows[1].ID) + `,"due_at":"2026-01-01T00:00:00Z","key":"k"}`), IdempotencyKey: "poison-2"},
+	}
+	if _, err := b.Queue.PublishBatch(bg, poison); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t)
+	b.waitSettled(t, 30*time.Second)
+	d, _ := b.Ledger.Get(bg, "acme", rows[0].ID)
+	if d.State != ledger.StateFailed || d.DeliveredAt != nil || len(d.History) != 1 || d.History[0].Outcome != ledger.AttemptPermanent {
+		t.Errorf("bounced row: state=%s history=%+v", d.State, d.History)
+	}
+	for _, r := range rows[1:] {
+		if d, _ := b.Ledger.Get(bg, "acme", r.ID); d.State != ledger.StateDelivered {
+			t.Errorf("row %d is %s, want delivered (the worker went on)", r.ID, d.State)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.queueStats(t).DeadLetterDepth < 3 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if q := b.queueStats(t); q.DeadLetterDepth != 3 {
+		t.Errorf("dead letters: %d, want 3 (bounce, malformed, cross-tenant)", q.DeadLetterDepth)
+	}
+}
+
+func TestShutdownDrainsCleanly(t *testing.T) {
+	b := setup(t, stacktest.Options{Sandbox: func(c *sandbox.Config) {
+		// Slow sends: the shutdown arrives while some are in flight.
+		c.Faults.TimeoutRate, c.Faults.TimeoutSeconds = 0.2, 0.3
+	}})
+	retryFast := func(o *worker.Options) { o.RetryBase = 50 * time.Millisecond }
+	b.Schedule(t, "acme", 300, time.Now().Add(-time.Second), nil)
+	b.sweepAll(t)
+	stop := b.start(t, retryFast)
+	deadline := time.Now().Add(20 * time.Second)
+	for b.sandboxStats(t).Accepted < 50 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	// Nothing is left claimed: every row is delivered or back in the queue's hands.
+	bl, err := b.Ledger.Backlog(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bl.ByState[ledger.StateSending] != 0 {
+		t.Errorf("%d rows left in sending after a clean shutdown", bl.ByState[ledger.StateSending])
+	}
+	if q := b.queueStats(t); q.InFlight != 0 {
+		t.Errorf("%d messages left in flight after a clean shutdown", q.InFlight)
+	}
+	// A new worker finishes the job without duplicates.
+	if err := b.SandboxClient.SetFaults(bg, sandbox.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, retryFast)
+	b.waitSettled(t, 60*time.Second)
+	if st := b.sandboxStats(t); st.Accepted != 300 || st.Duplicates != 0 {
+		t.Errorf("after restart: accepted=%d duplicates=%d, want 300 and 0", st.Accepted, st.Duplicates)
+	}
+}
+
+func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
