@@ -131,7 +131,9 @@ func (s *Stack) Schedule(t *testing.T, tenant string, n int, due time.Time, chan
 type Unpaced struct{}
 
 // Reserve grants every slot at once.
-func (Unpaced) Reserve(context.Context, time.Duration) (time.Duration, bool, error) { return 0, true, nil }
+func (Unpaced) Reserve(context.Context, time.Duration) (time.Duration, bool, error) {
+	return 0, true, nil
+}
 
 // Pause does nothing.
 func (Unpaced) Pause(context.Context, time.Duration) error { return nil }
