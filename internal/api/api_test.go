@@ -160,7 +160,7 @@ func TestScheduleGetAndFind(t *testing.T) {
 
 	r = b.do(t, "GET", fmt.Sprintf("/v1/notifications/%d", res.Notifications[1].ID), b.acme, nil)
 	expect(t, r, http.StatusOK)
-	var d ledger.Detail
+	var d detailResponse
 	r.data(t, &d)
 	if d.Tenant != "acme" || d.Recipient != "+15550002" || !d.DueAt.Equal(due) || d.ExpiresAt == nil ||
 		!d.ExpiresAt.Equal(exp) || d.State != ledger.StatePending || d.History == nil {
@@ -177,6 +177,31 @@ func TestScheduleGetAndFind(t *testing.T) {
 	if len(list.Notifications) != 1 || list.Notifications[0].ID != res.Notifications[0].ID ||
 		list.Limit != ledger.MaxFindLimit {
 		t.Errorf("find returned %+v, want exactly row %d", list, res.Notifications[0].ID)
+	}
+}
+
+// The compliance answer: a delivered row says when, through which provider,
+// under which provider message id, after how many attempts.
+func TestGetShowsDelivery(t *testing.T) {
+	b := setup(t)
+	var res scheduleResult
+	b.do(t, "POST", "/v1/notifications", b.acme, batch(note("+15550001", "T-1", b.now))).data(t, &res)
+	id := res.Notifications[0].ID
+	if _, err := b.ledger.ClaimForSend(ctx, "acme", id, ledger.ClaimParams{DueAt: b.now, LeaseFor: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ledger.SettleDelivered(ctx, "acme", id, ledger.Attempt{Attempt: 1, Provider: "sandbox",
+		StartedAt: b.now, FinishedAt: b.now, ProviderMessageID: "msg-1"}); err != nil {
+		t.Fatal(err)
+	}
+	r := b.do(t, "GET", fmt.Sprintf("/v1/notifications/%d", id), b.acme, nil)
+	expect(t, r, http.StatusOK)
+	var d detailResponse
+	r.data(t, &d)
+	if d.State != ledger.StateDelivered || d.DeliveredAt == nil || !d.DeliveredAt.Equal(b.now) ||
+		d.ProviderMessageID != "msg-1" || d.Attempts != 1 || len(d.History) != 1 ||
+		d.History[0].ProviderMessageID != "msg-1" {
+		t.Fatalf("detail %s, want delivered at %s as msg-1 after one attempt with its history", r.body, b.now)
 	}
 }
 

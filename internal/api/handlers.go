@@ -127,7 +127,15 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p principal) {
 		s.fail(w, r, err, batchNamer("notifications"))
 		return
 	}
-	writeData(w, http.StatusOK, d)
+	writeData(w, http.StatusOK, detailResponse{Notification: d.Notification, History: d.History})
+}
+
+// detailResponse is one row and its sends. ledger.Detail's own JSON names
+// its history "attempts", which shadows the row's attempt count; here the
+// count stays "attempts" and the list is "history".
+type detailResponse struct {
+	ledger.Notification
+	History []ledger.Attempt `json:"history"`
 }
 
 func (s *server) find(w http.ResponseWriter, r *http.Request, p principal) {
