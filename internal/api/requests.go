@@ -113,7 +113,7 @@ func decodeJSON(body []byte, dst any) *apiError {
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
 	if err == nil {
-		if _, trailing := dec.Token(); trailing != io.EOF {
+		if _, err := dec.Token(); err != io.EOF {
 			return &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON,
 				Message: "trailing data after the JSON object: send exactly one object"}
 		}
