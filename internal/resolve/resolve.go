@@ -1,0 +1,50 @@
+// Package resolve maps a ledger row's recipient to the address a provider
+// needs, reading the owed_contacts table in the row's tenant scope. It never
+// reads another tenant's contacts: every query runs under the tenant's
+// transaction-local setting, and row-level security enforces it.
+package resolve
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+const (
+	qSetTenant = `SELECT set_config('owed.tenant_id', $1, true)`
+	qContact   = `SELECT address, opted_out FROM owed_contacts WHERE tenant_id = $1 AND recipient = $2 AND channel = $3`
+)
+
+// ErrNoContact is returned when a recipient has no address for a channel.
+var ErrNoContact = errors.New("resolve: no contact for this recipient and channel")
+
+// SQL resolves recipients through owed_contacts.
+type SQL struct{ db *sql.DB }
+
+// NewSQL returns a resolver over db (the application role).
+func NewSQL(db *sql.DB) *SQL { return &SQL{db: db} }
+
+// Resolve returns the contact's address; skip is true when the contact
+// opted out. A missing contact is an error the worker retries, so a contact
+// written just after its row was scheduled is still found.
+func (r *SQL) Resolve(ctx context.Context, tenant, recipient, channel string) (string, bool, error) {
+	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return "", false, err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, qSetTenant, tenant); err != nil {
+		return "", false, err
+	}
+	var addr string
+	var optedOut bool
+	err = tx.QueryRowContext(ctx, qContact, tenant, recipient, channel).Scan(&addr, &optedOut)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, fmt.Errorf("%w (recipient %q, channel %q)", ErrNoContact, recipient, channel)
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return addr, optedOut, tx.Commit()
+}

@@ -1,0 +1,176 @@
+package worker
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/owedhq/owed/internal/pace"
+	"github.com/owedhq/owed/internal/provider/providers"
+	"github.com/owedhq/owed/internal/queue"
+)
+
+// Config is the worker service's configuration, read from OWED_* variables
+// and documented in the README's configuration table.
+type Config struct {
+	DatabaseURL       string        `envconfig:"DATABASE_URL"`
+	ListenAddr        string        `envconfig:"LISTEN_ADDR" default:":9090"`
+	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info"`
+	DBMaxConns        int           `envconfig:"DB_MAX_CONNS" default:"20"`
+	Concurrency       int           `envconfig:"WORKER_CONCURRENCY" default:"16"`
+	MaxAttempts       int           `envconfig:"MAX_ATTEMPTS" default:"5"`
+	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
+	SendTimeout       time.Duration `envconfig:"SEND_TIMEOUT" default:"15s"`
+	VisibilityTimeout time.Duration `envconfig:"VISIBILITY_TIMEOUT" default:"60s"`
+	RetryAfterMax     time.Duration `envconfig:"RETRY_AFTER_MAX" default:"15m"`
+	// ProviderRate is the pace every worker sharing a provider account
+	// keeps together ("40/m"); empty or "unlimited" means no pacing.
+	ProviderRate string `envconfig:"PROVIDER_RATE"`
+	// Resolver is "recipient" (the recipient is the address) or "sql" (the
+	// owed_contacts table).
+	Resolver string `envconfig:"RESOLVER" default:"recipient"`
+
+	Queue     queue.Config     `ignored:"true"`
+	Providers providers.Config `ignored:"true"`
+}
+
+// LoadConfig reads the environment; errors name the variable.
+func LoadConfig() (Config, error) {
+	var c Config
+	for _, target := range []any{&c, &c.Queue, &c.Providers} {
+		if err := envconfig.Process("OWED", target); err != nil {
+			return c, fmt.Errorf("configuration: %w", err)
+		}
+	}
+	return c, c.Validate()
+}
+
+// Validate names the first unusable setting.
+func (c Config) Validate() error {
+	switch {
+	case c.DatabaseURL == "":
+		return fmt.Errorf("OWED_DATABASE_URL is not set: give a postgres:// URL for the application role")
+	case c.Concurrency < 1 || c.Concurrency > 1000:
+		return fmt.Errorf("OWED_WORKER_CONCURRENCY=%d must be 1 to 1000", c.Concurrency)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("OWED_MAX_ATTEMPTS=%d must be at least 1", c.MaxAttempts)
+	case c.ShutdownTimeout <= 0:
+		return fmt.Errorf("OWED_SHUTDOWN_TIMEOUT=%s must be above zero", c.ShutdownTimeout)
+	case c.SendTimeout <= 0:
+		return fmt.Errorf("OWED_SEND_TIMEOUT=%s must be above zero", c.SendTimeout)
+	case c.VisibilityTimeout < 2*time.Second || c.VisibilityTimeout > 12*time.Hour:
+		return fmt.Errorf("OWED_VISIBILITY_TIMEOUT=%s must be 2s to 12h", c.VisibilityTimeout)
+	case c.RetryAfterMax <= 0:
+		return fmt.Errorf("OWED_RETRY_AFTER_MAX=%s must be above zero", c.RetryAfterMax)
+	case c.Resolver != "recipient" && c.Resolver != "sql":
+		return fmt.Errorf("OWED_RESOLVER=%q is not one of recipient, sql", c.Resolver)
+	case c.DBMaxConns < 1:
+		return fmt.Errorf("OWED_DB_MAX_CONNS=%d must be above zero", c.DBMaxConns)
+	}
+	if _, err := pace.ParseRate(c.ProviderRate); err != nil {
+		return fmt.Errorf("OWED_PROVIDER_RATE: %w", err)
+	}
+	return c.Queue.Validate()
+}
+
+// Options builds the worker's options from the configuration.
+func (c Config) Options() Options {
+	return Options{Concurrency: c.Concurrency, MaxAttempts: c.MaxAttempts, SendTimeout: c.SendTimeout,
+		VisibilityTimeout: c.VisibilityTimeout, ShutdownTimeout: c.ShutdownTimeout, RetryAfterMax: c.RetryAfterMax}
+}
+
+// Paces returns the pace of each provider account, one Limiter per account
+// shared by every sender in this process.
+func Paces(db *sql.DB, rate string) (func(account string) Pacer, error) {
+	r, err := pace.ParseRate(rate)
+	if err != nil {
+		return nil, fmt.Errorf("OWED_PROVIDER_RATE: %w", err)
+	}
+	var mu sync.Mutex
+	limiters := map[string]Pacer{}
+	return func(account string) Pacer {
+		mu.Lock()
+		defer mu.Unlock()
+		if p, ok := limiters[account]; ok {
+			return p
+		}
+		l, err := pace.New(db, account, r)
+		if err != nil {
+			// Only a provider Name() the pace cannot store gets here; every
+			// Reserve then fails, so the rows wait visibly instead of
+			// being sent unpaced.
+			limiters[account] = errPacer{err}
+		} else {
+			limiters[account] = pacer{l}
+		}
+		return limiters[account]
+	}, nil
+}
+
+type errPacer struct{ err error }
+
+func (p errPacer) Reserve(context.Context, time.Duration) (time.Duration, bool, error) {
+	return 0, false, p.err
+}
+func (p errPacer) Pause(context.Context, time.Duration) error { return p.err }
+
+// pacer adapts a pace.Limiter to the Pacer the worker uses.
+type pacer struct{ l *pace.Limiter }
+
+func (p pacer) Reserve(ctx context.Context, maxWait time.Duration) (time.Duration, bool, error) {
+	r, err := p.l.Reserve(ctx, maxWait)
+	if err != nil {
+		return 0, false, err
+	}
+	if !r.Granted {
+		// Come back when a slot is within reach, not when it starts.
+		return max(r.Wait-maxWait, time.Second), false, nil
+	}
+	return r.Wait, true, nil
+}
+
+func (p pacer) Pause(ctx context.Context, d time.Duration) error {
+	return p.l.Pause(ctx, d)
+}
+
+// Handler serves /healthz, /readyz and /metrics for the worker process.
+func Handler(db *sql.DB, q *queue.Client, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		if err := db.PingContext(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"database":"unreachable"}` + "\n"))
+			return
+		}
+		if _, err := q.Stats(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"database":"ok","queue":"unreachable"}` + "\n"))
+			return
+		}
+		w.Write([]byte(`{"database":"ok","queue":"ok"}` + "\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// NewRegistry returns a registry with the process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
