@@ -33,7 +33,7 @@ func newFlags(name, synopsis, example string) *flag.FlagSet {
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
+			// The flag package has already printed the usage.
 			return errHelp
 		}
 		return usageError{err.Error()}

@@ -15,8 +15,9 @@ import (
 func migrateCmd(ctx context.Context, args []string) error {
 	fs := newFlags("migrate", "migrate up|down|status [--database-url URL]",
 		"OWED_DATABASE_URL=postgres://owed_owner@db/owed owedctl migrate up")
-	dbURL := fs.String("database-url", os.Getenv("OWED_DATABASE_URL"),
-		"database to migrate, as the role that owns the schema (default $OWED_DATABASE_URL)")
+	// The default is read after parsing so --help never prints a URL that
+	// may carry a password.
+	dbURL := fs.String("database-url", "", "database to migrate, as the role that owns the schema (default $OWED_DATABASE_URL)")
 	if len(args) == 0 {
 		fs.Usage()
 		return usageError{"missing action: one of up, down, status"}
@@ -24,6 +25,9 @@ func migrateCmd(ctx context.Context, args []string) error {
 	action := args[0]
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
+	}
+	if *dbURL == "" {
+		*dbURL = os.Getenv("OWED_DATABASE_URL")
 	}
 	if *dbURL == "" {
 		return usageError{"no database: set OWED_DATABASE_URL or pass --database-url"}

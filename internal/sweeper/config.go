@@ -6,6 +6,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/sweep"
 )
@@ -28,10 +29,8 @@ type Config struct {
 	RequeueAfter      time.Duration `envconfig:"REQUEUE_AFTER" default:"10m"`
 	IdempotencyPrefix string        `envconfig:"IDEMPOTENCY_PREFIX" default:"owed-"`
 
-	Lookahead   time.Duration `envconfig:"LOOKAHEAD" default:"3h"`
-	DefaultLead time.Duration `envconfig:"DEFAULT_LEAD" default:"10m"`
-
-	Queue queue.Config `ignored:"true"`
+	Materialise materialise.Config `ignored:"true"`
+	Queue       queue.Config       `ignored:"true"`
 }
 
 // LoadConfig reads the environment. Errors name the variable.
@@ -40,8 +39,10 @@ func LoadConfig() (Config, error) {
 	if err := envconfig.Process("OWED", &c); err != nil {
 		return c, fmt.Errorf("configuration: %w", err)
 	}
-	if err := envconfig.Process("OWED", &c.Queue); err != nil {
-		return c, fmt.Errorf("configuration: %w", err)
+	for _, part := range []any{&c.Queue, &c.Materialise} {
+		if err := envconfig.Process("OWED", part); err != nil {
+			return c, fmt.Errorf("configuration: %w", err)
+		}
 	}
 	return c, c.Validate()
 }
@@ -63,12 +64,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_API_TOKEN must be at least 16 characters when set")
 	case c.DBMaxConns <= 0:
 		return fmt.Errorf("OWED_DB_MAX_CONNS=%d must be above zero", c.DBMaxConns)
-	case c.Lookahead <= 0:
-		return fmt.Errorf("OWED_LOOKAHEAD=%s must be above zero", c.Lookahead)
-	case c.DefaultLead < 0:
-		return fmt.Errorf("OWED_DEFAULT_LEAD=%s must not be negative", c.DefaultLead)
 	}
 	if err := c.Sweep().Validate(); err != nil {
+		return err
+	}
+	if err := c.Materialise.Validate(); err != nil {
 		return err
 	}
 	return c.Queue.Validate()

@@ -16,7 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/api"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/migrate"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/service"
@@ -29,6 +31,7 @@ type Server struct {
 	ledger  *ledger.Ledger
 	queue   *queue.Client
 	sweeper *sweep.Sweeper
+	mat     *materialise.Materialiser
 	metrics *sweep.Metrics
 	reg     *prometheus.Registry
 	log     zerolog.Logger
@@ -45,8 +48,10 @@ func New(cfg Config, l *ledger.Ledger, q *queue.Client, log zerolog.Logger) (*Se
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		sweep.NewBacklogCollector(l))
 	s := &Server{cfg: cfg, ledger: l, queue: q, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg, log: log,
-		mux: http.NewServeMux()}
+		mux: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise)}
 	s.mux.HandleFunc("/cron/sweep", s.cron(s.handleSweep))
+	s.mux.HandleFunc("/cron/materialise", s.cron(s.handleMaterialise))
+	s.mux.Handle("/v1/", api.New(api.Options{Ledger: l, Tokens: api.NewTokens(l.DB()), ServiceToken: cfg.APIToken, Log: log}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -80,6 +85,23 @@ func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) {
 		// A hosted cron retries or alerts on non-2xx; the counts so far are
 		// in the body either way.
 		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, res)
+}
+
+func (s *Server) handleMaterialise(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	res, err := s.mat.Run(r.Context())
+	ev := s.log.Info()
+	status := http.StatusOK
+	if err != nil {
+		ev, status = s.log.Error().Err(err), http.StatusServiceUnavailable
+	}
+	ev.Int("items", res.Items).Int("scheduled", res.Scheduled).Int("existing", res.Existing).Int("late", res.Late).
+		Int("skipped", len(res.Skipped)).Int64("duration_ms", time.Since(start).Milliseconds()).Msg("materialise")
+	if err != nil {
+		writeJSON(w, status, map[string]any{"result": res, "error": err.Error()})
+		return
 	}
 	writeJSON(w, status, res)
 }
