@@ -30,6 +30,7 @@ func commands() map[string]command {
 		"migrate":  {"apply, roll back or show database migrations", migrateCmd},
 		"queue":    {"run the local queue emulator (queue serve)", queueCmd},
 		"provider": {"run the local sandbox provider (provider serve)", providerCmd},
+		"dlq":      {"dead-letter inspection and redrive", dlqCmd},
 		"tokens":   {"create, list and revoke tenant API tokens", tokensCmd},
 	}
 }

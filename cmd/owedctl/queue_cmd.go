@@ -2,10 +2,129 @@ package main
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/internal/queue/emulator"
 )
 
-// queueCmd is replaced by the queue emulator's command.
+// queueCmd runs the local queue emulator (queue serve) or prints a queue's
+// depths (queue stats).
 func queueCmd(ctx context.Context, args []string) error {
-	return errors.New("queue: not built yet")
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(os.Stderr, "usage: owedctl queue serve|stats [flags]\n\n"+
+			"  serve   run the local queue emulator (see 'owedctl queue serve --help')\n"+
+			"  stats   print the configured queue's depths\n")
+		if len(args) == 0 {
+			return usageError{"missing action: one of serve, stats"}
+		}
+		return errHelp
+	}
+	switch args[0] {
+	case "serve":
+		return queueServe(ctx, args[1:])
+	case "stats":
+		return queueStats(ctx, args[1:])
+	}
+	return usageError{fmt.Sprintf("unknown action %q: one of serve, stats", args[0])}
+}
+
+func queueServe(ctx context.Context, args []string) error {
+	var cfg emulator.Config
+	if err := envconfig.Process("OWED", &cfg); err != nil {
+		return usageError{err.Error()}
+	}
+	fs := newFlags("queue serve", "queue serve [flags]",
+		"OWED_QUEUE_TOKEN=dev-token OWED_QUEUE_DATABASE_URL=postgres://owed_owner@localhost/owed owedctl queue serve --addr 127.0.0.1:8181")
+	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address ($OWED_QUEUE_ADDR)")
+	// The token and database URL default to empty rather than to their
+	// variables so --help never prints a secret.
+	token := fs.String("token", "", "bearer token clients must send (default $OWED_QUEUE_TOKEN; prefer the variable, flags show in ps)")
+	dbURL := fs.String("database-url", "", "PostgreSQL database for the owed_queue schema (default $OWED_QUEUE_DATABASE_URL)")
+	queues := fs.String("queues", strings.Join(cfg.Queues, ","), "comma-separated queue names to accept; empty accepts any ($OWED_QUEUE_QUEUES)")
+	fs.DurationVar(&cfg.DedupWindow, "dedup-window", cfg.DedupWindow, "how long an idempotency key is remembered ($OWED_QUEUE_DEDUP_WINDOW)")
+	fs.DurationVar(&cfg.VisibilityTimeout, "visibility-timeout", cfg.VisibilityTimeout, "visibility timeout of consumes that ask for none ($OWED_QUEUE_VISIBILITY_TIMEOUT)")
+	fs.IntVar(&cfg.MaxReceives, "max-receives", cfg.MaxReceives, "counted failures before a message is dead-lettered ($OWED_QUEUE_MAX_RECEIVES)")
+	fs.BoolVar(&cfg.SynchronousCommit, "synchronous-commit", cfg.SynchronousCommit,
+		"keep PostgreSQL synchronous_commit on: slower, and only a PostgreSQL crash could lose the last commits without it ($OWED_QUEUE_SYNCHRONOUS_COMMIT)")
+	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "database connections ($OWED_QUEUE_MAX_CONNS)")
+	fs.Float64Var(&cfg.ThrottleRate, "fault-throttle-rate", cfg.ThrottleRate, "fraction 0..1 of requests answered with a throttle ($OWED_QUEUE_FAULT_THROTTLE_RATE)")
+	fs.IntVar(&cfg.ThrottleStatus, "fault-throttle-status", cfg.ThrottleStatus, "throttle status, 429 or 503 ($OWED_QUEUE_FAULT_THROTTLE_STATUS)")
+	fs.StringVar(&cfg.ThrottleScope, "fault-throttle-scope", cfg.ThrottleScope, "throttle publish only (publish) or every endpoint (all) ($OWED_QUEUE_FAULT_THROTTLE_SCOPE)")
+	fs.IntVar(&cfg.RetryAfterSeconds, "fault-retry-after", cfg.RetryAfterSeconds, "Retry-After seconds sent with a throttle ($OWED_QUEUE_FAULT_RETRY_AFTER_SECONDS)")
+	fs.BoolVar(&cfg.RetryAfterHTTPDate, "fault-retry-after-http-date", cfg.RetryAfterHTTPDate, "send Retry-After as an HTTP date ($OWED_QUEUE_FAULT_RETRY_AFTER_HTTP_DATE)")
+	fs.IntVar(&cfg.LatencyMS, "fault-latency-ms", cfg.LatencyMS, "latency added to every request ($OWED_QUEUE_FAULT_LATENCY_MS)")
+	fs.Float64Var(&cfg.RedeliveryRate, "fault-redelivery-rate", cfg.RedeliveryRate, "fraction 0..1 of consumed messages delivered twice ($OWED_QUEUE_FAULT_REDELIVERY_RATE)")
+	level := fs.String("log-level", "info", "log level: debug logs every request")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *token != "" {
+		cfg.Token = *token
+	}
+	if *dbURL != "" {
+		cfg.DatabaseURL = *dbURL
+	}
+	cfg.Queues = nil
+	for _, q := range strings.Split(*queues, ",") {
+		if q = strings.TrimSpace(q); q != "" {
+			cfg.Queues = append(cfg.Queues, q)
+		}
+	}
+	lvl, err := zerolog.ParseLevel(*level)
+	if err != nil {
+		return usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", *level)}
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError{err.Error()}
+	}
+	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("service", "queue-emulator").Logger()
+
+	em, err := emulator.Open(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer em.Stop()
+	em.Start(ctx)
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s (--addr / OWED_QUEUE_ADDR): %w", cfg.Addr, err)
+	}
+	log.Info().Str("addr", ln.Addr().String()).Strs("queues", cfg.Queues).Dur("dedup_window", cfg.DedupWindow).
+		Dur("visibility_timeout", cfg.VisibilityTimeout).Int("max_receives", cfg.MaxReceives).
+		Bool("synchronous_commit", cfg.SynchronousCommit).Interface("faults", cfg.Faults).Msg("queue emulator: starting")
+	return em.Serve(ctx, ln)
+}
+
+func queueStats(ctx context.Context, args []string) error {
+	fs := newFlags("queue stats", "queue stats [--queue NAME] [--json]", "OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl queue stats")
+	qf := addQueueFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	c, err := qf.client()
+	if err != nil {
+		return err
+	}
+	st, err := c.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	if *qf.json {
+		return json.NewEncoder(os.Stdout).Encode(st)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "QUEUE\tVISIBLE\tIN FLIGHT\tDELAYED\tDEAD LETTERS\tOLDEST AGE")
+	fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%.0fs\n", c.Queue(), st.Visible, st.InFlight, st.Delayed, st.DeadLetterDepth, st.OldestAgeSeconds)
+	return w.Flush()
 }

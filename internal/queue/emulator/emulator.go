@@ -162,10 +162,15 @@ func Open(ctx context.Context, cfg Config, log zerolog.Logger) (*Emulator, error
 		db.Close()
 		return nil, err
 	}
+	st, err := newStore(ctx, db, cfg.DedupWindow, cfg.MaxReceives)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
 	e := &Emulator{
 		cfg:       cfg,
 		db:        db,
-		store:     &store{db: db, dedupWindow: cfg.DedupWindow, maxReceives: cfg.MaxReceives},
+		store:     st,
 		log:       log,
 		tokenHash: sha256.Sum256([]byte(cfg.Token)),
 		closing:   make(chan struct{}),
@@ -246,6 +251,7 @@ func (e *Emulator) Stop() {
 		<-e.janDone
 		e.stopJan = nil
 	}
+	e.store.close()
 	e.db.Close()
 }
 

@@ -142,11 +142,34 @@ WHERE (queue, key) IN (
 	WHERE created_at <= now() - $1::bigint * interval '1 millisecond'
 	LIMIT $2)`
 
-// store runs the statements above.
+// store runs the statements above, prepared once: a prepared statement is
+// a single round trip per call and is planned once per connection, which on
+// the consume path is a good share of PostgreSQL's work.
 type store struct {
 	db          *sql.DB
 	dedupWindow time.Duration
 	maxReceives int
+	stmts       map[string]*sql.Stmt
+}
+
+func newStore(ctx context.Context, db *sql.DB, dedupWindow time.Duration, maxReceives int) (*store, error) {
+	s := &store{db: db, dedupWindow: dedupWindow, maxReceives: maxReceives, stmts: map[string]*sql.Stmt{}}
+	for _, q := range []string{publishSQL, consumeSQL, redeliverSQL, ackSQL, nackSQL, extendSQL,
+		deadLettersSQL, redriveSQL, deleteDeadLettersSQL, statsSQL, pruneKeysSQL} {
+		st, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("emulator: prepare statement: %w", err)
+		}
+		s.stmts[q] = st
+	}
+	return s, nil
+}
+
+func (s *store) close() {
+	for _, st := range s.stmts {
+		st.Close()
+	}
 }
 
 // publishEntry is one validated message to enqueue.
@@ -185,7 +208,7 @@ func (s *store) publish(ctx context.Context, queue string, entries []publishEntr
 		for j, i := range pending {
 			payloads[j], keys[j], delays[j] = entries[i].payload, entries[i].key, int64(entries[i].delay)
 		}
-		rows, err := s.db.QueryContext(ctx, publishSQL, queue, pq.ByteaArray(payloads), pq.StringArray(keys),
+		rows, err := s.stmts[publishSQL].QueryContext(ctx, queue, pq.ByteaArray(payloads), pq.StringArray(keys),
 			pq.Int64Array(delays), s.dedupWindow.Milliseconds())
 		if err != nil {
 			return nil, fmt.Errorf("publish: %w", err)
@@ -219,7 +242,7 @@ func (s *store) publish(ctx context.Context, queue string, entries []publishEntr
 
 // consume leases up to max messages for visibility seconds.
 func (s *store) consume(ctx context.Context, queue string, max, visibility int) ([]wire.Message, error) {
-	rows, err := s.db.QueryContext(ctx, consumeSQL, queue, max, visibility, s.maxReceives)
+	rows, err := s.stmts[consumeSQL].QueryContext(ctx, queue, max, visibility, s.maxReceives)
 	if err != nil {
 		return nil, fmt.Errorf("consume: %w", err)
 	}
@@ -244,7 +267,7 @@ func (s *store) consume(ctx context.Context, queue string, max, visibility int) 
 }
 
 func (s *store) redeliver(ctx context.Context, queue string, ids []int64) error {
-	if _, err := s.db.ExecContext(ctx, redeliverSQL, queue, pq.Int64Array(ids)); err != nil {
+	if _, err := s.stmts[redeliverSQL].ExecContext(ctx, queue, pq.Int64Array(ids)); err != nil {
 		return fmt.Errorf("redeliver: %w", err)
 	}
 	return nil
@@ -261,7 +284,7 @@ var errNotFound = errors.New("not found")
 // nack reports whether the message was dead-lettered and whether it is
 // visible again right away.
 func (s *store) nack(ctx context.Context, queue string, id int64, delay int, counted, deadLetter bool, reason string) (dead, visible bool, err error) {
-	err = s.db.QueryRowContext(ctx, nackSQL, queue, id, delay, counted, deadLetter, s.maxReceives, reason).Scan(&dead, &visible)
+	err = s.stmts[nackSQL].QueryRowContext(ctx, queue, id, delay, counted, deadLetter, s.maxReceives, reason).Scan(&dead, &visible)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, false, errNotFound
 	}
@@ -273,7 +296,7 @@ func (s *store) nack(ctx context.Context, queue string, id int64, delay int, cou
 
 func (s *store) extend(ctx context.Context, queue string, id int64, visibility int) (time.Time, error) {
 	var until time.Time
-	err := s.db.QueryRowContext(ctx, extendSQL, queue, id, visibility).Scan(&until)
+	err := s.stmts[extendSQL].QueryRowContext(ctx, queue, id, visibility).Scan(&until)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, errNotFound
 	}
@@ -291,7 +314,7 @@ func (s *store) deadLetters(ctx context.Context, queue string, after int64, limi
 		idsArg = pq.Int64Array(ids)
 	}
 	// One row more than asked tells whether there is a next page.
-	rows, err := s.db.QueryContext(ctx, deadLettersSQL, queue, after, limit+1, idsArg)
+	rows, err := s.stmts[deadLettersSQL].QueryContext(ctx, queue, after, limit+1, idsArg)
 	if err != nil {
 		return nil, "", fmt.Errorf("dead letters: %w", err)
 	}
@@ -330,7 +353,7 @@ func (s *store) deleteDeadLetters(ctx context.Context, queue string, ids []int64
 
 func (s *store) stats(ctx context.Context, queue string) (wire.Stats, error) {
 	var st wire.Stats
-	err := s.db.QueryRowContext(ctx, statsSQL, queue).Scan(&st.Visible, &st.InFlight, &st.Delayed, &st.DeadLetterDepth, &st.OldestAgeSeconds)
+	err := s.stmts[statsSQL].QueryRowContext(ctx, queue).Scan(&st.Visible, &st.InFlight, &st.Delayed, &st.DeadLetterDepth, &st.OldestAgeSeconds)
 	if err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}
@@ -353,7 +376,7 @@ func (s *store) pruneKeys(ctx context.Context) (int, error) {
 }
 
 func (s *store) execCount(ctx context.Context, what, query string, args ...any) (int, error) {
-	res, err := s.db.ExecContext(ctx, query, args...)
+	res, err := s.stmts[query].ExecContext(ctx, args...)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", what, err)
 	}
