@@ -45,8 +45,9 @@ type Reservation struct {
 	// queue with a delay of at least Wait minus the max wait, so it returns
 	// when a slot is within reach.
 	Granted bool
-	// Wait is how long to wait before sending, measured from the moment the
-	// limiter's clock was read. It is never negative.
+	// Wait is how long to wait before sending, from the moment Reserve
+	// returned (from the injected clock's reading, with WithClock). It is
+	// never negative.
 	Wait time.Duration
 	// At is the slot's start on the limiter's clock (the database's unless a
 	// clock was injected); zero for an unlimited limiter.
@@ -74,6 +75,7 @@ type Limiter struct {
 	rate     Rate
 	interval int64 // microseconds, rounded up
 	clock    func() time.Time
+	offset   clockOffset
 
 	// pausedUntil is the local pause of an unlimited limiter (see Pause).
 	mu          sync.Mutex
@@ -138,8 +140,10 @@ func (l *Limiter) Reserve(ctx context.Context, maxWait time.Duration) (Reservati
 		granted bool
 		at, now time.Time
 	)
+	sent := time.Now()
 	err := l.db.QueryRowContext(ctx, qReserve, l.account, l.interval, ceilMicros(maxWait), l.now()).
 		Scan(&granted, &at, &now)
+	received := time.Now()
 	if errors.Is(err, sql.ErrNoRows) {
 		// Only possible if the row vanished between the upsert's conflict and
 		// the read, which a role without DELETE cannot cause.
@@ -148,9 +152,18 @@ func (l *Limiter) Reserve(ctx context.Context, maxWait time.Duration) (Reservati
 	if err != nil {
 		return Reservation{}, fmt.Errorf("pace: reserve %q: %w", l.account, err)
 	}
-	// clock_timestamp() is read once per expression, so now can trail the
-	// slot's start by a few microseconds when the slot starts right away.
-	return Reservation{Granted: granted, Wait: max(at.Sub(now), 0), At: at}, nil
+	if l.clock != nil {
+		// An injected clock stands still during the statement: the wait is
+		// exactly the distance from it.
+		return Reservation{Granted: granted, Wait: max(at.Sub(now), 0), At: at}, nil
+	}
+	// Measuring the wait from the database's reading of its clock would add
+	// the statement's return trip, which varies by milliseconds under load,
+	// to every send: enough for a provider with a small burst to see two
+	// sends closer than its interval. Instead the slot's start is translated
+	// to this process's clock and the wait is measured from now.
+	l.offset.observe(sent, received, now)
+	return Reservation{Granted: granted, Wait: max(l.offset.toLocal(at).Sub(time.Now()), 0), At: at}, nil
 }
 
 // Wait reserves a slot and sleeps until it starts. A slot further away than
@@ -235,6 +248,42 @@ func (l *Limiter) localPause() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return max(time.Until(l.pausedUntil), 0)
+}
+
+// OffsetSampleMaxAge is how long the best estimate of the database clock's
+// offset is trusted before a newer, possibly slower, sample replaces it:
+// clocks drift apart by up to tens of microseconds a second, so an estimate
+// older than this has drifted by about as much as a fast round trip's error.
+const OffsetSampleMaxAge = 10 * time.Second
+
+// clockOffset estimates how far the database's clock is ahead of this
+// process's, the way NTP does: a statement's clock reading happened somewhere
+// between sending it and receiving the answer, so the midpoint is off by at
+// most half the round trip, and the sample with the fastest round trip is the
+// best one.
+type clockOffset struct {
+	mu     sync.Mutex
+	offset time.Duration
+	rtt    time.Duration
+	at     time.Time
+}
+
+// observe considers one sample: the database read dbNow while a statement
+// sent at sent was answered at received.
+func (c *clockOffset) observe(sent, received, dbNow time.Time) {
+	rtt := received.Sub(sent)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() || rtt <= c.rtt || received.Sub(c.at) > OffsetSampleMaxAge {
+		c.offset, c.rtt, c.at = dbNow.Sub(sent.Add(rtt/2)), rtt, received
+	}
+}
+
+// toLocal translates an instant on the database's clock to this process's.
+func (c *clockOffset) toLocal(dbTime time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return dbTime.Add(-c.offset)
 }
 
 // ceilMicros rounds d up to whole microseconds, Postgres's resolution:

@@ -347,10 +347,13 @@ func TestValidation(t *testing.T) {
 
 // Under contention with a short max wait, some reservations are refused. A
 // refusal must report the latest state, not a stale snapshot: the slot it
-// names lies beyond max wait, or it would have been granted. Clock reads
-// inside one statement differ by microseconds, hence the small tolerance.
+// names lies beyond max wait, or it would have been granted. The injected
+// clock runs at real speed so that grants and refusals interleave, and it
+// makes each statement's "now" exact.
 func TestRefusalsUnderContentionReportTheLatestSlot(t *testing.T) {
 	b := setup(t)
+	started := time.Now()
+	clock := func() time.Time { return b.now.Add(time.Since(started)) }
 	rate := Rate{200, time.Second}
 	const maxWait = 40 * time.Millisecond
 	var (
@@ -361,7 +364,7 @@ func TestRefusalsUnderContentionReportTheLatestSlot(t *testing.T) {
 		errs     = make(chan error, 32)
 	)
 	for range 4 {
-		l := mustNew(t, b.process(t), "sandbox", rate)
+		l := mustNew(t, b.process(t), "sandbox", rate, WithClock(clock))
 		for range 8 {
 			wg.Go(func() {
 				for range 30 {
@@ -377,7 +380,7 @@ func TestRefusalsUnderContentionReportTheLatestSlot(t *testing.T) {
 						refusals++
 					}
 					mu.Unlock()
-					if !r.Granted && r.Wait <= maxWait-time.Millisecond {
+					if !r.Granted && r.Wait <= maxWait {
 						errs <- errors.New("a refusal named a slot within max wait: " + r.Wait.String())
 						return
 					}
@@ -395,4 +398,48 @@ func TestRefusalsUnderContentionReportTheLatestSlot(t *testing.T) {
 	}
 	checkSpacing(t, slots, rate.Interval())
 	t.Logf("granted=%d refused=%d", len(slots), refusals)
+}
+
+// The offset estimate keeps the sample with the fastest round trip, because
+// its midpoint is the closest to when the database read its clock, until it
+// is too old to trust.
+func TestClockOffsetPrefersTheFastestRoundTrip(t *testing.T) {
+	t.Parallel()
+	var c clockOffset
+	base := time.Now()
+	db := func(local time.Time, ahead time.Duration) time.Time { return local.Add(ahead).Round(0) }
+
+	// A slow sample: the database's clock was read late in a 40ms trip.
+	c.observe(base, base.Add(40*time.Millisecond), db(base.Add(39*time.Millisecond), time.Second))
+	// A fast one, 1ms: its midpoint is within half a millisecond of the truth.
+	c.observe(base.Add(time.Second), base.Add(time.Second+time.Millisecond),
+		db(base.Add(time.Second+500*time.Microsecond), time.Second))
+	// A later slow one does not replace it.
+	c.observe(base.Add(2*time.Second), base.Add(2*time.Second+30*time.Millisecond),
+		db(base.Add(2*time.Second+time.Millisecond), time.Second))
+	if got := c.toLocal(db(base, time.Second)).Sub(base.Round(0)); got.Abs() > time.Microsecond {
+		t.Fatalf("offset estimate off by %s, want the fast sample's", got)
+	}
+	// Past OffsetSampleMaxAge any sample replaces it: clocks drift.
+	late := base.Add(time.Second + OffsetSampleMaxAge + time.Second)
+	c.observe(late, late.Add(10*time.Millisecond), db(late.Add(5*time.Millisecond), 2*time.Second))
+	if got := c.toLocal(db(base, 2*time.Second)).Sub(base.Round(0)); got.Abs() > time.Microsecond {
+		t.Fatalf("offset after the estimate aged = off by %s, want the new sample's", got)
+	}
+}
+
+// On the database's clock, a reservation's wait is measured on this
+// process's clock from when Reserve returned: the slot's start, translated,
+// is never before that.
+func TestReserveWaitOnTheDatabaseClock(t *testing.T) {
+	b := setup(t)
+	l := mustNew(t, b.db.App, "sandbox", Rate{10, time.Second})
+	first := mustReserve(t, l, time.Second)
+	second := mustReserve(t, l, time.Second)
+	if !first.Granted || !second.Granted || second.At.Sub(first.At) != 100*time.Millisecond {
+		t.Fatalf("reservations = %+v, %+v, want granted 100ms apart", first, second)
+	}
+	if second.Wait <= 0 || second.Wait > 100*time.Millisecond {
+		t.Fatalf("second wait = %s, want within one interval", second.Wait)
+	}
 }
