@@ -125,6 +125,9 @@ func New(cfg Config) (Router, error) {
 	if cfg.Provider == "" {
 		cfg.Provider = DefaultProvider
 	}
+	if cfg.Timeout < 0 {
+		return Router{}, fmt.Errorf("OWED_PROVIDER_TIMEOUT: must be a positive duration like 10s (got %s)", cfg.Timeout)
+	}
 	overrides := map[string]string{
 		message.ChannelEmail: cfg.ProviderEmail, message.ChannelSMS: cfg.ProviderSMS,
 		message.ChannelTelegram: cfg.ProviderTelegram, message.ChannelSlack: cfg.ProviderSlack,

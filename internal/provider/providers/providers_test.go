@@ -120,6 +120,8 @@ func TestErrorsNameTheVariable(t *testing.T) {
 			[]string{"OWED_WEBHOOK_SECRET"}},
 		{"bad sandbox secret", map[string]string{"OWED_SANDBOX_SECRET": "whsec_not-base64!"},
 			[]string{"OWED_SANDBOX_SECRET"}},
+		{"negative timeout", map[string]string{"OWED_PROVIDER_TIMEOUT": "-1s"},
+			[]string{"OWED_PROVIDER_TIMEOUT"}},
 		{"bad sandbox url", map[string]string{"OWED_SANDBOX_URL": "localhost:8089"},
 			[]string{"OWED_SANDBOX_URL"}},
 	} {

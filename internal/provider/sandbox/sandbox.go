@@ -175,7 +175,8 @@ const (
 
 // Serve serves on ln until ctx is cancelled, then shuts down gracefully: hung
 // fault handlers are released first, then in-flight requests get up to
-// ShutdownTimeout to finish.
+// ShutdownTimeout to finish. A Server serves once; after Serve returns, build
+// a new one.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s,
