@@ -1,0 +1,96 @@
+package sweeper
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/internal/materialise"
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/stacktest"
+)
+
+const secret = "cron-secret-0123456789abcdef"
+
+func setup(t *testing.T) (*stacktest.Stack, http.Handler) {
+	t.Helper()
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Options{})
+	cfg := Config{CronSecret: secret, SweepBatch: 500, SweepBudget: 30 * time.Second, PublishAhead: time.Minute,
+		RequeueAfter: 10 * time.Minute, IdempotencyPrefix: "owed-", DBMaxConns: 4,
+		Materialise: materialise.Config{Lookahead: 3 * time.Hour, DefaultLead: 10 * time.Minute},
+		Queue:       queue.Config{URL: s.QueueURL, Token: stacktest.QueueToken, Name: s.Queue.Queue()},
+		DatabaseURL: s.DB.AppURL}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, s.Ledger, s.Queue, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, srv.Handler()
+}
+
+func do(h http.Handler, method, path, auth string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	if auth != "" {
+		r.Header.Set("Authorization", auth)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func TestCronAuthAndMethod(t *testing.T) {
+	_, h := setup(t)
+	for _, path := range []string{"/cron/sweep", "/cron/materialise"} {
+		if w := do(h, http.MethodGet, path, "Bearer "+secret); w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != "POST" {
+			t.Errorf("GET %s: %d allow=%q, want 405 with Allow: POST", path, w.Code, w.Header().Get("Allow"))
+		}
+		if w := do(h, http.MethodPost, path, ""); w.Code != http.StatusUnauthorized {
+			t.Errorf("POST %s without the secret: %d, want 401", path, w.Code)
+		}
+		if w := do(h, http.MethodPost, path, "Bearer "+secret+"x"); w.Code != http.StatusUnauthorized {
+			t.Errorf("POST %s with a wrong secret: %d, want 401", path, w.Code)
+		}
+		if w := do(h, http.MethodPost, path, "Bearer "+secret); w.Code != http.StatusOK {
+			t.Errorf("POST %s with the secret: %d %s, want 200", path, w.Code, w.Body)
+		}
+	}
+}
+
+func TestSweepReportsCounts(t *testing.T) {
+	s, h := setup(t)
+	s.Schedule(t, "acme", 7, time.Now().Add(-time.Minute), nil)
+	w := do(h, http.MethodPost, "/cron/sweep", "Bearer "+secret)
+	var res struct {
+		Leased, Published, Republished int
+		Expired                        int64
+		DurationMS                     int64   `json:"duration_ms"`
+		OldestOwedAgeS                 float64 `json:"oldest_owed_age_s"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &res); err != nil || w.Code != 200 {
+		t.Fatalf("sweep: %d %s (%v)", w.Code, w.Body, err)
+	}
+	if res.Leased != 7 || res.Published != 7 || res.OldestOwedAgeS < 50 {
+		t.Errorf("sweep body: %s", w.Body)
+	}
+	m := do(h, http.MethodGet, "/metrics", "")
+	for _, want := range []string{`owed_sweep_runs_total{outcome="ok"} 1`, `owed_sweep_rows_total{result="published"} 7`,
+		`owed_backlog_rows{state="queued"} 7`, "owed_oldest_owed_age_seconds"} {
+		if !strings.Contains(m.Body.String(), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if w := do(h, http.MethodGet, "/readyz", ""); w.Code != 200 {
+		t.Errorf("/readyz: %d %s", w.Code, w.Body)
+	}
+	if w := do(h, http.MethodGet, "/healthz", ""); w.Code != 200 {
+		t.Errorf("/healthz: %d", w.Code)
+	}
+}
