@@ -8,7 +8,8 @@
 // transaction-local bypass flag owed.bypass_rls instead:
 //
 //   - Lease, ExpireOverdue, MarkQueued and ReleaseLeased: the sweeper's claim
-//     over every tenant's owed rows and its bookkeeping of that claim;
+//     over every tenant's owed rows and its bookkeeping of that claim
+//     (ExplainLease runs the same claim under EXPLAIN and rolls it back);
 //   - Backlog, OldestOwedAge, Leasable, GetAny and Stats: operator
 //     aggregates and look-ups.
 //
