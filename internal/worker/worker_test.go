@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"sync/atomic"
 	"testing"
@@ -341,3 +342,45 @@ func TestShutdownDrainsCleanly(t *testing.T) {
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// Two worker processes (separate pools, separate Worker values) share one
+// provider account's pace through Postgres: together they stay under the
+// sandbox's limit, so it never has to refuse them.
+func TestTwoProcessesShareTheProvidersPace(t *testing.T) {
+	const perSecond = 10
+	b := setup(t, stacktest.Options{Sandbox: func(c *sandbox.Config) {
+		c.Rate, _ = sandbox.ParseRate("10/s")
+		c.Burst = sandbox.DefaultBurst
+	}})
+	const rows = 60
+	b.Schedule(t, "acme", rows, time.Now().Add(-time.Second), nil)
+	b.sweepAll(t)
+	start := time.Now()
+	for i := 0; i < 2; i++ {
+		db, err := sql.Open("postgres", b.DB.AppURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		paces, err := worker.Paces(db, "10/s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.start(t, func(o *worker.Options) {
+			o.Ledger, o.Pace = ledger.New(db), paces
+		})
+	}
+	b.waitSettled(t, 60*time.Second)
+	elapsed := time.Since(start)
+	st := b.sandboxStats(t)
+	if st.Accepted != rows || st.Duplicates != 0 {
+		t.Errorf("sandbox: accepted=%d duplicates=%d, want %d and 0", st.Accepted, st.Duplicates, rows)
+	}
+	if st.RateLimited != 0 {
+		t.Errorf("the sandbox refused %d sends with 429: the two processes exceeded the shared pace", st.RateLimited)
+	}
+	// 60 sends at 10/s cannot take less than about 6 s (minus the burst).
+	if min := time.Duration(rows-sandbox.DefaultBurst-1) * time.Second / perSecond; elapsed < min {
+		t.Errorf("60 paced sends took %s, faster than the rate allows (%s)", elapsed, min)
+	}
+}
