@@ -27,11 +27,14 @@ func (e usageError) Error() string { return e.msg }
 
 func commands() map[string]command {
 	return map[string]command{
-		"migrate":  {"apply, roll back or show database migrations", migrateCmd},
-		"queue":    {"run the local queue emulator (queue serve)", queueCmd},
-		"provider": {"run the local sandbox provider (provider serve)", providerCmd},
-		"dlq":      {"dead-letter inspection and redrive", dlqCmd},
-		"tokens":   {"create, list and revoke tenant API tokens", tokensCmd},
+		"migrate":       {"apply, roll back or show database migrations", migrateCmd},
+		"queue":         {"run the local queue emulator (queue serve)", queueCmd},
+		"provider":      {"run the local sandbox provider (provider serve)", providerCmd},
+		"dlq":           {"dead-letter inspection and redrive", dlqCmd},
+		"dev":           {"run the whole system on this machine (make run)", devCmd},
+		"tokens":        {"create, list and revoke tenant API tokens", tokensCmd},
+		"notifications": {"look up notifications and their attempts", notificationsCmd},
+		"stats":         {"the delivery health numbers", statsCmd},
 	}
 }
 
