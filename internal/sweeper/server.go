@@ -46,7 +46,7 @@ func New(cfg Config, l *ledger.Ledger, q *queue.Client, log zerolog.Logger) (*Se
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		sweep.NewBacklogCollector(l))
+		sweep.NewBacklogCollector(l), sweep.NewQueueCollector(q.Stats))
 	s := &Server{cfg: cfg, ledger: l, queue: q, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg, log: log,
 		mux: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise)}
 	s.mux.HandleFunc("/cron/sweep", s.cron(s.handleSweep))

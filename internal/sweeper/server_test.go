@@ -82,7 +82,7 @@ func TestSweepReportsCounts(t *testing.T) {
 	}
 	m := do(h, http.MethodGet, "/metrics", "")
 	for _, want := range []string{`owed_sweep_runs_total{outcome="ok"} 1`, `owed_sweep_rows_total{result="published"} 7`,
-		`owed_backlog_rows{state="queued"} 7`, "owed_oldest_owed_age_seconds"} {
+		`owed_backlog_rows{state="queued"} 7`, "owed_oldest_owed_age_seconds", "owed_queue_dead_letter_depth 0"} {
 		if !strings.Contains(m.Body.String(), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
