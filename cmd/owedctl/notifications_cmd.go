@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/owedhq/owed/internal/ledger"
+)
+
+const notificationsExample = "owedctl notifications find --tenant acme --recipient user-42 --kind reminder"
+
+// notificationsCmd answers "was this customer notified, and when" from the
+// ledger: one row with every attempt (show), or a tenant's rows (find).
+func notificationsCmd(ctx context.Context, args []string) error {
+	return runNotifications(ctx, os.Stdout, args)
+}
+
+// runNotifications is notificationsCmd writing to out, so tests read what an
+// operator would see.
+func runNotifications(ctx context.Context, out io.Writer, args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(os.Stderr, "usage: owedctl notifications show ID|find --tenant T [flags]\n\n"+
+			"  show ID   one row of any tenant, with every send attempt and its outcome\n"+
+			"  find      a tenant's rows, newest due first (--recipient, --ref, --kind, --limit)\n\n"+
+			"The database is --database-url or OWED_DATABASE_URL.\n\nexample:\n  "+notificationsExample+"\n")
+		if len(args) == 0 {
+			return usageError{"name an action: show or find"}
+		}
+		return errHelp
+	}
+	switch args[0] {
+	case "show":
+		return notificationsShow(ctx, out, args[1:])
+	case "find":
+		return notificationsFind(ctx, out, args[1:])
+	}
+	return usageError{fmt.Sprintf("unknown action %q: one of show, find", args[0])}
+}
+
+// ledgerDatabaseFlag registers --database-url. The environment is read in
+// openLedger, after parsing, and never becomes the flag's default: --help
+// prints defaults, and the URL may carry a password.
+func ledgerDatabaseFlag(fs *flag.FlagSet) *string {
+	return fs.String("database-url", "", "the owed database; the application role suffices (default $OWED_DATABASE_URL)")
+}
+
+func openLedger(dbURL string) (*ledger.Ledger, func(), error) {
+	if dbURL == "" {
+		dbURL = os.Getenv("OWED_DATABASE_URL")
+	}
+	if dbURL == "" {
+		return nil, nil, usageError{"no database: set OWED_DATABASE_URL or pass --database-url"}
+	}
+	db, err := sql.Open("postgres", dbURL)
+	if err != nil {
+		// lib/pq's parse errors do not echo the URL, so the password stays out.
+		return nil, nil, fmt.Errorf("open database: %w", err)
+	}
+	return ledger.New(db), func() { db.Close() }, nil
+}
+
+func notificationsShow(ctx context.Context, out io.Writer, args []string) error {
+	fs := newFlags("notifications show", "notifications show ID [--json] [--database-url URL]",
+		"owedctl notifications show 4711")
+	asJSON := fs.Bool("json", false, "print JSON instead of tables")
+	dbURL := ledgerDatabaseFlag(fs)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError{"show takes exactly one notification id"}
+	}
+	id, err := strconv.ParseInt(pos[0], 10, 64)
+	if err != nil || id <= 0 {
+		return usageError{fmt.Sprintf("notification id %q is not a positive integer", pos[0])}
+	}
+	l, closeDB, err := openLedger(*dbURL)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	d, err := l.GetAny(ctx, id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return fmt.Errorf("notification %d not found in any tenant", id)
+	}
+	if err != nil {
+		return fmt.Errorf("read notification %d: %w", id, err)
+	}
+	if *asJSON {
+		return printJSON(out, d)
+	}
+	printDetail(out, d)
+	return nil
+}
+
+func notificationsFind(ctx context.Context, out io.Writer, args []string) error {
+	fs := newFlags("notifications find",
+		"notifications find --tenant T [--recipient R] [--ref X] [--kind K] [--limit N] [--json] [--database-url URL]",
+		notificationsExample)
+	tenant := fs.String("tenant", "", "tenant whose rows to list (required)")
+	recipient := fs.String("recipient", "", "only this recipient")
+	ref := fs.String("ref", "", "only rows about this subject reference (ref_id)")
+	kind := fs.String("kind", "", "only this kind, e.g. reminder")
+	limit := fs.Int("limit", 50, fmt.Sprintf("at most this many rows, newest due first (up to %d)", ledger.MaxFindLimit))
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	dbURL := ledgerDatabaseFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q: find takes only flags", fs.Arg(0))}
+	}
+	if *tenant == "" {
+		return usageError{"--tenant is required: rows are only ever listed within one tenant"}
+	}
+	if *limit < 1 || *limit > ledger.MaxFindLimit {
+		return usageError{fmt.Sprintf("--limit=%d must be 1 to %d", *limit, ledger.MaxFindLimit)}
+	}
+	l, closeDB, err := openLedger(*dbURL)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	rows, err := l.Find(ctx, *tenant, ledger.Filter{Recipient: *recipient, RefID: *ref, Kind: *kind, Limit: *limit})
+	if err != nil {
+		return fmt.Errorf("find notifications of tenant %q: %w", *tenant, err)
+	}
+	if *asJSON {
+		return printJSON(out, map[string]any{"notifications": rows})
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(out, "no notifications of tenant %q match\n", *tenant)
+		return nil
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tSTATE\tDUE\tDELIVERED\tRECIPIENT\tCHANNEL\tKIND\tREF\tATTEMPTS\tPROVIDER\tPROVIDER MESSAGE ID")
+	for _, n := range rows {
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, n.State, stamp(&n.DueAt),
+			stamp(n.DeliveredAt), n.Recipient, n.Channel, n.Kind, n.RefID, n.Attempts, dash(n.Provider), dash(n.ProviderMessageID))
+	}
+	return w.Flush()
+}
+
+// printDetail prints one row as a field list, then its attempts as a table.
+func printDetail(out io.Writer, d ledger.Detail) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	n := d.Notification
+	for _, f := range [][2]string{
+		{"id", strconv.FormatInt(n.ID, 10)},
+		{"tenant", n.Tenant},
+		{"state", string(n.State)},
+		{"recipient", n.Recipient},
+		{"channel", n.Channel},
+		{"kind", n.Kind},
+		{"ref", n.RefID},
+		{"due", stamp(&n.DueAt)},
+		{"expires", stamp(n.ExpiresAt)},
+		{"published", stamp(n.PublishedAt)},
+		{"claimed", stamp(n.ClaimedAt)},
+		{"delivered", stamp(n.DeliveredAt)},
+		{"settled", stamp(n.SettledAt)},
+		{"attempts", strconv.Itoa(n.Attempts)},
+		{"provider", dash(n.Provider)},
+		{"provider message id", dash(n.ProviderMessageID)},
+		{"last error", dash(n.LastError)},
+	} {
+		fmt.Fprintf(w, "%s:\t%s\n", f[0], f[1])
+	}
+	w.Flush()
+	fmt.Fprintln(out)
+	if len(d.History) == 0 {
+		fmt.Fprintln(out, "no send attempts")
+		return
+	}
+	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ATTEMPT\tSTARTED\tTOOK\tPROVIDER\tOUTCOME\tHTTP\tPROVIDER MESSAGE ID\tERROR")
+	for _, a := range d.History {
+		outcome := string(a.Outcome)
+		if a.PossibleDuplicate {
+			outcome += " (possible duplicate)"
+		}
+		status := "-"
+		if a.HTTPStatus != 0 {
+			status = strconv.Itoa(a.HTTPStatus)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, stamp(&a.StartedAt),
+			a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), a.Provider, outcome, status,
+			dash(a.ProviderMessageID), dash(strings.ReplaceAll(a.Error, "\n", " ")))
+	}
+	w.Flush()
+}
+
+func printJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// stamp prints a time in UTC to the second, "-" when unset: operators compare
+// these against provider dashboards, which show UTC.
+func stamp(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/queue"
+)
+
+// providerLimitedMinutesPromQL is the fraction of the last hour's minutes in
+// which any worker got a provider 429. The ledger cannot answer it: a 429 is
+// not an attempt (it burns nothing, so notification_attempts has no row),
+// and provider_pace keeps only the latest paused_until, not a history. The
+// workers count every 429 in owed_worker_provider_rate_limited_total, so the
+// honest answer is this query against Prometheus.
+const providerLimitedMinutesPromQL = `avg_over_time((sum(increase(owed_worker_provider_rate_limited_total[1m])) > bool 0)[1h:1m])`
+
+// queueStatsTimeout bounds the dead-letter look-up so an unreachable queue
+// prints "unknown" instead of hanging the command.
+const queueStatsTimeout = 10 * time.Second
+
+// healthStats is what `owedctl stats` reports, also its --json shape.
+type healthStats struct {
+	Delivery ledger.Stats   `json:"delivery"`
+	Backlog  ledger.Backlog `json:"backlog"`
+	// DeadLetterDepth is nil when the queue could not be asked;
+	// DeadLetterUnknown then says why.
+	DeadLetterDepth   *int64 `json:"dead_letter_depth"`
+	DeadLetterUnknown string `json:"dead_letter_unknown,omitempty"`
+	// ProviderLimitedMinutesPromQL is the query that answers the fraction of
+	// minutes workers hit the provider's limit (see the constant's comment).
+	ProviderLimitedMinutesPromQL string `json:"provider_limited_minutes_promql"`
+}
+
+func statsCmd(ctx context.Context, args []string) error {
+	return runStats(ctx, os.Stdout, args)
+}
+
+// runStats is statsCmd writing to out, so tests read what an operator sees.
+func runStats(ctx context.Context, out io.Writer, args []string) error {
+	fs := newFlags("stats", "stats [--since 1h] [--json] [--queue NAME] [--database-url URL]",
+		"OWED_DATABASE_URL=postgres://owed_app@db/owed OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl stats --since 24h")
+	since := fs.Duration("since", time.Hour, "report deliveries settled in this window")
+	qf := addQueueFlags(fs)
+	dbURL := ledgerDatabaseFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q: stats takes only flags", fs.Arg(0))}
+	}
+	if *since <= 0 {
+		return usageError{fmt.Sprintf("--since=%s must be above zero, e.g. 1h", *since)}
+	}
+	l, closeDB, err := openLedger(*dbURL)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+
+	h := healthStats{ProviderLimitedMinutesPromQL: providerLimitedMinutesPromQL}
+	if h.Delivery, err = l.Stats(ctx, time.Now().Add(-*since)); err != nil {
+		return fmt.Errorf("read delivery stats: %w", err)
+	}
+	if h.Backlog, err = l.Backlog(ctx); err != nil {
+		return fmt.Errorf("read the owed backlog: %w", err)
+	}
+	h.DeadLetterDepth, h.DeadLetterUnknown = deadLetterDepth(ctx, *qf.name)
+
+	if *qf.json {
+		return printJSON(out, h)
+	}
+	printHealth(out, h, *since)
+	return nil
+}
+
+// deadLetterDepth asks the queue, or says why it could not: stats is most
+// needed when something is broken, so a missing queue must not hide the
+// ledger's numbers.
+func deadLetterDepth(ctx context.Context, name string) (*int64, string) {
+	var cfg queue.Config
+	if err := envconfig.Process("OWED", &cfg); err != nil {
+		return nil, err.Error()
+	}
+	if cfg.URL == "" {
+		return nil, "the queue is not configured: set OWED_QUEUE_URL and OWED_QUEUE_TOKEN"
+	}
+	cfg.Name = name
+	if err := cfg.Validate(); err != nil {
+		return nil, err.Error()
+	}
+	c, err := queue.New(cfg)
+	if err != nil {
+		return nil, err.Error()
+	}
+	ctx, cancel := context.WithTimeout(ctx, queueStatsTimeout)
+	defer cancel()
+	// The client's errors never carry the token, so they are safe to print.
+	st, err := c.Stats(ctx)
+	if err != nil {
+		return nil, "queue stats: " + err.Error()
+	}
+	return &st.DeadLetterDepth, ""
+}
+
+func printHealth(out io.Writer, h healthStats, since time.Duration) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	d := h.Delivery
+	fmt.Fprintf(w, "window:\tlast %s (since %s)\n", since, stamp(&d.Since))
+	fmt.Fprintf(w, "settled:\tdelivered %d, failed %d, expired %d, skipped %d, cancelled %d\n",
+		d.Delivered, d.Failed, d.Expired, d.Skipped, d.Cancelled)
+	fmt.Fprintf(w, "delivery lag:\tp50 %s, p95 %s, max %s\n", round(d.LagP50), round(d.LagP95), round(d.LagMax))
+	fmt.Fprintf(w, "duplicate sends:\t%d rows accepted more than once, %d possible duplicate resends\n",
+		d.DuplicateRows, d.PossibleDuplicates)
+	if h.DeadLetterDepth != nil {
+		fmt.Fprintf(w, "dead letters:\t%d\n", *h.DeadLetterDepth)
+	} else {
+		fmt.Fprintf(w, "dead letters:\tunknown (%s)\n", h.DeadLetterUnknown)
+	}
+	fmt.Fprintf(w, "provider-limited minutes:\tneeds Prometheus (429s are not recorded in the database): %s\n",
+		h.ProviderLimitedMinutesPromQL)
+	b := h.Backlog
+	fmt.Fprintf(w, "owed backlog:\t%d (pending %d, leased %d, queued %d, sending %d)\n", b.Owed,
+		b.ByState[ledger.StatePending], b.ByState[ledger.StateLeased], b.ByState[ledger.StateQueued], b.ByState[ledger.StateSending])
+	if b.OldestDueAt != nil {
+		fmt.Fprintf(w, "oldest owed age:\t%s (due %s)\n", round(b.OldestOwedAge), stamp(b.OldestDueAt))
+	} else {
+		fmt.Fprintf(w, "oldest owed age:\t0s (nothing due is owed)\n")
+	}
+	w.Flush()
+}
+
+func round(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
+}
