@@ -10,4 +10,6 @@ if [ -n "$gofmt_out" ]; then
   exit 1
 fi
 go vet ./...
+# Alert rules and their unit tests (installs promtool from Debian when missing).
+scripts/promtool-test.sh
 exec scripts/with-postgres.sh go test -race -count=1 -timeout 20m ./... "$@"
