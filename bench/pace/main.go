@@ -60,7 +60,8 @@ func main() {
 
 func run() error {
 	var (
-		rateText   = flag.String("rate", defaultRate, "the provider's rate, which the pace keeps too")
+		rateText   = flag.String("rate", defaultRate, "the provider's rate")
+		paceText   = flag.String("pace-rate", "", "the rate the pace keeps, when not the provider's (headroom)")
 		processes  = flag.Int("processes", defaultProcesses, "simulated worker processes, one connection pool each")
 		workers    = flag.Int("workers", defaultWorkers, "concurrent workers per process")
 		duration   = flag.Duration("duration", defaultDuration, "how long to send")
@@ -75,8 +76,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if rate.IsUnlimited() || *processes < 1 || *workers < 1 || *burst < 1 || *duration <= *warmup || *resolution <= 0 {
-		return fmt.Errorf("-rate must be limited, -processes, -workers and -burst at least 1, " +
+	paceRate := rate
+	if *paceText != "" {
+		if paceRate, err = pace.ParseRate(*paceText); err != nil {
+			return err
+		}
+	}
+	if rate.IsUnlimited() || paceRate.IsUnlimited() || *processes < 1 || *workers < 1 || *burst < 1 || *duration <= *warmup || *resolution <= 0 {
+		return fmt.Errorf("-rate and -pace-rate must be limited, -processes, -workers and -burst at least 1, " +
 			"-duration longer than -warmup, -retry-after-resolution positive")
 	}
 	ownerURL := os.Getenv("OWED_TEST_DATABASE_URL")
@@ -113,7 +120,7 @@ func run() error {
 		}
 		defer db.Close()
 		db.SetMaxIdleConns(*workers)
-		l, err := pace.New(db, account, rate)
+		l, err := pace.New(db, account, paceRate)
 		if err != nil {
 			return err
 		}
@@ -122,36 +129,43 @@ func run() error {
 		}
 	}
 	wg.Wait()
-	end := time.Now()
+	// The run ends at the deadline, not when the last worker has noticed:
+	// no send leaves after it, so the tail would only dilute the rate.
+	end := start.Add(*duration)
 	if st.err != nil {
 		return st.err
 	}
-	return report(st, rate, *processes, *workers, *burst, *maxWait, *resolution, end.Sub(measureFrom))
+	return report(st, rate, paceRate, *processes, *workers, *burst, *maxWait, *resolution, end.Sub(measureFrom))
 }
 
 // work is one worker: take a slot, wait for it, send, and on a 429 pause the
 // shared pace. A slot beyond max wait stands for a nack with a delay: the
-// message goes back to the queue and the worker picks it up again later.
+// message goes back to the queue and a worker picks it up again later.
 func work(ctx context.Context, l *pace.Limiter, prov *provider, st *stats, maxWait time.Duration, measureFrom time.Time) {
 	for ctx.Err() == nil {
 		began := time.Now()
 		r, err := l.Reserve(ctx, maxWait)
-		returned := time.Now()
-		st.reserved(returned.Sub(began), r.Granted)
+		st.reserved(time.Since(began), r.Granted)
 		if err != nil {
 			st.fail(ctx, err)
 			return
 		}
 		if !r.Granted {
-			sleep(ctx, r.Wait-maxWait)
+			// The nack's delay: the earliest slot's whole distance rather
+			// than just the part beyond max wait. While the backlog lasts,
+			// the slots within reach keep being taken by the workers that
+			// hold them, and retrying sooner would only spin.
+			sleep(ctx, r.Wait)
 			continue
 		}
 		if !sleep(ctx, r.Wait) {
 			return
 		}
-		ok, retryAfter := prov.send()
 		sentAt := time.Now()
-		st.sent(sentAt.After(measureFrom), ok, sentAt.Sub(returned.Add(r.Wait)))
+		ok, retryAfter := prov.send()
+		// The database runs on this machine, so its clock is this one's and
+		// the slot's start compares directly with the send's wall time.
+		st.sent(sentAt.After(measureFrom), ok, sentAt.Round(0).Sub(r.At))
 		if !ok {
 			if err := l.Pause(ctx, retryAfter); err != nil {
 				st.fail(ctx, err)
@@ -212,9 +226,8 @@ type stats struct {
 	accepted, refused429 int // measured sends only
 	granted, notGranted  int
 	latencies            []time.Duration
-	// lateness is how long after its slot (on this process's clock) each
-	// measured send left: timer and scheduling delay, the jitter a provider
-	// with a small burst has to absorb.
+	// lateness is how long after its slot's start each measured send left
+	// (negative: early): the jitter a provider with a small burst absorbs.
 	lateness []time.Duration
 	err      error
 }
@@ -256,7 +269,7 @@ func (s *stats) fail(ctx context.Context, err error) {
 	}
 }
 
-func report(s *stats, rate pace.Rate, processes, workers, burst int, maxWait, resolution, measured time.Duration) error {
+func report(s *stats, rate, paceRate pace.Rate, processes, workers, burst int, maxWait, resolution, measured time.Duration) error {
 	allowed := measured.Seconds() / rate.Interval().Seconds()
 	attempts := s.accepted + s.refused429
 	if attempts == 0 || len(s.latencies) == 0 {
@@ -265,16 +278,17 @@ func report(s *stats, rate pace.Rate, processes, workers, burst int, maxWait, re
 	slices.Sort(s.latencies)
 	slices.Sort(s.lateness)
 	pct := func(d []time.Duration, p float64) time.Duration { return d[int(p*float64(len(d)-1))] }
-	fmt.Printf("rate=%s processes=%d workers=%d provider_burst=%d max_wait=%s retry_after_resolution=%s measured=%.1fs\n",
-		rate, processes, workers, burst, maxWait, resolution, measured.Seconds())
+	fmt.Printf("rate=%s pace_rate=%s processes=%d workers=%d provider_burst=%d max_wait=%s "+
+		"retry_after_resolution=%s measured=%.1fs\n",
+		rate, paceRate, processes, workers, burst, maxWait, resolution, measured.Seconds())
 	fmt.Printf("accepted=%d (%.2f/s) allowed=%.0f accepted_fraction=%.4f\n",
 		s.accepted, float64(s.accepted)/measured.Seconds(), allowed, float64(s.accepted)/allowed)
 	fmt.Printf("attempts=%d 429s=%d 429_fraction=%.4f\n",
 		attempts, s.refused429, float64(s.refused429)/float64(attempts))
 	fmt.Printf("reservations granted=%d not_granted=%d reserve_latency p50=%s p99=%s max=%s\n",
 		s.granted, s.notGranted, pct(s.latencies, 0.50), pct(s.latencies, 0.99), pct(s.latencies, 1))
-	fmt.Printf("send_lateness p50=%s p99=%s max=%s\n",
-		pct(s.lateness, 0.50), pct(s.lateness, 0.99), pct(s.lateness, 1))
+	fmt.Printf("send_lateness min=%s p50=%s p99=%s max=%s\n",
+		pct(s.lateness, 0), pct(s.lateness, 0.50), pct(s.lateness, 0.99), pct(s.lateness, 1))
 	return nil
 }
 

@@ -157,13 +157,18 @@ func (l *Limiter) Reserve(ctx context.Context, maxWait time.Duration) (Reservati
 		// exactly the distance from it.
 		return Reservation{Granted: granted, Wait: max(at.Sub(now), 0), At: at}, nil
 	}
-	// Measuring the wait from the database's reading of its clock would add
-	// the statement's return trip, which varies by milliseconds under load,
-	// to every send: enough for a provider with a small burst to see two
-	// sends closer than its interval. Instead the slot's start is translated
-	// to this process's clock and the wait is measured from now.
+	// Measuring the wait from the answer's arrival adds the statement's
+	// return trip, which varies by milliseconds under load, to every send:
+	// enough for a provider with a small burst to see two sends closer than
+	// its interval. The clock offset estimated from the fastest recent
+	// statement usually places the slot more tightly; both bounds are never
+	// early, so the earlier of the two is used.
 	l.offset.observe(sent, received, now)
-	return Reservation{Granted: granted, Wait: max(l.offset.toLocal(at).Sub(time.Now()), 0), At: at}, nil
+	start := received.Add(at.Sub(now))
+	if estimated := l.offset.latestLocal(at); estimated.Before(start) {
+		start = estimated
+	}
+	return Reservation{Granted: granted, Wait: max(time.Until(start), 0), At: at}, nil
 }
 
 // Wait reserves a slot and sleeps until it starts. A slot further away than
@@ -279,11 +284,13 @@ func (c *clockOffset) observe(sent, received, dbNow time.Time) {
 	}
 }
 
-// toLocal translates an instant on the database's clock to this process's.
-func (c *clockOffset) toLocal(dbTime time.Time) time.Time {
+// latestLocal translates an instant on the database's clock to the latest
+// instant on this process's clock it can be, given the estimate's error of at
+// most half its round trip: waiting until then never sends early.
+func (c *clockOffset) latestLocal(dbTime time.Time) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return dbTime.Add(-c.offset)
+	return dbTime.Add(-c.offset + c.rtt/2)
 }
 
 // ceilMicros rounds d up to whole microseconds, Postgres's resolution:

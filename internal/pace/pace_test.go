@@ -417,14 +417,14 @@ func TestClockOffsetPrefersTheFastestRoundTrip(t *testing.T) {
 	// A later slow one does not replace it.
 	c.observe(base.Add(2*time.Second), base.Add(2*time.Second+30*time.Millisecond),
 		db(base.Add(2*time.Second+time.Millisecond), time.Second))
-	if got := c.toLocal(db(base, time.Second)).Sub(base.Round(0)); got.Abs() > time.Microsecond {
-		t.Fatalf("offset estimate off by %s, want the fast sample's", got)
+	if got := c.latestLocal(db(base, time.Second)).Sub(base.Round(0)); got != 500*time.Microsecond {
+		t.Fatalf("latest local instant is %s after the truth, want half the fast sample's round trip", got)
 	}
 	// Past OffsetSampleMaxAge any sample replaces it: clocks drift.
 	late := base.Add(time.Second + OffsetSampleMaxAge + time.Second)
 	c.observe(late, late.Add(10*time.Millisecond), db(late.Add(5*time.Millisecond), 2*time.Second))
-	if got := c.toLocal(db(base, 2*time.Second)).Sub(base.Round(0)); got.Abs() > time.Microsecond {
-		t.Fatalf("offset after the estimate aged = off by %s, want the new sample's", got)
+	if got := c.latestLocal(db(base, 2*time.Second)).Sub(base.Round(0)); got != 5*time.Millisecond {
+		t.Fatalf("after the estimate aged, latest local instant is %s after the truth, want the new sample's 5ms", got)
 	}
 }
 
