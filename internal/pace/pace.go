@@ -137,17 +137,27 @@ func (l *Limiter) Reserve(ctx context.Context, maxWait time.Duration) (Reservati
 		return Reservation{Granted: wait <= maxWait, Wait: wait}, nil
 	}
 	var (
-		granted bool
-		at, now time.Time
+		granted        bool
+		at, now        time.Time
+		sent, received time.Time
+		err            error
 	)
-	sent := time.Now()
-	err := l.db.QueryRowContext(ctx, qReserve, l.account, l.interval, ceilMicros(maxWait), l.now()).
-		Scan(&granted, &at, &now)
-	received := time.Now()
+	// Two tries: a refusal comes back empty when the account's row was
+	// created by a concurrent first reservation that committed after this
+	// statement's snapshot was taken, so the refusal's read cannot see it.
+	// Nothing was taken then, and the next statement's snapshot sees the row.
+	for range 2 {
+		sent = time.Now()
+		err = l.db.QueryRowContext(ctx, qReserve, l.account, l.interval, ceilMicros(maxWait), l.now()).
+			Scan(&granted, &at, &now)
+		received = time.Now()
+		if !errors.Is(err, sql.ErrNoRows) {
+			break
+		}
+	}
 	if errors.Is(err, sql.ErrNoRows) {
-		// Only possible if the row vanished between the upsert's conflict and
-		// the read, which a role without DELETE cannot cause.
-		return Reservation{}, fmt.Errorf("pace: reserve %q: account row disappeared", l.account)
+		return Reservation{}, fmt.Errorf("pace: reserve %q: the account's row is not visible; "+
+			"was it deleted from provider_pace?", l.account)
 	}
 	if err != nil {
 		return Reservation{}, fmt.Errorf("pace: reserve %q: %w", l.account, err)

@@ -38,7 +38,10 @@ const (
 	// reads the row to say when the earliest slot is. FOR UPDATE there makes
 	// that read see the latest version (the one the upsert locked) rather than
 	// the statement's snapshot, which a concurrent reservation may have
-	// outdated. A first reservation inserts the row with its slot at now.
+	// outdated. A first reservation inserts the row with its slot at now. A
+	// row another statement inserted after this one's snapshot is invisible
+	// to denied even FOR UPDATE, so a refusal racing the account's first
+	// reservation answers nothing; Reserve then asks again.
 	qReserve = `
 WITH granted AS (
     INSERT INTO provider_pace AS p (account, tat, updated_at)
