@@ -47,7 +47,12 @@ func devCmd(ctx context.Context, args []string) error {
 	if fi, err := os.Stdout.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 		cfg.Terminal = true
 	}
-	return devstack.Run(ctx, cfg)
+	s, err := devstack.New(cfg)
+	if err != nil {
+		// Every setting New rejects came from a flag it names.
+		return usageError{err.Error()}
+	}
+	return s.Run(ctx)
 }
 
 func joinPorts(ports []int) string {

@@ -168,7 +168,7 @@ func (c Config) validate() error {
 			return fmt.Errorf("%s %d: want a port from 1 to 65535", p.flag, p.port)
 		}
 		if other, ok := seen[p.port]; ok {
-			return fmt.Errorf("%s and %s are both %d: give each service its own port", other, p.flag, p.port)
+			return fmt.Errorf("%s and %s both name port %d: give each service its own port", other, p.flag, p.port)
 		}
 		seen[p.port] = p.flag
 	}
@@ -236,6 +236,11 @@ type Stack struct {
 	// panelHeight is how many lines the last panel drew, so the next one
 	// can move back over them; only the panel goroutine uses it.
 	panelHeight int
+	// inProgress says the start-up line is open.
+	inProgress bool
+	// meter turns the sandbox's counter into sends per minute for the panel
+	// and, once the panel stopped, the final reading.
+	meter rateMeter
 
 	// cancel stops the background goroutines (scheduler, seeder, panel).
 	cancel context.CancelFunc
@@ -279,6 +284,7 @@ func (s *Stack) Seeded() Seeded {
 func (s *Stack) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
+			s.endProgress("failed")
 			s.Stop()
 		}
 	}()
@@ -293,6 +299,7 @@ func (s *Stack) Start(ctx context.Context) (err error) {
 	if err := s.prepareDir(ctx); err != nil {
 		return err
 	}
+	s.printMode()
 	ownerURL, appURL, err := s.database(ctx)
 	if err != nil {
 		return err
@@ -320,13 +327,33 @@ func (s *Stack) Start(ctx context.Context) (err error) {
 		if err := s.seeder.seedInitial(ctx); err != nil {
 			return fmt.Errorf("seed the workload: %w", err)
 		}
+		s.progress("seeded")
 		s.goBackground(func() { s.seeder.stream(bg) })
 	}
 	s.sched = newScheduler(s.ep.API, s.ep.CronSecret, s.cfg.Tick, filepath.Join(s.logDir(), "scheduler.log"))
 	s.goBackground(func() { s.sched.run(bg) })
+	s.endProgress(fmt.Sprintf("ready in %.1fs", time.Since(s.started).Seconds()))
 	s.printIntro()
 	s.goBackground(func() { s.panel(bg) })
 	return nil
+}
+
+// progress adds one step to the start-up line ("starting: postgres
+// migrated queue …"), so a slow step shows where it is.
+func (s *Stack) progress(step string) {
+	if !s.inProgress {
+		io.WriteString(s.cfg.Out, "starting:")
+		s.inProgress = true
+	}
+	io.WriteString(s.cfg.Out, " "+step)
+}
+
+// endProgress ends the start-up line, if one is open.
+func (s *Stack) endProgress(result string) {
+	if s.inProgress {
+		fmt.Fprintf(s.cfg.Out, " — %s\n", result)
+		s.inProgress = false
+	}
 }
 
 func (s *Stack) goBackground(fn func()) {
@@ -368,10 +395,24 @@ func (s *Stack) Stop() error {
 func (s *Stack) stop(force <-chan struct{}) error {
 	s.stopBackground()
 	var errs []error
-	for i := len(s.procs) - 1; i >= 0; i-- {
-		if err := s.procs[i].stop(stopTimeout, force); err != nil {
-			errs = append(errs, err)
+	// Children stop in reverse start order, and the workers, which start
+	// together, stop together: a pool of workers each taking its full
+	// grace period one after another would make Ctrl-C slow.
+	for i := len(s.procs); i > 0; {
+		j := i - 1
+		for j > 0 && s.procs[j-1].worker && s.procs[i-1].worker {
+			j--
 		}
+		errc := make(chan error, i-j)
+		for _, p := range s.procs[j:i] {
+			go func() { errc <- p.stop(stopTimeout, force) }()
+		}
+		for range i - j {
+			if err := <-errc; err != nil {
+				errs = append(errs, err)
+			}
+		}
+		i = j
 	}
 	if s.appDB != nil {
 		s.appDB.Close()
@@ -398,7 +439,7 @@ func (s *Stack) stopBackground() {
 // grace periods (SIGKILL, PostgreSQL stopped immediately) but still leaves
 // nothing running: the signal is caught here, not left to kill owedctl and
 // orphan its children.
-func Run(ctx context.Context, cfg Config) error {
+func (s *Stack) Run(ctx context.Context) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -419,24 +460,18 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 
-	s, err := New(cfg)
-	if err != nil {
+	if err := s.Start(ctx); err != nil {
 		return err
-	}
-	startErr := s.Start(ctx)
-	if startErr != nil {
-		return startErr
 	}
 	waitErr := s.Wait(ctx)
 	s.stopBackground()
 	s.endPanel()
 	fmt.Fprintln(s.cfg.Out, "stopping: scheduler, workers, sweeper, sandbox, queue, postgres …")
-	var stopErr error
-	s.stopOnce.Do(func() { stopErr = s.stop(force) })
-	if stopErr == nil {
+	s.stopOnce.Do(func() { s.stopErr = s.stop(force) })
+	if s.stopErr == nil {
 		fmt.Fprintln(s.cfg.Out, "stopped; nothing left running. `make run` resumes this ledger, `make run ARGS=--fresh` starts over.")
 	}
-	return errors.Join(waitErr, stopErr)
+	return errors.Join(waitErr, s.stopErr)
 }
 
 // childDied records the first child that exited on its own and wakes Wait.
@@ -494,6 +529,7 @@ func (s *Stack) database(ctx context.Context) (ownerURL, appURL string, err erro
 	if err := c.start(ctx); err != nil {
 		return "", "", err
 	}
+	s.progress("postgres")
 	return c.url(ownerRole), c.url(appRole), nil
 }
 
@@ -507,9 +543,7 @@ func (s *Stack) migrate(ctx context.Context, ownerURL string) error {
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	if len(applied) > 0 {
-		fmt.Fprintf(s.cfg.Out, "migrated: applied %d migrations\n", len(applied))
-	}
+	s.progress(fmt.Sprintf("migrated(%d applied)", len(applied)))
 	return nil
 }
 

@@ -94,10 +94,12 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, ownerURL, appURL 
 		if err != nil {
 			return err
 		}
+		p.worker = c.path == b.worker
 		s.procs = append(s.procs, p)
 		if err := p.waitHealthy(ctx, httpURL(c.port)+"/healthz", healthTimeout); err != nil {
 			return err
 		}
+		s.progress(c.name)
 		go func() {
 			<-p.done
 			if !p.stopping.Load() {
@@ -128,7 +130,9 @@ func merge(a, b map[string]string) map[string]string {
 type proc struct {
 	name string
 	log  string
-	cmd  *exec.Cmd
+	// worker marks the worker processes, which stop together.
+	worker bool
+	cmd    *exec.Cmd
 	// done is closed once the process has exited and err is set.
 	done chan struct{}
 	err  error

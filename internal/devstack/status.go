@@ -21,8 +21,11 @@ const (
 	plainEvery = 10 * time.Second
 	// statusTimeout bounds one round of status reads.
 	statusTimeout = 5 * time.Second
-	// rateWindow is the window of the sends-per-minute figure.
-	rateWindow = time.Minute
+	// rateWindow is the window of the sends-per-minute figure; minRateSpan
+	// is the shortest span it is shown for, since the provider's burst
+	// makes the first seconds read far above the limit.
+	rateWindow  = time.Minute
+	minRateSpan = 20 * time.Second
 )
 
 // Status is one reading of the running system. The settled counts and the
@@ -79,20 +82,26 @@ func (s *Stack) Status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
+// printMode says whether this run resumes or starts fresh, and how to get
+// the other.
+func (s *Stack) printMode() {
+	rel := relPath(s.cfg.Dir)
+	switch {
+	case s.cfg.DatabaseURL != "":
+		fmt.Fprintf(s.cfg.Out, "owed dev: using the database in OWED_DATABASE_URL (--fresh does not wipe it); files in %s\n", rel)
+	case s.resumed:
+		fmt.Fprintf(s.cfg.Out, "owed dev: resuming the ledger kept in %s from the last run (--fresh starts over)\n", rel)
+	default:
+		fmt.Fprintf(s.cfg.Out, "owed dev: fresh ledger in %s (the next run resumes it; --fresh starts over)\n", rel)
+	}
+}
+
 // printIntro prints the first screen: what runs where, the secrets of this
 // run, and the commands to look inside.
 func (s *Stack) printIntro() {
 	ep, cfg := s.ep, s.cfg
 	w := &strings.Builder{}
 	rel := relPath(cfg.Dir)
-	switch {
-	case cfg.DatabaseURL != "":
-		fmt.Fprintf(w, "owed dev: using the database in OWED_DATABASE_URL (--fresh does not wipe it); files in %s\n", rel)
-	case s.resumed:
-		fmt.Fprintf(w, "owed dev: resuming the ledger kept in %s from the last run (--fresh starts over)\n", rel)
-	default:
-		fmt.Fprintf(w, "owed dev: fresh ledger in %s (the next run resumes it; --fresh starts over)\n", rel)
-	}
 	fmt.Fprintf(w, "\n  scheduling API  %s/v1          (docs/api.md)\n", ep.API)
 	fmt.Fprintf(w, "  sweeper         %s/metrics     /readyz\n", ep.API)
 	fmt.Fprintf(w, "  queue emulator  %s\n", ep.QueueURL)
@@ -108,7 +117,8 @@ func (s *Stack) printIntro() {
 	fmt.Fprintf(w, "  logs            %s/logs/\n", rel)
 	if !cfg.NoSeed {
 		fmt.Fprintf(w, "\n  seeded for tenant %q: %d follow-ups owed since before the start, then %d a day; shipment exceptions\n"+
-			"  fanned out to 4 recipients; %d calendar items in owed_items; %d rows already expired; %d to %q recipients\n",
+			"  fanned out to 4 recipients; %d calendar items in owed_items; %d rows already expired; %d to %q recipients.\n"+
+			"  The backlog is sent oldest first at the provider's pace; its catch-up shows in p95 lag until it is drained.\n",
 			Tenant, backlogFollowUps, followUpsPerDay, len(calendarItems), expiredRows, bouncedRows, PermanentRecipient)
 	}
 	fmt.Fprintf(w, "\n  this run's secrets are in %s/env (tenant token, service token, queue token, cron secret). In another shell:\n", rel)
@@ -131,13 +141,12 @@ func (s *Stack) panel(ctx context.Context) {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
-	meter := &rateMeter{}
 	for {
 		st, err := s.Status(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		lines := s.statusLines(st, err, meter.perMinute(time.Now(), st.Accepted))
+		lines := s.statusLines(st, err, s.meter.perMinute(time.Now(), st.Accepted))
 		if s.cfg.Terminal {
 			s.drawPanel(lines)
 		} else {
@@ -152,14 +161,18 @@ func (s *Stack) panel(ctx context.Context) {
 }
 
 func (s *Stack) statusLines(st Status, err error, perMin float64) []string {
+	rate := "measuring"
+	if perMin >= 0 {
+		rate = fmt.Sprintf("%.0f", perMin)
+	}
 	if err != nil {
 		return []string{"status unavailable: " + err.Error()}
 	}
 	lines := []string{
 		fmt.Sprintf("owed %d  queued %d  delivered %d  expired %d  failed %d  dead letters %d",
 			st.Owed, st.Queued, st.Delivered, st.Expired, st.Failed, st.DeadLetters),
-		fmt.Sprintf("p95 lag %s  duplicates %d  sends/min %.0f (limit %.0f)  up %s",
-			st.LagP95.Round(100*time.Millisecond), st.Duplicates(), perMin, float64(s.rate.Count)*float64(time.Minute)/float64(s.rate.Per),
+		fmt.Sprintf("p95 lag %s  duplicates %d  sends/min %s (limit %.0f)  up %s",
+			st.LagP95.Round(100*time.Millisecond), st.Duplicates(), rate, float64(s.rate.Count)*float64(time.Minute)/float64(s.rate.Per),
 			time.Since(s.started).Round(time.Second)),
 	}
 	if sweeps, fail := s.sched.state(); fail != "" {
@@ -195,12 +208,12 @@ func (s *Stack) endPanel() {
 		return
 	}
 	st, err := s.Status(context.Background())
-	lines := s.statusLines(st, err, 0)
+	lines := s.statusLines(st, err, s.meter.perMinute(time.Now(), st.Accepted))
 	fmt.Fprintf(s.cfg.Out, "\nfinal (this run): %s\n", strings.Join(lines[:min(2, len(lines))], "  "))
 }
 
 // rateMeter turns the sandbox's accepted counter into sends per minute over
-// the last rateWindow.
+// the last rateWindow; -1 until it has minRateSpan of samples.
 type rateMeter struct {
 	samples []sample
 }
@@ -217,8 +230,8 @@ func (m *rateMeter) perMinute(now time.Time, accepted int64) float64 {
 	}
 	first := m.samples[0]
 	elapsed := now.Sub(first.at)
-	if elapsed <= 0 {
-		return 0
+	if elapsed < minRateSpan {
+		return -1
 	}
 	return float64(accepted-first.accepted) / elapsed.Minutes()
 }

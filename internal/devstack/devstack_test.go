@@ -1,0 +1,252 @@
+package devstack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/owedhq/owed/internal/envelope"
+	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue"
+)
+
+// TestStack runs the real system for about half a minute with a fast tick
+// and a generous provider rate, and checks the invariants a user watches on
+// the panel: rows are delivered, expired rows never reach the provider,
+// refused rows end failed and dead-lettered, nothing is sent twice, and
+// nothing is left running afterwards.
+func TestStack(t *testing.T) {
+	if _, err := FindPostgres(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	tmp := tempDir(t)
+	bin := buildBinaries(t, tmp)
+	ports := freePorts(t, 5)
+	out := &lockedBuffer{}
+	s, err := New(Config{Dir: filepath.Join(tmp, "dev"), BinDir: bin, Tick: 2 * time.Second, Rate: "600/m",
+		SweeperPort: ports[0], QueuePort: ports[1], SandboxPort: ports[2], WorkerPorts: ports[3:], Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
+	defer cancel()
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			t.Logf("owedctl dev output:\n%s", out.String())
+			for _, name := range []string{"sweeper", "worker-1", "scheduler"} {
+				t.Logf("end of %s.log:\n%s", name, tail(filepath.Join(s.logDir(), name+".log"), 15))
+			}
+		}
+	})
+	if err := s.Start(ctx); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	seeded := s.Seeded()
+	if len(seeded.Expired) != expiredRows || len(seeded.Bounced) != bouncedRows {
+		t.Fatalf("seeded %d expired and %d bounced rows, want %d and %d", len(seeded.Expired), len(seeded.Bounced), expiredRows, bouncedRows)
+	}
+
+	// Wait until the panel would show every outcome, or give up.
+	var st Status
+	deadline := time.Now().Add(45 * time.Second)
+	for time.Now().Before(deadline) {
+		if st, err = s.Status(ctx); err != nil {
+			t.Fatalf("status: %v", err)
+		}
+		if st.Delivered >= 10 && st.Expired >= expiredRows && st.Failed >= bouncedRows && st.DeadLetters >= bouncedRows {
+			break
+		}
+		select {
+		case <-s.died:
+			t.Fatalf("a child died: %v", s.diedErr)
+		case <-time.After(time.Second):
+		}
+	}
+	t.Logf("status: %+v", st)
+	if st.Delivered < 10 {
+		t.Errorf("delivered %d rows, want at least 10", st.Delivered)
+	}
+	if d := st.Duplicates(); d != 0 {
+		t.Errorf("duplicates = %d (ledger %d, possible %d, sandbox %d), want 0", d, st.DuplicateRows, st.PossibleDuplicates, st.ProviderDuplicates)
+	}
+
+	sbx := sandbox.NewClient(s.ep.SandboxURL)
+	for _, r := range seeded.Expired {
+		if state := rowState(t, ctx, s, r.ID); state != "expired" {
+			t.Errorf("expired row %d (%s) is %q, want expired", r.ID, r.Recipient, state)
+		}
+		sends, err := sbx.Sends(ctx, sandbox.SendQuery{Recipient: r.Recipient})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sends) > 0 {
+			t.Errorf("expired row %d reached the sandbox: %+v", r.ID, sends)
+		}
+	}
+
+	dead := deadLetteredRows(t, ctx, s.queue)
+	for _, r := range seeded.Bounced {
+		if state := rowState(t, ctx, s, r.ID); state != "failed" {
+			t.Errorf("bounced row %d (%s) is %q, want failed", r.ID, r.Recipient, state)
+		}
+		if !dead[r.ID] {
+			t.Errorf("bounced row %d is not among the dead letters (%v)", r.ID, dead)
+		}
+	}
+
+	// Stop, then make sure every child, its process group and PostgreSQL
+	// are gone.
+	pids := []int{s.cluster.pid()}
+	for _, p := range s.procs {
+		pids = append(pids, p.pid())
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("process %d is still running after Stop", pid)
+		}
+	}
+	for _, p := range s.procs {
+		if err := syscall.Kill(-p.pid(), 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("process group of %s (%d) still has members: %v", p.name, p.pid(), err)
+		}
+	}
+}
+
+// tempDir is a folder the postgres OS user can reach when the test runs as
+// root: t.TempDir's parents may be closed to it.
+func tempDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("/tmp", "owed-devstack-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// buildBinaries builds owedctl, sweeper and worker from the module root
+// into dir/bin.
+func buildBinaries(t *testing.T, dir string) string {
+	t.Helper()
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	bin := filepath.Join(dir, "bin")
+	cmd := exec.Command("go", "build", "-o", bin+"/", "./cmd/...")
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freePorts returns n loopback ports free a moment ago.
+func freePorts(t *testing.T, n int) []int {
+	var ports []int
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
+}
+
+// rowState reads a row through the scheduling API as the seeded tenant.
+func rowState(t *testing.T, ctx context.Context, s *Stack, id int64) string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/notifications/%d", s.ep.API, id), nil)
+	req.Header.Set("Authorization", "Bearer "+s.ep.TenantToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Data struct {
+			State string `json:"state"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET notification %d: HTTP %d, %v", id, resp.StatusCode, err)
+	}
+	return body.Data.State
+}
+
+// deadLetteredRows returns the ledger ids of the queue's dead letters.
+func deadLetteredRows(t *testing.T, ctx context.Context, q *queue.Client) map[int64]bool {
+	t.Helper()
+	page, err := q.DeadLetters(ctx, queue.DeadLetterQuery{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[int64]bool{}
+	for _, d := range page.DeadLetters {
+		var e envelope.Envelope
+		if err := json.Unmarshal(d.Payload, &e); err != nil {
+			t.Fatalf("dead letter %s: %v", d.MessageID, err)
+		}
+		ids[e.ID] = true
+	}
+	return ids
+}
+
+// alive reports whether pid runs; a zombie waiting for a parent that does
+// not reap (PID 1 in some containers) has stopped running and counts as
+// gone.
+func alive(pid int) bool {
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses: "pid (comm) S ...".
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(rest, "Z")
+}
+
+// lockedBuffer collects the stack's output; the panel writes from its own
+// goroutine.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
