@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,7 +67,8 @@ func TestStack(t *testing.T) {
 		if st, err = s.Status(ctx); err != nil {
 			t.Fatalf("status: %v", err)
 		}
-		if st.Delivered >= 10 && st.Expired >= expiredRows && st.Failed >= bouncedRows && st.DeadLetters >= bouncedRows {
+		if st.Delivered >= 10 && st.Expired >= expiredRows && st.Failed >= bouncedRows && st.DeadLetters >= bouncedRows &&
+			calendarState(t, ctx, s) == "delivered" {
 			break
 		}
 		select {
@@ -81,6 +83,12 @@ func TestStack(t *testing.T) {
 	}
 	if d := st.Duplicates(); d != 0 {
 		t.Errorf("duplicates = %d (ledger %d, possible %d, sandbox %d), want 0", d, st.DuplicateRows, st.PossibleDuplicates, st.ProviderDuplicates)
+	}
+
+	// The first calendar item carries its own lead, so the materialiser
+	// made it due within seconds of the start.
+	if state := calendarState(t, ctx, s); state != "delivered" {
+		t.Errorf("the first calendar item's reminder is %q, want delivered", state)
 	}
 
 	sbx := sandbox.NewClient(s.ep.SandboxURL)
@@ -196,6 +204,34 @@ func rowState(t *testing.T, ctx context.Context, s *Stack, id int64) string {
 		t.Fatalf("GET notification %d: HTTP %d, %v", id, resp.StatusCode, err)
 	}
 	return body.Data.State
+}
+
+// calendarState is the state of the reminder the materialiser scheduled for
+// the first calendar item, or "" while there is none.
+func calendarState(t *testing.T, ctx context.Context, s *Stack) string {
+	t.Helper()
+	u := fmt.Sprintf("%s/v1/notifications?kind=meeting_soon&recipient=%s", s.ep.API, neturl.QueryEscape(calendarRecipient(0)))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req.Header.Set("Authorization", "Bearer "+s.ep.TenantToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Data struct {
+			Notifications []struct {
+				State string `json:"state"`
+			} `json:"notifications"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: HTTP %d, %v", u, resp.StatusCode, err)
+	}
+	if len(body.Data.Notifications) == 0 {
+		return ""
+	}
+	return body.Data.Notifications[0].State
 }
 
 // deadLetteredRows returns the ledger ids of the queue's dead letters.

@@ -307,7 +307,7 @@ func (s *seeder) calendar(ctx context.Context, now time.Time) error {
 		}
 		p, _ := json.Marshal(payload{Subject: it.title, Text: it.title + " is coming up."})
 		ref := fmt.Sprintf("CAL-%d-%d", now.Unix(), i+1)
-		if _, err := tx.ExecContext(ctx, qUpsertItem, Tenant, fmt.Sprintf("+1555020%04d", i+1), "sms", "meeting_soon",
+		if _, err := tx.ExecContext(ctx, qUpsertItem, Tenant, calendarRecipient(i), "sms", "meeting_soon",
 			ref, now.Add(it.startsIn), lead, p); err != nil {
 			return fmt.Errorf("calendar item %s: %w", ref, err)
 		}
@@ -320,6 +320,9 @@ func (s *seeder) calendar(ctx context.Context, now time.Time) error {
 	s.mu.Unlock()
 	return nil
 }
+
+// calendarRecipient is the phone number of the i-th calendar item.
+func calendarRecipient(i int) string { return fmt.Sprintf("+1555020%04d", i+1) }
 
 // The statements an application runs against owed_items (docs/api.md).
 const (
