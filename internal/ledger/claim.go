@@ -79,9 +79,11 @@ func (l *Ledger) ClaimForSend(ctx context.Context, tenant string, id int64, p Cl
 		return Claim{}, fmt.Errorf("ledger: claim lease must be above zero, got %s", p.LeaseFor)
 	}
 	now := l.now()
+	due := p.DueAt.UTC().Truncate(time.Microsecond)
 	var c Claim
-	err := l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
-		row, err := scanNotification(tx.QueryRowContext(ctx, qLockForClaim, id))
+	err := l.withTenant(ctx, tenant, func(tx *txn) error {
+		var took bool
+		row, err := scanNotification(tx.QueryRow(qClaim, id, now, now.Add(p.LeaseFor), due, now.Add(p.EarlyTolerance)), &took)
 		if errors.Is(err, sql.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -89,39 +91,38 @@ func (l *Ledger) ClaimForSend(ctx context.Context, tenant string, id int64, p Cl
 			return err
 		}
 		c.Row = row
+		// The statement took the row exactly when none of the cases below
+		// holds; the order here says which reason applies first.
 		switch {
 		case row.State.Settled() && row.State != StateFailed:
 			c.Outcome = ClaimSettled
-			return nil
-		case !row.DueAt.Equal(p.DueAt.UTC().Truncate(time.Microsecond)):
+		case !row.DueAt.Equal(due):
 			c.Outcome = ClaimStale
-			return nil
-		case row.State == StateFailed:
-			// A failed row's message is in the dead letters; one that comes
-			// back was redriven by an operator, who decided to try again.
-			c.Reopened = true
 		case row.ExpiresAt != nil && !row.ExpiresAt.After(now):
 			c.Outcome = ClaimExpired
-			_, err := tx.ExecContext(ctx, qSettleExpired, id, now)
-			return err
+			if row.State != StateFailed {
+				_, err = tx.Exec(qSettleExpired, id, now)
+			}
 		case row.State == StateSending && row.LeaseUntil != nil && row.LeaseUntil.After(now):
 			c.Outcome = ClaimHeld
-			return nil
 		case row.DueAt.After(now.Add(p.EarlyTolerance)):
 			c.Outcome = ClaimEarly
 			c.Wait = row.DueAt.Sub(now)
-			return nil
+		default:
+			c.Outcome = ClaimSend
+			// A failed row's message is in the dead letters; one that comes
+			// back was redriven by an operator, who decided to try again.
+			c.Reopened = row.State == StateFailed
+			// A claimed_at left behind means the last claim neither settled
+			// nor released the row: its worker died, maybe after the
+			// provider took the message.
+			c.PossibleDuplicate = row.ClaimedAt != nil && !c.Reopened
+			c.Row.State, c.Row.ClaimedAt = StateSending, &now
 		}
-		// A claimed_at left behind means the last claim neither settled nor
-		// released the row: its worker died, maybe after the provider took
-		// the message.
-		c.PossibleDuplicate = row.ClaimedAt != nil && !c.Reopened
-		if _, err := tx.ExecContext(ctx, qClaim, id, now, now.Add(p.LeaseFor)); err != nil {
-			return err
+		if took != (c.Outcome == ClaimSend) {
+			return fmt.Errorf("ledger: claim of row %d disagrees with its reading (took=%v, outcome %s)", id, took, c.Outcome)
 		}
-		c.Outcome = ClaimSend
-		c.Row.State, c.Row.ClaimedAt = StateSending, &now
-		return nil
+		return err
 	})
 	return c, err
 }
@@ -150,12 +151,12 @@ type Attempt struct {
 	PossibleDuplicate bool           `json:"possible_duplicate,omitempty"`
 }
 
-func recordAttempt(ctx context.Context, tx *sql.Tx, id int64, a Attempt) error {
+func recordAttempt(tx *txn, id int64, a Attempt) error {
 	if a.StartedAt.IsZero() || a.FinishedAt.IsZero() {
 		return errors.New("ledger: an attempt needs its start and finish times")
 	}
 	var n int
-	err := tx.QueryRowContext(ctx, qRecordAttempt, id, a.Provider, a.StartedAt.UTC(), a.FinishedAt.UTC(),
+	err := tx.QueryRow(qRecordAttempt, id, a.Provider, a.StartedAt.UTC(), a.FinishedAt.UTC(),
 		string(a.Outcome), nullString(a.ProviderMessageID), sql.NullInt64{Int64: int64(a.HTTPStatus), Valid: a.HTTPStatus != 0},
 		nullString(a.Error), a.PossibleDuplicate).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -166,7 +167,7 @@ func recordAttempt(ctx context.Context, tx *sql.Tx, id int64, a Attempt) error {
 
 // RecordAttempt appends a send tried to the row's history and counts it.
 func (l *Ledger) RecordAttempt(ctx context.Context, tenant string, id int64, a Attempt) error {
-	return l.withTenant(ctx, tenant, func(tx *sql.Tx) error { return recordAttempt(ctx, tx, id, a) })
+	return l.withTenant(ctx, tenant, func(tx *txn) error { return recordAttempt(tx, id, a) })
 }
 
 // SettleDelivered records the accepted send and settles the row delivered
@@ -174,18 +175,16 @@ func (l *Ledger) RecordAttempt(ctx context.Context, tenant string, id int64, a A
 // the row was already delivered (a duplicate the provider accepted anyway;
 // the attempt is still recorded, since it happened).
 func (l *Ledger) SettleDelivered(ctx context.Context, tenant string, id int64, a Attempt) (bool, error) {
-	a.Outcome = AttemptAccepted
+	if a.StartedAt.IsZero() || a.FinishedAt.IsZero() {
+		return false, errors.New("ledger: an attempt needs its start and finish times")
+	}
 	var changed bool
-	err := l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
-		if err := recordAttempt(ctx, tx, id, a); err != nil {
-			return err
+	err := l.withTenant(ctx, tenant, func(tx *txn) error {
+		err := tx.QueryRow(qSettleDelivered, id, a.Provider, a.StartedAt.UTC(), l.now(), nullString(a.ProviderMessageID),
+			sql.NullInt64{Int64: int64(a.HTTPStatus), Valid: a.HTTPStatus != 0}, a.PossibleDuplicate).Scan(&changed)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrNotFound
 		}
-		res, err := tx.ExecContext(ctx, qSettleDelivered, id, l.now(), a.Provider, nullString(a.ProviderMessageID))
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		changed = n == 1
 		return err
 	})
 	return changed, err
@@ -193,8 +192,8 @@ func (l *Ledger) SettleDelivered(ctx context.Context, tenant string, id int64, a
 
 // SettleSkipped settles a row the source says has nothing worth saying.
 func (l *Ledger) SettleSkipped(ctx context.Context, tenant string, id int64, reason string) error {
-	return l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, qSettleSkipped, id, l.now(), reason)
+	return l.withTenant(ctx, tenant, func(tx *txn) error {
+		_, err := tx.Exec(qSettleSkipped, id, l.now(), reason)
 		return err
 	})
 }
@@ -202,13 +201,13 @@ func (l *Ledger) SettleSkipped(ctx context.Context, tenant string, id int64, rea
 // SettleFailed settles a row as failed with reason (a permanent error or
 // attempts exhausted). The attempt that failed, if any, is recorded with it.
 func (l *Ledger) SettleFailed(ctx context.Context, tenant string, id int64, reason string, a *Attempt) error {
-	return l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
+	return l.withTenant(ctx, tenant, func(tx *txn) error {
 		if a != nil {
-			if err := recordAttempt(ctx, tx, id, *a); err != nil {
+			if err := recordAttempt(tx, id, *a); err != nil {
 				return err
 			}
 		}
-		_, err := tx.ExecContext(ctx, qSettleFailed, id, l.now(), reason)
+		_, err := tx.Exec(qSettleFailed, id, l.now(), reason)
 		return err
 	})
 }
@@ -220,13 +219,13 @@ func (l *Ledger) SettleFailed(ctx context.Context, tenant string, id int64, reas
 // passes nil, because a 429 burns no attempt.
 func (l *Ledger) ReleaseClaim(ctx context.Context, tenant string, id int64, retryAt time.Time,
 	requeueAfter time.Duration, reason string, a *Attempt) error {
-	return l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
+	return l.withTenant(ctx, tenant, func(tx *txn) error {
 		if a != nil {
-			if err := recordAttempt(ctx, tx, id, *a); err != nil {
+			if err := recordAttempt(tx, id, *a); err != nil {
 				return err
 			}
 		}
-		_, err := tx.ExecContext(ctx, qReleaseClaim, id, retryAt.UTC().Add(requeueAfter), nullString(reason), l.now())
+		_, err := tx.Exec(qReleaseClaim, id, retryAt.UTC().Add(requeueAfter), nullString(reason), l.now())
 		return err
 	})
 }

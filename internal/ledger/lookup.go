@@ -17,19 +17,19 @@ type Detail struct {
 // Get returns one of tenant's rows with its attempts.
 func (l *Ledger) Get(ctx context.Context, tenant string, id int64) (Detail, error) {
 	var d Detail
-	err := l.withTenant(ctx, tenant, func(tx *sql.Tx) error { return getDetail(ctx, tx, id, &d) })
+	err := l.withTenant(ctx, tenant, func(tx *txn) error { return getDetail(tx, id, &d) })
 	return d, err
 }
 
 // GetAny returns a row of any tenant, for operators (owedctl).
 func (l *Ledger) GetAny(ctx context.Context, id int64) (Detail, error) {
 	var d Detail
-	err := l.withBypass(ctx, func(tx *sql.Tx) error { return getDetail(ctx, tx, id, &d) })
+	err := l.withBypass(ctx, func(tx *txn) error { return getDetail(tx, id, &d) })
 	return d, err
 }
 
-func getDetail(ctx context.Context, tx *sql.Tx, id int64, d *Detail) error {
-	n, err := scanNotification(tx.QueryRowContext(ctx, qGet, id))
+func getDetail(tx *txn, id int64, d *Detail) error {
+	n, err := scanNotification(tx.QueryRow(qGet, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return ErrNotFound
 	}
@@ -37,7 +37,7 @@ func getDetail(ctx context.Context, tx *sql.Tx, id int64, d *Detail) error {
 		return err
 	}
 	d.Notification = n
-	rows, err := tx.QueryContext(ctx, qAttempts, id)
+	rows, err := tx.Query(qAttempts, id)
 	if err != nil {
 		return err
 	}
@@ -78,8 +78,8 @@ func (l *Ledger) Find(ctx context.Context, tenant string, f Filter) ([]Notificat
 		f.Limit = MaxFindLimit
 	}
 	out := []Notification{}
-	err := l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, qFind, tenant, f.Recipient, f.RefID, f.Kind, f.Limit)
+	err := l.withTenant(ctx, tenant, func(tx *txn) error {
+		rows, err := tx.Query(qFind, tenant, f.Recipient, f.RefID, f.Kind, f.Limit)
 		if err != nil {
 			return err
 		}
@@ -115,8 +115,8 @@ type Backlog struct {
 func (l *Ledger) Backlog(ctx context.Context) (Backlog, error) {
 	now := l.now()
 	b := Backlog{ByState: map[State]int64{}}
-	err := l.withBypass(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, qBacklog, now)
+	err := l.withBypass(ctx, func(tx *txn) error {
+		rows, err := tx.Query(qBacklog, now)
 		if err != nil {
 			return err
 		}
@@ -164,14 +164,14 @@ type Stats struct {
 // Stats reads delivery figures since since, across every tenant.
 func (l *Ledger) Stats(ctx context.Context, since time.Time) (Stats, error) {
 	s := Stats{Since: since.UTC()}
-	err := l.withBypass(ctx, func(tx *sql.Tx) error {
+	err := l.withBypass(ctx, func(tx *txn) error {
 		var p50, p95, max float64
-		if err := tx.QueryRowContext(ctx, qStats, since).Scan(&s.Delivered, &s.Expired, &s.Failed, &s.Skipped,
+		if err := tx.QueryRow(qStats, since).Scan(&s.Delivered, &s.Expired, &s.Failed, &s.Skipped,
 			&s.Cancelled, &p50, &p95, &max); err != nil {
 			return err
 		}
 		s.LagP50, s.LagP95, s.LagMax = secondsToDuration(p50), secondsToDuration(p95), secondsToDuration(max)
-		return tx.QueryRowContext(ctx, qPossibleDuplicates, since).Scan(&s.DuplicateRows, &s.PossibleDuplicates)
+		return tx.QueryRow(qPossibleDuplicates, since).Scan(&s.DuplicateRows, &s.PossibleDuplicates)
 	})
 	return s, err
 }
@@ -183,8 +183,8 @@ func secondsToDuration(s float64) time.Duration { return time.Duration(s * float
 func (l *Ledger) OldestOwedAge(ctx context.Context) (time.Duration, error) {
 	now := l.now()
 	var oldest sql.NullTime
-	err := l.withBypass(ctx, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, qOldestOwed, now).Scan(&oldest)
+	err := l.withBypass(ctx, func(tx *txn) error {
+		return tx.QueryRow(qOldestOwed, now).Scan(&oldest)
 	})
 	if err != nil || !oldest.Valid {
 		return 0, err
@@ -198,8 +198,8 @@ func (l *Ledger) OldestOwedAge(ctx context.Context) (time.Duration, error) {
 func (l *Ledger) Leasable(ctx context.Context, ahead time.Duration) (bool, error) {
 	now := l.now()
 	var ok bool
-	err := l.withBypass(ctx, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, qLeasableExists, now, now.Add(ahead)).Scan(&ok)
+	err := l.withBypass(ctx, func(tx *txn) error {
+		return tx.QueryRow(qLeasableExists, now, now.Add(ahead)).Scan(&ok)
 	})
 	return ok, err
 }

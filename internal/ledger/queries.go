@@ -126,16 +126,29 @@ UPDATE notifications
    SET state = 'pending', lease_until = NULL, updated_at = $2
  WHERE id = ANY($1) AND state = 'leased'`
 
-	// qLockForClaim reads the row a worker's message names, locking it so
-	// the decision and the claim below are one step.
-	qLockForClaim = `SELECT ` + notificationColumns + ` FROM notifications WHERE id = $1 FOR UPDATE`
-
-	// qClaim takes the row for one send. settled_at is cleared for the one
-	// settled state a claim may reopen: a failed row an operator redrove.
+	// qClaim is the worker's claim in one statement: lock the row, take it
+	// for one send only if it is owed, due (within the early tolerance, $5),
+	// for the due time the message names ($4), unexpired and not held by a
+	// live worker, and return the row as it was. The caller reads the old
+	// row to say why a claim that took nothing took nothing. settled_at is
+	// cleared for the one settled state a claim may reopen: a failed row an
+	// operator redrove.
 	qClaim = `
-UPDATE notifications
-   SET state = 'sending', claimed_at = $2, lease_until = $3, settled_at = NULL, updated_at = $2
- WHERE id = $1`
+WITH cur AS (
+    SELECT ` + notificationColumns + ` FROM notifications WHERE id = $1 FOR UPDATE
+), took AS (
+    UPDATE notifications n
+       SET state = 'sending', claimed_at = $2, lease_until = $3, settled_at = NULL, updated_at = $2
+      FROM cur
+     WHERE n.id = cur.id
+       AND (cur.settled_at IS NULL OR cur.state = 'failed')
+       AND cur.due_at = $4
+       AND (cur.expires_at IS NULL OR cur.expires_at > $2)
+       AND (cur.state <> 'sending' OR cur.lease_until <= $2)
+       AND cur.due_at <= $5
+    RETURNING n.id
+)
+SELECT cur.*, EXISTS (SELECT 1 FROM took) FROM cur`
 
 	qSettleExpired = `
 UPDATE notifications
@@ -143,14 +156,30 @@ UPDATE notifications
        last_error = 'expired before it was sent'
  WHERE id = $1 AND settled_at IS NULL`
 
-	// qSettleDelivered stamps delivered_at only on a row that is not
-	// delivered yet, so a row has one delivered_at however many copies of its
-	// message arrive. A failed row may be delivered by an operator's redrive.
+	// qSettleDelivered records the accepted send and settles the row in one
+	// statement. delivered_at is stamped only on a row not delivered yet, so
+	// a row has one delivered_at however many copies of its message arrive
+	// (a failed row may be delivered by an operator's redrive); the attempt
+	// is recorded either way, because it happened. SET expressions read the
+	// row as it was, so "open" below is the state before this statement.
 	qSettleDelivered = `
-UPDATE notifications
-   SET state = 'delivered', delivered_at = $2, settled_at = $2, lease_until = NULL,
-       provider = $3, provider_message_id = $4, last_error = NULL, updated_at = $2
- WHERE id = $1 AND (settled_at IS NULL OR state = 'failed')`
+WITH settled AS (
+    UPDATE notifications
+       SET attempts = attempts + 1, updated_at = $4,
+           state = CASE WHEN settled_at IS NULL OR state = 'failed' THEN 'delivered' ELSE state END,
+           delivered_at = CASE WHEN settled_at IS NULL OR state = 'failed' THEN $4 ELSE delivered_at END,
+           settled_at = CASE WHEN settled_at IS NULL OR state = 'failed' THEN $4 ELSE settled_at END,
+           lease_until = CASE WHEN settled_at IS NULL OR state = 'failed' THEN NULL ELSE lease_until END,
+           provider = CASE WHEN settled_at IS NULL OR state = 'failed' THEN $2 ELSE provider END,
+           provider_message_id = CASE WHEN settled_at IS NULL OR state = 'failed' THEN $5 ELSE provider_message_id END,
+           last_error = CASE WHEN settled_at IS NULL OR state = 'failed' THEN NULL ELSE last_error END
+     WHERE id = $1
+    RETURNING id, tenant_id, attempts, delivered_at = $4 AS changed
+)
+INSERT INTO notification_attempts (notification_id, tenant_id, attempt, provider, started_at, finished_at,
+                                   outcome, provider_message_id, http_status, error, possible_duplicate)
+SELECT id, tenant_id, attempts, $2, $3, $4, 'accepted', $5, $6, NULL, $7 FROM settled
+RETURNING (SELECT changed FROM settled)`
 
 	qSettleSkipped = `
 UPDATE notifications

@@ -169,8 +169,8 @@ func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotifica
 		return nil, err
 	}
 	out := make([]Scheduled, len(rows))
-	err = l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
-		res, err := tx.QueryContext(ctx, qSchedule, string(doc), tenant, l.now())
+	err = l.withTenant(ctx, tenant, func(tx *txn) error {
+		res, err := tx.Query(qSchedule, string(doc), tenant, l.now())
 		if err != nil {
 			return err
 		}
@@ -194,7 +194,7 @@ func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotifica
 				continue
 			}
 			r := in[i]
-			if err := tx.QueryRowContext(ctx, qFindScheduled, tenant, r.Recipient, r.Kind, r.RefID, r.DueAt).
+			if err := tx.QueryRow(qFindScheduled, tenant, r.Recipient, r.Kind, r.RefID, r.DueAt).
 				Scan(&out[i].ID, &out[i].State); err != nil {
 				return fmt.Errorf("find row scheduled concurrently: %w", err)
 			}
@@ -267,17 +267,17 @@ func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDu
 func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref, query string, extra ...any) (ChangeResult, error) {
 	var res ChangeResult
 	now := l.now()
-	err := l.withTenant(ctx, tenant, func(tx *sql.Tx) error {
+	err := l.withTenant(ctx, tenant, func(tx *txn) error {
 		args := append([]any{tenant, kind, ref}, extra...)
 		args = append(args, now)
-		r, err := tx.ExecContext(ctx, query, args...)
+		r, err := tx.Exec(query, args...)
 		if err != nil {
 			return err
 		}
 		if res.Changed, err = r.RowsAffected(); err != nil {
 			return err
 		}
-		return tx.QueryRowContext(ctx, qCountInFlight, tenant, kind, ref, now).Scan(&res.InFlight)
+		return tx.QueryRow(qCountInFlight, tenant, kind, ref, now).Scan(&res.InFlight)
 	})
 	return res, err
 }

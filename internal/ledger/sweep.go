@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -56,8 +55,8 @@ func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
 	}
 	now := l.now()
 	var out []Leased
-	err := l.withBypass(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, qLease, now, now.Add(p.For), now.Add(p.Ahead), p.Limit)
+	err := l.withBypass(ctx, func(tx *txn) error {
+		rows, err := tx.Query(qLease, now, now.Add(p.For), now.Add(p.Ahead), p.Limit)
 		if err != nil {
 			return err
 		}
@@ -92,8 +91,8 @@ func (l *Ledger) ExpireOverdue(ctx context.Context, limit int) (int64, error) {
 		return 0, fmt.Errorf("ledger: expiry limit must be above zero, got %d", limit)
 	}
 	var n int64
-	err := l.withBypass(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, qExpireOverdue, l.now(), limit)
+	err := l.withBypass(ctx, func(tx *txn) error {
+		res, err := tx.Exec(qExpireOverdue, l.now(), limit)
 		if err != nil {
 			return err
 		}
@@ -111,8 +110,8 @@ func (l *Ledger) MarkQueued(ctx context.Context, ids []int64, requeueAfter time.
 		return 0, nil
 	}
 	var n int64
-	err := l.withBypass(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, qMarkQueued, pq.Array(ids), l.now(), seconds(requeueAfter))
+	err := l.withBypass(ctx, func(tx *txn) error {
+		res, err := tx.Exec(qMarkQueued, pq.Array(ids), l.now(), seconds(requeueAfter))
 		if err != nil {
 			return err
 		}
@@ -129,8 +128,8 @@ func (l *Ledger) ReleaseLeased(ctx context.Context, ids []int64) (int64, error) 
 		return 0, nil
 	}
 	var n int64
-	err := l.withBypass(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, qReleaseLeased, pq.Array(ids), l.now())
+	err := l.withBypass(ctx, func(tx *txn) error {
+		res, err := tx.Exec(qReleaseLeased, pq.Array(ids), l.now())
 		if err != nil {
 			return err
 		}
