@@ -51,6 +51,9 @@ const (
 	// settleRetry bounds how long the worker keeps trying to record an
 	// accepted send before leaving the message to be redelivered.
 	settleRetry = 30 * time.Second
+	// ackBatch and ackLinger bound how acks are gathered into one call.
+	ackBatch  = 50
+	ackLinger = 5 * time.Millisecond
 	// requeueGrace is added to a released row's lease beyond the nack delay,
 	// so the sweeper does not republish a row whose message is only waiting.
 	requeueGrace = 2 * time.Minute
@@ -151,7 +154,8 @@ func (o *Options) defaults() {
 
 // Worker is a pool of senders draining one queue.
 type Worker struct {
-	o Options
+	o    Options
+	acks chan string
 	// Clock is read for attempt times and delays; tests replace it.
 	Clock func() time.Time
 }
@@ -176,6 +180,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	// when SIGTERM arrives can still be recorded and acked.
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
+	w.acks = make(chan string, ackBatch)
+	ackerDone := make(chan struct{})
+	go func() {
+		defer close(ackerDone)
+		w.runAcker(context.WithoutCancel(ctx))
+	}()
+	// The acker outlives the senders: every settled row's ack is sent.
+	defer func() {
+		close(w.acks)
+		<-ackerDone
+	}()
 
 	var senders sync.WaitGroup
 	for i := 0; i < w.o.Concurrency; i++ {
@@ -504,10 +519,48 @@ func (w *Worker) keepVisible(ctx context.Context, id string) (stop func()) {
 	return func() { close(done) }
 }
 
-func (w *Worker) ack(ctx context.Context, id string) {
-	if _, err := w.o.Queue.Ack(ctx, id); err != nil {
-		// The row is settled; a redelivered copy is absorbed by the claim.
-		w.o.Log.Warn().Err(err).Str("message_id", id).Msg("ack failed; the copy will be absorbed")
+// ack hands a settled row's message to the acker. Batching acks changes
+// when the queue hears of them, never their order relative to the settle:
+// only a message whose row is already settled gets here. A crash before the
+// batch is sent leaves copies the claim absorbs.
+func (w *Worker) ack(_ context.Context, id string) {
+	w.acks <- id
+}
+
+// runAcker sends acks in batches of up to ackBatch ids, or whatever has
+// gathered after ackLinger, until acks is closed and drained.
+func (w *Worker) runAcker(ctx context.Context) {
+	batch := make([]string, 0, ackBatch)
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		if _, err := w.o.Queue.Ack(ctx, batch...); err != nil {
+			// The rows are settled; redelivered copies are absorbed.
+			w.o.Log.Warn().Err(err).Int("messages", len(batch)).Msg("ack failed; the copies will be absorbed")
+		}
+		batch = batch[:0]
+	}
+	timer := time.NewTimer(ackLinger)
+	timer.Stop()
+	for {
+		select {
+		case id, ok := <-w.acks:
+			if !ok {
+				flush()
+				return
+			}
+			if len(batch) == 0 {
+				timer.Reset(ackLinger)
+			}
+			batch = append(batch, id)
+			if len(batch) == ackBatch {
+				timer.Stop()
+				flush()
+			}
+		case <-timer.C:
+			flush()
+		}
 	}
 }
 
