@@ -1,11 +1,14 @@
 package main
 
 import (
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+
+	_ "github.com/lib/pq" // the postgres driver
 )
 
 // errHelp is returned when a command printed its help on request.
@@ -39,4 +42,28 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return usageError{err.Error()}
 	}
 	return nil
+}
+
+// databaseFlag registers --database-url. The environment is read by
+// openDatabase after parsing and never becomes the flag's default: --help
+// prints defaults, and the URL may carry a password.
+func databaseFlag(fs *flag.FlagSet, purpose string) *string {
+	return fs.String("database-url", "", purpose+" (default $OWED_DATABASE_URL)")
+}
+
+// openDatabase opens the database named by --database-url or, failing
+// that, OWED_DATABASE_URL.
+func openDatabase(dbURL string) (*sql.DB, error) {
+	if dbURL == "" {
+		dbURL = os.Getenv("OWED_DATABASE_URL")
+	}
+	if dbURL == "" {
+		return nil, usageError{"no database: set OWED_DATABASE_URL or pass --database-url"}
+	}
+	db, err := sql.Open("postgres", dbURL)
+	if err != nil {
+		// lib/pq's parse errors do not echo the URL, so a password stays out.
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	return db, nil
 }

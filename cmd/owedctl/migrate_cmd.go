@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"text/tabwriter"
-
-	_ "github.com/lib/pq" // the postgres driver
 
 	"github.com/owedhq/owed/internal/migrate"
 )
@@ -15,9 +12,7 @@ import (
 func migrateCmd(ctx context.Context, args []string) error {
 	fs := newFlags("migrate", "migrate up|down|status [--database-url URL]",
 		"OWED_DATABASE_URL=postgres://owed_owner@db/owed owedctl migrate up")
-	// The default is read after parsing so --help never prints a URL that
-	// may carry a password.
-	dbURL := fs.String("database-url", "", "database to migrate, as the role that owns the schema (default $OWED_DATABASE_URL)")
+	dbURL := databaseFlag(fs, "database to migrate, as the role that owns the schema")
 	if len(args) == 0 {
 		fs.Usage()
 		return usageError{"missing action: one of up, down, status"}
@@ -26,15 +21,9 @@ func migrateCmd(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if *dbURL == "" {
-		*dbURL = os.Getenv("OWED_DATABASE_URL")
-	}
-	if *dbURL == "" {
-		return usageError{"no database: set OWED_DATABASE_URL or pass --database-url"}
-	}
-	db, err := sql.Open("postgres", *dbURL)
+	db, err := openDatabase(*dbURL)
 	if err != nil {
-		return fmt.Errorf("open database: %w", err)
+		return err
 	}
 	defer db.Close()
 

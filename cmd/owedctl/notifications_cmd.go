@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -47,24 +46,14 @@ func runNotifications(ctx context.Context, out io.Writer, args []string) error {
 	return usageError{fmt.Sprintf("unknown action %q: one of show, find", args[0])}
 }
 
-// ledgerDatabaseFlag registers --database-url. The environment is read in
-// openLedger, after parsing, and never becomes the flag's default: --help
-// prints defaults, and the URL may carry a password.
 func ledgerDatabaseFlag(fs *flag.FlagSet) *string {
-	return fs.String("database-url", "", "the owed database; the application role suffices (default $OWED_DATABASE_URL)")
+	return databaseFlag(fs, "the owed database; the application role suffices")
 }
 
 func openLedger(dbURL string) (*ledger.Ledger, func(), error) {
-	if dbURL == "" {
-		dbURL = os.Getenv("OWED_DATABASE_URL")
-	}
-	if dbURL == "" {
-		return nil, nil, usageError{"no database: set OWED_DATABASE_URL or pass --database-url"}
-	}
-	db, err := sql.Open("postgres", dbURL)
+	db, err := openDatabase(dbURL)
 	if err != nil {
-		// lib/pq's parse errors do not echo the URL, so the password stays out.
-		return nil, nil, fmt.Errorf("open database: %w", err)
+		return nil, nil, err
 	}
 	return ledger.New(db), func() { db.Close() }, nil
 }

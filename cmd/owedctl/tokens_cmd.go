@@ -3,17 +3,13 @@ package main
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	_ "github.com/lib/pq" // the postgres driver
 
 	"github.com/owedhq/owed/internal/api"
 )
@@ -43,24 +39,10 @@ func tokensCmd(ctx context.Context, args []string) error {
 	return usageError{fmt.Sprintf("unknown action %q: one of create, list, revoke", args[0])}
 }
 
-// databaseFlag registers --database-url on fs. The environment is read only
-// when the flag is absent (in openTokens), never as the flag's default: a
-// default is printed by --help, and the URL may carry a password.
-func databaseFlag(fs *flag.FlagSet) *string {
-	return fs.String("database-url", "",
-		"database holding api_tokens; the application role suffices (default $OWED_DATABASE_URL)")
-}
-
 func openTokens(dbURL string) (*api.Tokens, func(), error) {
-	if dbURL == "" {
-		dbURL = os.Getenv("OWED_DATABASE_URL")
-	}
-	if dbURL == "" {
-		return nil, nil, usageError{"no database: set OWED_DATABASE_URL or pass --database-url"}
-	}
-	db, err := sql.Open("postgres", dbURL)
+	db, err := openDatabase(dbURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open database: %w", err)
+		return nil, nil, err
 	}
 	return api.NewTokens(db), func() { db.Close() }, nil
 }
@@ -70,7 +52,7 @@ func tokensCreate(ctx context.Context, args []string) error {
 		"TOKEN=$(owedctl tokens create --tenant acme --name 'billing backend')")
 	tenant := fs.String("tenant", "", "tenant the token acts for (required)")
 	name := fs.String("name", "", "label saying who holds the token, shown by list")
-	dbURL := databaseFlag(fs)
+	dbURL := databaseFlag(fs, "database holding api_tokens; the application role suffices")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -98,7 +80,7 @@ func tokensList(ctx context.Context, args []string) error {
 	fs := newFlags("tokens list", "tokens list --tenant T [--database-url URL]",
 		"owedctl tokens list --tenant acme")
 	tenant := fs.String("tenant", "", "tenant whose tokens to list (required)")
-	dbURL := databaseFlag(fs)
+	dbURL := databaseFlag(fs, "database holding api_tokens; the application role suffices")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -138,7 +120,7 @@ func tokensRevoke(ctx context.Context, args []string) error {
 		"owedctl tokens revoke 12   (or: echo \"$LEAKED\" | owedctl tokens revoke --token -)")
 	token := fs.String("token", "", "revoke by the token itself; - reads it from stdin, "+
 		"which keeps it out of the shell history and the process list")
-	dbURL := databaseFlag(fs)
+	dbURL := databaseFlag(fs, "database holding api_tokens; the application role suffices")
 	// An id may come before or after the flags.
 	var idArg string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {

@@ -5,11 +5,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/queue"
@@ -33,12 +30,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := service.SignalContext()
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal now kills the process
-	}()
 
 	db, err := service.OpenDB(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
 	if err != nil {

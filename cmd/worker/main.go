@@ -6,12 +6,9 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/provider/providers"
@@ -37,12 +34,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := service.SignalContext()
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal now kills the process
-	}()
 
 	db, err := service.OpenDB(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -129,4 +130,16 @@ func BearerOK(r *http.Request, secret string) bool {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(h[len(prefix):]), []byte(secret)) == 1
+}
+
+// SignalContext returns a context cancelled by the first SIGINT or SIGTERM,
+// so the process can shut down gracefully; after it, the default handlers
+// are restored and a second signal ends the process at once.
+func SignalContext() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	return ctx, stop
 }
