@@ -342,8 +342,12 @@ func (w *Worker) send(ctx context.Context, log zerolog.Logger, d queue.Delivery,
 	addr, skip, err := w.o.Resolver.Resolve(ctx, row.Tenant, row.Recipient, row.Channel)
 	switch {
 	case err != nil:
-		w.release(ctx, log, d, row, jitter(w.o.RetryBase), "resolve recipient: "+err.Error(), nil)
-		m.outcome("retried")
+		// An unresolvable recipient is an attempt that failed before the
+		// provider: it backs off like one and, when attempts run out, ends
+		// failed with the reason instead of cycling through the queue.
+		now := w.Clock()
+		w.retryOrFail(ctx, log, d, row, ledger.Attempt{Provider: sender.Name(), StartedAt: now, FinishedAt: now,
+			Outcome: ledger.AttemptTransient, Error: "resolve recipient: " + err.Error()}, 0)
 		return
 	case skip:
 		if err := w.o.Ledger.SettleSkipped(ctx, row.Tenant, row.ID, "recipient has nothing to receive"); err != nil {
@@ -438,17 +442,25 @@ func (w *Worker) send(ctx context.Context, log zerolog.Logger, d queue.Delivery,
 	default:
 		m.attempts.WithLabelValues("transient").Inc()
 		attempt.Outcome = ledger.AttemptTransient
-		if row.Attempts+1 >= w.o.MaxAttempts {
-			w.fail(ctx, log, d, row, fmt.Sprintf("attempts exhausted (%d): %s", row.Attempts+1, pe.Error()), &attempt)
-			return
-		}
-		delay := backoffDelay(w.o.RetryBase, row.Attempts+1)
-		if pe.RetryAfter > delay {
-			delay = min(pe.RetryAfter, w.o.RetryAfterMax)
-		}
-		w.release(ctx, log, d, row, delay, pe.Error(), &attempt)
-		m.outcome("retried")
+		w.retryOrFail(ctx, log, d, row, attempt, pe.RetryAfter)
 	}
+}
+
+// retryOrFail records a transient failure: the row is retried with
+// exponential backoff (or after retryAfter, if the provider asked for
+// longer), or settled failed once OWED_MAX_ATTEMPTS is reached.
+func (w *Worker) retryOrFail(ctx context.Context, log zerolog.Logger, d queue.Delivery, row ledger.Notification,
+	attempt ledger.Attempt, retryAfter time.Duration) {
+	if row.Attempts+1 >= w.o.MaxAttempts {
+		w.fail(ctx, log, d, row, fmt.Sprintf("attempts exhausted (%d): %s", row.Attempts+1, attempt.Error), &attempt)
+		return
+	}
+	delay := backoffDelay(w.o.RetryBase, row.Attempts+1)
+	if retryAfter > delay {
+		delay = min(retryAfter, w.o.RetryAfterMax)
+	}
+	w.release(ctx, log, d, row, delay, attempt.Error, &attempt)
+	w.o.Metrics.outcome("retried")
 }
 
 // settleDelivered records an accepted send, retrying a briefly unavailable

@@ -15,6 +15,7 @@ import (
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/resolve"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/sweep"
 	"github.com/owedhq/owed/internal/worker"
@@ -382,5 +383,41 @@ func TestTwoProcessesShareTheProvidersPace(t *testing.T) {
 	// 60 sends at 10/s cannot take less than about 6 s (minus the burst).
 	if min := time.Duration(rows-sandbox.DefaultBurst-1) * time.Second / perSecond; elapsed < min {
 		t.Errorf("60 paced sends took %s, faster than the rate allows (%s)", elapsed, min)
+	}
+}
+
+func TestContactsResolveSkipOrFail(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	tx, err := b.DB.Owner.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.Exec(`SELECT set_config('owed.bypass_rls', 'on', true)`)
+	if _, err := tx.Exec(`INSERT INTO owed_contacts (tenant_id, recipient, channel, address, opted_out) VALUES
+	    ('acme', 'r0', 'sms', '+15550100', false), ('acme', 'r1', 'sms', '+15550101', true)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	rows := b.Schedule(t, "acme", 3, time.Now().Add(-time.Second), nil) // r2 has no contact
+	b.sweepAll(t)
+	b.start(t, func(o *worker.Options) {
+		o.Resolver, o.RetryBase, o.MaxAttempts = resolve.NewSQL(b.DB.App), 20*time.Millisecond, 3
+	})
+	b.waitSettled(t, 30*time.Second)
+	want := []ledger.State{ledger.StateDelivered, ledger.StateSkipped, ledger.StateFailed}
+	for i, r := range rows {
+		d, _ := b.Ledger.Get(bg, "acme", r.ID)
+		if d.State != want[i] {
+			t.Errorf("row for r%d: %s (%s), want %s", i, d.State, d.LastError, want[i])
+		}
+	}
+	sends, err := b.SandboxClient.Sends(bg, sandbox.SendQuery{})
+	if err != nil || len(sends) != 1 || sends[0].Recipient != "+15550100" {
+		t.Errorf("sandbox sends: %+v (%v), want one to the resolved address +15550100", sends, err)
+	}
+	if d, _ := b.Ledger.Get(bg, "acme", rows[2].ID); len(d.History) != 3 {
+		t.Errorf("unresolvable recipient: %d attempts recorded, want 3 (OWED_MAX_ATTEMPTS)", len(d.History))
 	}
 }
