@@ -131,8 +131,11 @@ func (p pacer) Reserve(ctx context.Context, maxWait time.Duration) (time.Duratio
 		return 0, false, err
 	}
 	if !r.Granted {
-		// Come back when a slot is within reach, not when it starts.
-		return max(r.Wait-maxWait, time.Second), false, nil
+		// Come back when the earliest free slot starts. Coming back
+		// earlier (when it is merely within reach) makes a backlog spin:
+		// every message returns, is refused again, and costs a claim and a
+		// release each time.
+		return max(r.Wait, time.Second), false, nil
 	}
 	return r.Wait, true, nil
 }
