@@ -28,6 +28,7 @@ import (
 
 	_ "github.com/lib/pq" // the postgres driver
 
+	"github.com/owedhq/owed/bench/internal/benchutil"
 	"github.com/owedhq/owed/internal/migrate"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
@@ -278,17 +279,25 @@ func report(s *stats, rate, paceRate pace.Rate, processes, workers, burst int, m
 	slices.Sort(s.latencies)
 	slices.Sort(s.lateness)
 	pct := func(d []time.Duration, p float64) time.Duration { return d[int(p*float64(len(d)-1))] }
-	fmt.Printf("rate=%s pace_rate=%s processes=%d workers=%d provider_burst=%d max_wait=%s "+
+	fmt.Fprintf(os.Stderr, "rate=%s pace_rate=%s processes=%d workers=%d provider_burst=%d max_wait=%s "+
 		"retry_after_resolution=%s measured=%.1fs\n",
 		rate, paceRate, processes, workers, burst, maxWait, resolution, measured.Seconds())
-	fmt.Printf("accepted=%d (%.2f/s) allowed=%.0f accepted_fraction=%.4f\n",
+	fmt.Fprintf(os.Stderr, "accepted=%d (%.2f/s) allowed=%.0f accepted_fraction=%.4f\n",
 		s.accepted, float64(s.accepted)/measured.Seconds(), allowed, float64(s.accepted)/allowed)
-	fmt.Printf("attempts=%d 429s=%d 429_fraction=%.4f\n",
+	fmt.Fprintf(os.Stderr, "attempts=%d 429s=%d 429_fraction=%.4f\n",
 		attempts, s.refused429, float64(s.refused429)/float64(attempts))
-	fmt.Printf("reservations granted=%d not_granted=%d reserve_latency p50=%s p99=%s max=%s\n",
+	fmt.Fprintf(os.Stderr, "reservations granted=%d not_granted=%d reserve_latency p50=%s p99=%s max=%s\n",
 		s.granted, s.notGranted, pct(s.latencies, 0.50), pct(s.latencies, 0.99), pct(s.latencies, 1))
-	fmt.Printf("send_lateness min=%s p50=%s p99=%s max=%s\n",
+	fmt.Fprintf(os.Stderr, "send_lateness min=%s p50=%s p99=%s max=%s\n",
 		pct(s.lateness, 0), pct(s.lateness, 0.50), pct(s.lateness, 0.99), pct(s.lateness, 1))
+	acc, r429 := float64(s.accepted)/allowed, float64(s.refused429)/float64(attempts)
+	label := fmt.Sprintf("%s, %d simulated processes", rate, processes)
+	benchutil.Report([]benchutil.Row{
+		{Name: "pace alone: accepted ÷ allowed, " + label, Value: benchutil.One(100 * acc), Unit: "%",
+			Target: "≥ 97", Pass: benchutil.Check(acc >= 0.97)},
+		{Name: "pace alone: 429s ÷ attempts, " + label, Value: benchutil.One(100 * r429), Unit: "%",
+			Target: "≤ 1", Pass: benchutil.Check(r429 <= 0.01)},
+	})
 	return nil
 }
 

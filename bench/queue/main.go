@@ -22,13 +22,13 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/bench/internal/benchutil"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
 )
@@ -84,7 +84,7 @@ func run() error {
 		"ledger_id": "0b6e4c1e-8d4f-4c57-a0f7-3f1de7d6a6b1", "tenant_id": "7f1c2d9a-5b3e-4a61-9e0f-2c4b8a7d1e35",
 		"due_at": "2026-03-01T12:00:00Z", "channel": "sms", "attempt": 1,
 	})
-	fmt.Printf("queue emulator benchmark: %d messages/run, %d runs, GOMAXPROCS=%d, synchronous_commit=%v, payload=%d bytes\n",
+	fmt.Fprintf(os.Stderr, "queue emulator benchmark: %d messages/run, %d runs, GOMAXPROCS=%d, synchronous_commit=%v, payload=%d bytes\n",
 		*n, *runs, runtime.GOMAXPROCS(0), onOff(*syncCommit), len(payload))
 
 	var pubRates, conRates []float64
@@ -101,11 +101,16 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("run %d: publish %.0f msg/s, consume+ack %.0f msg/s\n", r+1, pub, con)
+		fmt.Fprintf(os.Stderr, "run %d: publish %.0f msg/s, consume+ack %.0f msg/s\n", r+1, pub, con)
 		pubRates, conRates = append(pubRates, pub), append(conRates, con)
 	}
-	report(fmt.Sprintf("publish (batches of %d, %d publishers)", *batch, *publishers), pubRates)
-	report(fmt.Sprintf("consume+ack (%d consumers, max_messages %d)", *consumers, *maxMessages), conRates)
+	pubS, conS := benchutil.Summarise(pubRates), benchutil.Summarise(conRates)
+	benchutil.Report([]benchutil.Row{
+		{Name: fmt.Sprintf("queue publish (batches of %d, %d publishers)", *batch, *publishers), Value: pubS,
+			Unit: "msg/s", Target: "≥ 10000", Pass: benchutil.Check(pubS.Median >= 10000)},
+		{Name: fmt.Sprintf("queue consume+ack (%d consumers, max_messages %d)", *consumers, *maxMessages), Value: conS,
+			Unit: "msg/s", Target: "≥ 5000", Pass: benchutil.Check(conS.Median >= 5000)},
+	})
 	return nil
 }
 
@@ -194,12 +199,6 @@ func consume(ctx context.Context, c *queue.Client, n, workers, max int) (float64
 		return 0, fmt.Errorf("consumed %d messages, published %d", got, n)
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
-}
-
-func report(what string, rates []float64) {
-	s := slices.Clone(rates)
-	slices.Sort(s)
-	fmt.Printf("%-50s median %6.0f msg/s  (min %.0f, max %.0f)\n", what, s[len(s)/2], s[0], s[len(s)-1])
 }
 
 func onOff(b bool) string {

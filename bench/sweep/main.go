@@ -186,7 +186,7 @@ func run() error {
 				Unit: "×", Target: "≤ 1.5", Pass: benchutil.Check(ratio <= 1.5)})
 		}
 	}
-	benchutil.Print(rows)
+	benchutil.Report(rows)
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -17,6 +19,7 @@ import (
 
 	_ "github.com/lib/pq" // the postgres driver
 
+	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/migrate"
 )
 
@@ -65,11 +68,7 @@ func NewDB(ctx context.Context) (*DB, error) {
 		adm.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
 		adm.Close()
 	}}
-	app := os.Getenv("OWED_TEST_APP_USER")
-	if app == "" {
-		app = "owed_app"
-	}
-	u.User = url.User(app)
+	u.User = url.User(AppUser())
 	d.AppURL = u.String()
 	if d.Owner, err = sql.Open("postgres", d.OwnerURL); err != nil {
 		return nil, err
@@ -112,14 +111,15 @@ func (s Summary) String() string {
 // Ms converts a duration to float milliseconds.
 func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// Row is one line of a results table.
+// Row is one line of a results table. Its JSON form is what -json prints
+// and what bench/all collects into the combined table.
 type Row struct {
-	Name   string
-	Value  Summary
-	Unit   string
-	Target string
+	Name   string  `json:"name"`
+	Value  Summary `json:"value"`
+	Unit   string  `json:"unit"`
+	Target string  `json:"target,omitempty"`
 	// Pass is nil when the figure has no target.
-	Pass *bool
+	Pass *bool `json:"pass,omitempty"`
 }
 
 // Verdict returns pass/short/"-".
@@ -136,10 +136,130 @@ func (r Row) Verdict() string {
 // Check returns a *bool for Row.Pass.
 func Check(ok bool) *bool { return &ok }
 
+// jsonOut is registered here so every benchmark program gets the same
+// -json flag by importing this package.
+var jsonOut = flag.Bool("json", false, "print result rows as JSON lines (for bench/all) instead of a table")
+
+// Report prints rows as a table, or as JSON lines under -json. Call it after
+// flag.Parse.
+func Report(rows []Row) {
+	if !*jsonOut {
+		Print(rows)
+		return
+	}
+	enc := json.NewEncoder(os.Stdout)
+	for _, r := range rows {
+		enc.Encode(r)
+	}
+}
+
+// One is a Summary of a single measurement.
+func One(x float64) Summary { return Summary{Median: x, Min: x, Max: x, N: 1} }
+
 // Print writes rows as an aligned table.
 func Print(rows []Row) {
 	fmt.Printf("%-72s %-40s %-6s %-8s %s\n", "benchmark", "value (median, min, max)", "unit", "target", "verdict")
 	for _, r := range rows {
 		fmt.Printf("%-72s %-40s %-6s %-8s %s\n", r.Name, r.Value, r.Unit, r.Target, r.Verdict())
 	}
+}
+
+// Schedule inserts n rows for the ledger, spread round-robin over tenants
+// in batches of ledger.MaxScheduleBatch, the i-th due at due(i), each with
+// its own recipient and ref. prefix keeps refs of separate runs apart.
+func Schedule(ctx context.Context, l *ledger.Ledger, prefix string, n, tenants int, due func(i int) time.Time) error {
+	for start, b := 0, 0; start < n; start, b = start+ledger.MaxScheduleBatch, b+1 {
+		var batch []ledger.NewNotification
+		for i := start; i < min(n, start+ledger.MaxScheduleBatch); i++ {
+			batch = append(batch, ledger.NewNotification{Recipient: fmt.Sprintf("r%d", i), Channel: "sms", Kind: "reminder",
+				RefID: fmt.Sprintf("%s-%d", prefix, i), DueAt: due(i), Payload: json.RawMessage(`{"text":"hello"}`)})
+		}
+		if _, err := l.Schedule(ctx, fmt.Sprintf("tenant-%d", b%tenants), batch); err != nil {
+			return fmt.Errorf("schedule: %w", err)
+		}
+	}
+	return nil
+}
+
+// WaitSettled polls until nothing is owed in the ledger (every row settled),
+// and returns when that was first seen. It reads through its own pool, as
+// the owner role, so its statements are not counted as the app role's.
+func (d *DB) WaitSettled(ctx context.Context, every time.Duration) (time.Time, error) {
+	l := ledger.New(d.Owner)
+	for {
+		bl, err := l.Backlog(ctx)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if bl.Owed == 0 {
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(every):
+		}
+	}
+}
+
+// InBypass runs fn in a transaction that may read every tenant's rows, as
+// the owner: the ledger is FORCE ROW LEVEL SECURITY even for its owner.
+// Benchmarks use it to read outcomes (lag, states) the ledger's API does not
+// summarise.
+func (d *DB) InBypass(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := d.Owner.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT set_config('owed.bypass_rls', 'on', true)`); err != nil {
+		return err
+	}
+	return fn(tx)
+}
+
+// PGCounters are the ledger database's cumulative counters.
+type PGCounters struct {
+	// Xacts is committed plus rolled-back transactions (pg_stat_database).
+	Xacts int64
+	// Statements is pg_stat_statements calls by the application role, or -1
+	// when pg_stat_statements is not loaded (scripts/bench.sh loads it).
+	Statements int64
+}
+
+// Counters reads PGCounters. pg_stat_database is flushed by each backend
+// at most once a second, so read it after the processes being measured
+// have exited or idled for a couple of seconds.
+func (d *DB) Counters(ctx context.Context) (PGCounters, error) {
+	var c PGCounters
+	if err := d.Owner.QueryRowContext(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&c.Xacts); err != nil {
+		return c, err
+	}
+	c.Statements = -1
+	su := os.Getenv("OWED_TEST_SUPERUSER_URL")
+	if su == "" {
+		return c, nil
+	}
+	db, err := sql.Open("postgres", su)
+	if err != nil {
+		return c, nil
+	}
+	defer db.Close()
+	var name string
+	if err := d.Owner.QueryRowContext(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+		return c, err
+	}
+	// Fails when the extension is not loaded; the figure is then absent.
+	db.QueryRowContext(ctx, `SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s
+		JOIN pg_database d ON d.oid = s.dbid JOIN pg_roles r ON r.oid = s.userid
+		WHERE d.datname = $1 AND r.rolname = $2`, name, AppUser()).Scan(&c.Statements)
+	return c, nil
+}
+
+// AppUser is the application role's name.
+func AppUser() string {
+	if app := os.Getenv("OWED_TEST_APP_USER"); app != "" {
+		return app
+	}
+	return "owed_app"
 }

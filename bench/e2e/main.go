@@ -1,0 +1,324 @@
+// Command e2e measures end-to-end delivery throughput with the provider
+// unthrottled: N rows due now → sweeps publish them to the queue emulator →
+// workers claim, send to the sandbox provider, settle and ack → every row
+// delivered (ledger settled and sandbox counted). It reports deliveries per
+// second, Postgres transactions and statements per delivery (pg_stat_database;
+// pg_stat_statements calls by the application role when the extension is
+// loaded, as scripts/bench.sh does), and with -processes the peak resident
+// memory of each process.
+//
+// With -processes (what `make bench` runs) the sweeper and the workers are
+// the real bin/sweeper and bin/worker processes, configured by OWED_*
+// variables; the emulator and sandbox run in this process. Without it, each
+// "worker process" is a Worker with its own pool in this process, so a
+// profile (-cpuprofile) shows the whole path. Either way the sweeps run back
+// to back, as a cron would be called while a backlog lasts.
+//
+//	make build && scripts/with-postgres.sh go run ./bench/e2e -processes -rows 100000
+//	scripts/with-postgres.sh go run ./bench/e2e -rows 20000 -cpuprofile /tmp/e2e.prof
+package main
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/bench/internal/benchutil"
+	"github.com/owedhq/owed/bench/internal/stack"
+	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/provider"
+	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/provider/webhook"
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/sweep"
+	"github.com/owedhq/owed/internal/worker"
+)
+
+const (
+	queueToken = "bench-queue-token-0123456789"
+	tenants    = 20
+	// riverDefault and riverTuned are River's drain rates measured on this
+	// machine kind (the issue's peer figures).
+	riverDefault = 1900
+	riverTuned   = 6100
+	// rssTarget is the footprint target per process, in MiB.
+	rssTarget = 50
+)
+
+type opts struct {
+	rows, workers, concurrency int
+	processes                  bool
+	bin                        string
+}
+
+// result is one run's figures.
+type result struct {
+	perSecond, xactsPer, stmtsPer float64
+	duplicates                    int64
+	rss                           map[string]float64
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/e2e:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var o opts
+	flag.IntVar(&o.rows, "rows", 20000, "rows due now")
+	flag.IntVar(&o.workers, "workers", 2, "worker processes (or in-process pools without -processes)")
+	flag.IntVar(&o.concurrency, "concurrency", 32, "sends in flight per worker (OWED_WORKER_CONCURRENCY)")
+	flag.BoolVar(&o.processes, "processes", false, "run real bin/sweeper and bin/worker processes")
+	flag.StringVar(&o.bin, "bin", "bin", "folder holding the sweeper and worker binaries (-processes)")
+	runs := flag.Int("runs", 1, "repetitions, each on a fresh database")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the drains (in-process mode)")
+	flag.Parse()
+	ctx := context.Background()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	var rate, xacts, stmts []float64
+	var dups int64
+	peak := map[string]float64{}
+	for r := 0; r < *runs; r++ {
+		res, err := once(ctx, o)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "bench/e2e: run %d: %.0f deliveries/s, %.2f transactions and %.2f statements per delivery\n",
+			r+1, res.perSecond, res.xactsPer, res.stmtsPer)
+		rate, xacts = append(rate, res.perSecond), append(xacts, res.xactsPer)
+		if res.stmtsPer >= 0 {
+			stmts = append(stmts, res.stmtsPer)
+		}
+		dups += res.duplicates
+		for k, v := range res.rss {
+			peak[k] = max(peak[k], v)
+		}
+	}
+	mode := fmt.Sprintf("%d worker processes", o.workers)
+	if !o.processes {
+		mode = fmt.Sprintf("%d in-process worker pools", o.workers)
+	}
+	label := fmt.Sprintf("%d rows, %s × %d", o.rows, mode, o.concurrency)
+	rs := benchutil.Summarise(rate)
+	rows := []benchutil.Row{
+		{Name: "e2e deliveries/s, " + label, Value: rs, Unit: "/s", Target: fmt.Sprintf("≥ %d", riverDefault),
+			Pass: benchutil.Check(rs.Median >= riverDefault)},
+		{Name: fmt.Sprintf("e2e deliveries/s ÷ River tuned (%d/s)", riverTuned),
+			Value: benchutil.Summary{Median: rs.Median / riverTuned, Min: rs.Min / riverTuned, Max: rs.Max / riverTuned, N: rs.N}, Unit: "×"},
+		{Name: "e2e ledger transactions per delivery", Value: benchutil.Summarise(xacts), Unit: "xact"},
+	}
+	if len(stmts) > 0 {
+		rows = append(rows, benchutil.Row{Name: "e2e ledger statements per delivery (pg_stat_statements, app role)",
+			Value: benchutil.Summarise(stmts), Unit: "stmt"})
+	}
+	rows = append(rows, benchutil.Row{Name: "e2e duplicate sends (sandbox)", Value: benchutil.One(float64(dups)), Unit: "sends",
+		Target: "0", Pass: benchutil.Check(dups == 0)})
+	rows = append(rows, rssRows("during e2e", peak)...)
+	benchutil.Report(rows)
+	return nil
+}
+
+// rssRows reports the sweeper's peak RSS and the largest worker's.
+func rssRows(during string, peak map[string]float64) []benchutil.Row {
+	if len(peak) == 0 {
+		return nil
+	}
+	var worker float64
+	for k, v := range peak {
+		if strings.HasPrefix(k, "worker") {
+			worker = max(worker, v)
+		}
+	}
+	return []benchutil.Row{
+		{Name: "peak RSS (VmHWM), bin/sweeper, " + during, Value: benchutil.One(peak["sweeper"]), Unit: "MiB",
+			Target: fmt.Sprintf("≤ %d", rssTarget), Pass: benchutil.Check(peak["sweeper"] <= rssTarget)},
+		{Name: "peak RSS (VmHWM), largest bin/worker, " + during, Value: benchutil.One(worker), Unit: "MiB",
+			Target: fmt.Sprintf("≤ %d", rssTarget), Pass: benchutil.Check(worker <= rssTarget)},
+	}
+}
+
+// once schedules the rows on a fresh database and times their delivery.
+func once(ctx context.Context, o opts) (result, error) {
+	var res result
+	db, err := benchutil.NewDB(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer db.Close()
+	fmt.Fprintf(os.Stderr, "bench/e2e: scheduling %d rows…\n", o.rows)
+	due := time.Now().Add(-time.Second)
+	if err := benchutil.Schedule(ctx, ledger.New(db.App), "ref", o.rows, tenants, func(int) time.Time { return due }); err != nil {
+		return res, err
+	}
+	var elapsed time.Duration
+	var sb *sandbox.Server
+	var before benchutil.PGCounters
+	if o.processes {
+		st, err := stack.Start(ctx, stack.Config{DB: db, Bin: o.bin, Workers: o.workers, Concurrency: o.concurrency,
+			SandboxRate: "1000000/s", SandboxBurst: 1000000, MaxSends: o.rows + 1000, SweepBatch: 500, PublishAhead: time.Minute})
+		if err != nil {
+			return res, err
+		}
+		defer st.Stop()
+		sb = st.Sandbox
+		// Idle processes' start-up statements are flushed by now.
+		time.Sleep(2 * time.Second)
+		if before, err = db.Counters(ctx); err != nil {
+			return res, err
+		}
+		start := time.Now()
+		for {
+			r, err := st.Sweep(ctx)
+			if err != nil {
+				return res, err
+			}
+			if r.Leased == 0 {
+				break
+			}
+		}
+		end, err := waitDelivered(ctx, db, sb, o.rows)
+		if err != nil {
+			return res, err
+		}
+		elapsed = end.Sub(start)
+		if res.rss, err = st.PeakRSS(); err != nil {
+			return res, err
+		}
+		// Exiting flushes each backend's statistics.
+		st.Stop()
+	} else {
+		if before, err = db.Counters(ctx); err != nil {
+			return res, err
+		}
+		if elapsed, sb, err = inProcess(ctx, db, o); err != nil {
+			return res, err
+		}
+		time.Sleep(2 * time.Second)
+	}
+	after, err := db.Counters(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.perSecond = float64(o.rows) / elapsed.Seconds()
+	res.xactsPer = float64(after.Xacts-before.Xacts) / float64(o.rows)
+	res.stmtsPer = -1
+	if before.Statements >= 0 {
+		res.stmtsPer = float64(after.Statements-before.Statements) / float64(o.rows)
+	}
+	res.duplicates = sb.Stats().Duplicates
+	return res, nil
+}
+
+// waitDelivered watches the sandbox (no database cost) until every row was
+// accepted, then the ledger until every row is settled.
+func waitDelivered(ctx context.Context, db *benchutil.DB, sb *sandbox.Server, rows int) (time.Time, error) {
+	for sb.Stats().DistinctKeys < int64(rows) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return db.WaitSettled(ctx, 20*time.Millisecond)
+}
+
+// inProcess drains the ledger with the emulator, sandbox, sweeper and worker
+// pools all in this process.
+func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *sandbox.Server, error) {
+	qdb, err := benchutil.NewDB(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer qdb.Close()
+	ecfg := emulator.DefaultConfig()
+	ecfg.Token, ecfg.DatabaseURL, ecfg.MaxConns = queueToken, qdb.OwnerURL, 32
+	em, err := emulator.Open(ctx, ecfg, zerolog.Nop())
+	if err != nil {
+		return 0, nil, err
+	}
+	em.Start(ctx)
+	esrv := httptest.NewServer(em)
+	defer func() { em.Drain(); esrv.Close(); em.Stop() }()
+	rate, _ := sandbox.ParseRate("1000000/s")
+	sb, err := sandbox.New(sandbox.Config{Rate: rate, Burst: 1000000, MaxSends: o.rows + 1000})
+	if err != nil {
+		return 0, nil, err
+	}
+	ssrv := httptest.NewServer(sb)
+	defer ssrv.Close()
+	qcfg := queue.Config{URL: esrv.URL, Token: queueToken, Name: "e2e"}
+
+	start := time.Now()
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan struct{}, o.workers)
+	for i := 0; i < o.workers; i++ {
+		pool, err := sql.Open("postgres", db.AppURL)
+		if err != nil {
+			return 0, nil, err
+		}
+		pool.SetMaxOpenConns(o.concurrency + 4)
+		pool.SetMaxIdleConns(o.concurrency + 4)
+		defer pool.Close()
+		q, err := queue.New(qcfg)
+		if err != nil {
+			return 0, nil, err
+		}
+		sender, err := webhook.New(webhook.Config{URL: ssrv.URL + "/send", Name: "sandbox"})
+		if err != nil {
+			return 0, nil, err
+		}
+		paces, err := worker.Paces(pool, "")
+		if err != nil {
+			return 0, nil, err
+		}
+		w, err := worker.New(worker.Options{Ledger: ledger.New(pool), Queue: q, Log: zerolog.Nop(),
+			Route: func(string) (provider.Sender, error) { return sender, nil }, Pace: paces,
+			Concurrency: o.concurrency, ShutdownTimeout: 10 * time.Second})
+		if err != nil {
+			return 0, nil, err
+		}
+		go func() { w.Run(wctx); done <- struct{}{} }()
+	}
+	sq, err := queue.New(qcfg)
+	if err != nil {
+		return 0, nil, err
+	}
+	sw, err := sweep.New(ledger.New(db.App), sq, sweep.Config{Batch: 500, Budget: 50 * time.Second, PublishAhead: time.Minute,
+		RequeueAfter: 10 * time.Minute, KeyPrefix: "owed-"}, zerolog.Nop())
+	if err != nil {
+		return 0, nil, err
+	}
+	for {
+		res, err := sw.Run(ctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		if res.Leased == 0 {
+			break
+		}
+	}
+	end, err := waitDelivered(ctx, db, sb, o.rows)
+	if err != nil {
+		return 0, nil, err
+	}
+	stop()
+	for i := 0; i < o.workers; i++ {
+		<-done
+	}
+	return end.Sub(start), sb, nil
+}
