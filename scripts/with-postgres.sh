@@ -76,6 +76,8 @@ CONF
 psql_su() { psql -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
 psql_su <<SQL
 CREATE ROLE owed_owner LOGIN CREATEDB NOSUPERUSER NOBYPASSRLS;
+-- Dropping a test database WITH (FORCE) ends the app role's connections.
+GRANT pg_signal_backend TO owed_owner;
 CREATE ROLE owed_app LOGIN NOSUPERUSER NOBYPASSRLS;
 CREATE DATABASE owed OWNER owed_owner;
 SQL

@@ -11,16 +11,9 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
 )
-
-// providerLimitedMinutesPromQL is the fraction of the last hour's minutes in
-// which any worker got a provider 429. The ledger cannot answer it: a 429 is
-// not an attempt (it burns nothing, so notification_attempts has no row),
-// and provider_pace keeps only the latest paused_until, not a history. The
-// workers count every 429 in owed_worker_provider_rate_limited_total, so the
-// honest answer is this query against Prometheus.
-const providerLimitedMinutesPromQL = `avg_over_time((sum(increase(owed_worker_provider_rate_limited_total[1m])) > bool 0)[1h:1m])`
 
 // queueStatsTimeout bounds the dead-letter look-up so an unreachable queue
 // prints "unknown" instead of hanging the command.
@@ -34,9 +27,11 @@ type healthStats struct {
 	// DeadLetterUnknown then says why.
 	DeadLetterDepth   *int64 `json:"dead_letter_depth"`
 	DeadLetterUnknown string `json:"dead_letter_unknown,omitempty"`
-	// ProviderLimitedMinutesPromQL is the query that answers the fraction of
-	// minutes workers hit the provider's limit (see the constant's comment).
-	ProviderLimitedMinutesPromQL string `json:"provider_limited_minutes_promql"`
+	// ProviderLimitedMinutes counts the minutes of the window in which a
+	// worker got a provider 429 (pace.LimitedMinutes); WindowMinutes is the
+	// window's length in minutes.
+	ProviderLimitedMinutes int `json:"provider_limited_minutes"`
+	WindowMinutes          int `json:"window_minutes"`
 }
 
 func statsCmd(ctx context.Context, args []string) error {
@@ -65,12 +60,15 @@ func runStats(ctx context.Context, out io.Writer, args []string) error {
 	}
 	defer closeDB()
 
-	h := healthStats{ProviderLimitedMinutesPromQL: providerLimitedMinutesPromQL}
+	h := healthStats{WindowMinutes: int((*since + time.Minute - 1) / time.Minute)}
 	if h.Delivery, err = l.Stats(ctx, time.Now().Add(-*since)); err != nil {
 		return fmt.Errorf("read delivery stats: %w", err)
 	}
 	if h.Backlog, err = l.Backlog(ctx); err != nil {
 		return fmt.Errorf("read the owed backlog: %w", err)
+	}
+	if h.ProviderLimitedMinutes, err = pace.LimitedMinutes(ctx, l.DB(), time.Now().Add(-*since)); err != nil {
+		return fmt.Errorf("read the provider-limited minutes: %w", err)
 	}
 	h.DeadLetterDepth, h.DeadLetterUnknown = deadLetterDepth(ctx, *qf.name)
 
@@ -124,8 +122,8 @@ func printHealth(out io.Writer, h healthStats, since time.Duration) {
 	} else {
 		fmt.Fprintf(w, "dead letters:\tunknown (%s)\n", h.DeadLetterUnknown)
 	}
-	fmt.Fprintf(w, "provider-limited minutes:\tneeds Prometheus (429s are not recorded in the database): %s\n",
-		h.ProviderLimitedMinutesPromQL)
+	fmt.Fprintf(w, "provider-limited minutes:\t%d of %d (%.1f%%) had a provider 429\n", h.ProviderLimitedMinutes,
+		h.WindowMinutes, 100*float64(h.ProviderLimitedMinutes)/float64(max(h.WindowMinutes, 1)))
 	b := h.Backlog
 	fmt.Fprintf(w, "owed backlog:\t%d (pending %d, leased %d, queued %d, sending %d)\n", b.Owed,
 		b.ByState[ledger.StatePending], b.ByState[ledger.StateLeased], b.ByState[ledger.StateQueued], b.ByState[ledger.StateSending])

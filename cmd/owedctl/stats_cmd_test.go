@@ -21,7 +21,7 @@ func TestStatsWithoutAQueueReportsTheLedgerAndSaysWhyDeadLettersAreUnknown(t *te
 		t.Fatalf("stats: %v", err)
 	}
 	for _, want := range []string{"delivered 1", "p95", "0 rows accepted more than once", "dead letters:",
-		"unknown (the queue is not configured", "owed_worker_provider_rate_limited_total",
+		"unknown (the queue is not configured", "provider-limited minutes:  0 of 60",
 		"owed backlog:", "pending 2", "oldest owed age:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stats output lacks %q:\n%s", want, out)

@@ -220,12 +220,25 @@ func (l *Limiter) Pause(ctx context.Context, retryAfter time.Duration) error {
 			l.pausedUntil = until
 		}
 		l.mu.Unlock()
+		if l.db != nil {
+			if _, err := l.db.ExecContext(ctx, qRecordLimitedMinute, l.account, l.now()); err != nil {
+				return fmt.Errorf("pace: record the limited minute of %q: %w", l.account, err)
+			}
+		}
 		return nil
 	}
 	if _, err := l.db.ExecContext(ctx, qPause, l.account, ceilMicros(retryAfter), l.now()); err != nil {
 		return fmt.Errorf("pace: pause %q: %w", l.account, err)
 	}
 	return nil
+}
+
+// LimitedMinutes counts the minutes since since in which a worker got a
+// provider 429 on any account (owedctl stats).
+func LimitedMinutes(ctx context.Context, db *sql.DB, since time.Time) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, qLimitedMinutes, since).Scan(&n)
+	return n, err
 }
 
 // State reads the account's pace. An unlimited limiter reports its local

@@ -288,8 +288,9 @@ func TestWaitSleepsUntilTheSlot(t *testing.T) {
 	}
 }
 
-// An unlimited limiter costs nothing: a closed pool proves no statement ran.
-func TestUnlimitedNeverTouchesTheDatabase(t *testing.T) {
+// An unlimited limiter's reservations cost nothing: a closed pool proves no
+// statement ran. Only a 429 writes, to record the limited minute.
+func TestUnlimitedReservationsNeverTouchTheDatabase(t *testing.T) {
 	t.Parallel()
 	closed, err := sql.Open("postgres", "postgres://nowhere.invalid/owed")
 	if err != nil {
@@ -307,9 +308,14 @@ func TestUnlimitedNeverTouchesTheDatabase(t *testing.T) {
 		if _, err := l.State(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// A 429 from a provider configured as unlimited pauses this process.
-		if err := l.Pause(ctx, time.Hour); err != nil {
+		// A 429 from a provider configured as unlimited pauses this process,
+		// and records its minute when there is a database to record it in.
+		err := l.Pause(ctx, time.Hour)
+		if db == nil && err != nil {
 			t.Fatal(err)
+		}
+		if db != nil && err == nil {
+			t.Fatal("Pause on a closed pool reported no error: the limited minute was not recorded")
 		}
 		if r := mustReserve(t, l, time.Second); r.Granted || r.Wait <= 59*time.Minute {
 			t.Fatalf("unlimited reservation during a local pause = %+v, want not granted, ~1h away", r)
@@ -441,5 +447,31 @@ func TestReserveWaitOnTheDatabaseClock(t *testing.T) {
 	}
 	if second.Wait <= 0 || second.Wait > 100*time.Millisecond {
 		t.Fatalf("second wait = %s, want within one interval", second.Wait)
+	}
+}
+
+func TestPauseRecordsTheLimitedMinute(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	start := time.Date(2026, 5, 1, 12, 0, 30, 0, time.UTC)
+	now := start
+	clock := WithClock(func() time.Time { return now })
+	paced := mustNew(t, d.App, "sandbox", Rate{40, time.Second}, clock)
+	free := mustNew(t, d.App, "other", Unlimited, clock)
+	for _, step := range []struct {
+		l       *Limiter
+		advance time.Duration
+	}{{paced, 0}, {free, 10 * time.Second}, {paced, time.Minute}, {paced, 3 * time.Minute}} {
+		now = now.Add(step.advance)
+		if err := step.l.Pause(ctx, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := LimitedMinutes(ctx, d.App, start.Add(-time.Hour))
+	if err != nil || n != 3 {
+		t.Errorf("LimitedMinutes = %d, %v; want 3 distinct minutes (two 429s in the first minute count once)", n, err)
+	}
+	if n, _ := LimitedMinutes(ctx, d.App, start.Add(2*time.Minute)); n != 1 {
+		t.Errorf("LimitedMinutes since 12:02 = %d, want 1", n)
 	}
 }

@@ -65,7 +65,14 @@ SELECT false, slot_at, now FROM denied`
 	// greatest() keeps a longer pause another process recorded. tat moves to
 	// the pause's end too, so State shows the truth and the slots handed out
 	// after the pause follow one another an interval apart from its end.
+	// The minute is also recorded in provider_limited_minutes, the history
+	// behind owedctl stats' "minutes the provider limited us".
 	qPause = `
+WITH limited AS (
+    INSERT INTO provider_limited_minutes (account, minute)
+    VALUES ($1, date_trunc('minute', ` + clockPause + `))
+    ON CONFLICT DO NOTHING
+)
 INSERT INTO provider_pace AS p (account, tat, paused_until, updated_at)
 VALUES ($1, ` + clockPause + ` + ` + pauseMicros + `, ` + clockPause + ` + ` + pauseMicros + `, ` + clockPause + `)
 ON CONFLICT (account) DO UPDATE
@@ -79,4 +86,15 @@ ON CONFLICT (account) DO UPDATE
 SELECT c.now, p.tat, p.paused_until
   FROM (SELECT ` + clockState + ` AS now) c
   LEFT JOIN provider_pace p ON p.account = $1`
+
+	// qRecordLimitedMinute records a 429 of an unlimited account, whose pace
+	// lives in process memory.
+	qRecordLimitedMinute = `
+INSERT INTO provider_limited_minutes (account, minute)
+VALUES ($1, date_trunc('minute', coalesce($2::timestamptz, clock_timestamp())))
+ON CONFLICT DO NOTHING`
+
+	// qLimitedMinutes counts the minutes since $1 in which any account was
+	// refused.
+	qLimitedMinutes = `SELECT count(DISTINCT minute) FROM provider_limited_minutes WHERE minute >= date_trunc('minute', $1::timestamptz)`
 )
