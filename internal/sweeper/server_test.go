@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,24 @@ func TestSweepReportsCounts(t *testing.T) {
 	}
 	if w := do(h, http.MethodGet, "/healthz", ""); w.Code != 200 {
 		t.Errorf("/healthz: %d", w.Code)
+	}
+}
+
+// The sweeper's live /metrics passes promtool's lint (names, units, help).
+// promtool comes with Debian's prometheus package; scripts/promtool-test.sh
+// installs it before `make test` runs the Go tests.
+func TestMetricsPassPromtoolCheck(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool is not installed (apt-get install prometheus, or run make test which installs it)")
+	}
+	s, h := setup(t)
+	s.Schedule(t, "acme", 3, time.Now().Add(-time.Minute), nil)
+	do(h, http.MethodPost, "/cron/sweep", "Bearer "+secret)
+	body := do(h, http.MethodGet, "/metrics", "").Body.String()
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 }
