@@ -80,50 +80,54 @@ func (l *Ledger) ClaimForSend(ctx context.Context, tenant string, id int64, p Cl
 	}
 	now := l.now()
 	due := p.DueAt.UTC().Truncate(time.Microsecond)
+	if err := ValidateTenant(tenant); err != nil {
+		return Claim{}, err
+	}
 	var c Claim
-	err := l.withTenant(ctx, tenant, func(tx *txn) error {
-		var took bool
-		row, err := scanNotification(tx.QueryRow(qClaim, id, now, now.Add(p.LeaseFor), due, now.Add(p.EarlyTolerance)), &took)
-		if errors.Is(err, sql.ErrNoRows) {
-			return ErrNotFound
+	var took bool
+	row, err := scanNotification(l.queryRow(ctx, qClaim, tenant, id, now, now.Add(p.LeaseFor), due,
+		now.Add(p.EarlyTolerance)), &took)
+	if errors.Is(err, sql.ErrNoRows) {
+		return c, ErrNotFound
+	}
+	if err != nil {
+		return c, err
+	}
+	c.Row = row
+	// The statement took the row exactly when none of the cases below
+	// holds; the order here says which reason applies first.
+	switch {
+	case row.State.Settled() && row.State != StateFailed:
+		c.Outcome = ClaimSettled
+	case !row.DueAt.Equal(due):
+		c.Outcome = ClaimStale
+	case row.ExpiresAt != nil && !row.ExpiresAt.After(now):
+		c.Outcome = ClaimExpired
+		if row.State != StateFailed {
+			err = l.withTenant(ctx, tenant, func(tx *txn) error {
+				_, err := tx.Exec(qSettleExpired, id, now)
+				return err
+			})
 		}
-		if err != nil {
-			return err
-		}
-		c.Row = row
-		// The statement took the row exactly when none of the cases below
-		// holds; the order here says which reason applies first.
-		switch {
-		case row.State.Settled() && row.State != StateFailed:
-			c.Outcome = ClaimSettled
-		case !row.DueAt.Equal(due):
-			c.Outcome = ClaimStale
-		case row.ExpiresAt != nil && !row.ExpiresAt.After(now):
-			c.Outcome = ClaimExpired
-			if row.State != StateFailed {
-				_, err = tx.Exec(qSettleExpired, id, now)
-			}
-		case row.State == StateSending && row.LeaseUntil != nil && row.LeaseUntil.After(now):
-			c.Outcome = ClaimHeld
-		case row.DueAt.After(now.Add(p.EarlyTolerance)):
-			c.Outcome = ClaimEarly
-			c.Wait = row.DueAt.Sub(now)
-		default:
-			c.Outcome = ClaimSend
-			// A failed row's message is in the dead letters; one that comes
-			// back was redriven by an operator, who decided to try again.
-			c.Reopened = row.State == StateFailed
-			// A claimed_at left behind means the last claim neither settled
-			// nor released the row: its worker died, maybe after the
-			// provider took the message.
-			c.PossibleDuplicate = row.ClaimedAt != nil && !c.Reopened
-			c.Row.State, c.Row.ClaimedAt = StateSending, &now
-		}
-		if took != (c.Outcome == ClaimSend) {
-			return fmt.Errorf("ledger: claim of row %d disagrees with its reading (took=%v, outcome %s)", id, took, c.Outcome)
-		}
-		return err
-	})
+	case row.State == StateSending && row.LeaseUntil != nil && row.LeaseUntil.After(now):
+		c.Outcome = ClaimHeld
+	case row.DueAt.After(now.Add(p.EarlyTolerance)):
+		c.Outcome = ClaimEarly
+		c.Wait = row.DueAt.Sub(now)
+	default:
+		c.Outcome = ClaimSend
+		// A failed row's message is in the dead letters; one that comes
+		// back was redriven by an operator, who decided to try again.
+		c.Reopened = row.State == StateFailed
+		// A claimed_at left behind means the last claim neither settled nor
+		// released the row: its worker died, maybe after the provider took
+		// the message.
+		c.PossibleDuplicate = row.ClaimedAt != nil && !c.Reopened
+		c.Row.State, c.Row.ClaimedAt = StateSending, &now
+	}
+	if took != (c.Outcome == ClaimSend) {
+		return c, fmt.Errorf("ledger: claim of row %d disagrees with its reading (took=%v, outcome %s)", id, took, c.Outcome)
+	}
 	return c, err
 }
 
@@ -178,16 +182,20 @@ func (l *Ledger) SettleDelivered(ctx context.Context, tenant string, id int64, a
 	if a.StartedAt.IsZero() || a.FinishedAt.IsZero() {
 		return false, errors.New("ledger: an attempt needs its start and finish times")
 	}
-	var changed bool
-	err := l.withTenant(ctx, tenant, func(tx *txn) error {
-		err := tx.QueryRow(qSettleDelivered, id, a.Provider, a.StartedAt.UTC(), l.now(), nullString(a.ProviderMessageID),
-			sql.NullInt64{Int64: int64(a.HTTPStatus), Valid: a.HTTPStatus != 0}, a.PossibleDuplicate).Scan(&changed)
-		if errors.Is(err, sql.ErrNoRows) {
-			return ErrNotFound
-		}
-		return err
-	})
-	return changed, err
+	if err := ValidateTenant(tenant); err != nil {
+		return false, err
+	}
+	var changed sql.NullBool
+	err := l.queryRow(ctx, qSettleDelivered, tenant, id, a.Provider, a.StartedAt.UTC(), l.now(),
+		nullString(a.ProviderMessageID), sql.NullInt64{Int64: int64(a.HTTPStatus), Valid: a.HTTPStatus != 0},
+		a.PossibleDuplicate).Scan(&changed)
+	if err != nil {
+		return false, err
+	}
+	if !changed.Valid {
+		return false, ErrNotFound
+	}
+	return changed.Bool, nil
 }
 
 // SettleSkipped settles a row the source says has nothing worth saying.

@@ -154,6 +154,16 @@ func (l *Ledger) prepared(ctx context.Context, query string) (*sql.Stmt, error) 
 	return s, nil
 }
 
+// queryRow runs one prepared statement outside a transaction: the
+// functions owed_claim and owed_settle_delivered scope themselves.
+func (l *Ledger) queryRow(ctx context.Context, query string, args ...any) scanner {
+	s, err := l.prepared(ctx, query)
+	if err != nil {
+		return errScanner{err}
+	}
+	return s.QueryRowContext(ctx, args...)
+}
+
 // txn is one ledger transaction; its statements are prepared once per
 // connection and reused.
 type txn struct {

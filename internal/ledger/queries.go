@@ -126,29 +126,15 @@ UPDATE notifications
    SET state = 'pending', lease_until = NULL, updated_at = $2
  WHERE id = ANY($1) AND state = 'leased'`
 
-	// qClaim is the worker's claim in one statement: lock the row, take it
-	// for one send only if it is owed, due (within the early tolerance, $5),
-	// for the due time the message names ($4), unexpired and not held by a
-	// live worker, and return the row as it was. The caller reads the old
-	// row to say why a claim that took nothing took nothing. settled_at is
-	// cleared for the one settled state a claim may reopen: a failed row an
-	// operator redrove.
-	qClaim = `
-WITH cur AS (
-    SELECT ` + notificationColumns + ` FROM notifications WHERE id = $1 FOR UPDATE
-), took AS (
-    UPDATE notifications n
-       SET state = 'sending', claimed_at = $2, lease_until = $3, settled_at = NULL, updated_at = $2
-      FROM cur
-     WHERE n.id = cur.id
-       AND (cur.settled_at IS NULL OR cur.state = 'failed')
-       AND cur.due_at = $4
-       AND (cur.expires_at IS NULL OR cur.expires_at > $2)
-       AND (cur.state <> 'sending' OR cur.lease_until <= $2)
-       AND cur.due_at <= $5
-    RETURNING n.id
-)
-SELECT cur.*, EXISTS (SELECT 1 FROM took) FROM cur`
+	// qClaim is the worker's claim in one round trip, through the function
+	// owed_claim (migrations/00007): set the tenant scope, lock the row, take
+	// it for one send only if it is owed, due (within the early tolerance,
+	// $6), for the due time the message names ($5), unexpired and not held by
+	// a live worker, and return the row as it was plus whether it was taken.
+	// The caller reads the old row to say why a claim took nothing.
+	// settled_at is cleared for the one settled state a claim may reopen: a
+	// failed row an operator redrove.
+	qClaim = `SELECT * FROM owed_claim($1, $2, $3, $4, $5, $6)`
 
 	qSettleExpired = `
 UPDATE notifications
@@ -157,29 +143,13 @@ UPDATE notifications
  WHERE id = $1 AND settled_at IS NULL`
 
 	// qSettleDelivered records the accepted send and settles the row in one
-	// statement. delivered_at is stamped only on a row not delivered yet, so
-	// a row has one delivered_at however many copies of its message arrive
-	// (a failed row may be delivered by an operator's redrive); the attempt
-	// is recorded either way, because it happened. SET expressions read the
-	// row as it was, so "open" below is the state before this statement.
-	qSettleDelivered = `
-WITH settled AS (
-    UPDATE notifications
-       SET attempts = attempts + 1, updated_at = $4,
-           state = CASE WHEN settled_at IS NULL OR state = 'failed' THEN 'delivered' ELSE state END,
-           delivered_at = CASE WHEN settled_at IS NULL OR state = 'failed' THEN $4 ELSE delivered_at END,
-           settled_at = CASE WHEN settled_at IS NULL OR state = 'failed' THEN $4 ELSE settled_at END,
-           lease_until = CASE WHEN settled_at IS NULL OR state = 'failed' THEN NULL ELSE lease_until END,
-           provider = CASE WHEN settled_at IS NULL OR state = 'failed' THEN $2 ELSE provider END,
-           provider_message_id = CASE WHEN settled_at IS NULL OR state = 'failed' THEN $5 ELSE provider_message_id END,
-           last_error = CASE WHEN settled_at IS NULL OR state = 'failed' THEN NULL ELSE last_error END
-     WHERE id = $1
-    RETURNING id, tenant_id, attempts, delivered_at = $4 AS changed
-)
-INSERT INTO notification_attempts (notification_id, tenant_id, attempt, provider, started_at, finished_at,
-                                   outcome, provider_message_id, http_status, error, possible_duplicate)
-SELECT id, tenant_id, attempts, $2, $3, $4, 'accepted', $5, $6, NULL, $7 FROM settled
-RETURNING (SELECT changed FROM settled)`
+	// round trip, through owed_settle_delivered (migrations/00007).
+	// delivered_at is stamped only on a row not delivered yet, so a row has
+	// one delivered_at however many copies of its message arrive (a failed
+	// row may be delivered by an operator's redrive); the attempt is
+	// recorded either way, because it happened. It answers NULL when the row
+	// is not visible in the tenant's scope.
+	qSettleDelivered = `SELECT owed_settle_delivered($1, $2, $3, $4, $5, $6, $7, $8)`
 
 	qSettleSkipped = `
 UPDATE notifications

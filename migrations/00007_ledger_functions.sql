@@ -1,0 +1,88 @@
+-- The worker's two hot statements as functions: each sets the tenant scope
+-- and does its work in one call, so a delivery's claim and its settle cost
+-- one round trip each instead of four (BEGIN, scope, statement, COMMIT).
+-- They are SECURITY INVOKER (the default): row-level security applies to the
+-- caller exactly as it does to the statements they wrap, and set_config(…,
+-- true) is local to the single statement's transaction, so the scope never
+-- outlives the call. internal/ledger is their only caller; its queries.go
+-- explains each condition.
+
+-- +goose Up
+-- +goose StatementBegin
+CREATE FUNCTION owed_claim(p_tenant text, p_id bigint, p_now timestamptz, p_lease_until timestamptz,
+                           p_due timestamptz, p_latest_due timestamptz)
+RETURNS TABLE (id bigint, tenant_id text, recipient text, channel text, kind text, ref_id text,
+               due_at timestamptz, expires_at timestamptz, payload jsonb, state text, attempts integer,
+               lease_until timestamptz, claimed_at timestamptz, published_at timestamptz,
+               delivered_at timestamptz, settled_at timestamptz, provider text, provider_message_id text,
+               last_error text, created_at timestamptz, updated_at timestamptz, took boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM set_config('owed.tenant_id', p_tenant, true);
+    RETURN QUERY
+    WITH cur AS (
+        SELECT n.* FROM notifications n WHERE n.id = p_id FOR UPDATE
+    ), taken AS (
+        UPDATE notifications n
+           SET state = 'sending', claimed_at = p_now, lease_until = p_lease_until, settled_at = NULL,
+               updated_at = p_now
+          FROM cur
+         WHERE n.id = cur.id
+           AND (cur.settled_at IS NULL OR cur.state = 'failed')
+           AND cur.due_at = p_due
+           AND (cur.expires_at IS NULL OR cur.expires_at > p_now)
+           AND (cur.state <> 'sending' OR cur.lease_until <= p_now)
+           AND cur.due_at <= p_latest_due
+        RETURNING n.id
+    )
+    SELECT cur.id, cur.tenant_id, cur.recipient, cur.channel, cur.kind, cur.ref_id, cur.due_at,
+           cur.expires_at, cur.payload, cur.state, cur.attempts, cur.lease_until, cur.claimed_at,
+           cur.published_at, cur.delivered_at, cur.settled_at, cur.provider, cur.provider_message_id,
+           cur.last_error, cur.created_at, cur.updated_at, EXISTS (SELECT 1 FROM taken)
+      FROM cur;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE FUNCTION owed_settle_delivered(p_tenant text, p_id bigint, p_provider text, p_started timestamptz,
+                                      p_now timestamptz, p_message_id text, p_http_status integer,
+                                      p_possible_duplicate boolean)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    changed boolean;
+BEGIN
+    PERFORM set_config('owed.tenant_id', p_tenant, true);
+    WITH settled AS (
+        UPDATE notifications
+           SET attempts = attempts + 1, updated_at = p_now,
+               state = CASE WHEN settled_at IS NULL OR state = 'failed' THEN 'delivered' ELSE state END,
+               delivered_at = CASE WHEN settled_at IS NULL OR state = 'failed' THEN p_now ELSE delivered_at END,
+               settled_at = CASE WHEN settled_at IS NULL OR state = 'failed' THEN p_now ELSE settled_at END,
+               lease_until = CASE WHEN settled_at IS NULL OR state = 'failed' THEN NULL ELSE lease_until END,
+               provider = CASE WHEN settled_at IS NULL OR state = 'failed' THEN p_provider ELSE provider END,
+               provider_message_id = CASE WHEN settled_at IS NULL OR state = 'failed' THEN p_message_id
+                                          ELSE provider_message_id END,
+               last_error = CASE WHEN settled_at IS NULL OR state = 'failed' THEN NULL ELSE last_error END
+         WHERE id = p_id
+        RETURNING id, tenant_id, attempts, delivered_at = p_now AS changed
+    ), recorded AS (
+        INSERT INTO notification_attempts (notification_id, tenant_id, attempt, provider, started_at,
+                                           finished_at, outcome, provider_message_id, http_status, error,
+                                           possible_duplicate)
+        SELECT id, tenant_id, attempts, p_provider, p_started, p_now, 'accepted', p_message_id,
+               p_http_status, NULL, p_possible_duplicate
+          FROM settled
+    )
+    SELECT settled.changed INTO changed FROM settled;
+    RETURN changed;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose Down
+DROP FUNCTION owed_settle_delivered(text, bigint, text, timestamptz, timestamptz, text, integer, boolean);
+DROP FUNCTION owed_claim(text, bigint, timestamptz, timestamptz, timestamptz, timestamptz);
