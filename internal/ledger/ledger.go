@@ -13,6 +13,12 @@
 //   - Backlog, OldestOwedAge, Leasable, GetAny and Stats: operator
 //     aggregates and look-ups.
 //
+// The worker's claim and its delivered settle, the two statements every
+// delivery runs, call the SQL functions owed_claim and owed_settle_delivered
+// (migrations/00007_ledger_functions.sql). They set the tenant scope
+// themselves, so each costs one round trip; they are the only ledger SQL
+// kept outside this package, and only this package calls them.
+//
 // Both settings are transaction-local, so a pooled connection never carries
 // one request's tenant into the next. A statement run with neither setting
 // matches no row at all: an unscoped read is empty, not global.
