@@ -35,6 +35,7 @@ func commands() map[string]command {
 		"tokens":        {"create, list and revoke tenant API tokens", tokensCmd},
 		"notifications": {"look up notifications and their attempts", notificationsCmd},
 		"stats":         {"the delivery health numbers", statsCmd},
+		"drill":         {"run the stack under faults and check every invariant", drillCmd},
 	}
 }
 

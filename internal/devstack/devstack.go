@@ -37,6 +37,7 @@ import (
 	"github.com/owedhq/owed/internal/migrate"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/emulator"
 )
 
 // Defaults of Config.
@@ -105,6 +106,18 @@ type Config struct {
 	NoSeed                              bool
 	SweeperPort, QueuePort, SandboxPort int
 	WorkerPorts                         []int
+	// WorkerConcurrency is each worker's OWED_WORKER_CONCURRENCY; a small
+	// pool (4) when zero, because the pace, not the pool, limits a 40/m
+	// provider. A drill raises it to keep many sends in flight.
+	WorkerConcurrency int
+	// SecondSweeperPort, when set, runs a second sweeper process
+	// ("sweeper-2") there. The scheduler calls both every tick, so their
+	// sweeps overlap, which the sweeper's lease makes safe.
+	SecondSweeperPort int
+	// SweeperEnv and WorkerEnv add OWED_ settings to every sweeper and
+	// worker: a drill shortens leases and timeouts so healing fits a short
+	// run.
+	SweeperEnv, WorkerEnv map[string]string
 	// Out receives the first screen and the status panel; Terminal says it
 	// is a terminal, so the panel is redrawn in place.
 	Out      io.Writer
@@ -145,6 +158,9 @@ func (c *Config) applyDefaults() error {
 	if len(c.WorkerPorts) == 0 {
 		c.WorkerPorts = DefaultWorkerPorts
 	}
+	if c.WorkerConcurrency == 0 {
+		c.WorkerConcurrency = workerConcurrency
+	}
 	if c.Out == nil {
 		c.Out = io.Discard
 	}
@@ -161,6 +177,9 @@ func (c Config) validate() error {
 	}
 	if c.Duration < 0 {
 		return fmt.Errorf("--duration %s: must not be negative", c.Duration)
+	}
+	if c.WorkerConcurrency < 1 {
+		return fmt.Errorf("worker concurrency %d: must be at least 1", c.WorkerConcurrency)
 	}
 	seen := map[int]string{}
 	for _, p := range c.ports() {
@@ -184,6 +203,9 @@ func (c Config) ports() []namedPort {
 	ps := []namedPort{{"--sweeper-port", c.SweeperPort}, {"--queue-port", c.QueuePort}, {"--sandbox-port", c.SandboxPort}}
 	for _, p := range c.WorkerPorts {
 		ps = append(ps, namedPort{"--worker-ports", p})
+	}
+	if c.SecondSweeperPort != 0 {
+		ps = append(ps, namedPort{"the second sweeper's port", c.SecondSweeperPort})
 	}
 	return ps
 }
@@ -209,9 +231,13 @@ func httpURL(port int) string { return "http://" + addr(port) }
 // secrets are made for this run only.
 type Endpoints struct {
 	API, QueueURL, SandboxURL string
+	// SweeperURLs lists every sweeper, API first.
+	SweeperURLs               []string
 	WorkerURLs                []string
 	QueueToken, CronSecret    string
 	ServiceToken, TenantToken string
+	// WebhookSecret signs the workers' sends to the sandbox.
+	WebhookSecret string
 	// AppURL is the application role's database URL.
 	AppURL string
 }
@@ -229,10 +255,16 @@ type Stack struct {
 	ledger  *ledger.Ledger
 	queue   *queue.Client
 	sandbox *sandbox.Client
-	procs   []*proc
-	sched   *scheduler
-	seeder  *seeder
-	rate    sandbox.Rate
+	// procMu guards procs, which a restart changes while the stack runs.
+	procMu sync.Mutex
+	procs  []*proc
+	// queueFaults are the emulator faults a drill set last, applied again
+	// after the emulator restarts (it starts with none).
+	queueFaultsMu sync.Mutex
+	queueFaults   *emulator.Faults
+	sched         *scheduler
+	seeder        *seeder
+	rate          sandbox.Rate
 	// panelHeight is how many lines the last panel drew, so the next one
 	// can move back over them; only the panel goroutine uses it.
 	panelHeight int
@@ -330,7 +362,7 @@ func (s *Stack) Start(ctx context.Context) (err error) {
 		s.progress("seeded")
 		s.goBackground(func() { s.seeder.stream(bg) })
 	}
-	s.sched = newScheduler(s.ep.API, s.ep.CronSecret, s.cfg.Tick, filepath.Join(s.logDir(), "scheduler.log"))
+	s.sched = newScheduler(s.ep.SweeperURLs, s.ep.CronSecret, s.cfg.Tick, filepath.Join(s.logDir(), "scheduler.log"))
 	s.goBackground(func() { s.sched.run(bg) })
 	s.endProgress(fmt.Sprintf("ready in %.1fs", time.Since(s.started).Seconds()))
 	s.printIntro()
@@ -395,16 +427,19 @@ func (s *Stack) Stop() error {
 func (s *Stack) stop(force <-chan struct{}) error {
 	s.stopBackground()
 	var errs []error
+	s.procMu.Lock()
+	procs := s.procs
+	s.procMu.Unlock()
 	// Children stop in reverse start order, and the workers, which start
 	// together, stop together: a pool of workers each taking its full
 	// grace period one after another would make Ctrl-C slow.
-	for i := len(s.procs); i > 0; {
+	for i := len(procs); i > 0; {
 		j := i - 1
-		for j > 0 && s.procs[j-1].worker && s.procs[i-1].worker {
+		for j > 0 && procs[j-1].worker && procs[i-1].worker {
 			j--
 		}
 		errc := make(chan error, i-j)
-		for _, p := range s.procs[j:i] {
+		for _, p := range procs[j:i] {
 			go func() { errc <- p.stop(stopTimeout, force) }()
 		}
 		for range i - j {

@@ -258,6 +258,21 @@ $$`
 	qDatabaseExists = `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`
 )
 
+// restart restarts the server with pg_ctl's fast mode: open sessions are
+// ended and every client must reconnect, as after a failover.
+func (c *cluster) restart(ctx context.Context) error {
+	if !c.started {
+		return errors.New("restart PostgreSQL: the cluster is not running")
+	}
+	ctx, cancel := context.WithTimeout(ctx, pgctlTimeout)
+	defer cancel()
+	opts := fmt.Sprintf("-k '%s' -p %d", c.sock, pgPort)
+	if err := c.run(ctx, "pg_ctl", "-D", c.data, "-l", c.log, "-w", "-m", "fast", "-o", opts, "restart"); err != nil {
+		return fmt.Errorf("restart PostgreSQL (log %s): %w", c.log, err)
+	}
+	return nil
+}
+
 // pid is the postmaster's process id, or 0 when it is not running.
 func (c *cluster) pid() int {
 	b, err := os.ReadFile(filepath.Join(c.data, "postmaster.pid"))

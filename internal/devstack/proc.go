@@ -54,58 +54,54 @@ func childEnv(vars map[string]string) []string {
 	return env
 }
 
-// startChildren starts the queue emulator, the sandbox, the sweeper and the
+// startChildren starts the queue emulator, the sandbox, the sweepers and the
 // workers, in that order (each needs the ones before it), and waits for each
 // to answer /healthz before starting the next.
 func (s *Stack) startChildren(ctx context.Context, b binaries, ownerURL, appURL string) error {
 	cfg := s.cfg
 	s.ep = Endpoints{API: httpURL(cfg.SweeperPort), QueueURL: httpURL(cfg.QueuePort), SandboxURL: httpURL(cfg.SandboxPort),
-		QueueToken: secret(16), CronSecret: secret(16), ServiceToken: secret(16), AppURL: appURL}
-	sandboxSecret := webhookSecret()
+		QueueToken: secret(16), CronSecret: secret(16), ServiceToken: secret(16), AppURL: appURL, WebhookSecret: webhookSecret()}
 	queueVars := map[string]string{"OWED_QUEUE_URL": s.ep.QueueURL, "OWED_QUEUE_TOKEN": s.ep.QueueToken}
 
-	type child struct {
-		name string
-		path string
-		args []string
-		vars map[string]string
-		port int
-	}
-	children := []child{
+	children := []childSpec{
 		{"queue", b.owedctl, []string{"queue", "serve"}, map[string]string{
 			"OWED_QUEUE_ADDR": addr(cfg.QueuePort), "OWED_QUEUE_TOKEN": s.ep.QueueToken,
 			"OWED_QUEUE_DATABASE_URL": ownerURL}, cfg.QueuePort},
 		{"sandbox", b.owedctl, []string{"provider", "serve", "--addr", addr(cfg.SandboxPort), "--rate", cfg.Rate,
-			"--permanent-recipient", PermanentRecipient}, map[string]string{"OWED_SANDBOX_SECRET": sandboxSecret}, cfg.SandboxPort},
-		{"sweeper", b.sweeper, nil, merge(queueVars, map[string]string{
-			"OWED_DATABASE_URL": appURL, "OWED_LISTEN_ADDR": addr(cfg.SweeperPort),
-			"OWED_CRON_SECRET": s.ep.CronSecret, "OWED_API_TOKEN": s.ep.ServiceToken}), cfg.SweeperPort},
+			"--permanent-recipient", PermanentRecipient}, map[string]string{"OWED_SANDBOX_SECRET": s.ep.WebhookSecret}, cfg.SandboxPort},
+	}
+	sweeperPorts := []int{cfg.SweeperPort}
+	if cfg.SecondSweeperPort != 0 {
+		sweeperPorts = append(sweeperPorts, cfg.SecondSweeperPort)
+	}
+	for i, port := range sweeperPorts {
+		// The first sweeper keeps the plain name its log has always had.
+		name := "sweeper"
+		if i > 0 {
+			name = "sweeper-" + strconv.Itoa(i+1)
+		}
+		children = append(children, childSpec{name, b.sweeper, nil, merge(queueVars, cfg.SweeperEnv, map[string]string{
+			"OWED_DATABASE_URL": appURL, "OWED_LISTEN_ADDR": addr(port),
+			"OWED_CRON_SECRET": s.ep.CronSecret, "OWED_API_TOKEN": s.ep.ServiceToken}), port})
+		s.ep.SweeperURLs = append(s.ep.SweeperURLs, httpURL(port))
 	}
 	for i, port := range cfg.WorkerPorts {
-		children = append(children, child{"worker-" + strconv.Itoa(i+1), b.worker, nil, merge(queueVars, map[string]string{
+		children = append(children, childSpec{"worker-" + strconv.Itoa(i+1), b.worker, nil, merge(queueVars, cfg.WorkerEnv, map[string]string{
 			"OWED_DATABASE_URL": appURL, "OWED_LISTEN_ADDR": addr(port), "OWED_PROVIDER_RATE": cfg.Rate,
-			"OWED_PROVIDER": "sandbox", "OWED_SANDBOX_URL": s.ep.SandboxURL, "OWED_SANDBOX_SECRET": sandboxSecret,
-			"OWED_WORKER_CONCURRENCY": strconv.Itoa(workerConcurrency),
+			"OWED_PROVIDER": "sandbox", "OWED_SANDBOX_URL": s.ep.SandboxURL, "OWED_SANDBOX_SECRET": s.ep.WebhookSecret,
+			"OWED_WORKER_CONCURRENCY": strconv.Itoa(cfg.WorkerConcurrency),
 			"OWED_SHUTDOWN_TIMEOUT":   workerShutdownTimeout.String()}), port})
 		s.ep.WorkerURLs = append(s.ep.WorkerURLs, httpURL(port))
 	}
 	for _, c := range children {
-		p, err := startProc(c.name, c.path, c.args, childEnv(c.vars), filepath.Join(s.logDir(), c.name+".log"))
+		p, err := s.launch(ctx, c, b.worker, os.O_TRUNC)
 		if err != nil {
 			return err
 		}
-		p.worker = c.path == b.worker
+		s.procMu.Lock()
 		s.procs = append(s.procs, p)
-		if err := p.waitHealthy(ctx, httpURL(c.port)+"/healthz", healthTimeout); err != nil {
-			return err
-		}
+		s.procMu.Unlock()
 		s.progress(c.name)
-		go func() {
-			<-p.done
-			if !p.stopping.Load() {
-				s.childDied(fmt.Errorf("%s exited on its own (%v); see %s", p.name, p.err, p.log))
-			}
-		}()
 	}
 	var err error
 	if s.queue, err = queue.New(queue.Config{URL: s.ep.QueueURL, Token: s.ep.QueueToken, Name: queue.DefaultQueueName}); err != nil {
@@ -115,13 +111,46 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, ownerURL, appURL 
 	return nil
 }
 
-func merge(a, b map[string]string) map[string]string {
-	out := make(map[string]string, len(a)+len(b))
-	for k, v := range a {
-		out[k] = v
+// childSpec is how a child is started, kept so a drill can start it again.
+type childSpec struct {
+	name string
+	path string
+	args []string
+	vars map[string]string
+	port int
+}
+
+// launch starts one child, waits for its health and watches for its death.
+// logFlag is os.O_TRUNC for a first start and os.O_APPEND for a restart, so
+// a restarted child's log keeps what its predecessor wrote.
+func (s *Stack) launch(ctx context.Context, c childSpec, workerPath string, logFlag int) (*proc, error) {
+	p, err := startProc(c.name, c.path, c.args, childEnv(c.vars), filepath.Join(s.logDir(), c.name+".log"), logFlag)
+	if err != nil {
+		return nil, err
 	}
-	for k, v := range b {
-		out[k] = v
+	p.spec = c
+	p.worker = c.path == workerPath
+	if err := p.waitHealthy(ctx, httpURL(c.port)+"/healthz", healthTimeout); err != nil {
+		// A child that never became healthy must not outlive the start.
+		p.stop(0, nil)
+		return nil, err
+	}
+	go func() {
+		<-p.done
+		if !p.stopping.Load() {
+			s.childDied(fmt.Errorf("%s exited on its own (%v); see %s", p.name, p.err, p.log))
+		}
+	}()
+	return p, nil
+}
+
+// merge returns the union of maps; a later map wins on a shared key.
+func merge(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] = v
+		}
 	}
 	return out
 }
@@ -132,7 +161,9 @@ type proc struct {
 	log  string
 	// worker marks the worker processes, which stop together.
 	worker bool
-	cmd    *exec.Cmd
+	// spec is how the process was started, for a restart.
+	spec childSpec
+	cmd  *exec.Cmd
 	// done is closed once the process has exited and err is set.
 	done chan struct{}
 	err  error
@@ -143,10 +174,10 @@ type proc struct {
 
 // startProc starts path in its own process group, so a Ctrl-C meant for
 // owedctl does not reach it and a stop can signal it with anything it
-// forked, with stdout and stderr in logPath (truncated: the logs are this
-// run's).
-func startProc(name, path string, args, env []string, logPath string) (*proc, error) {
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+// forked, with stdout and stderr in logPath (truncated by a first start,
+// as the logs are this run's; appended to by a restart).
+func startProc(name, path string, args, env []string, logPath string, logFlag int) (*proc, error) {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|logFlag, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("%s: open its log: %w", name, err)
 	}

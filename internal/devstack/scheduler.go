@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,22 +17,27 @@ import (
 // (OWED_SWEEP_BUDGET, 50s) well before this.
 const cronTimeout = 2 * time.Minute
 
-// scheduler stands in for the hosted cron: it calls /cron/sweep every tick
-// and /cron/materialise every MaterialiseEveryTicks ticks, one call at a
-// time, and logs every answer to its log file.
+// scheduler stands in for the hosted cron: it calls /cron/sweep on every
+// sweeper every tick (at once, so two sweepers' runs overlap) and
+// /cron/materialise on the first every MaterialiseEveryTicks ticks, and logs
+// every answer to its log file. While paused it calls nothing, as a hosted
+// cron that stopped firing, and does not backfill the missed ticks.
 type scheduler struct {
-	api, secret string
-	tick        time.Duration
-	logPath     string
-	hc          *http.Client
+	apis    []string
+	secret  string
+	tick    time.Duration
+	logPath string
+	hc      *http.Client
+	paused  atomic.Bool
 
 	mu       sync.Mutex
+	logMu    sync.Mutex
 	sweeps   int
 	lastFail string
 }
 
-func newScheduler(api, secret string, tick time.Duration, logPath string) *scheduler {
-	return &scheduler{api: api, secret: secret, tick: tick, logPath: logPath, hc: &http.Client{Timeout: cronTimeout}}
+func newScheduler(apis []string, secret string, tick time.Duration, logPath string) *scheduler {
+	return &scheduler{apis: apis, secret: secret, tick: tick, logPath: logPath, hc: &http.Client{Timeout: cronTimeout}}
 }
 
 // run materialises and sweeps at once, so a new stack shows work in its
@@ -47,10 +53,20 @@ func (s *scheduler) run(ctx context.Context) {
 	t := time.NewTicker(s.tick)
 	defer t.Stop()
 	for n := 0; ; n++ {
-		if n%MaterialiseEveryTicks == 0 {
-			s.call(ctx, log, "/cron/materialise")
+		if !s.paused.Load() {
+			if n%MaterialiseEveryTicks == 0 {
+				s.call(ctx, log, s.apis[0], "/cron/materialise")
+			}
+			var wg sync.WaitGroup
+			for _, api := range s.apis {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s.call(ctx, log, api, "/cron/sweep")
+				}()
+			}
+			wg.Wait()
 		}
-		s.call(ctx, log, "/cron/sweep")
 		select {
 		case <-ctx.Done():
 			return
@@ -59,15 +75,15 @@ func (s *scheduler) run(ctx context.Context) {
 	}
 }
 
-func (s *scheduler) call(ctx context.Context, log *os.File, path string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.api+path, nil)
+func (s *scheduler) call(ctx context.Context, log *os.File, api, path string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, api+path, nil)
 	if err != nil {
 		return
 	}
 	req.Header.Set("Authorization", "Bearer "+s.secret)
 	start := time.Now()
 	resp, err := s.hc.Do(req)
-	line := map[string]any{"time": start.UTC().Format(time.RFC3339Nano), "call": path}
+	line := map[string]any{"time": start.UTC().Format(time.RFC3339Nano), "call": api + path}
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -94,7 +110,9 @@ func (s *scheduler) call(ctx context.Context, log *os.File, path string) {
 	}
 	if log != nil {
 		b, _ := json.Marshal(line)
+		s.logMu.Lock()
 		log.Write(append(b, '\n'))
+		s.logMu.Unlock()
 	}
 }
 

@@ -1,0 +1,156 @@
+package devstack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/emulator"
+)
+
+// The controls below let a fault drill break the running stack on purpose:
+// kill -9 a child and start it again, restart PostgreSQL, pause the
+// scheduler, and set the queue's and the sandbox's injected faults. `owedctl
+// dev` never calls them.
+
+// Children returns the names of the running children in start order:
+// queue, sandbox, sweeper[, sweeper-2], worker-1, ….
+func (s *Stack) Children() []string {
+	s.procMu.Lock()
+	defer s.procMu.Unlock()
+	names := make([]string, len(s.procs))
+	for i, p := range s.procs {
+		names[i] = p.name
+	}
+	return names
+}
+
+func (s *Stack) child(name string) (int, *proc, error) {
+	s.procMu.Lock()
+	defer s.procMu.Unlock()
+	for i, p := range s.procs {
+		if p.name == name {
+			return i, p, nil
+		}
+	}
+	return 0, nil, fmt.Errorf("no child named %q; the children are queue, sandbox, sweeper, sweeper-2 (with a second sweeper) and worker-1 … worker-N", name)
+}
+
+// Kill sends SIGKILL to a child's process group, as `kill -9` does, waits
+// for it to exit, and starts it again with the same settings, waiting for
+// its health. The child gets no chance to finish anything: whatever it held
+// (a send in flight, a lease, a publish not yet marked) must heal by the
+// system's own rules. A killed queue emulator gets its faults back.
+func (s *Stack) Kill(ctx context.Context, name string) error {
+	i, p, err := s.child(name)
+	if err != nil {
+		return err
+	}
+	p.stopping.Store(true)
+	if err := syscall.Kill(-p.pid(), syscall.SIGKILL); err != nil && err != syscall.ESRCH {
+		return fmt.Errorf("kill -9 %s: %w", name, err)
+	}
+	<-p.done
+	return s.restart(ctx, i, p)
+}
+
+// restart starts the child at index i again, appending to its log.
+func (s *Stack) restart(ctx context.Context, i int, old *proc) error {
+	bins, err := s.binaries()
+	if err != nil {
+		return err
+	}
+	np, err := s.launch(ctx, old.spec, bins.worker, os.O_APPEND)
+	if err != nil {
+		return fmt.Errorf("restart %s: %w", old.name, err)
+	}
+	s.procMu.Lock()
+	s.procs[i] = np
+	s.procMu.Unlock()
+	if old.name == "queue" {
+		s.queueFaultsMu.Lock()
+		f := s.queueFaults
+		s.queueFaultsMu.Unlock()
+		if f != nil {
+			return s.SetQueueFaults(ctx, *f)
+		}
+	}
+	return nil
+}
+
+// RestartPostgres restarts the local cluster with `pg_ctl restart -m fast`:
+// every open session is ended, as a failover or a maintenance restart does.
+// It needs the local cluster (not --database-url).
+func (s *Stack) RestartPostgres(ctx context.Context) error {
+	if s.cluster == nil {
+		return fmt.Errorf("restart PostgreSQL: the stack uses an existing database (OWED_DATABASE_URL), not a cluster of its own")
+	}
+	return s.cluster.restart(ctx)
+}
+
+// PauseScheduler stops the built-in cron from calling the sweepers, as a
+// hosted cron that stopped firing; ResumeScheduler starts it again. Missed
+// ticks are not backfilled: the next sweep must find everything still owed.
+func (s *Stack) PauseScheduler() { s.sched.paused.Store(true) }
+
+// ResumeScheduler undoes PauseScheduler.
+func (s *Stack) ResumeScheduler() { s.sched.paused.Store(false) }
+
+// SetQueueFaults replaces the queue emulator's injected faults through its
+// token-guarded POST /admin/faults, and remembers them for a restart.
+func (s *Stack) SetQueueFaults(ctx context.Context, f emulator.Faults) error {
+	body, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.ep.QueueURL+"/admin/faults", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.ep.QueueToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("set the queue faults: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return fmt.Errorf("set the queue faults: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	s.queueFaultsMu.Lock()
+	s.queueFaults = &f
+	s.queueFaultsMu.Unlock()
+	return nil
+}
+
+// Sandbox returns a client of the running sandbox (stats, sends, faults).
+func (s *Stack) Sandbox() *sandbox.Client { return s.sandbox }
+
+// Queue returns a client of the running queue emulator.
+func (s *Stack) Queue() *queue.Client { return s.queue }
+
+// LogDir is the folder holding every child's log.
+func (s *Stack) LogDir() string { return s.logDir() }
+
+// Died is closed when a child exited without being stopped or killed on
+// purpose; DiedErr says which.
+func (s *Stack) Died() <-chan struct{} { return s.died }
+
+// DiedErr names the child that died on its own, once Died is closed.
+func (s *Stack) DiedErr() error {
+	select {
+	case <-s.died:
+		return s.diedErr
+	default:
+		return nil
+	}
+}

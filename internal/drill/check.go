@@ -1,0 +1,422 @@
+package drill
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/owedhq/owed/internal/devstack"
+	"github.com/owedhq/owed/internal/envelope"
+	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue"
+)
+
+// Result is what one drill saw. Violations is empty when every invariant
+// held.
+type Result struct {
+	Seed     uint64
+	Faults   []Fault
+	Injected map[string]int
+	Workers  int
+	Tick     time.Duration
+	Rate     string
+	Spread   time.Duration
+
+	Scheduled                                      int
+	Delivered, Expired, Failed, Cancelled, Skipped int
+	// StillOwed counts rows unsettled when the drill gave up draining.
+	StillOwed int
+	// Lost counts rows missing from the ledger, or delivered in the ledger
+	// but never accepted by the provider.
+	Lost int
+	// Duplicates counts accepts at the provider beyond the first per
+	// idempotency key; ExplainedDuplicates lists the rows whose resend the
+	// ledger recorded as a possible duplicate, Unexplained the others.
+	Duplicates          int
+	ExplainedDuplicates []int64
+	UnexplainedDups     []int64
+	// PossibleDuplicateRows counts rows with an attempt recorded as a
+	// possible duplicate (a claim after a worker died mid-send).
+	PossibleDuplicateRows int
+	// ExpiredSent lists rows the provider accepted after their expiry, or
+	// at all when they were scheduled already expired.
+	ExpiredSent []int64
+	// AcceptedButSettledOtherwise lists rows the provider accepted before
+	// their expiry whose ledger row nevertheless ended expired or failed: a
+	// worker died between the accept and the ledger write, and the row's
+	// next claim found it expired (or exhausted). The customer was
+	// notified; the ledger says otherwise.
+	AcceptedButSettledOtherwise []int64
+	DeadLetterDepth             int64
+	FailedNotDeadLettered       []int64
+	SecretsInLogs               []string
+	LogDir                      string
+	// DrainTime is from the faults being cleared to the last row settled;
+	// zero when the ledger never drained.
+	DrainTime time.Duration
+	Total     time.Duration
+
+	Violations []string
+}
+
+// ledgerRow is what the checks read of one ledger row.
+type ledgerRow struct {
+	state       string
+	expiresAt   *time.Time
+	accepted    int
+	possibleDup bool
+}
+
+// accept is one send the sandbox accepted, from its log.
+type accept struct {
+	key string
+	at  time.Time
+}
+
+func inTenant(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT set_config('owed.tenant_id', $1, true)`, devstack.Tenant); err != nil {
+		return err
+	}
+	return fn(tx)
+}
+
+func countOwed(ctx context.Context, db *sql.DB) (n int, err error) {
+	err = inTenant(ctx, db, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `SELECT count(*) FROM notifications WHERE settled_at IS NULL`).Scan(&n)
+	})
+	return n, err
+}
+
+const qRows = `
+SELECT n.id, n.state, n.expires_at,
+       count(a.id) FILTER (WHERE a.outcome = 'accepted'),
+       coalesce(bool_or(a.possible_duplicate), false)
+FROM notifications n LEFT JOIN notification_attempts a ON a.notification_id = n.id
+GROUP BY n.id`
+
+func readLedger(ctx context.Context, db *sql.DB) (map[int64]ledgerRow, error) {
+	out := map[int64]ledgerRow{}
+	err := inTenant(ctx, db, func(tx *sql.Tx) error {
+		rs, err := tx.QueryContext(ctx, qRows)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var id int64
+			var r ledgerRow
+			var exp sql.NullTime
+			if err := rs.Scan(&id, &r.state, &exp, &r.accepted, &r.possibleDup); err != nil {
+				return err
+			}
+			if exp.Valid {
+				r.expiresAt = &exp.Time
+			}
+			out[id] = r
+		}
+		return rs.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the ledger: %w", err)
+	}
+	return out, nil
+}
+
+// readAccepts reads every accepted send from the sandbox's log, by ledger
+// id. The log, unlike the sandbox's /sends, has no size limit and keeps each
+// duplicate's own line. Its times have whole seconds.
+func readAccepts(path string) (map[int64][]accept, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the sandbox log: %w", err)
+	}
+	defer f.Close()
+	out := map[int64][]accept{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var l struct {
+			Message        string    `json:"message"`
+			Outcome        string    `json:"outcome"`
+			Key            string    `json:"key"`
+			NotificationID int64     `json:"notification_id"`
+			Time           time.Time `json:"time"`
+		}
+		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Message != "sandbox send" || l.Outcome != "accepted" {
+			continue
+		}
+		out[l.NotificationID] = append(out[l.NotificationID], accept{key: l.Key, at: l.Time})
+	}
+	return out, sc.Err()
+}
+
+// deadLettered returns the ledger ids of every dead letter.
+func deadLettered(ctx context.Context, q *queue.Client) (map[int64]bool, error) {
+	ids := map[int64]bool{}
+	cursor := ""
+	for {
+		page, err := q.DeadLetters(ctx, queue.DeadLetterQuery{Limit: 100, Cursor: cursor})
+		if err != nil {
+			return nil, fmt.Errorf("list the dead letters: %w", err)
+		}
+		for _, d := range page.DeadLetters {
+			var e envelope.Envelope
+			if err := json.Unmarshal(d.Payload, &e); err == nil {
+				ids[e.ID] = true
+			}
+		}
+		if page.NextCursor == "" {
+			return ids, nil
+		}
+		cursor = page.NextCursor
+	}
+}
+
+// check compares the workload with the ledger, the sandbox's sends and the
+// dead letters, and fills res.
+func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, res *Result) error {
+	ledgerRows, err := readLedger(ctx, db)
+	if err != nil {
+		return err
+	}
+	accepts, err := readAccepts(filepath.Join(s.LogDir(), "sandbox.log"))
+	if err != nil {
+		return err
+	}
+	dead, err := deadLettered(ctx, s.Queue())
+	if err != nil {
+		return err
+	}
+	st, err := s.Queue().Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("queue stats: %w", err)
+	}
+	res.DeadLetterDepth = st.DeadLetterDepth
+	res.Scheduled = len(rows)
+	var lostMissing, lostUnsent, wrongEnd []int64
+	for _, r := range rows {
+		lr, ok := ledgerRows[r.id]
+		if !ok {
+			lostMissing = append(lostMissing, r.id)
+			continue
+		}
+		acc := accepts[r.id]
+		switch lr.state {
+		case "delivered":
+			res.Delivered++
+			if len(acc) == 0 {
+				lostUnsent = append(lostUnsent, r.id)
+			}
+		case "expired":
+			res.Expired++
+		case "failed":
+			res.Failed++
+			if !dead[r.id] {
+				res.FailedNotDeadLettered = append(res.FailedNotDeadLettered, r.id)
+			}
+		case "cancelled":
+			res.Cancelled++
+		case "skipped":
+			res.Skipped++
+		default:
+			res.StillOwed++
+		}
+		if lr.possibleDup {
+			res.PossibleDuplicateRows++
+		}
+		if len(acc) > 1 {
+			res.Duplicates += len(acc) - 1
+			if lr.possibleDup {
+				res.ExplainedDuplicates = append(res.ExplainedDuplicates, r.id)
+			} else {
+				res.UnexplainedDups = append(res.UnexplainedDups, r.id)
+			}
+		}
+		if len(acc) > 0 && (lr.state == "expired" || lr.state == "failed") {
+			res.AcceptedButSettledOtherwise = append(res.AcceptedButSettledOtherwise, r.id)
+		}
+		if sentAfterExpiry(ctx, s.Sandbox(), r, acc) {
+			res.ExpiredSent = append(res.ExpiredSent, r.id)
+		}
+		want := map[rowKind]string{kindExpired: "expired", kindBounce: "failed", kindCancel: "cancelled"}[r.kind]
+		if want != "" && lr.state != want {
+			wrongEnd = append(wrongEnd, r.id)
+		}
+		if r.kind == kindCancel && len(acc) > 0 {
+			res.Violations = append(res.Violations, fmt.Sprintf("row %d was cancelled before it fell due but the provider accepted it", r.id))
+		}
+	}
+	res.Lost = len(lostMissing) + len(lostUnsent)
+	v := &res.Violations
+	// The sandbox's own counter must agree with its log, or the drill's
+	// view of the sends is incomplete and proves nothing.
+	if sst, err := s.Sandbox().Stats(ctx); err != nil {
+		return fmt.Errorf("sandbox stats: %w", err)
+	} else if sst.Duplicates != int64(res.Duplicates) {
+		*v = append(*v, fmt.Sprintf("drill: the sandbox counts %d duplicate sends, its log shows %d: the log is incomplete", sst.Duplicates, res.Duplicates))
+	}
+	addIDs(v, lostMissing, "lost: scheduled but missing from the ledger")
+	addIDs(v, lostUnsent, "lost: delivered in the ledger but never accepted by the provider")
+	if res.StillOwed > 0 {
+		*v = append(*v, fmt.Sprintf("%d rows still owed after the drain limit (raise --duration-limit, or look at the oldest: owedctl notifications find)", res.StillOwed))
+	}
+	addIDs(v, res.UnexplainedDups, "sent twice without a resend recorded as a possible duplicate")
+	addIDs(v, res.ExpiredSent, "sent after its expiry")
+	addIDs(v, wrongEnd, "ended in the wrong state for its kind (expired/bounce/cancel rows)")
+	addIDs(v, res.FailedNotDeadLettered, "failed but not dead-lettered")
+	return nil
+}
+
+// sentAfterExpiry reports whether the provider accepted r after its expiry,
+// or at all when it was scheduled already expired. The first accept's time
+// comes from the sandbox (to the microsecond); a duplicate's from the log,
+// whose whole seconds can only make a late send look earlier, never later.
+func sentAfterExpiry(ctx context.Context, sbx *sandbox.Client, r row, acc []accept) bool {
+	if r.expiresAt == nil || len(acc) == 0 {
+		return false
+	}
+	if r.kind == kindExpired {
+		return true
+	}
+	for _, a := range acc {
+		if a.at.After(*r.expiresAt) {
+			return true
+		}
+	}
+	sends, err := sbx.Sends(ctx, sandbox.SendQuery{Key: acc[0].key, Limit: 1})
+	return err == nil && len(sends) > 0 && sends[0].AcceptedAt.After(*r.expiresAt)
+}
+
+// addIDs adds one violation naming up to ten of ids.
+func addIDs(v *[]string, ids []int64, what string) {
+	if len(ids) == 0 {
+		return
+	}
+	*v = append(*v, fmt.Sprintf("%d rows %s: %s", len(ids), what, idList(ids, 10)))
+}
+
+func idList(ids []int64, n int) string {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	var parts []string
+	for i, id := range ids {
+		if i == n {
+			parts = append(parts, fmt.Sprintf("… (%d more)", len(ids)-n))
+			break
+		}
+		parts = append(parts, fmt.Sprint(id))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// secretsInLogs reads every file in the log folder and names each secret of
+// the run found in one (by kind and file, never the secret itself).
+func secretsInLogs(dir string, ep devstack.Endpoints) ([]string, error) {
+	secrets := map[string]string{"cron secret": ep.CronSecret, "queue token": ep.QueueToken,
+		"service API token": ep.ServiceToken, "tenant API token": ep.TenantToken, "webhook secret": ep.WebhookSecret,
+		// The signing key without its whsec_ prefix, as a careless log of
+		// the decoded secret would show it.
+		"webhook signing key": strings.TrimPrefix(ep.WebhookSecret, "whsec_")}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read the log folder: %w", err)
+	}
+	var found []string
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		for kind, secret := range secrets {
+			if secret != "" && strings.Contains(string(b), secret) {
+				found = append(found, fmt.Sprintf("%s in %s", kind, e.Name()))
+			}
+		}
+	}
+	sort.Strings(found)
+	return found, nil
+}
+
+// Table writes the result as the table `owedctl drill` prints.
+func (r *Result) Table(w io.Writer) {
+	names := make([]string, len(r.Faults))
+	for i, f := range r.Faults {
+		names[i] = string(f)
+	}
+	faults := strings.Join(names, ",")
+	if faults == "" {
+		faults = "none"
+	}
+	fmt.Fprintf(w, "owed drill: %d rows, faults %s\n  %d workers, tick %s, rate %s, rows due over %s, seed %d\n\n",
+		r.Scheduled, faults, r.Workers, r.Tick, r.Rate, r.Spread, r.Seed)
+	if len(r.Injected) > 0 {
+		fmt.Fprintln(w, "faults injected")
+		kinds := make([]string, 0, len(r.Injected))
+		for k := range r.Injected {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		for _, k := range kinds {
+			fmt.Fprintf(w, "  %-36s %8d\n", k, r.Injected[k])
+		}
+		fmt.Fprintln(w)
+	}
+	drain := "did not drain"
+	if r.DrainTime > 0 {
+		drain = r.DrainTime.Round(100 * time.Millisecond).String()
+	}
+	dups := fmt.Sprint(r.Duplicates)
+	if len(r.ExplainedDuplicates) > 0 {
+		dups += "  (recorded as possible duplicates: rows " + idList(r.ExplainedDuplicates, 20) + ")"
+	}
+	lines := []struct{ k, v string }{
+		{"rows scheduled", fmt.Sprint(r.Scheduled)},
+		{"delivered", fmt.Sprint(r.Delivered)},
+		{"expired", fmt.Sprint(r.Expired)},
+		{"failed", fmt.Sprint(r.Failed)},
+		{"cancelled", fmt.Sprint(r.Cancelled)},
+		{"skipped", fmt.Sprint(r.Skipped)},
+		{"still owed (must be 0)", fmt.Sprint(r.StillOwed)},
+		{"lost (must be 0)", fmt.Sprint(r.Lost)},
+		{"duplicate sends at the provider", dups},
+		{"  not recorded as possible (must be 0)", fmt.Sprint(len(r.UnexplainedDups))},
+		{"rows with a possible-duplicate attempt", fmt.Sprint(r.PossibleDuplicateRows)},
+		{"expired rows sent (must be 0)", fmt.Sprint(len(r.ExpiredSent))},
+		{"accepted, then settled expired/failed", fmt.Sprint(len(r.AcceptedButSettledOtherwise))},
+		{"dead-letter depth", fmt.Sprint(r.DeadLetterDepth)},
+		{"failed, not dead-lettered (must be 0)", fmt.Sprint(len(r.FailedNotDeadLettered))},
+		{"secrets in logs (must be 0)", fmt.Sprint(len(r.SecretsInLogs))},
+		{"time to drain after faults cleared", drain},
+		{"total", r.Total.Round(100 * time.Millisecond).String()},
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %-40s %s\n", l.k, l.v)
+	}
+	fmt.Fprintln(w)
+	if len(r.Violations) == 0 {
+		fmt.Fprintln(w, "invariants: all held")
+		return
+	}
+	fmt.Fprintf(w, "invariants: %d broken\n", len(r.Violations))
+	for _, v := range r.Violations {
+		fmt.Fprintf(w, "  - %s\n", v)
+	}
+	fmt.Fprintf(w, "logs: %s\n", r.LogDir)
+}

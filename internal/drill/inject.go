@@ -1,0 +1,230 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/owedhq/owed/internal/devstack"
+)
+
+// injector runs the fault schedule during the fault window and counts what
+// it injected.
+type injector struct {
+	cfg Config
+	s   *devstack.Stack
+	out io.Writer
+	// start is when the fault window opened.
+	start time.Time
+	wg    sync.WaitGroup
+	// killMu serialises kills and restarts: two injectors restarting one
+	// child at once would race for its port.
+	killMu sync.Mutex
+
+	mu     sync.Mutex
+	counts map[string]int
+	errs   []string
+}
+
+func (inj *injector) goRun(fn func()) {
+	inj.wg.Add(1)
+	go func() {
+		defer inj.wg.Done()
+		fn()
+	}()
+}
+
+func (inj *injector) wait() { inj.wg.Wait() }
+
+func (inj *injector) count(what string) {
+	inj.mu.Lock()
+	inj.counts[what]++
+	inj.mu.Unlock()
+}
+
+// fail records a fault the drill could not inject or undo: the drill did
+// not test what it claims, which fails it like a broken invariant.
+func (inj *injector) fail(err error) {
+	inj.mu.Lock()
+	inj.errs = append(inj.errs, "drill: "+err.Error())
+	inj.mu.Unlock()
+	fmt.Fprintf(inj.out, "drill: %v\n", err)
+}
+
+// run starts one goroutine per selected timed fault; they end with window.
+// Each draws from its own generator, seeded from seed, so a seed repeats
+// the same schedule.
+func (inj *injector) run(window context.Context, seed uint64) {
+	spread := inj.cfg.Spread
+	at := func(frac float64) time.Duration { return time.Duration(float64(spread) * frac) }
+	rngFor := func(i uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, i)) }
+	if inj.cfg.has(WorkerKill) {
+		rng := rngFor(1)
+		inj.goRun(func() {
+			for sleep(window, between(rng, time.Second, 4*time.Second)) {
+				inj.kill(window, pick(rng, inj.named("worker-")), "worker kill -9")
+			}
+		})
+	}
+	if inj.cfg.has(SweeperKill) {
+		rng := rngFor(2)
+		inj.goRun(func() {
+			for sleep(window, between(rng, 3*time.Second, 8*time.Second)) {
+				inj.kill(window, pick(rng, inj.named("sweeper")), "sweeper kill -9")
+			}
+		})
+	}
+	if inj.cfg.has(QueueRestart) {
+		inj.goRun(func() {
+			for _, frac := range []float64{0.3, 0.7} {
+				if !inj.sleepUntil(window, at(frac)) {
+					return
+				}
+				inj.kill(window, "queue", "queue restart (kill -9)")
+			}
+		})
+	}
+	if inj.cfg.has(PGRestart) {
+		inj.goRun(func() {
+			if !inj.sleepUntil(window, at(0.5)) {
+				return
+			}
+			inj.killMu.Lock()
+			defer inj.killMu.Unlock()
+			fmt.Fprintf(inj.out, "drill: pg_ctl restart -m fast\n")
+			if err := inj.s.RestartPostgres(context.WithoutCancel(window)); err != nil {
+				inj.fail(err)
+				return
+			}
+			inj.count("postgres restart")
+		})
+	}
+	if inj.cfg.has(Provider429Storm) {
+		inj.goRun(func() {
+			if !inj.sleepUntil(window, at(0.4)) {
+				return
+			}
+			fmt.Fprintf(inj.out, "drill: 429 storm for %s\n", inj.cfg.Storm)
+			if err := inj.setProviderFaults(window, true, true); err != nil {
+				inj.fail(err)
+				return
+			}
+			inj.count("429 storm")
+			// The storm ends by itself; setting the faults again would
+			// start a new one, so nothing is undone here.
+		})
+	}
+	if inj.cfg.has(SchedulerPause) {
+		rng := rngFor(3)
+		inj.goRun(func() {
+			if !inj.sleepUntil(window, at(0.15)) {
+				return
+			}
+			fmt.Fprintf(inj.out, "drill: scheduler paused for %s\n", inj.cfg.Pause)
+			inj.s.PauseScheduler()
+			inj.count("scheduler pause")
+			sleep(window, inj.cfg.Pause)
+			inj.s.ResumeScheduler()
+			if inj.cfg.has(SweeperKill) {
+				// The first sweep after the pause leases the rows that fell
+				// due meanwhile and publishes them chunk after chunk; a
+				// kill a moment into it lands between a publish and its
+				// queued mark.
+				if sleep(window, inj.cfg.Tick+between(rng, 50*time.Millisecond, 500*time.Millisecond)) {
+					inj.kill(window, pick(rng, inj.named("sweeper")), "sweeper kill -9 mid-catch-up")
+				}
+			}
+		})
+	}
+}
+
+// kill kills -9 and restarts a child. A restart can fail while PostgreSQL
+// or the queue is down (the child exits at start-up); it is tried again
+// until it sticks, so the drill never goes on without a child it means to
+// have.
+func (inj *injector) kill(window context.Context, name, what string) {
+	inj.killMu.Lock()
+	defer inj.killMu.Unlock()
+	// A restart outlives the window: a child left down would skew the
+	// drain.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(window), 2*time.Minute)
+	defer cancel()
+	var err error
+	for range childRestartAttempts {
+		if err = inj.s.Kill(ctx, name); err == nil {
+			inj.count(what)
+			return
+		}
+		time.Sleep(2 * time.Second)
+	}
+	inj.fail(fmt.Errorf("%s of %s: %w", what, name, err))
+}
+
+// named lists the children whose names start with prefix.
+func (inj *injector) named(prefix string) []string {
+	var out []string
+	for _, n := range inj.s.Children() {
+		if strings.HasPrefix(n, prefix) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// cancelRows cancels the cancel rows half-way through the window, as an
+// application would when the subject goes away. The API is on the sweeper,
+// which a drill kills: a failed call is tried again.
+func (inj *injector) cancelRows(window context.Context, api *client, rows []row) {
+	if !inj.sleepUntil(window, inj.cfg.Spread/2) {
+		return
+	}
+	ctx := context.WithoutCancel(window)
+	for _, r := range rows {
+		if r.kind != kindCancel {
+			continue
+		}
+		var err error
+		for range childRestartAttempts {
+			if err = api.cancel(ctx, r.refID); err == nil {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		if err != nil {
+			inj.fail(fmt.Errorf("cancel row %d: %w", r.id, err))
+			return
+		}
+		inj.count("rows cancelled")
+	}
+}
+
+// sleepUntil waits until offset into the fault window, and reports whether
+// the window is still open.
+func (inj *injector) sleepUntil(window context.Context, offset time.Duration) bool {
+	return sleep(window, time.Until(inj.start.Add(offset)))
+}
+
+// sleep waits d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+}
+
+func pick(rng *rand.Rand, names []string) string { return names[rng.IntN(len(names))] }
