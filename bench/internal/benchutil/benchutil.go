@@ -263,3 +263,27 @@ func AppUser() string {
 	}
 	return "owed_app"
 }
+
+// Outcome summarises the ledger after a run: how many rows were delivered,
+// how many are anything else (owed, failed, expired…), and delivered_at −
+// due_at over the delivered ones, in seconds.
+type Outcome struct {
+	Delivered, Other       int64
+	LagP50, LagP99, LagMax float64
+	LagMin                 float64
+}
+
+// Outcome reads the run's Outcome from the ledger.
+func (d *DB) Outcome(ctx context.Context) (Outcome, error) {
+	var o Outcome
+	err := d.InBypass(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `
+			SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state <> 'delivered'),
+			       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), 0),
+			       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY lag), 0),
+			       coalesce(max(lag), 0), coalesce(min(lag), 0)
+			FROM (SELECT state, extract(epoch FROM delivered_at - due_at)::float8 AS lag FROM notifications) n`).
+			Scan(&o.Delivered, &o.Other, &o.LagP50, &o.LagP99, &o.LagMax, &o.LagMin)
+	})
+	return o, err
+}

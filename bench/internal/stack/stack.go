@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -178,13 +179,16 @@ func (s *Stack) spawn(ctx context.Context, path, name, addr string, env []string
 	s.procs = append(s.procs, p)
 
 	deadline := time.Now().Add(startTimeout)
+	var last string
 	for {
 		resp, err := s.http.Get("http://" + addr + "/readyz")
 		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
+			last = strings.TrimSpace(string(body))
 		}
 		select {
 		case <-p.done:
@@ -194,7 +198,9 @@ func (s *Stack) spawn(ctx context.Context, path, name, addr string, env []string
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s; its log: %s", name, startTimeout, p.log)
+			// A binary built from an older tree than the benchmark reports
+			// the schema as not at head.
+			return fmt.Errorf("%s not ready after %s (%s); its log: %s", name, startTimeout, last, p.log)
 		}
 	}
 }
