@@ -18,6 +18,11 @@ run: build
 test:
 	scripts/test.sh
 
+## bench: every benchmark against a throwaway PostgreSQL (fsync on), one
+## table; BENCH_QUICK=1 for the three-minute version. See docs/performance.md.
+bench:
+	scripts/bench.sh
+
 vet:
 	$(GO) vet ./...
 

@@ -1,0 +1,134 @@
+// Command all runs every benchmark program with -json and the worker's Go
+// benchmark (BenchmarkDeliver), and prints their rows as one table. It
+// expects the programs built into -dir (scripts/bench.sh does that) and the
+// environment of scripts/with-postgres.sh. -quick picks sizes that finish in
+// about three minutes.
+//
+//	scripts/bench.sh            # or: make bench, BENCH_QUICK=1 make bench
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/owedhq/owed/bench/internal/benchutil"
+)
+
+func main() {
+	dir := flag.String("dir", "", "folder holding the built benchmark programs and bin/sweeper, bin/worker")
+	quick := flag.Bool("quick", false, "smaller sizes, about three minutes")
+	flag.Parse()
+	bin := "-bin=" + *dir
+	steps := [][]string{
+		{"sweep", "-runs=11", "-sizes=10000,1000000", "-naive-max=1000000"},
+		{"queue", "-runs=3"},
+		{"pace"},
+		{"e2e", "-processes", bin, "-rows=100000", "-runs=3"},
+		{"lag", bin},
+		{"limited", bin},
+		{"recovery", bin, "-runs=3"},
+	}
+	if *quick {
+		steps = [][]string{
+			{"sweep", "-runs=5", "-sizes=10000,100000", "-naive-max=100000"},
+			{"queue", "-runs=1", "-messages=5000"},
+			{"pace", "-duration=10s"},
+			{"e2e", "-processes", bin, "-rows=20000"},
+			{"lag", bin, "-rows=500", "-window=1m"},
+			{"limited", bin, "-duration=30s"},
+			{"recovery", bin, "-runs=1"},
+		}
+	}
+	var rows []benchutil.Row
+	failed := false
+	for _, s := range steps {
+		fmt.Fprintf(os.Stderr, "== bench/%s %s\n", s[0], strings.Join(s[1:], " "))
+		start := time.Now()
+		cmd := exec.Command(filepath.Join(*dir, s[0]), append([]string{"-json"}, s[1:]...)...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, os.Stderr
+		if err := cmd.Run(); err != nil {
+			// One broken benchmark leaves the others' figures worth printing.
+			fmt.Fprintf(os.Stderr, "bench/all: bench/%s: %v\n", s[0], err)
+			failed = true
+		}
+		got, err := parse(&out)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench/all: bench/%s output: %v\n", s[0], err)
+			failed = true
+		}
+		rows = append(rows, got...)
+		fmt.Fprintf(os.Stderr, "== bench/%s took %s\n", s[0], time.Since(start).Round(time.Second))
+	}
+	got, err := deliverBench(*quick)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/all: BenchmarkDeliver:", err)
+		failed = true
+	}
+	rows = append(rows, got...)
+	fmt.Println()
+	benchutil.Print(rows)
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func parse(out *bytes.Buffer) ([]benchutil.Row, error) {
+	var rows []benchutil.Row
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		var r benchutil.Row
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return rows, fmt.Errorf("%q: %w", sc.Text(), err)
+		}
+		rows = append(rows, r)
+	}
+	return rows, sc.Err()
+}
+
+// deliverBench runs BenchmarkDeliver with -benchmem, -count times, and
+// reports the medians of its ns/op, B/op and allocs/op.
+func deliverBench(quick bool) ([]benchutil.Row, error) {
+	count := "5"
+	if quick {
+		count = "2"
+	}
+	fmt.Fprintln(os.Stderr, "== go test -run '^$' -bench BenchmarkDeliver -benchmem -count", count, "./internal/worker")
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "BenchmarkDeliver", "-benchmem", "-count", count, "./internal/worker")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w\n%s", err, out)
+	}
+	// "BenchmarkDeliver-2   2000   612345 ns/op   23456 B/op   321 allocs/op"
+	vals := map[string][]float64{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "BenchmarkDeliver") {
+			continue
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				vals[f[i+1]] = append(vals[f[i+1]], v)
+			}
+		}
+	}
+	if len(vals["allocs/op"]) == 0 {
+		return nil, fmt.Errorf("no BenchmarkDeliver result in:\n%s", out)
+	}
+	ns := benchutil.Summarise(vals["ns/op"])
+	return []benchutil.Row{
+		{Name: "BenchmarkDeliver: worker hot path, allocations per delivery", Value: benchutil.Summarise(vals["allocs/op"]), Unit: "allocs"},
+		{Name: "BenchmarkDeliver: bytes allocated per delivery", Value: benchutil.Summarise(vals["B/op"]), Unit: "B"},
+		{Name: "BenchmarkDeliver: wall time per delivery (1 worker × 16)", Value: benchutil.Summary{Median: ns.Median / 1e6, Min: ns.Min / 1e6, Max: ns.Max / 1e6, N: ns.N}, Unit: "ms"},
+	}, nil
+}
