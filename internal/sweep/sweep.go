@@ -184,7 +184,11 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Resul
 			return fmt.Errorf("encode row %d: %w", r.ID, err)
 		}
 		msgs[i] = queue.Message{Payload: body, IdempotencyKey: key}
-		if wait := r.DueAt.Sub(now); wait > 0 {
+		// The queue counts delays in whole seconds and rounds up; rounding
+		// down here instead lets the message surface up to a second early,
+		// and the worker waits out the rest (within its early tolerance),
+		// so the send lands at the due time rather than up to a second late.
+		if wait := r.DueAt.Sub(now).Truncate(time.Second); wait > 0 {
 			msgs[i].Delay = wait
 		}
 	}

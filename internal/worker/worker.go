@@ -329,6 +329,15 @@ func (w *Worker) handle(ctx context.Context, d queue.Delivery) {
 func (w *Worker) send(ctx context.Context, log zerolog.Logger, d queue.Delivery, env envelope.Envelope, claim ledger.Claim) {
 	m := w.o.Metrics
 	row := claim.Row
+	// A message may surface up to the early tolerance before its due time
+	// (the sweeper publishes ahead in whole seconds). The claim is held;
+	// wait out the rest so the send is on time, not early.
+	if early := row.DueAt.Sub(w.Clock()); early > 0 {
+		select {
+		case <-time.After(early):
+		case <-ctx.Done():
+		}
+	}
 	sender, err := w.o.Route(row.Channel)
 	if err != nil {
 		w.fail(ctx, log, d, row, fmt.Sprintf("no provider for channel %q: %v", row.Channel, err), nil)

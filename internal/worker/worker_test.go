@@ -421,3 +421,24 @@ func TestContactsResolveSkipOrFail(t *testing.T) {
 		t.Errorf("unresolvable recipient: %d attempts recorded, want 3 (OWED_MAX_ATTEMPTS)", len(d.History))
 	}
 }
+
+// A row published ahead surfaces up to a second before it is due; the
+// worker holds its claim and sends at the due time, never before.
+func TestPublishedAheadIsNeverSentEarly(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	rows := b.Schedule(t, "acme", 5, time.Now().Add(1500*time.Millisecond), nil)
+	if n := b.sweepAll(t); n != 5 {
+		t.Fatalf("published %d, want 5 (within the publish-ahead window)", n)
+	}
+	b.start(t)
+	b.waitSettled(t, 30*time.Second)
+	for _, r := range rows {
+		d, _ := b.Ledger.Get(bg, "acme", r.ID)
+		if d.State != ledger.StateDelivered || len(d.History) != 1 {
+			t.Fatalf("row %d: %s with %d attempts", r.ID, d.State, len(d.History))
+		}
+		if d.History[0].StartedAt.Before(d.DueAt) {
+			t.Errorf("row %d sent at %s, before its due time %s", r.ID, d.History[0].StartedAt, d.DueAt)
+		}
+	}
+}
