@@ -56,19 +56,25 @@ DECLARE
     changed boolean;
 BEGIN
     PERFORM set_config('owed.tenant_id', p_tenant, true);
-    WITH settled AS (
-        UPDATE notifications
-           SET attempts = attempts + 1, updated_at = p_now,
-               state = CASE WHEN settled_at IS NULL OR state = 'failed' THEN 'delivered' ELSE state END,
-               delivered_at = CASE WHEN settled_at IS NULL OR state = 'failed' THEN p_now ELSE delivered_at END,
-               settled_at = CASE WHEN settled_at IS NULL OR state = 'failed' THEN p_now ELSE settled_at END,
-               lease_until = CASE WHEN settled_at IS NULL OR state = 'failed' THEN NULL ELSE lease_until END,
-               provider = CASE WHEN settled_at IS NULL OR state = 'failed' THEN p_provider ELSE provider END,
-               provider_message_id = CASE WHEN settled_at IS NULL OR state = 'failed' THEN p_message_id
-                                          ELSE provider_message_id END,
-               last_error = CASE WHEN settled_at IS NULL OR state = 'failed' THEN NULL ELSE last_error END
-         WHERE id = p_id
-        RETURNING id, tenant_id, attempts, delivered_at = p_now AS changed
+    -- "open" is read before the update: only an open row (or a failed one an
+    -- operator redrove) is stamped delivered; an already delivered row keeps
+    -- its first delivered_at and message id.
+    WITH old AS (
+        SELECT n.id, (n.settled_at IS NULL OR n.state = 'failed') AS open
+          FROM notifications n WHERE n.id = p_id FOR UPDATE
+    ), settled AS (
+        UPDATE notifications n
+           SET attempts = n.attempts + 1, updated_at = p_now,
+               state = CASE WHEN old.open THEN 'delivered' ELSE n.state END,
+               delivered_at = CASE WHEN old.open THEN p_now ELSE n.delivered_at END,
+               settled_at = CASE WHEN old.open THEN p_now ELSE n.settled_at END,
+               lease_until = CASE WHEN old.open THEN NULL ELSE n.lease_until END,
+               provider = CASE WHEN old.open THEN p_provider ELSE n.provider END,
+               provider_message_id = CASE WHEN old.open THEN p_message_id ELSE n.provider_message_id END,
+               last_error = CASE WHEN old.open THEN NULL ELSE n.last_error END
+          FROM old
+         WHERE n.id = old.id
+        RETURNING n.id, n.tenant_id, n.attempts, old.open AS changed
     ), recorded AS (
         INSERT INTO notification_attempts (notification_id, tenant_id, attempt, provider, started_at,
                                            finished_at, outcome, provider_message_id, http_status, error,

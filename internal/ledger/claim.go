@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -196,6 +197,87 @@ func (l *Ledger) SettleDelivered(ctx context.Context, tenant string, id int64, a
 		return false, ErrNotFound
 	}
 	return changed.Bool, nil
+}
+
+// Delivered is one accepted send to settle in a batch.
+type Delivered struct {
+	Tenant  string
+	ID      int64
+	Attempt Attempt
+}
+
+type deliveredJSON struct {
+	Tenant            string    `json:"tenant_id"`
+	ID                int64     `json:"id"`
+	Provider          string    `json:"provider"`
+	StartedAt         time.Time `json:"started_at"`
+	MessageID         *string   `json:"message_id"`
+	HTTPStatus        *int      `json:"http_status"`
+	PossibleDuplicate bool      `json:"possible_duplicate"`
+}
+
+// SettleDeliveredBatch is SettleDelivered for many rows, possibly of many
+// tenants, in one statement and one commit. It reports, in input order,
+// whether each row changed; a row not visible in its tenant's scope is
+// reported as ErrNotFound in errs (nil errs when every row was found).
+func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (changed []bool, errs []error, err error) {
+	in := make([]deliveredJSON, len(rows))
+	for i, r := range rows {
+		if err := ValidateTenant(r.Tenant); err != nil {
+			return nil, nil, err
+		}
+		if r.Attempt.StartedAt.IsZero() {
+			return nil, nil, errors.New("ledger: an attempt needs its start time")
+		}
+		in[i] = deliveredJSON{Tenant: r.Tenant, ID: r.ID, Provider: r.Attempt.Provider,
+			StartedAt: r.Attempt.StartedAt.UTC(), PossibleDuplicate: r.Attempt.PossibleDuplicate}
+		if m := r.Attempt.ProviderMessageID; m != "" {
+			in[i].MessageID = &m
+		}
+		if st := r.Attempt.HTTPStatus; st != 0 {
+			in[i].HTTPStatus = &st
+		}
+	}
+	doc, err := json.Marshal(in)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := l.prepared(ctx, qSettleDeliveredBatch)
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := s.QueryContext(ctx, string(doc), l.now())
+	if err != nil {
+		return nil, nil, err
+	}
+	defer res.Close()
+	changed = make([]bool, len(rows))
+	i := 0
+	for res.Next() {
+		var id int64
+		var ch sql.NullBool
+		if err := res.Scan(&id, &ch); err != nil {
+			return nil, nil, err
+		}
+		if i >= len(rows) || id != rows[i].ID {
+			return nil, nil, fmt.Errorf("ledger: batch settle answered row %d out of order", id)
+		}
+		if !ch.Valid {
+			if errs == nil {
+				errs = make([]error, len(rows))
+			}
+			errs[i] = ErrNotFound
+		}
+		changed[i] = ch.Bool
+		i++
+	}
+	if err := res.Err(); err != nil {
+		return nil, nil, err
+	}
+	if i != len(rows) {
+		return nil, nil, fmt.Errorf("ledger: batch settle answered %d of %d rows", i, len(rows))
+	}
+	return changed, errs, nil
 }
 
 // SettleSkipped settles a row the source says has nothing worth saying.

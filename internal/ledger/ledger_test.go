@@ -610,3 +610,47 @@ func TestLeaseUsesThePartialIndex(t *testing.T) {
 		t.Errorf("leased %d (err %v), want the 100 owed", len(got), err)
 	}
 }
+
+func TestSettleDeliveredBatchScopesEachRowToItsTenant(t *testing.T) {
+	b := setup(t)
+	a := mustSchedule(t, b, "tenant-a", row("alice", "A-1", b.now), row("alan", "A-2", b.now))
+	bb := mustSchedule(t, b, "tenant-b", row("bob", "B-1", b.now))
+	for _, c := range []struct {
+		tenant string
+		id     int64
+	}{{"tenant-a", a[0].ID}, {"tenant-a", a[1].ID}, {"tenant-b", bb[0].ID}} {
+		if cl, err := b.l.ClaimForSend(ctx, c.tenant, c.id, ClaimParams{DueAt: b.now, LeaseFor: time.Minute}); err != nil || cl.Outcome != ClaimSend {
+			t.Fatalf("claim %d: %v %v", c.id, cl.Outcome, err)
+		}
+	}
+	// a[1] is already delivered: the batch records the attempt, changes nothing.
+	if _, err := b.l.SettleDelivered(ctx, "tenant-a", a[1].ID, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now, ProviderMessageID: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	at := Attempt{Provider: "sandbox", StartedAt: b.now, ProviderMessageID: "m", HTTPStatus: 202}
+	changed, errs, err := b.l.SettleDeliveredBatch(ctx, []Delivered{
+		{"tenant-a", a[0].ID, at},
+		{"tenant-a", a[1].ID, at},
+		{"tenant-b", bb[0].ID, at},
+		{"tenant-b", a[0].ID, at}, // forged: tenant-a's row under tenant-b
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, false, true, false}; fmt.Sprint(changed) != fmt.Sprint(want) {
+		t.Errorf("changed = %v, want %v", changed, want)
+	}
+	if errs == nil || errs[3] != ErrNotFound || errs[0] != nil {
+		t.Errorf("errs = %v, want ErrNotFound only for the forged row", errs)
+	}
+	d, _ := b.l.Get(ctx, "tenant-a", a[0].ID)
+	if d.State != StateDelivered || d.ProviderMessageID != "m" || len(d.History) != 1 || d.History[0].HTTPStatus != 202 {
+		t.Errorf("a[0]: %s msg=%q history=%+v", d.State, d.ProviderMessageID, d.History)
+	}
+	if d, _ := b.l.Get(ctx, "tenant-a", a[1].ID); d.ProviderMessageID != "first" || len(d.History) != 2 {
+		t.Errorf("a[1]: msg=%q attempts=%d, want the first message id kept and both attempts recorded", d.ProviderMessageID, len(d.History))
+	}
+	if d, _ := b.l.Get(ctx, "tenant-b", bb[0].ID); d.State != StateDelivered {
+		t.Errorf("b[0]: %s", d.State)
+	}
+}

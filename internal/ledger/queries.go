@@ -151,6 +151,12 @@ UPDATE notifications
 	// is not visible in the tenant's scope.
 	qSettleDelivered = `SELECT owed_settle_delivered($1, $2, $3, $4, $5, $6, $7, $8)`
 
+	// qSettleDeliveredBatch settles many accepted sends in one statement
+	// (owed_settle_delivered_batch, migrations/00008): each row under its
+	// own tenant's scope, all in one commit. A row not visible in its
+	// tenant's scope answers a NULL changed.
+	qSettleDeliveredBatch = `SELECT id, changed FROM owed_settle_delivered_batch($1::jsonb, $2)`
+
 	qSettleSkipped = `
 UPDATE notifications
    SET state = 'skipped', settled_at = $2, lease_until = NULL, last_error = $3, updated_at = $2

@@ -51,6 +51,10 @@ const (
 	// settleRetry bounds how long the worker keeps trying to record an
 	// accepted send before leaving the message to be redelivered.
 	settleRetry = 30 * time.Second
+	// settleBatch and settleLinger bound how accepted sends are gathered
+	// into one ledger commit.
+	settleBatch  = 32
+	settleLinger = 2 * time.Millisecond
 	// ackBatch and ackLinger bound how acks are gathered into one call.
 	ackBatch  = 50
 	ackLinger = 5 * time.Millisecond
@@ -154,8 +158,9 @@ func (o *Options) defaults() {
 
 // Worker is a pool of senders draining one queue.
 type Worker struct {
-	o    Options
-	acks chan string
+	o       Options
+	acks    chan string
+	settles chan settleReq
 	// Clock is read for attempt times and delays; tests replace it.
 	Clock func() time.Time
 }
@@ -190,6 +195,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer func() {
 		close(w.acks)
 		<-ackerDone
+	}()
+	w.settles = make(chan settleReq, settleBatch)
+	settlerDone := make(chan struct{})
+	go func() {
+		defer close(settlerDone)
+		w.runSettler(context.WithoutCancel(ctx))
+	}()
+	// The settler outlives the senders too, and stops before the acker.
+	defer func() {
+		close(w.settles)
+		<-settlerDone
 	}()
 
 	var senders sync.WaitGroup
@@ -472,22 +488,85 @@ func (w *Worker) retryOrFail(ctx context.Context, log zerolog.Logger, d queue.De
 	w.o.Metrics.outcome("retried")
 }
 
-// settleDelivered records an accepted send, retrying a briefly unavailable
-// database: the send already happened, and losing its record would resend.
+// settleDelivered records an accepted send through the settler, which
+// shares one commit among the sends that finish together. It reports false
+// when the ledger could not record it within settleRetry: the message is
+// then left unacked, is redelivered, and the row is claimable when its
+// lease ends; the resend carries the same idempotency key.
 func (w *Worker) settleDelivered(ctx context.Context, log zerolog.Logger, row ledger.Notification, a ledger.Attempt) bool {
-	deadline := time.Now().Add(settleRetry)
-	delay := 100 * time.Millisecond
+	done := make(chan error, 1)
+	w.settles <- settleReq{d: ledger.Delivered{Tenant: row.Tenant, ID: row.ID, Attempt: a}, done: done}
+	if err := <-done; err != nil {
+		log.Error().Err(err).Msg("provider accepted the send but the ledger could not record it; the message will be redelivered")
+		return false
+	}
+	return true
+}
+
+type settleReq struct {
+	d    ledger.Delivered
+	done chan error
+}
+
+// runSettler settles accepted sends in batches of up to settleBatch, or
+// whatever has gathered after settleLinger, until settles is closed and
+// drained. A batch that fails is retried with backoff for settleRetry: the
+// sends already happened, and losing their record would resend them.
+func (w *Worker) runSettler(ctx context.Context) {
+	batch := make([]settleReq, 0, settleBatch)
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		rows := make([]ledger.Delivered, len(batch))
+		for i, r := range batch {
+			rows[i] = r.d
+		}
+		deadline := time.Now().Add(settleRetry)
+		delay := 100 * time.Millisecond
+		for {
+			_, errs, err := w.o.Ledger.SettleDeliveredBatch(ctx, rows)
+			if err == nil {
+				for i, r := range batch {
+					var rowErr error
+					if errs != nil {
+						rowErr = errs[i]
+					}
+					r.done <- rowErr
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				for _, r := range batch {
+					r.done <- err
+				}
+				break
+			}
+			time.Sleep(jitter(delay))
+			delay = min(delay*2, 5*time.Second)
+		}
+		batch = batch[:0]
+	}
+	timer := time.NewTimer(settleLinger)
+	timer.Stop()
 	for {
-		_, err := w.o.Ledger.SettleDelivered(ctx, row.Tenant, row.ID, a)
-		if err == nil {
-			return true
+		select {
+		case r, ok := <-w.settles:
+			if !ok {
+				flush()
+				return
+			}
+			if len(batch) == 0 {
+				timer.Reset(settleLinger)
+			}
+			batch = append(batch, r)
+			if len(batch) == settleBatch {
+				timer.Stop()
+				flush()
+			}
+		case <-timer.C:
+			flush()
 		}
-		if time.Now().After(deadline) {
-			log.Error().Err(err).Msg("provider accepted the send but the ledger could not record it; the message will be redelivered")
-			return false
-		}
-		time.Sleep(jitter(delay))
-		delay = min(delay*2, 5*time.Second)
 	}
 }
 
