@@ -84,17 +84,24 @@ func (l *Ledger) ClaimForSend(ctx context.Context, tenant string, id int64, p Cl
 	if err := ValidateTenant(tenant); err != nil {
 		return Claim{}, err
 	}
-	var c Claim
 	var took bool
 	row, err := scanNotification(l.queryRow(ctx, qClaim, tenant, id, now, now.Add(p.LeaseFor), due,
 		now.Add(p.EarlyTolerance)), &took)
 	if errors.Is(err, sql.ErrNoRows) {
-		return c, ErrNotFound
+		return Claim{}, ErrNotFound
 	}
 	if err != nil {
-		return c, err
+		return Claim{}, err
 	}
-	c.Row = row
+	return l.decide(ctx, row, took, due, now, p.EarlyTolerance)
+}
+
+// decide says why a claim statement took the row or did not, from the row
+// as it was before the statement; an expired row is settled expired here.
+func (l *Ledger) decide(ctx context.Context, row Notification, took bool, due, now time.Time,
+	early time.Duration) (Claim, error) {
+	c := Claim{Row: row}
+	var err error
 	// The statement took the row exactly when none of the cases below
 	// holds; the order here says which reason applies first.
 	switch {
@@ -105,14 +112,14 @@ func (l *Ledger) ClaimForSend(ctx context.Context, tenant string, id int64, p Cl
 	case row.ExpiresAt != nil && !row.ExpiresAt.After(now):
 		c.Outcome = ClaimExpired
 		if row.State != StateFailed {
-			err = l.withTenant(ctx, tenant, func(tx *txn) error {
-				_, err := tx.Exec(qSettleExpired, id, now)
+			err = l.withTenant(ctx, row.Tenant, func(tx *txn) error {
+				_, err := tx.Exec(qSettleExpired, row.ID, now)
 				return err
 			})
 		}
 	case row.State == StateSending && row.LeaseUntil != nil && row.LeaseUntil.After(now):
 		c.Outcome = ClaimHeld
-	case row.DueAt.After(now.Add(p.EarlyTolerance)):
+	case row.DueAt.After(now.Add(early)):
 		c.Outcome = ClaimEarly
 		c.Wait = row.DueAt.Sub(now)
 	default:
@@ -127,10 +134,92 @@ func (l *Ledger) ClaimForSend(ctx context.Context, tenant string, id int64, p Cl
 		c.Row.State, c.Row.ClaimedAt = StateSending, &now
 	}
 	if took != (c.Outcome == ClaimSend) {
-		return c, fmt.Errorf("ledger: claim of row %d disagrees with its reading (took=%v, outcome %s)", id, took, c.Outcome)
+		return c, fmt.Errorf("ledger: claim of row %d disagrees with its reading (took=%v, outcome %s)", row.ID, took, c.Outcome)
 	}
 	return c, err
 }
+
+// ClaimRequest names one row a queue message points at.
+type ClaimRequest struct {
+	Tenant string
+	ID     int64
+	DueAt  time.Time
+}
+
+type claimJSON struct {
+	Idx    int       `json:"idx"`
+	Tenant string    `json:"tenant_id"`
+	ID     int64     `json:"id"`
+	DueAt  time.Time `json:"due_at"`
+}
+
+// ClaimForSendBatch is ClaimForSend for many rows, possibly of many
+// tenants, in one statement and one commit; p.DueAt is ignored in favour of
+// each request's. It returns a Claim or an error (ErrNotFound for a row not
+// visible in its tenant's scope) per request, in input order; the error
+// return is for the batch as a whole.
+func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p ClaimParams) ([]Claim, []error, error) {
+	if p.LeaseFor <= 0 {
+		return nil, nil, fmt.Errorf("ledger: claim lease must be above zero, got %s", p.LeaseFor)
+	}
+	in := make([]claimJSON, len(reqs))
+	for i, r := range reqs {
+		if err := ValidateTenant(r.Tenant); err != nil {
+			return nil, nil, err
+		}
+		in[i] = claimJSON{Idx: i, Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt.UTC().Truncate(time.Microsecond)}
+	}
+	doc, err := json.Marshal(in)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := l.now()
+	s, err := l.prepared(ctx, qClaimBatch)
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := s.QueryContext(ctx, string(doc), now, now.Add(p.LeaseFor), now.Add(p.EarlyTolerance))
+	if err != nil {
+		return nil, nil, err
+	}
+	type answer struct {
+		row  Notification
+		took bool
+	}
+	answers := make(map[int]answer, len(reqs))
+	for res.Next() {
+		var idx int
+		var a answer
+		if a.row, err = scanNotification(prefixed{res, &idx}, &a.took); err != nil {
+			res.Close()
+			return nil, nil, err
+		}
+		answers[idx] = a
+	}
+	res.Close()
+	if err := res.Err(); err != nil {
+		return nil, nil, err
+	}
+	claims := make([]Claim, len(reqs))
+	errs := make([]error, len(reqs))
+	for i := range reqs {
+		a, ok := answers[i]
+		if !ok {
+			errs[i] = ErrNotFound
+			continue
+		}
+		claims[i], errs[i] = l.decide(ctx, a.row, a.took, in[i].DueAt, now, p.EarlyTolerance)
+	}
+	return claims, errs, nil
+}
+
+// prefixed scans one leading column into first, then the rest as asked.
+type prefixed struct {
+	s     scanner
+	first any
+}
+
+func (p prefixed) Scan(dest ...any) error { return p.s.Scan(append([]any{p.first}, dest...)...) }
 
 // AttemptOutcome is how one send ended.
 type AttemptOutcome string
@@ -207,6 +296,7 @@ type Delivered struct {
 }
 
 type deliveredJSON struct {
+	Idx               int       `json:"idx"`
 	Tenant            string    `json:"tenant_id"`
 	ID                int64     `json:"id"`
 	Provider          string    `json:"provider"`
@@ -229,7 +319,7 @@ func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (ch
 		if r.Attempt.StartedAt.IsZero() {
 			return nil, nil, errors.New("ledger: an attempt needs its start time")
 		}
-		in[i] = deliveredJSON{Tenant: r.Tenant, ID: r.ID, Provider: r.Attempt.Provider,
+		in[i] = deliveredJSON{Idx: i, Tenant: r.Tenant, ID: r.ID, Provider: r.Attempt.Provider,
 			StartedAt: r.Attempt.StartedAt.UTC(), PossibleDuplicate: r.Attempt.PossibleDuplicate}
 		if m := r.Attempt.ProviderMessageID; m != "" {
 			in[i].MessageID = &m
@@ -252,30 +342,30 @@ func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (ch
 	}
 	defer res.Close()
 	changed = make([]bool, len(rows))
-	i := 0
+	seen := 0
 	for res.Next() {
-		var id int64
+		var idx int
 		var ch sql.NullBool
-		if err := res.Scan(&id, &ch); err != nil {
+		if err := res.Scan(&idx, &ch); err != nil {
 			return nil, nil, err
 		}
-		if i >= len(rows) || id != rows[i].ID {
-			return nil, nil, fmt.Errorf("ledger: batch settle answered row %d out of order", id)
+		if idx < 0 || idx >= len(rows) {
+			return nil, nil, fmt.Errorf("ledger: batch settle answered unknown index %d", idx)
 		}
 		if !ch.Valid {
 			if errs == nil {
 				errs = make([]error, len(rows))
 			}
-			errs[i] = ErrNotFound
+			errs[idx] = ErrNotFound
 		}
-		changed[i] = ch.Bool
-		i++
+		changed[idx] = ch.Bool
+		seen++
 	}
 	if err := res.Err(); err != nil {
 		return nil, nil, err
 	}
-	if i != len(rows) {
-		return nil, nil, fmt.Errorf("ledger: batch settle answered %d of %d rows", i, len(rows))
+	if seen != len(rows) {
+		return nil, nil, fmt.Errorf("ledger: batch settle answered %d of %d rows", seen, len(rows))
 	}
 	return changed, errs, nil
 }

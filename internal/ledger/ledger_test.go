@@ -654,3 +654,34 @@ func TestSettleDeliveredBatchScopesEachRowToItsTenant(t *testing.T) {
 		t.Errorf("b[0]: %s", d.State)
 	}
 }
+
+func TestClaimForSendBatch(t *testing.T) {
+	b := setup(t)
+	a := mustSchedule(t, b, "tenant-a", row("alice", "A-1", b.now), row("alan", "A-2", b.now))
+	bb := mustSchedule(t, b, "tenant-b", row("bob", "B-1", b.now))
+	b.l.ClaimForSend(ctx, "tenant-a", a[1].ID, ClaimParams{DueAt: b.now, LeaseFor: time.Minute})
+	b.l.SettleDelivered(ctx, "tenant-a", a[1].ID, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now})
+	claims, errs, err := b.l.ClaimForSendBatch(ctx, []ClaimRequest{
+		{"tenant-b", bb[0].ID, b.now},
+		{"tenant-a", a[0].ID, b.now},
+		{"tenant-a", a[1].ID, b.now},                  // delivered already
+		{"tenant-b", a[0].ID, b.now},                  // forged: tenant-a's row under tenant-b
+		{"tenant-b", bb[0].ID, b.now.Add(-time.Hour)}, // stale copy
+		{"tenant-a", a[0].ID, b.now},                  // a second copy in the same batch
+	}, ClaimParams{LeaseFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ClaimOutcome{ClaimSend, ClaimSend, ClaimSettled, 0, ClaimStale, ClaimHeld}
+	for i, w := range want {
+		if w == 0 {
+			if errs[i] != ErrNotFound {
+				t.Errorf("request %d: err %v, want ErrNotFound", i, errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil || claims[i].Outcome != w {
+			t.Errorf("request %d: %v (err %v), want %v", i, claims[i].Outcome, errs[i], w)
+		}
+	}
+}

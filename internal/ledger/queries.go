@@ -152,10 +152,15 @@ UPDATE notifications
 	qSettleDelivered = `SELECT owed_settle_delivered($1, $2, $3, $4, $5, $6, $7, $8)`
 
 	// qSettleDeliveredBatch settles many accepted sends in one statement
-	// (owed_settle_delivered_batch, migrations/00008): each row under its
-	// own tenant's scope, all in one commit. A row not visible in its
+	// (owed_settle_delivered_batch, migrations/00008_worker_batches.sql):
+	// each row under its own tenant's scope, all in one commit. A row not visible in its
 	// tenant's scope answers a NULL changed.
-	qSettleDeliveredBatch = `SELECT id, changed FROM owed_settle_delivered_batch($1::jsonb, $2)`
+	qSettleDeliveredBatch = `SELECT idx, changed FROM owed_settle_delivered_batch($1::jsonb, $2)`
+
+	// qClaimBatch is qClaim for many rows, possibly of many tenants, in one
+	// statement and one commit (owed_claim_batch, migrations/00008). A row
+	// not visible in its tenant's scope answers nothing for its idx.
+	qClaimBatch = `SELECT * FROM owed_claim_batch($1::jsonb, $2, $3, $4)`
 
 	qSettleSkipped = `
 UPDATE notifications

@@ -6,8 +6,11 @@
 package sweeper
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"time"
 
@@ -71,6 +74,22 @@ func (s *Server) cron(h http.HandlerFunc) http.HandlerFunc {
 		}
 		if !service.BearerOK(r, s.cfg.CronSecret) {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer secret (OWED_CRON_SECRET)")
+			return
+		}
+		// The cron sends no body (some schedulers send "{}"). Anything else
+		// is not the cron, and is refused before the run starts.
+		body, err := io.ReadAll(r.Body)
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			writeError(w, http.StatusRequestEntityTooLarge, "too_large", "the cron endpoints take no body")
+			return
+		case err != nil:
+			writeError(w, http.StatusBadRequest, "bad_request", "could not read the request body")
+			return
+		}
+		if b := bytes.TrimSpace(body); len(b) > 0 && !bytes.Equal(b, []byte("{}")) {
+			writeError(w, http.StatusBadRequest, "bad_request", "the cron endpoints take no body (or an empty JSON object)")
 			return
 		}
 		h(w, r)
