@@ -51,8 +51,10 @@ const (
 	// settleRetry bounds how long the worker keeps trying to record an
 	// accepted send before leaving the message to be redelivered.
 	settleRetry = 30 * time.Second
-	// settleBatch and settleLinger bound how accepted sends are gathered
-	// into one ledger commit.
+	// claimBatch/claimLinger and settleBatch/settleLinger bound how claims
+	// and accepted sends are gathered into one ledger commit.
+	claimBatch   = 32
+	claimLinger  = 2 * time.Millisecond
 	settleBatch  = 32
 	settleLinger = 2 * time.Millisecond
 	// ackBatch and ackLinger bound how acks are gathered into one call.
@@ -158,9 +160,12 @@ func (o *Options) defaults() {
 
 // Worker is a pool of senders draining one queue.
 type Worker struct {
-	o       Options
-	acks    chan string
-	settles chan settleReq
+	o Options
+	// claims, settles and acks share ledger commits and queue calls among
+	// the messages in flight; Run starts and stops them.
+	claims  *batcher[ledger.ClaimRequest, ledger.Claim]
+	settles *batcher[ledger.Delivered, struct{}]
+	acks    *batcher[string, struct{}]
 	// Clock is read for attempt times and delays; tests replace it.
 	Clock func() time.Time
 }
@@ -185,28 +190,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	// when SIGTERM arrives can still be recorded and acked.
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
-	w.acks = make(chan string, ackBatch)
-	ackerDone := make(chan struct{})
-	go func() {
-		defer close(ackerDone)
-		w.runAcker(context.WithoutCancel(ctx))
-	}()
-	// The acker outlives the senders: every settled row's ack is sent.
-	defer func() {
-		close(w.acks)
-		<-ackerDone
-	}()
-	w.settles = make(chan settleReq, settleBatch)
-	settlerDone := make(chan struct{})
-	go func() {
-		defer close(settlerDone)
-		w.runSettler(context.WithoutCancel(ctx))
-	}()
-	// The settler outlives the senders too, and stops before the acker.
-	defer func() {
-		close(w.settles)
-		<-settlerDone
-	}()
+	// The batchers outlive the senders: every settled row is recorded and
+	// its ack sent before Run returns. Acks stop last.
+	bctx := context.WithoutCancel(ctx)
+	w.acks = startBatcher(bctx, ackBatch, ackLinger, w.flushAcks)
+	defer w.acks.stop()
+	w.settles = startBatcher(bctx, settleBatch, settleLinger, w.flushSettles)
+	defer w.settles.stop()
+	w.claims = startBatcher(bctx, claimBatch, claimLinger, w.flushClaims)
+	defer w.claims.stop()
 
 	var senders sync.WaitGroup
 	for i := 0; i < w.o.Concurrency; i++ {
@@ -295,9 +287,7 @@ func (w *Worker) handle(ctx context.Context, d queue.Delivery) {
 	}
 	log := w.o.Log.With().Str("tenant_id", env.Tenant).Int64("id", env.ID).Str("message_id", d.MessageID).Logger()
 
-	claim, err := w.o.Ledger.ClaimForSend(ctx, env.Tenant, env.ID, ledger.ClaimParams{
-		DueAt: env.DueAt, LeaseFor: w.o.SendTimeout + w.o.VisibilityTimeout, EarlyTolerance: w.o.EarlyTolerance,
-	})
+	claim, err := w.claims.do(ledger.ClaimRequest{Tenant: env.Tenant, ID: env.ID, DueAt: env.DueAt})
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		// The tenant named in the message cannot see this row: a forged or
@@ -493,81 +483,12 @@ func (w *Worker) retryOrFail(ctx context.Context, log zerolog.Logger, d queue.De
 // when the ledger could not record it within settleRetry: the message is
 // then left unacked, is redelivered, and the row is claimable when its
 // lease ends; the resend carries the same idempotency key.
-func (w *Worker) settleDelivered(ctx context.Context, log zerolog.Logger, row ledger.Notification, a ledger.Attempt) bool {
-	done := make(chan error, 1)
-	w.settles <- settleReq{d: ledger.Delivered{Tenant: row.Tenant, ID: row.ID, Attempt: a}, done: done}
-	if err := <-done; err != nil {
+func (w *Worker) settleDelivered(_ context.Context, log zerolog.Logger, row ledger.Notification, a ledger.Attempt) bool {
+	if _, err := w.settles.do(ledger.Delivered{Tenant: row.Tenant, ID: row.ID, Attempt: a}); err != nil {
 		log.Error().Err(err).Msg("provider accepted the send but the ledger could not record it; the message will be redelivered")
 		return false
 	}
 	return true
-}
-
-type settleReq struct {
-	d    ledger.Delivered
-	done chan error
-}
-
-// runSettler settles accepted sends in batches of up to settleBatch, or
-// whatever has gathered after settleLinger, until settles is closed and
-// drained. A batch that fails is retried with backoff for settleRetry: the
-// sends already happened, and losing their record would resend them.
-func (w *Worker) runSettler(ctx context.Context) {
-	batch := make([]settleReq, 0, settleBatch)
-	flush := func() {
-		if len(batch) == 0 {
-			return
-		}
-		rows := make([]ledger.Delivered, len(batch))
-		for i, r := range batch {
-			rows[i] = r.d
-		}
-		deadline := time.Now().Add(settleRetry)
-		delay := 100 * time.Millisecond
-		for {
-			_, errs, err := w.o.Ledger.SettleDeliveredBatch(ctx, rows)
-			if err == nil {
-				for i, r := range batch {
-					var rowErr error
-					if errs != nil {
-						rowErr = errs[i]
-					}
-					r.done <- rowErr
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				for _, r := range batch {
-					r.done <- err
-				}
-				break
-			}
-			time.Sleep(jitter(delay))
-			delay = min(delay*2, 5*time.Second)
-		}
-		batch = batch[:0]
-	}
-	timer := time.NewTimer(settleLinger)
-	timer.Stop()
-	for {
-		select {
-		case r, ok := <-w.settles:
-			if !ok {
-				flush()
-				return
-			}
-			if len(batch) == 0 {
-				timer.Reset(settleLinger)
-			}
-			batch = append(batch, r)
-			if len(batch) == settleBatch {
-				timer.Stop()
-				flush()
-			}
-		case <-timer.C:
-			flush()
-		}
-	}
 }
 
 // fail settles the row failed and dead-letters its message.
@@ -623,44 +544,44 @@ func (w *Worker) keepVisible(ctx context.Context, id string) (stop func()) {
 // when the queue hears of them, never their order relative to the settle:
 // only a message whose row is already settled gets here. A crash before the
 // batch is sent leaves copies the claim absorbs.
-func (w *Worker) ack(_ context.Context, id string) {
-	w.acks <- id
+func (w *Worker) ack(_ context.Context, id string) { w.acks.post(id) }
+
+// flushAcks acknowledges one batch of messages in one queue call.
+func (w *Worker) flushAcks(ctx context.Context, ids []string) ([]struct{}, []error) {
+	if _, err := w.o.Queue.Ack(ctx, ids...); err != nil {
+		// The rows are settled; redelivered copies are absorbed.
+		w.o.Log.Warn().Err(err).Int("messages", len(ids)).Msg("ack failed; the copies will be absorbed")
+	}
+	return nil, nil
 }
 
-// runAcker sends acks in batches of up to ackBatch ids, or whatever has
-// gathered after ackLinger, until acks is closed and drained.
-func (w *Worker) runAcker(ctx context.Context) {
-	batch := make([]string, 0, ackBatch)
-	flush := func() {
-		if len(batch) == 0 {
-			return
-		}
-		if _, err := w.o.Queue.Ack(ctx, batch...); err != nil {
-			// The rows are settled; redelivered copies are absorbed.
-			w.o.Log.Warn().Err(err).Int("messages", len(batch)).Msg("ack failed; the copies will be absorbed")
-		}
-		batch = batch[:0]
+// flushClaims claims one batch of rows in one ledger statement.
+func (w *Worker) flushClaims(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, []error) {
+	claims, errs, err := w.o.Ledger.ClaimForSendBatch(ctx, reqs, ledger.ClaimParams{
+		LeaseFor: w.o.SendTimeout + w.o.VisibilityTimeout, EarlyTolerance: w.o.EarlyTolerance,
+	})
+	if err != nil {
+		return nil, fill(len(reqs), err)
 	}
-	timer := time.NewTimer(ackLinger)
-	timer.Stop()
+	return claims, errs
+}
+
+// flushSettles settles one batch of accepted sends in one ledger commit,
+// retrying a failed batch with backoff for settleRetry: the sends already
+// happened, and losing their record would resend them.
+func (w *Worker) flushSettles(ctx context.Context, rows []ledger.Delivered) ([]struct{}, []error) {
+	deadline := time.Now().Add(settleRetry)
+	delay := 100 * time.Millisecond
 	for {
-		select {
-		case id, ok := <-w.acks:
-			if !ok {
-				flush()
-				return
-			}
-			if len(batch) == 0 {
-				timer.Reset(ackLinger)
-			}
-			batch = append(batch, id)
-			if len(batch) == ackBatch {
-				timer.Stop()
-				flush()
-			}
-		case <-timer.C:
-			flush()
+		_, errs, err := w.o.Ledger.SettleDeliveredBatch(ctx, rows)
+		if err == nil {
+			return nil, errs
 		}
+		if time.Now().After(deadline) {
+			return nil, fill(len(rows), err)
+		}
+		time.Sleep(jitter(delay))
+		delay = min(delay*2, 5*time.Second)
 	}
 }
 

@@ -1,0 +1,120 @@
+package worker
+
+import (
+	"context"
+	"time"
+)
+
+// batcher gathers what concurrent senders submit and hands it to flush in
+// batches of up to size, or whatever has gathered after linger, so that
+// many messages share one ledger commit or one queue call. A sender that
+// waits for its result is held at most linger plus one flush: batching
+// changes when work reaches the database, never its order within a message
+// (a claim before its send, a settle before its ack).
+type batcher[T, R any] struct {
+	in     chan batchItem[T, R]
+	size   int
+	linger time.Duration
+	// flush handles one batch and answers one result and one error per
+	// item, in order.
+	flush func(ctx context.Context, items []T) ([]R, []error)
+	done  chan struct{}
+}
+
+type batchItem[T, R any] struct {
+	v   T
+	res chan batchResult[R] // nil: nobody waits
+}
+
+type batchResult[R any] struct {
+	r   R
+	err error
+}
+
+// startBatcher runs a batcher until stop. ctx should outlive the senders:
+// stop drains what was submitted before it returns.
+func startBatcher[T, R any](ctx context.Context, size int, linger time.Duration,
+	flush func(context.Context, []T) ([]R, []error)) *batcher[T, R] {
+	b := &batcher[T, R]{in: make(chan batchItem[T, R], size), size: size, linger: linger, flush: flush,
+		done: make(chan struct{})}
+	go b.run(ctx)
+	return b
+}
+
+// do submits v and waits for its result.
+func (b *batcher[T, R]) do(v T) (R, error) {
+	res := make(chan batchResult[R], 1)
+	b.in <- batchItem[T, R]{v: v, res: res}
+	r := <-res
+	return r.r, r.err
+}
+
+// post submits v without waiting.
+func (b *batcher[T, R]) post(v T) { b.in <- batchItem[T, R]{v: v} }
+
+// stop flushes what is pending and ends the batcher. Nothing may be
+// submitted after it.
+func (b *batcher[T, R]) stop() {
+	close(b.in)
+	<-b.done
+}
+
+func (b *batcher[T, R]) run(ctx context.Context) {
+	defer close(b.done)
+	batch := make([]batchItem[T, R], 0, b.size)
+	values := make([]T, 0, b.size)
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		values = values[:0]
+		for _, it := range batch {
+			values = append(values, it.v)
+		}
+		rs, errs := b.flush(ctx, values)
+		for i, it := range batch {
+			if it.res == nil {
+				continue
+			}
+			var res batchResult[R]
+			if i < len(rs) {
+				res.r = rs[i]
+			}
+			if i < len(errs) {
+				res.err = errs[i]
+			}
+			it.res <- res
+		}
+		batch = batch[:0]
+	}
+	timer := time.NewTimer(b.linger)
+	timer.Stop()
+	for {
+		select {
+		case it, ok := <-b.in:
+			if !ok {
+				flush()
+				return
+			}
+			if len(batch) == 0 {
+				timer.Reset(b.linger)
+			}
+			batch = append(batch, it)
+			if len(batch) == b.size {
+				timer.Stop()
+				flush()
+			}
+		case <-timer.C:
+			flush()
+		}
+	}
+}
+
+// fill returns n copies of err, the answer of a batch that failed whole.
+func fill(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
