@@ -6,7 +6,8 @@ import (
 )
 
 // batcher gathers what concurrent senders submit and hands it to flush in
-// batches of up to size, or whatever has gathered after linger, so that
+// batches of up to size, or whatever has gathered after linger (with no
+// linger: whatever gathered while the previous batch was flushed), so that
 // many messages share one ledger commit or one queue call. A sender that
 // waits for its result is held at most linger plus one flush: batching
 // changes when work reaches the database, never its order within a message
@@ -96,10 +97,21 @@ func (b *batcher[T, R]) run(ctx context.Context) {
 				flush()
 				return
 			}
-			if len(batch) == 0 {
+			batch = append(batch, it)
+			if b.linger == 0 {
+				// No linger: take what is already waiting (it gathered while
+				// the last flush ran) and flush at once. Under load batches
+				// fill by themselves; when idle nothing waits.
+				closed := b.drain(&batch)
+				flush()
+				if closed {
+					return
+				}
+				continue
+			}
+			if len(batch) == 1 {
 				timer.Reset(b.linger)
 			}
-			batch = append(batch, it)
 			if len(batch) == b.size {
 				timer.Stop()
 				flush()
@@ -108,6 +120,23 @@ func (b *batcher[T, R]) run(ctx context.Context) {
 			flush()
 		}
 	}
+}
+
+// drain moves items that are already waiting into batch, up to the batch
+// size, without blocking, and reports whether the input was closed.
+func (b *batcher[T, R]) drain(batch *[]batchItem[T, R]) bool {
+	for len(*batch) < b.size {
+		select {
+		case it, ok := <-b.in:
+			if !ok {
+				return true
+			}
+			*batch = append(*batch, it)
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // fill returns n copies of err, the answer of a batch that failed whole.

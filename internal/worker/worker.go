@@ -51,12 +51,15 @@ const (
 	// settleRetry bounds how long the worker keeps trying to record an
 	// accepted send before leaving the message to be redelivered.
 	settleRetry = 30 * time.Second
-	// claimBatch/claimLinger and settleBatch/settleLinger bound how claims
-	// and accepted sends are gathered into one ledger commit.
+	// claimBatch and settleBatch bound how many claims or accepted sends
+	// share one ledger commit. They do not linger: a batch is what gathered
+	// while the previous one was committed, so an idle worker adds no delay
+	// and the window between a provider's accept and its record (the one a
+	// crash can turn into a resend) stays one commit wide.
 	claimBatch   = 32
-	claimLinger  = 2 * time.Millisecond
+	claimLinger  = 0
 	settleBatch  = 32
-	settleLinger = 2 * time.Millisecond
+	settleLinger = 0
 	// ackBatch and ackLinger bound how acks are gathered into one call.
 	ackBatch  = 50
 	ackLinger = 5 * time.Millisecond
