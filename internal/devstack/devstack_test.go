@@ -10,7 +10,6 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/owedhq/owed/internal/devstack/devstacktest"
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue"
@@ -32,8 +32,8 @@ func TestStack(t *testing.T) {
 	if _, err := FindPostgres(); err != nil {
 		t.Skipf("skipping: %v", err)
 	}
-	tmp := tempDir(t)
-	bin := buildBinaries(t, tmp)
+	tmp := devstacktest.TempDir(t, "owed-devstack-")
+	bin := devstacktest.BuildBinaries(t, tmp)
 	ports := freePorts(t, 5)
 	out := &lockedBuffer{}
 	s, err := New(Config{Dir: filepath.Join(tmp, "dev"), BinDir: bin, Tick: 2 * time.Second, Rate: "600/m",
@@ -134,37 +134,6 @@ func TestStack(t *testing.T) {
 			t.Errorf("process group of %s (%d) still has members: %v", p.name, p.pid(), err)
 		}
 	}
-}
-
-// tempDir is a folder the postgres OS user can reach when the test runs as
-// root: t.TempDir's parents may be closed to it.
-func tempDir(t *testing.T) string {
-	dir, err := os.MkdirTemp("/tmp", "owed-devstack-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// buildBinaries builds owedctl, sweeper and worker from the module root
-// into dir/bin.
-func buildBinaries(t *testing.T, dir string) string {
-	t.Helper()
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	bin := filepath.Join(dir, "bin")
-	cmd := exec.Command("go", "build", "-o", bin+"/", "./cmd/...")
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // freePorts returns n loopback ports free a moment ago.

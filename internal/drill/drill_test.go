@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/owedhq/owed/internal/devstack"
+	"github.com/owedhq/owed/internal/devstack/devstacktest"
 )
 
 // TestDrill is the bounded drill of make test: 2,500 rows, every fault
@@ -26,8 +26,8 @@ func TestDrill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the drill in -short mode: it runs the whole stack for about two minutes")
 	}
-	tmp := tempDir(t)
-	bin := buildBinaries(t, tmp)
+	tmp := devstacktest.TempDir(t, "owed-drill-")
+	bin := devstacktest.BuildBinaries(t, tmp)
 	out := &lockedBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -95,38 +95,6 @@ func TestParseFaults(t *testing.T) {
 	if _, err := ParseFaults("worker-kil"); err == nil || !strings.Contains(err.Error(), "worker-kill") {
 		t.Errorf("a misspelt fault: %v, want an error listing the faults", err)
 	}
-}
-
-// tempDir is a folder the postgres OS user can reach when the test runs as
-// root: t.TempDir's parents may be closed to it.
-func tempDir(t *testing.T) string {
-	dir, err := os.MkdirTemp("/tmp", "owed-drill-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// buildBinaries builds owedctl, sweeper and worker from the module root
-// into dir/bin, without the race detector: the children need not be race
-// builds, and race builds would slow the drill past its budget.
-func buildBinaries(t *testing.T, dir string) string {
-	t.Helper()
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	bin := filepath.Join(dir, "bin")
-	cmd := exec.Command("go", "build", "-o", bin+"/", "./cmd/...")
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // lockedBuffer collects the drill's progress lines, written from several
