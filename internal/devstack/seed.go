@@ -24,9 +24,10 @@ const (
 	followUpAhead = time.Minute
 	// backlogFollowUps are owed from before the start, spread over
 	// backlogSpan: the catch-up a paused cron leaves, sent oldest first at
-	// the provider's pace.
+	// the provider's pace. The span is short so the demo's lag figures
+	// settle within a few minutes instead of reading like an outage.
 	backlogFollowUps = 40
-	backlogSpan      = 20 * time.Minute
+	backlogSpan      = 3 * time.Minute
 	// shipmentEvery is how often the stream raises a shipment exception.
 	shipmentEvery = 5 * time.Minute
 	// startShipments are raised at start.
@@ -165,7 +166,9 @@ func (s *seeder) seedInitial(ctx context.Context) error {
 
 	rows = rows[:0]
 	for i := range bouncedRows {
-		r := s.followUp(now)
+		// Due before the backlog, so the first minute already shows rows
+		// ending failed and dead-lettered.
+		r := s.followUp(now.Add(-backlogSpan - time.Minute))
 		r.Recipient = fmt.Sprintf("%s-%d@example.com", PermanentRecipient, i+1)
 		rows = append(rows, r)
 	}
