@@ -43,13 +43,19 @@ SELECT id, state FROM notifications
 
 	// qCancel settles open rows of one subject. A row a worker is sending
 	// right now is left alone: its outcome is the truth.
+	//
+	// Its rows are locked in id order first, as every multi-row update a
+	// worker may race is (see qMarkQueued).
 	qCancel = `
-UPDATE notifications
+UPDATE notifications n
    SET state = 'cancelled', settled_at = $4, lease_until = NULL, updated_at = $4,
        last_error = 'cancelled'
- WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3
-   AND settled_at IS NULL
-   AND (state <> 'sending' OR lease_until <= $4)`
+  FROM (SELECT id FROM notifications
+         WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3 AND settled_at IS NULL
+         ORDER BY id FOR UPDATE) l
+ WHERE n.id = l.id
+   AND n.settled_at IS NULL
+   AND (n.state <> 'sending' OR n.lease_until <= $4)`
 
 	// qCountInFlight counts rows of one subject that are being sent now.
 	qCountInFlight = `
@@ -63,13 +69,16 @@ SELECT count(*) FROM notifications
 	// already published under the old one is recognised as stale by the
 	// worker. published_at is cleared because the new key was never published.
 	qReschedule = `
-UPDATE notifications
-   SET due_at = $4, expires_at = expires_at + ($4 - due_at),
+UPDATE notifications n
+   SET due_at = $4, expires_at = n.expires_at + ($4 - n.due_at),
        state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
        updated_at = $5
- WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3
-   AND settled_at IS NULL
-   AND (state <> 'sending' OR lease_until <= $5)`
+  FROM (SELECT id FROM notifications
+         WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3 AND settled_at IS NULL
+         ORDER BY id FOR UPDATE) l
+ WHERE n.id = l.id
+   AND n.settled_at IS NULL
+   AND (n.state <> 'sending' OR n.lease_until <= $5)`
 
 	// qLease is the sweeper's claim, in one statement: the inner select is
 	// exactly the partial index notifications_owed_due plus the lease test,
@@ -113,18 +122,26 @@ UPDATE notifications n
 	// delivered) a row whose message it received before this statement ran.
 	// The lease runs from the due time, since a message published ahead is
 	// invisible until then.
+	//
+	// Every statement here that updates several rows that workers may be
+	// claiming at the same moment locks them first, in id order, as the
+	// workers' batched claims and settles do (migrations/00008): two
+	// transactions that lock overlapping rows in the same order wait for
+	// each other instead of deadlocking.
 	qMarkQueued = `
-UPDATE notifications
+UPDATE notifications n
    SET state = 'queued', published_at = $2,
-       lease_until = greatest($2, due_at) + make_interval(secs => $3), updated_at = $2
- WHERE id = ANY($1) AND state = 'leased'`
+       lease_until = greatest($2, n.due_at) + make_interval(secs => $3), updated_at = $2
+  FROM (SELECT id FROM notifications WHERE id = ANY($1) AND state = 'leased' ORDER BY id FOR UPDATE) l
+ WHERE n.id = l.id AND n.state = 'leased'`
 
 	// qReleaseLeased hands back leased rows whose messages were not
 	// accepted, so the next sweep takes them at once.
 	qReleaseLeased = `
-UPDATE notifications
+UPDATE notifications n
    SET state = 'pending', lease_until = NULL, updated_at = $2
- WHERE id = ANY($1) AND state = 'leased'`
+  FROM (SELECT id FROM notifications WHERE id = ANY($1) AND state = 'leased' ORDER BY id FOR UPDATE) l
+ WHERE n.id = l.id AND n.state = 'leased'`
 
 	// qClaim is the worker's claim in one round trip, through the function
 	// owed_claim (migrations/00007): set the tenant scope, lock the row, take
