@@ -739,8 +739,10 @@ func TestConcurrentBookkeepingAndBatchesNeverDeadlock(t *testing.T) {
 				}
 			}()
 		}
-		run(func() error { _, err := b.l.MarkQueued(ctx, shuffled(rng, n), time.Hour); return err })
-		run(func() error { _, err := b.l.ReleaseLeased(ctx, shuffled(rng, n)); return err })
+		// The shuffles are drawn here: rng is not safe for concurrent use.
+		markIDs, releaseIDs := shuffled(rng, n), shuffled(rng, n)
+		run(func() error { _, err := b.l.MarkQueued(ctx, markIDs, time.Hour); return err })
+		run(func() error { _, err := b.l.ReleaseLeased(ctx, releaseIDs); return err })
 		for g := 0; g < 3; g++ {
 			pick := shuffled(rng, 64)
 			run(func() error {
