@@ -370,6 +370,16 @@ func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (ch
 	return changed, errs, nil
 }
 
+// SettleExpired settles a row whose expiry passed before it could be sent
+// (a worker that claimed it in time but waited past the expiry for the due
+// second or the provider's pace). A row already settled is left alone.
+func (l *Ledger) SettleExpired(ctx context.Context, tenant string, id int64) error {
+	return l.withTenant(ctx, tenant, func(tx *txn) error {
+		_, err := tx.Exec(qSettleExpired, id, l.now())
+		return err
+	})
+}
+
 // SettleSkipped settles a row the source says has nothing worth saying.
 func (l *Ledger) SettleSkipped(ctx context.Context, tenant string, id int64, reason string) error {
 	return l.withTenant(ctx, tenant, func(tx *txn) error {

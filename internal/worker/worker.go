@@ -400,6 +400,23 @@ func (w *Worker) send(ctx context.Context, log zerolog.Logger, d queue.Delivery,
 		}
 	}
 
+	// The claim checked the expiry, but waiting for the due second and for
+	// the provider's pace takes time: a nudge that expired meanwhile is
+	// settled expired, never sent late.
+	sendBy := time.Time{}
+	if row.ExpiresAt != nil {
+		sendBy = *row.ExpiresAt
+		if !w.Clock().Before(sendBy) {
+			if err := w.o.Ledger.SettleExpired(ctx, row.Tenant, row.ID); err != nil {
+				w.release(ctx, log, d, row, jitter(5*time.Second), "ledger unavailable", nil)
+				return
+			}
+			m.outcome("expired")
+			w.ack(ctx, d.MessageID)
+			return
+		}
+	}
+
 	if claim.PossibleDuplicate {
 		m.possibleDuplicates.Inc()
 		log.Warn().Msg("resending a row whose previous worker died mid-send: possible duplicate")
@@ -407,7 +424,13 @@ func (w *Worker) send(ctx context.Context, log zerolog.Logger, d queue.Delivery,
 	started := w.Clock()
 	m.inFlight.Inc()
 	stopExtend := w.keepVisible(ctx, d.MessageID)
-	sctx, cancel := context.WithTimeout(ctx, w.o.SendTimeout)
+	// A send still under way when the row expires is abandoned: an answer
+	// after the expiry would be a late nudge.
+	deadline := time.Now().Add(w.o.SendTimeout)
+	if !sendBy.IsZero() && sendBy.Before(deadline) {
+		deadline = sendBy
+	}
+	sctx, cancel := context.WithDeadline(ctx, deadline)
 	res, sendErr := sender.Send(sctx, provider.Delivery{
 		Tenant: row.Tenant, NotificationID: row.ID, Recipient: addr, Channel: row.Channel, Kind: row.Kind,
 		Message: msg, IdempotencyKey: env.Key,

@@ -442,3 +442,32 @@ func TestPublishedAheadIsNeverSentEarly(t *testing.T) {
 		}
 	}
 }
+
+// slowPacer grants every slot only after wait, as a busy provider account does.
+type slowPacer struct{ wait time.Duration }
+
+func (p slowPacer) Reserve(context.Context, time.Duration) (time.Duration, bool, error) {
+	return p.wait, true, nil
+}
+func (slowPacer) Pause(context.Context, time.Duration) error { return nil }
+
+// A row claimed before its expiry that waits past it for the provider's pace
+// is settled expired, not sent late.
+func TestRowExpiringWhileWaitingForThePaceIsNotSent(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	exp := time.Now().Add(2 * time.Second)
+	rows := b.Schedule(t, "acme", 1, time.Now().Add(-100*time.Millisecond), func(_ int, r *ledger.NewNotification) {
+		r.ExpiresAt = &exp
+	})
+	b.sweepAll(t)
+	b.start(t, func(o *worker.Options) {
+		o.Pace = func(string) worker.Pacer { return slowPacer{3 * time.Second} }
+	})
+	b.waitSettled(t, 30*time.Second)
+	if d, _ := b.Ledger.Get(bg, "acme", rows[0].ID); d.State != ledger.StateExpired || len(d.History) != 0 {
+		t.Errorf("row: %s with %d attempts, want expired and never sent", d.State, len(d.History))
+	}
+	if st := b.sandboxStats(t); st.Accepted != 0 {
+		t.Errorf("the sandbox accepted %d sends, want none", st.Accepted)
+	}
+}
