@@ -126,38 +126,27 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.Concurrency <= 0 {
-		o.Concurrency = ConcurrencyDefault
-	}
-	if o.MaxAttempts <= 0 {
-		o.MaxAttempts = MaxAttemptsDefault
-	}
-	if o.SendTimeout <= 0 {
-		o.SendTimeout = SendTimeoutDefault
-	}
-	if o.VisibilityTimeout <= 0 {
-		o.VisibilityTimeout = VisibilityTimeoutDefault
-	}
-	if o.ShutdownTimeout <= 0 {
-		o.ShutdownTimeout = ShutdownTimeoutDefault
-	}
-	if o.RetryAfterMax <= 0 {
-		o.RetryAfterMax = RetryAfterMaxDefault
-	}
-	if o.EarlyTolerance <= 0 {
-		o.EarlyTolerance = EarlyToleranceDefault
-	}
-	if o.PaceMaxWait <= 0 {
-		o.PaceMaxWait = PaceMaxWaitDefault
-	}
-	if o.RetryBase <= 0 {
-		o.RetryBase = RetryBaseDefault
-	}
+	orDefault(&o.Concurrency, ConcurrencyDefault)
+	orDefault(&o.MaxAttempts, MaxAttemptsDefault)
+	orDefault(&o.SendTimeout, SendTimeoutDefault)
+	orDefault(&o.VisibilityTimeout, VisibilityTimeoutDefault)
+	orDefault(&o.ShutdownTimeout, ShutdownTimeoutDefault)
+	orDefault(&o.RetryAfterMax, RetryAfterMaxDefault)
+	orDefault(&o.EarlyTolerance, EarlyToleranceDefault)
+	orDefault(&o.PaceMaxWait, PaceMaxWaitDefault)
+	orDefault(&o.RetryBase, RetryBaseDefault)
 	if o.Resolver == nil {
 		o.Resolver = RecipientResolver{}
 	}
 	if o.Metrics == nil {
 		o.Metrics = newMetrics(nil)
+	}
+}
+
+// orDefault replaces a zero or negative setting with its default.
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
 	}
 }
 
