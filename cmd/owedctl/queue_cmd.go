@@ -21,7 +21,8 @@ func queueCmd(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprint(os.Stderr, "usage: owedctl queue serve|stats [flags]\n\n"+
 			"  serve   run the local queue emulator (see 'owedctl queue serve --help')\n"+
-			"  stats   print the configured queue's depths\n")
+			"  stats   print the configured queue's depths\n\n"+
+			"example:\n  OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl queue stats\n")
 		if len(args) == 0 {
 			return usageError{"missing action: one of serve, stats"}
 		}
