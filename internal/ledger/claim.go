@@ -406,16 +406,19 @@ func (l *Ledger) SettleFailed(ctx context.Context, tenant string, id int64, reas
 // returns at retryAt (the nack's delay); the row's lease is held until
 // retryAt plus requeueAfter so the sweeper does not publish it again
 // meanwhile. A transient failure passes its attempt; a rate-limited send
-// passes nil, because a 429 burns no attempt.
+// passes nil, because a 429 burns no attempt. uncertain says the provider
+// may have accepted the send even so (it timed out, or the connection
+// dropped without an answer): the next send of the row is then recorded as
+// a possible duplicate.
 func (l *Ledger) ReleaseClaim(ctx context.Context, tenant string, id int64, retryAt time.Time,
-	requeueAfter time.Duration, reason string, a *Attempt) error {
+	requeueAfter time.Duration, reason string, a *Attempt, uncertain bool) error {
 	return l.withTenant(ctx, tenant, func(tx *txn) error {
 		if a != nil {
 			if err := recordAttempt(tx, id, *a); err != nil {
 				return err
 			}
 		}
-		_, err := tx.Exec(qReleaseClaim, id, retryAt.UTC().Add(requeueAfter), nullString(reason), l.now())
+		_, err := tx.Exec(qReleaseClaim, id, retryAt.UTC().Add(requeueAfter), nullString(reason), l.now(), uncertain)
 		return err
 	})
 }

@@ -444,7 +444,7 @@ func TestFailedSendStaysRetryableAndAttemptsAreKept(t *testing.T) {
 	// A transient failure releases the claim and records the attempt, but
 	// never stamps delivered.
 	if err := b.l.ReleaseClaim(ctx, "acme", id, b.now.Add(10*time.Second), time.Minute, "503", &Attempt{
-		Provider: "sandbox", StartedAt: b.now, FinishedAt: b.now, Outcome: AttemptTransient, HTTPStatus: 503, Error: "unavailable"}); err != nil {
+		Provider: "sandbox", StartedAt: b.now, FinishedAt: b.now, Outcome: AttemptTransient, HTTPStatus: 503, Error: "unavailable"}, false); err != nil {
 		t.Fatal(err)
 	}
 	d, _ := b.l.Get(ctx, "acme", id)
@@ -456,7 +456,7 @@ func TestFailedSendStaysRetryableAndAttemptsAreKept(t *testing.T) {
 	if c, _ := b.l.ClaimForSend(ctx, "acme", id, p); c.Outcome != ClaimSend || c.PossibleDuplicate {
 		t.Fatalf("reclaim after release: %v dup=%v", c.Outcome, c.PossibleDuplicate)
 	}
-	if err := b.l.ReleaseClaim(ctx, "acme", id, b.now.Add(30*time.Second), time.Minute, "rate limited", nil); err != nil {
+	if err := b.l.ReleaseClaim(ctx, "acme", id, b.now.Add(30*time.Second), time.Minute, "rate limited", nil, false); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := b.l.Get(ctx, "acme", id); d.Attempts != 1 {
@@ -763,6 +763,29 @@ func TestConcurrentBookkeepingAndBatchesNeverDeadlock(t *testing.T) {
 		close(errs)
 		for err := range errs {
 			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+}
+
+// A send whose outcome is unknown (a timeout after the request left) is
+// released so that the row's next send is flagged as a possible duplicate;
+// one that certainly failed is not.
+func TestUncertainReleaseFlagsTheNextSend(t *testing.T) {
+	b := setup(t)
+	s := mustSchedule(t, b, "acme", row("a", "T-1", b.now), row("b", "T-2", b.now))
+	p := ClaimParams{DueAt: b.now, LeaseFor: time.Minute}
+	for i, uncertain := range []bool{true, false} {
+		id := s[i].ID
+		if c, err := b.l.ClaimForSend(ctx, "acme", id, p); err != nil || c.Outcome != ClaimSend {
+			t.Fatal(c.Outcome, err)
+		}
+		if err := b.l.ReleaseClaim(ctx, "acme", id, b.now, 0, "timeout", &Attempt{Provider: "p", StartedAt: b.now,
+			FinishedAt: b.now, Outcome: AttemptTransient, Error: "timeout"}, uncertain); err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.l.ClaimForSend(ctx, "acme", id, p)
+		if err != nil || c.Outcome != ClaimSend || c.PossibleDuplicate != uncertain {
+			t.Errorf("uncertain=%v: reclaim %v possible duplicate=%v (err %v)", uncertain, c.Outcome, c.PossibleDuplicate, err)
 		}
 	}
 }

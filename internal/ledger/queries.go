@@ -193,9 +193,15 @@ UPDATE notifications
 	// transient failure) to queued. Its message comes back after the nack's
 	// delay; the lease keeps the sweeper from republishing it before then.
 	// claimed_at is cleared so the next claim is not taken for a crash.
+	//
+	// When the send's outcome is unknown ($5: it timed out, or the
+	// connection dropped, after the request may have reached the provider)
+	// claimed_at stays, so the next claim flags its send as a possible
+	// duplicate, exactly as after a worker that died mid-send.
 	qReleaseClaim = `
 UPDATE notifications
-   SET state = 'queued', claimed_at = NULL, lease_until = $2, last_error = $3, updated_at = $4
+   SET state = 'queued', claimed_at = CASE WHEN $5 THEN claimed_at END, lease_until = $2, last_error = $3,
+       updated_at = $4
  WHERE id = $1 AND state = 'sending'`
 
 	// qRecordAttempt appends one send tried and counts it on the row.

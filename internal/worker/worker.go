@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"time"
 
@@ -354,7 +355,7 @@ func (w *Worker) send(ctx context.Context, log zerolog.Logger, d queue.Delivery,
 		// failed with the reason instead of cycling through the queue.
 		now := w.Clock()
 		w.retryOrFail(ctx, log, d, row, ledger.Attempt{Provider: sender.Name(), StartedAt: now, FinishedAt: now,
-			Outcome: ledger.AttemptTransient, Error: "resolve recipient: " + err.Error()}, 0)
+			Outcome: ledger.AttemptTransient, Error: "resolve recipient: " + err.Error()}, 0, false)
 		return
 	case skip:
 		if err := w.o.Ledger.SettleSkipped(ctx, row.Tenant, row.ID, "recipient has nothing to receive"); err != nil {
@@ -472,7 +473,10 @@ func (w *Worker) send(ctx context.Context, log zerolog.Logger, d queue.Delivery,
 	default:
 		m.attempts.WithLabelValues("transient").Inc()
 		attempt.Outcome = ledger.AttemptTransient
-		w.retryOrFail(ctx, log, d, row, attempt, pe.RetryAfter)
+		// No answer (a timeout, a dropped connection) or a gateway timeout
+		// leaves the outcome unknown: the provider may have accepted it.
+		uncertain := pe.HTTPStatus == 0 || pe.HTTPStatus == http.StatusGatewayTimeout
+		w.retryOrFail(ctx, log, d, row, attempt, pe.RetryAfter, uncertain)
 	}
 }
 
@@ -480,7 +484,7 @@ func (w *Worker) send(ctx context.Context, log zerolog.Logger, d queue.Delivery,
 // exponential backoff (or after retryAfter, if the provider asked for
 // longer), or settled failed once OWED_MAX_ATTEMPTS is reached.
 func (w *Worker) retryOrFail(ctx context.Context, log zerolog.Logger, d queue.Delivery, row ledger.Notification,
-	attempt ledger.Attempt, retryAfter time.Duration) {
+	attempt ledger.Attempt, retryAfter time.Duration, uncertain bool) {
 	if row.Attempts+1 >= w.o.MaxAttempts {
 		w.fail(ctx, log, d, row, fmt.Sprintf("attempts exhausted (%d): %s", row.Attempts+1, attempt.Error), &attempt)
 		return
@@ -489,7 +493,7 @@ func (w *Worker) retryOrFail(ctx context.Context, log zerolog.Logger, d queue.De
 	if retryAfter > delay {
 		delay = min(retryAfter, w.o.RetryAfterMax)
 	}
-	w.release(ctx, log, d, row, delay, attempt.Error, &attempt)
+	w.releaseUncertain(ctx, log, d, row, delay, attempt.Error, &attempt, uncertain)
 	w.o.Metrics.outcome("retried")
 }
 
@@ -521,8 +525,16 @@ func (w *Worker) fail(ctx context.Context, log zerolog.Logger, d queue.Delivery,
 // release gives the row back and brings its message back after delay.
 func (w *Worker) release(ctx context.Context, log zerolog.Logger, d queue.Delivery, row ledger.Notification,
 	delay time.Duration, reason string, a *ledger.Attempt) {
+	w.releaseUncertain(ctx, log, d, row, delay, reason, a, false)
+}
+
+// releaseUncertain is release for a send whose outcome is unknown: the
+// provider may have accepted it, so the row's next send is recorded as a
+// possible duplicate.
+func (w *Worker) releaseUncertain(ctx context.Context, log zerolog.Logger, d queue.Delivery, row ledger.Notification,
+	delay time.Duration, reason string, a *ledger.Attempt, uncertain bool) {
 	retryAt := w.Clock().Add(delay)
-	if err := w.o.Ledger.ReleaseClaim(ctx, row.Tenant, row.ID, retryAt, requeueGrace, reason, a); err != nil {
+	if err := w.o.Ledger.ReleaseClaim(ctx, row.Tenant, row.ID, retryAt, requeueGrace, reason, a, uncertain); err != nil {
 		// The claim's own lease will run out; the nack still schedules the
 		// message, so the row is not stranded.
 		log.Warn().Err(err).Msg("could not release the claim")

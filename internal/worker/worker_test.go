@@ -471,3 +471,39 @@ func TestRowExpiringWhileWaitingForThePaceIsNotSent(t *testing.T) {
 		t.Errorf("the sandbox accepted %d sends, want none", st.Accepted)
 	}
 }
+
+// lostAnswer sends through the sandbox but reports its first send as timed
+// out: the provider accepted it, the worker never heard.
+type lostAnswer struct {
+	provider.Sender
+	lost atomic.Bool
+}
+
+func (s *lostAnswer) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
+	res, err := s.Sender.Send(ctx, d)
+	if err == nil && !s.lost.Swap(true) {
+		return provider.Result{}, provider.TransportError(s.Name(), context.DeadlineExceeded)
+	}
+	return res, err
+}
+
+// When a send's answer is lost the worker cannot know whether the provider
+// took it; the retry is recorded as a possible duplicate, never silently.
+func TestLostAnswerRetryIsRecordedAsPossibleDuplicate(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	rows := b.Schedule(t, "acme", 1, time.Now().Add(-time.Second), nil)
+	b.sweepAll(t)
+	sender := &lostAnswer{Sender: b.Sender}
+	b.start(t, func(o *worker.Options) {
+		o.Route = func(string) (provider.Sender, error) { return sender, nil }
+		o.RetryBase = 20 * time.Millisecond
+	})
+	b.waitSettled(t, 30*time.Second)
+	d, _ := b.Ledger.Get(bg, "acme", rows[0].ID)
+	if d.State != ledger.StateDelivered || len(d.History) != 2 || !d.History[1].PossibleDuplicate {
+		t.Errorf("row: %s history %+v, want delivered on a second attempt flagged possible duplicate", d.State, d.History)
+	}
+	if st := b.sandboxStats(t); st.Duplicates != 1 {
+		t.Errorf("sandbox duplicates %d, want 1 (the provider did take the first send)", st.Duplicates)
+	}
+}
