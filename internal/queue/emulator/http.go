@@ -342,6 +342,21 @@ func (e *Emulator) publishBatch(r *http.Request) (any, error) {
 	return wire.PublishBatchResponse{Results: results}, nil
 }
 
+// returnMessages makes consumed messages visible again at once, without
+// counting a failure.
+func (e *Emulator) returnMessages(queue string, msgs []wire.Message) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, m := range msgs {
+		if id, ok := parseID(m.MessageID); ok {
+			if _, _, err := e.store.nack(ctx, queue, id, 0, false, false, "consumer went away"); err != nil {
+				e.log.Warn().Err(err).Str("message_id", m.MessageID).Msg("could not return a message; it reappears after its visibility timeout")
+			}
+		}
+	}
+	e.waiters.notify(queue)
+}
+
 func (e *Emulator) consume(r *http.Request) (any, error) {
 	var req wire.ConsumeRequest
 	if err := e.decode(r, smallBodyLimit, &req); err != nil {
@@ -376,6 +391,13 @@ func (e *Emulator) consume(r *http.Request) (any, error) {
 			return nil, err
 		}
 		left := time.Until(deadline)
+		if len(msgs) > 0 && ctx.Err() != nil {
+			// The consumer went away (it is shutting down) while its
+			// messages were being taken: hand them straight back rather
+			// than leave them invisible until their visibility times out.
+			e.returnMessages(req.Queue, msgs)
+			return nil, ctx.Err()
+		}
 		if len(msgs) > 0 {
 			if err := e.injectRedelivery(ctx, req.Queue, msgs); err != nil {
 				return nil, err
