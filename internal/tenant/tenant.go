@@ -1,0 +1,107 @@
+// Package tenant owns the tenant scope: what a tenant id may be, and the one
+// place in Go that tells Postgres whose rows a transaction may see.
+//
+// Row-level security on every tenant table compares tenant_id with the
+// transaction-local setting owed.tenant_id. Enter sets it; EnterAllTenants
+// sets the transaction-local cross-tenant flag that only the sweeper's claim
+// and bookkeeping and operator aggregates may use. Both are transaction-local
+// (set_config(…, true)), so a pooled connection never carries one request's
+// scope into the next, and a statement run with neither matches no row.
+//
+// Nothing else in owed writes set_config for these settings; SQL functions
+// that scope themselves (migrations) are the only other writers. The package
+// never opens a scope for an id Validate rejects.
+package tenant
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxLength is the longest tenant id, in bytes. The tables check the same
+// bound, so an id accepted here is never refused by the database.
+const MaxLength = 128
+
+// Validate says whether id may name a tenant: 1 to MaxLength bytes of valid
+// UTF-8 with no NUL (Postgres text cannot hold one) and no control
+// characters. The envelope, the API and the ledger all call it, so a message
+// or request the ledger would refuse is refused at the edge, naming the field.
+func Validate(id string) error {
+	switch {
+	case id == "":
+		return errors.New("tenant_id is required")
+	case len(id) > MaxLength:
+		return fmt.Errorf("tenant_id must be at most %d bytes (got %d)", MaxLength, len(id))
+	case !utf8.ValidString(id):
+		return errors.New("tenant_id must be valid UTF-8")
+	case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return errors.New("tenant_id must not contain control characters or NUL")
+	}
+	return nil
+}
+
+// Execer runs one statement in a transaction. *sql.Tx satisfies it; the
+// ledger passes its own wrapper so the scope statement is prepared once per
+// connection.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// The only statements in Go that set the scope.
+const (
+	qEnter           = `SELECT set_config('owed.tenant_id', $1, true)`
+	qEnterAllTenants = `SELECT set_config('owed.bypass_rls', 'on', true)`
+)
+
+// Enter scopes the transaction behind tx to id: from here until it ends, its
+// statements see and write only id's rows.
+func Enter(ctx context.Context, tx Execer, id string) error {
+	if err := Validate(id); err != nil {
+		return fmt.Errorf("tenant: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, qEnter, id); err != nil {
+		return fmt.Errorf("tenant: enter scope: %w", err)
+	}
+	return nil
+}
+
+// EnterAllTenants lets the transaction behind tx see every tenant's rows.
+// Only the cross-tenant statements named in the ledger's and the
+// materialiser's package docs call it.
+func EnterAllTenants(ctx context.Context, tx Execer) error {
+	if _, err := tx.ExecContext(ctx, qEnterAllTenants); err != nil {
+		return fmt.Errorf("tenant: enter cross-tenant scope: %w", err)
+	}
+	return nil
+}
+
+// InTx runs fn in a transaction on db scoped to id, and commits it when fn
+// returns nil.
+func InTx(ctx context.Context, db *sql.DB, id string, fn func(*sql.Tx) error) error {
+	return inTx(ctx, db, func(tx *sql.Tx) error { return Enter(ctx, tx, id) }, fn)
+}
+
+// InTxAllTenants runs fn in a cross-tenant transaction on db (see
+// EnterAllTenants) and commits it when fn returns nil.
+func InTxAllTenants(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+	return inTx(ctx, db, func(tx *sql.Tx) error { return EnterAllTenants(ctx, tx) }, fn)
+}
+
+func inTx(ctx context.Context, db *sql.DB, enter, fn func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := enter(tx); err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
