@@ -5,6 +5,7 @@ package service
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"database/sql"
 	"errors"
@@ -31,6 +32,8 @@ const (
 	ShutdownTimeout   = 30 * time.Second
 	// MaxBodyBytes caps a request body unless a handler sets its own limit.
 	MaxBodyBytes = 1 << 20
+	// MaxHeaderBytes caps a request's headers.
+	MaxHeaderBytes = 64 << 10
 )
 
 // NewLogger returns a JSON logger for service at level (debug, info, warn,
@@ -69,31 +72,91 @@ func OpenDB(ctx context.Context, url string, maxConns int) (*sql.DB, error) {
 	return db, nil
 }
 
-// Serve runs handler on ln until ctx is cancelled, then shuts down
-// gracefully, letting in-flight requests finish within ShutdownTimeout.
+// Serve runs handler on ln with the default timeouts and body limit until
+// ctx is cancelled, then shuts down gracefully (see Server.Serve).
 func Serve(ctx context.Context, ln net.Listener, handler http.Handler, log zerolog.Logger) error {
+	return Server{Handler: handler, Log: log}.Serve(ctx, ln)
+}
+
+// Server is the one way an owed process serves HTTP: read and write
+// timeouts, a body limit, and a graceful shutdown. Zero fields take the
+// package defaults.
+type Server struct {
+	Handler http.Handler
+	Log     zerolog.Logger
+	// Name prefixes the log lines ("queue emulator"); empty logs plainly.
+	Name string
+	// ReadTimeout, WriteTimeout and ShutdownTimeout default to the package
+	// constants of the same names.
+	ReadTimeout, WriteTimeout, ShutdownTimeout time.Duration
+	// MaxBodyBytes caps every request body (default MaxBodyBytes); a
+	// negative value leaves the limit to the handler.
+	MaxBodyBytes int64
+	// BaseContext, when set, is the parent of every request's context.
+	BaseContext context.Context
+	// BeforeShutdown runs once when ctx ends (or the listener fails), before
+	// in-flight requests are waited for: it releases handlers that would
+	// otherwise hold the shutdown (long polls, hung fault handlers).
+	BeforeShutdown func()
+}
+
+// Serve serves on ln until ctx is cancelled, then runs BeforeShutdown and
+// lets in-flight requests finish within ShutdownTimeout; connections still
+// open after it are closed. It returns nil after a clean shutdown.
+func (s Server) Serve(ctx context.Context, ln net.Listener) error {
+	h := s.Handler
+	if s.MaxBodyBytes >= 0 {
+		h = LimitBody(h, orDefault(s.MaxBodyBytes, MaxBodyBytes))
+	}
 	srv := &http.Server{
-		Handler:           LimitBody(handler, MaxBodyBytes),
+		Handler:           h,
 		ReadHeaderTimeout: ReadHeaderTimeout,
-		ReadTimeout:       ReadTimeout,
-		WriteTimeout:      WriteTimeout,
+		ReadTimeout:       orDefault(s.ReadTimeout, ReadTimeout),
+		WriteTimeout:      orDefault(s.WriteTimeout, WriteTimeout),
 		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+	}
+	if s.BaseContext != nil {
+		srv.BaseContext = func(net.Listener) context.Context { return s.BaseContext }
+	}
+	prefix := ""
+	if s.Name != "" {
+		prefix = s.Name + ": "
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info().Str("addr", ln.Addr().String()).Msg("listening")
+	s.Log.Info().Str("addr", ln.Addr().String()).Msg(prefix + "listening")
 	select {
 	case err := <-errc:
+		if s.BeforeShutdown != nil {
+			s.BeforeShutdown()
+		}
 		return err
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
-	defer cancel()
-	log.Info().Msg("shutting down")
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	s.Log.Info().Msg(prefix + "shutting down")
+	if s.BeforeShutdown != nil {
+		s.BeforeShutdown()
 	}
+	sctx, cancel := context.WithTimeout(context.Background(), orDefault(s.ShutdownTimeout, ShutdownTimeout))
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("%sshutdown: %w", prefix, err)
+	}
+	s.Log.Info().Msg(prefix + "stopped")
 	return nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
 }
 
 // Listen opens addr, turning "address already in use" into advice.
@@ -121,16 +184,53 @@ func LimitBody(h http.Handler, n int64) http.Handler {
 	})
 }
 
-// BearerOK reports whether r carries "Authorization: Bearer <secret>",
-// comparing in constant time so the secret cannot be guessed byte by byte.
-func BearerOK(r *http.Request, secret string) bool {
-	h := r.Header.Get("Authorization")
-	const prefix = "Bearer "
-	if secret == "" || len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+// Bearer is a shared secret that requests present as
+// "Authorization: Bearer <secret>". It keeps only the secret's SHA-256, and
+// compares digests in constant time, so neither the secret's bytes nor its
+// length can be learned by timing. The zero Bearer matches nothing.
+type Bearer struct {
+	sum [sha256.Size]byte
+	set bool
+}
+
+// NewBearer returns the check for secret; an empty secret matches nothing.
+func NewBearer(secret string) Bearer {
+	if secret == "" {
+		return Bearer{}
+	}
+	return Bearer{sum: sha256.Sum256([]byte(secret)), set: true}
+}
+
+// Matches reports whether token is the secret.
+func (b Bearer) Matches(token string) bool {
+	if !b.set {
 		return false
 	}
-	return subtle.ConstantTimeCompare([]byte(h[len(prefix):]), []byte(secret)) == 1
+	sum := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(sum[:], b.sum[:]) == 1
 }
+
+// Authorized reports whether r carries the secret as its bearer token.
+func (b Bearer) Authorized(r *http.Request) bool {
+	token, ok := BearerToken(r)
+	return ok && b.Matches(token)
+}
+
+// BearerToken returns the token of r's "Authorization: Bearer <token>"
+// header (the scheme is case-insensitive, surrounding blanks are ignored),
+// and false when there is none.
+func BearerToken(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	return token, true
+}
+
+// BearerOK reports whether r carries "Authorization: Bearer <secret>" (see
+// Bearer; callers checking one secret on every request keep a Bearer).
+func BearerOK(r *http.Request, secret string) bool { return NewBearer(secret).Authorized(r) }
 
 // SignalContext returns a context cancelled by the first SIGINT or SIGTERM,
 // so the process can shut down gracefully; after it, the default handlers
