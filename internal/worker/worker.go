@@ -21,9 +21,10 @@
 //     flight; options.go holds Options and their defaults; service.go the
 //     OWED_* configuration, the pace adapter and the health handler.
 //
-// Every instant comes from one clock.Clock (Options.Clock); every wait is a
-// duration measured from it and slept with clock.Sleep, so shutdown cuts it
-// short.
+// Every instant the worker reads comes from one clock.Clock (Options.Clock,
+// the ledger's too). A wait is a duration computed from that clock's
+// instants, never against another clock, and is slept with clock.Sleep, so
+// shutdown cuts it short.
 package worker
 
 import (
