@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/provider/providers"
 	"github.com/owedhq/owed/internal/queue"
@@ -57,6 +58,7 @@ func run() error {
 	reg := worker.NewRegistry()
 	o := cfg.Options()
 	o.Ledger, o.Queue, o.Route, o.Pace, o.Log = ledger.New(db), q, router.For, paces, log
+	o.Clock = clock.Real()
 	o.Metrics = worker.NewMetrics(reg)
 	if cfg.Resolver == "sql" {
 		o.Resolver = resolve.NewSQL(db)

@@ -32,15 +32,16 @@ type batchResult[R any] struct {
 	err error
 }
 
-// startBatcher runs a batcher until stop. ctx should outlive the senders:
-// stop drains what was submitted before it returns.
-func startBatcher[T, R any](ctx context.Context, size int, linger time.Duration,
+// newBatcher returns a batcher that start runs until stop.
+func newBatcher[T, R any](size int, linger time.Duration,
 	flush func(context.Context, []T) ([]R, []error)) *batcher[T, R] {
-	b := &batcher[T, R]{in: make(chan batchItem[T, R], size), size: size, linger: linger, flush: flush,
+	return &batcher[T, R]{in: make(chan batchItem[T, R], size), size: size, linger: linger, flush: flush,
 		done: make(chan struct{})}
-	go b.run(ctx)
-	return b
 }
+
+// start runs the batcher until stop; it is called once. ctx should outlive
+// the senders: stop drains what was submitted before it returns.
+func (b *batcher[T, R]) start(ctx context.Context) { go b.run(ctx) }
 
 // do submits v and waits for its result.
 func (b *batcher[T, R]) do(v T) (R, error) {

@@ -18,33 +18,56 @@ import (
 	"github.com/owedhq/owed/internal/queue"
 )
 
+// Defaults of the service's own settings; the ones it shares with Options
+// are the Options defaults.
+const (
+	ListenAddrDefault = ":9090"
+	LogLevelDefault   = "info"
+	DBMaxConnsDefault = 20
+	ResolverDefault   = "recipient"
+)
+
 // Config is the worker service's configuration, read from OWED_* variables
-// and documented in the README's configuration table.
+// and documented in the README's configuration table. Its defaults are the
+// constants above and the Options defaults, applied by defaultConfig: the
+// fields carry no envconfig default tags, so the two cannot drift.
 type Config struct {
 	DatabaseURL       string        `envconfig:"DATABASE_URL"`
-	ListenAddr        string        `envconfig:"LISTEN_ADDR" default:":9090"`
-	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info"`
-	DBMaxConns        int           `envconfig:"DB_MAX_CONNS" default:"20"`
-	Concurrency       int           `envconfig:"WORKER_CONCURRENCY" default:"16"`
-	MaxAttempts       int           `envconfig:"MAX_ATTEMPTS" default:"5"`
-	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
-	SendTimeout       time.Duration `envconfig:"SEND_TIMEOUT" default:"15s"`
-	VisibilityTimeout time.Duration `envconfig:"VISIBILITY_TIMEOUT" default:"60s"`
-	RetryAfterMax     time.Duration `envconfig:"RETRY_AFTER_MAX" default:"15m"`
+	ListenAddr        string        `envconfig:"LISTEN_ADDR"`
+	LogLevel          string        `envconfig:"LOG_LEVEL"`
+	DBMaxConns        int           `envconfig:"DB_MAX_CONNS"`
+	Concurrency       int           `envconfig:"WORKER_CONCURRENCY"`
+	MaxAttempts       int           `envconfig:"MAX_ATTEMPTS"`
+	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT"`
+	SendTimeout       time.Duration `envconfig:"SEND_TIMEOUT"`
+	VisibilityTimeout time.Duration `envconfig:"VISIBILITY_TIMEOUT"`
+	RetryAfterMax     time.Duration `envconfig:"RETRY_AFTER_MAX"`
 	// ProviderRate is the pace every worker sharing a provider account
 	// keeps together ("40/m"); empty or "unlimited" means no pacing.
 	ProviderRate string `envconfig:"PROVIDER_RATE"`
 	// Resolver is "recipient" (the recipient is the address) or "sql" (the
 	// owed_contacts table).
-	Resolver string `envconfig:"RESOLVER" default:"recipient"`
+	Resolver string `envconfig:"RESOLVER"`
 
 	Queue     queue.Config     `ignored:"true"`
 	Providers providers.Config `ignored:"true"`
 }
 
-// LoadConfig reads the environment; errors name the variable.
+// defaultConfig is the configuration before the environment is read.
+// envconfig leaves a field alone when its variable is not set, so a set
+// variable wins and an unusable one (OWED_WORKER_CONCURRENCY=0) still fails
+// Validate instead of falling back to the default.
+func defaultConfig() Config {
+	return Config{ListenAddr: ListenAddrDefault, LogLevel: LogLevelDefault, DBMaxConns: DBMaxConnsDefault,
+		Concurrency: ConcurrencyDefault, MaxAttempts: MaxAttemptsDefault, ShutdownTimeout: ShutdownTimeoutDefault,
+		SendTimeout: SendTimeoutDefault, VisibilityTimeout: VisibilityTimeoutDefault,
+		RetryAfterMax: RetryAfterMaxDefault, Resolver: ResolverDefault}
+}
+
+// LoadConfig reads the environment over defaultConfig; errors name the
+// variable.
 func LoadConfig() (Config, error) {
-	var c Config
+	c := defaultConfig()
 	for _, target := range []any{&c, &c.Queue, &c.Providers} {
 		if err := envconfig.Process("OWED", target); err != nil {
 			return c, fmt.Errorf("configuration: %w", err)

@@ -4,12 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/sandbox"
@@ -26,30 +28,33 @@ var bg = context.Background()
 type bundle struct {
 	*stacktest.Stack
 	sweeper *sweep.Sweeper
-	metrics *worker.Metrics
 }
 
+// setup starts a parallel test's stack.
 func setup(t *testing.T, o stacktest.Options) *bundle {
 	t.Helper()
 	t.Parallel()
-	s := stacktest.New(t, o)
+	return newBundle(t, o)
+}
+
+// newBundle is setup for a benchmark, which cannot run in parallel.
+func newBundle(tb testing.TB, o stacktest.Options) *bundle {
+	tb.Helper()
+	s := stacktest.New(tb, o)
 	sw, err := sweep.New(s.Ledger, s.Queue, sweep.Config{Batch: 500, Budget: 30 * time.Second,
 		PublishAhead: time.Minute, RequeueAfter: 10 * time.Minute, KeyPrefix: "owed-"}, zerolog.Nop())
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return &bundle{Stack: s, sweeper: sw}
 }
 
 // sweepAll runs sweeps until one leases nothing.
-func (b *bundle) sweepAll(t *testing.T) int {
-	t.Helper()
+func (b *bundle) sweepAll(tb testing.TB) int {
+	tb.Helper()
 	total := 0
 	for {
-		res, err := b.sweeper.Run(bg)
-		if err != nil {
-			t.Fatalf("sweep: %v", err)
-		}
+		res := read(tb, b.sweeper.Run)
 		if res.Leased == 0 {
 			return total
 		}
@@ -59,10 +64,9 @@ func (b *bundle) sweepAll(t *testing.T) int {
 
 type options func(*worker.Options)
 
-// start runs a worker until the returned stop is called; stop waits for Run
-// to return.
-func (b *bundle) start(t *testing.T, change ...options) (stop func()) {
-	t.Helper()
+// newWorker returns a worker with the tests' settings, changed by change.
+func (b *bundle) newWorker(tb testing.TB, change ...options) *worker.Worker {
+	tb.Helper()
 	o := worker.Options{
 		Ledger: b.Ledger, Queue: b.Queue,
 		Route:             func(string) (provider.Sender, error) { return b.Sender, nil },
@@ -78,27 +82,30 @@ func (b *bundle) start(t *testing.T, change ...options) (stop func()) {
 	}
 	w, err := worker.New(o)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(bg)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	var once atomic.Bool
+	return w
+}
+
+// start starts a newWorker. The returned stop shuts it down and waits for
+// it (calling it again is harmless); the worker is stopped when the test
+// ends.
+func (b *bundle) start(tb testing.TB, change ...options) (stop func()) {
+	tb.Helper()
+	w := b.newWorker(tb, change...)
+	if err := w.Start(bg); err != nil {
+		tb.Fatal(err)
+	}
 	stop = func() {
-		if once.Swap(true) {
-			return
-		}
-		cancel()
+		stopped := make(chan struct{})
+		go func() { w.Stop(); close(stopped) }()
 		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("worker.Run: %v", err)
-			}
+		case <-stopped:
 		case <-time.After(30 * time.Second):
-			t.Error("worker did not stop within 30s of cancellation")
+			tb.Error("worker did not stop within 30s")
 		}
 	}
-	t.Cleanup(stop)
+	tb.Cleanup(stop)
 	return stop
 }
 
@@ -107,10 +114,7 @@ func (b *bundle) waitSettled(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		bl, err := b.Ledger.Backlog(bg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		bl := read(t, b.Ledger.Backlog)
 		if bl.Owed == 0 {
 			return
 		}
@@ -123,20 +127,56 @@ func (b *bundle) waitSettled(t *testing.T, timeout time.Duration) {
 
 func (b *bundle) sandboxStats(t *testing.T) sandbox.Stats {
 	t.Helper()
-	st, err := b.SandboxClient.Stats(bg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return read(t, b.SandboxClient.Stats)
 }
 
-func (b *bundle) queueStats(t *testing.T) queue.Stats {
-	t.Helper()
-	st, err := b.Queue.Stats(bg)
+func (b *bundle) queueStats(t *testing.T) queue.Stats { t.Helper(); return read(t, b.Queue.Stats) }
+
+// read calls f, failing the test if it cannot answer.
+func read[T any](tb testing.TB, f func(context.Context) (T, error)) T {
+	tb.Helper()
+	v, err := f(bg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	return st
+	return v
+}
+
+// A Worker runs once: a second Start or Run is refused at once rather than
+// racing the first for its batchers, and Stop is safe before Start and
+// twice.
+func TestWorkerStartsOnceAndStopsTwice(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	b.Schedule(t, "acme", 5, time.Now().Add(-time.Second), nil)
+	b.sweepAll(t)
+	w := b.newWorker(t)
+	w.Stop() // before Start: nothing to stop
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	runs := make(chan error, 2)
+	for range 2 {
+		go func() { runs <- w.Run(ctx) }()
+	}
+	// The Run that started cannot return before Stop, so the first answer
+	// is the refused one.
+	if err := <-runs; !errors.Is(err, worker.ErrStarted) {
+		t.Fatalf("one of two concurrent Runs returned %v, want ErrStarted", err)
+	}
+	if err := w.Start(ctx); !errors.Is(err, worker.ErrStarted) {
+		t.Errorf("Start on a running worker returned %v, want ErrStarted", err)
+	}
+	b.waitSettled(t, 30*time.Second)
+	w.Stop()
+	w.Stop()
+	if err := <-runs; err != nil {
+		t.Errorf("the running Run returned %v after Stop, want nil", err)
+	}
+	if st := b.sandboxStats(t); st.Accepted != 5 || st.Duplicates != 0 {
+		t.Errorf("sandbox accepted=%d duplicates=%d, want 5 and 0", st.Accepted, st.Duplicates)
+	}
+	if err := w.Start(ctx); !errors.Is(err, worker.ErrStarted) {
+		t.Errorf("Start on a stopped worker returned %v, want ErrStarted", err)
+	}
 }
 
 func TestThousandRowsDeliveredExactlyOnce(t *testing.T) {
@@ -197,9 +237,11 @@ func TestExpiredRowIsNeverSent(t *testing.T) {
 		}
 	})
 	b.sweepAll(t)
-	// The row expires while its message sits in the queue.
-	b.Ledger.Clock = func() time.Time { return time.Now().Add(time.Hour) }
-	b.start(t)
+	// The row expires while its message sits in the queue: an hour passes
+	// for the ledger and the worker alike.
+	ahead := clock.Offset(time.Hour)
+	b.Ledger.Clock = ahead.Now
+	b.start(t, func(o *worker.Options) { o.Clock = ahead })
 	b.waitSettled(t, 30*time.Second)
 	d, _ := b.Ledger.Get(bg, "acme", rows[0].ID)
 	if d.State != ledger.StateExpired || len(d.History) != 0 {
@@ -321,11 +363,7 @@ func TestShutdownDrainsCleanly(t *testing.T) {
 	}
 	stop()
 	// Nothing is left claimed: every row is delivered or back in the queue's hands.
-	bl, err := b.Ledger.Backlog(bg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bl.ByState[ledger.StateSending] != 0 {
+	if bl := read(t, b.Ledger.Backlog); bl.ByState[ledger.StateSending] != 0 {
 		t.Errorf("%d rows left in sending after a clean shutdown", bl.ByState[ledger.StateSending])
 	}
 	if q := b.queueStats(t); q.InFlight != 0 {

@@ -1,0 +1,197 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/queue"
+)
+
+const (
+	// unavailableRetry is how long (±20%) a message waits when the ledger or
+	// the pace could not be reached. The message is not at fault, so it
+	// costs no attempt.
+	unavailableRetry = 5 * time.Second
+	// retryCap bounds the exponential backoff after transient failures.
+	retryCap = 10 * time.Minute
+	// settleRetry bounds how long the worker keeps trying to record an
+	// accepted send before leaving the message to be redelivered.
+	settleRetry = 30 * time.Second
+	// requeueGrace is added to a released row's lease beyond the nack delay,
+	// so the sweeper does not republish a row whose message is only waiting.
+	requeueGrace = 2 * time.Minute
+)
+
+// retry says when and why a released row's message comes back.
+type retry struct {
+	after  time.Duration
+	reason string
+	// attempt is recorded with the release; nil when none counts (no send
+	// was made, or the provider answered 429).
+	attempt *ledger.Attempt
+	// uncertain says the provider may have accepted the send even so: the
+	// row's next send is recorded as a possible duplicate.
+	uncertain bool
+}
+
+// delivered records an accepted send through the settler, which shares one
+// commit among the sends that finish together, then acks the message. When
+// the ledger could not record it within settleRetry the message is left
+// unacked: it is redelivered, the row is claimable when its lease ends, and
+// the resend carries the same idempotency key.
+func (w *Worker) delivered(dl *delivery, a ledger.Attempt) {
+	if _, err := w.settles.do(ledger.Delivered{Tenant: dl.row.Tenant, ID: dl.row.ID, Attempt: a}); err != nil {
+		dl.log.Error().Err(err).Msg("provider accepted the send but the ledger could not record it; the message will be redelivered")
+		return
+	}
+	w.o.Metrics.outcome("delivered")
+	w.o.Metrics.lag.Observe(a.FinishedAt.Sub(dl.row.DueAt).Seconds())
+	w.ack(dl.msg.MessageID)
+}
+
+// skip settles a row whose recipient has nothing to receive (the contact
+// opted out) and acks its message.
+func (w *Worker) skip(ctx context.Context, dl *delivery) {
+	if err := w.o.Ledger.SettleSkipped(ctx, dl.row.Tenant, dl.row.ID, "recipient has nothing to receive"); err != nil {
+		w.nack(ctx, dl.msg.MessageID, jitter(unavailableRetry), "ledger unavailable")
+		return
+	}
+	w.o.Metrics.outcome("skipped")
+	w.ack(dl.msg.MessageID)
+}
+
+// expire settles a row whose expiry passed after its claim and acks its
+// message.
+func (w *Worker) expire(ctx context.Context, dl *delivery) {
+	if err := w.o.Ledger.SettleExpired(ctx, dl.row.Tenant, dl.row.ID); err != nil {
+		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "ledger unavailable"})
+		return
+	}
+	w.o.Metrics.outcome("expired")
+	w.ack(dl.msg.MessageID)
+}
+
+// fail settles the row failed and dead-letters its message.
+func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledger.Attempt) {
+	if err := w.o.Ledger.SettleFailed(ctx, dl.row.Tenant, dl.row.ID, reason, a); err != nil {
+		dl.log.Warn().Err(err).Msg("could not settle the row failed; message returns later")
+		w.nack(ctx, dl.msg.MessageID, jitter(unavailableRetry), "ledger unavailable")
+		return
+	}
+	w.o.Metrics.outcome("failed")
+	dl.log.Warn().Str("reason", reason).Msg("notification failed; message dead-lettered")
+	w.deadLetter(ctx, dl.msg.MessageID, reason, "failed")
+}
+
+// retryOrFail records a transient failure: the row is retried with
+// exponential backoff (or after retryAfter, if the provider asked for
+// longer), or settled failed once OWED_MAX_ATTEMPTS is reached.
+func (w *Worker) retryOrFail(ctx context.Context, dl *delivery, a ledger.Attempt, retryAfter time.Duration, uncertain bool) {
+	n := dl.row.Attempts + 1
+	if n >= w.o.MaxAttempts {
+		w.fail(ctx, dl, fmt.Sprintf("attempts exhausted (%d): %s", n, a.Error), &a)
+		return
+	}
+	delay := backoffDelay(w.o.RetryBase, n)
+	if retryAfter > delay {
+		delay = min(retryAfter, w.o.RetryAfterMax)
+	}
+	w.release(ctx, dl, retry{after: delay, reason: a.Error, attempt: &a, uncertain: uncertain})
+	w.o.Metrics.outcome("retried")
+}
+
+// release gives the row back and brings its message back after r.after.
+func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
+	retryAt := w.o.Clock.Now().Add(r.after)
+	if err := w.o.Ledger.ReleaseClaim(ctx, dl.row.Tenant, dl.row.ID, retryAt, requeueGrace, r.reason, r.attempt, r.uncertain); err != nil {
+		// The claim's own lease will run out; the nack still schedules the
+		// message, so the row is not stranded.
+		dl.log.Warn().Err(err).Msg("could not release the claim")
+	}
+	w.nack(ctx, dl.msg.MessageID, r.after, r.reason)
+}
+
+// ack hands a settled row's message to the acker. Batching acks changes
+// when the queue hears of them, never their order relative to the settle:
+// only a message whose row is already settled gets here. A crash before the
+// batch is sent leaves copies the claim absorbs.
+func (w *Worker) ack(id string) { w.acks.post(id) }
+
+func (w *Worker) nack(ctx context.Context, id string, delay time.Duration, reason string) {
+	if _, err := w.o.Queue.Nack(ctx, id, queue.NackOptions{Delay: delay, CountAsFailure: false, Reason: reason}); err != nil {
+		w.o.Log.Warn().Err(err).Str("message_id", id).Msg("nack failed; the message returns after its visibility timeout")
+	}
+}
+
+func (w *Worker) deadLetter(ctx context.Context, id, reason, kind string) {
+	w.o.Metrics.deadLettered.WithLabelValues(kind).Inc()
+	if _, err := w.o.Queue.Nack(ctx, id, queue.NackOptions{DeadLetter: true, Reason: reason}); err != nil {
+		w.o.Log.Warn().Err(err).Str("message_id", id).Msg("dead-letter failed; the message returns after its visibility timeout")
+	}
+}
+
+// flushAcks acknowledges one batch of messages in one queue call.
+func (w *Worker) flushAcks(ctx context.Context, ids []string) ([]struct{}, []error) {
+	if _, err := w.o.Queue.Ack(ctx, ids...); err != nil {
+		// The rows are settled; redelivered copies are absorbed.
+		w.o.Log.Warn().Err(err).Int("messages", len(ids)).Msg("ack failed; the copies will be absorbed")
+	}
+	return nil, nil
+}
+
+// flushClaims claims one batch of rows in one ledger statement.
+func (w *Worker) flushClaims(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, []error) {
+	claims, errs, err := w.o.Ledger.ClaimForSendBatch(ctx, reqs, ledger.ClaimParams{
+		LeaseFor: w.o.SendTimeout + w.o.VisibilityTimeout, EarlyTolerance: w.o.EarlyTolerance,
+	})
+	if err != nil {
+		return nil, fill(len(reqs), err)
+	}
+	return claims, errs
+}
+
+// flushSettles settles one batch of accepted sends in one ledger commit,
+// retrying a failed batch with backoff for settleRetry: the sends already
+// happened, and losing their record would resend them.
+func (w *Worker) flushSettles(ctx context.Context, rows []ledger.Delivered) ([]struct{}, []error) {
+	start := time.Now()
+	delay := 100 * time.Millisecond
+	for {
+		_, errs, err := w.o.Ledger.SettleDeliveredBatch(ctx, rows)
+		if err == nil {
+			return nil, errs
+		}
+		if time.Since(start) > settleRetry || !clock.Sleep(ctx, jitter(delay)) {
+			return nil, fill(len(rows), err)
+		}
+		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+// backoffDelay is the exponential delay before retry n (1-based), with
+// jitter so a batch that failed together does not come back in lockstep.
+func backoffDelay(base time.Duration, n int) time.Duration {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.Multiplier, b.RandomizationFactor = base, 2, 0.5
+	b.MaxInterval, b.MaxElapsedTime = retryCap, 0
+	b.Reset()
+	d := b.NextBackOff()
+	for i := 1; i < n && i < 32; i++ {
+		d = b.NextBackOff()
+	}
+	return d
+}
+
+// jitter spreads d by ±20%.
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d*4/5 + time.Duration(rand.Int64N(int64(d*2/5)+1))
+}

@@ -1,0 +1,274 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/envelope"
+	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/provider"
+	"github.com/owedhq/owed/internal/queue"
+)
+
+// delivery is one claimed message on its way through the executor: what the
+// steps found out so far, handed to the completer when the message's fate
+// is decided.
+type delivery struct {
+	// msg is the queue message; its id acks, nacks or dead-letters it.
+	msg queue.Delivery
+	// env is what the message says: the row, its due time and the
+	// provider's idempotency key.
+	env envelope.Envelope
+	// row is the ledger row as claimed, in state sending.
+	row ledger.Notification
+	// possibleDuplicate says an earlier claim may have reached the
+	// provider: this send is flagged and counted.
+	possibleDuplicate bool
+	log               zerolog.Logger
+	// sender, pace and request are set by prepare, once the row is routed
+	// and its recipient resolved.
+	sender  provider.Sender
+	pace    Pacer
+	request provider.Delivery
+}
+
+// execute processes one message end to end. Every path ends in exactly one
+// of: ack (row settled or nothing to do), nack (comes back later), or
+// dead-letter.
+func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
+	dl, ok := w.claim(ctx, msg)
+	if !ok {
+		return
+	}
+	// A message may surface up to the early tolerance before its due time
+	// (the sweeper publishes ahead in whole seconds). The claim is held;
+	// wait out the rest so the send is on time, not early.
+	clock.Sleep(ctx, dl.row.DueAt.Sub(w.o.Clock.Now()))
+	if !w.prepare(ctx, dl) || !w.reserve(ctx, dl) {
+		return
+	}
+	w.send(ctx, dl)
+}
+
+// claim decodes the message and claims its row in the tenant's scope. It
+// returns false when the message needs no send and has been acked, nacked
+// or dead-lettered.
+func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool) {
+	m := w.o.Metrics
+	env, err := envelope.Decode(msg.Payload)
+	if err != nil {
+		w.deadLetter(ctx, msg.MessageID, "malformed message: "+err.Error(), "malformed")
+		m.outcome("poison")
+		return nil, false
+	}
+	log := w.o.Log.With().Str("tenant_id", env.Tenant).Int64("id", env.ID).Str("message_id", msg.MessageID).Logger()
+	claim, err := w.claims.do(ledger.ClaimRequest{Tenant: env.Tenant, ID: env.ID, DueAt: env.DueAt})
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		// The tenant named in the message cannot see this row: a forged or
+		// corrupted message, never something to retry.
+		w.deadLetter(ctx, msg.MessageID, fmt.Sprintf("row %d is not visible in tenant %q", env.ID, env.Tenant), "not_found")
+		m.outcome("poison")
+		return nil, false
+	case err != nil:
+		// The ledger is unreachable. The message is not at fault, so this
+		// does not count toward dead-lettering.
+		log.Warn().Err(err).Msg("claim failed; message returns later")
+		w.nack(ctx, msg.MessageID, jitter(unavailableRetry), "ledger unavailable")
+		m.outcome("retried")
+		return nil, false
+	}
+	switch claim.Outcome {
+	case ledger.ClaimSettled:
+		m.duplicatesAbsorbed.Inc()
+		m.outcome("absorbed_duplicate")
+		w.ack(msg.MessageID)
+		return nil, false
+	case ledger.ClaimExpired:
+		m.outcome("expired")
+		w.ack(msg.MessageID)
+		return nil, false
+	case ledger.ClaimStale:
+		m.outcome("stale")
+		w.ack(msg.MessageID)
+		return nil, false
+	case ledger.ClaimHeld:
+		// Another live worker is sending it; look again when its lease ends.
+		m.outcome("held")
+		wait := claim.Row.LeaseUntil.Sub(w.o.Clock.Now())
+		w.nack(ctx, msg.MessageID, max(wait, time.Second), "held by another worker")
+		return nil, false
+	case ledger.ClaimEarly:
+		m.outcome("early")
+		w.nack(ctx, msg.MessageID, claim.Wait, "not due yet")
+		return nil, false
+	}
+	return &delivery{msg: msg, env: env, row: claim.Row, possibleDuplicate: claim.PossibleDuplicate, log: log}, true
+}
+
+// prepare routes the row to its provider, parses its payload and resolves
+// its recipient. It returns false when the row was settled or released
+// instead.
+func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
+	row := dl.row
+	sender, err := w.o.Route(row.Channel)
+	if err != nil {
+		w.fail(ctx, dl, fmt.Sprintf("no provider for channel %q: %v", row.Channel, err), nil)
+		return false
+	}
+	msg, err := message.Parse(row.Channel, row.Payload)
+	if err != nil {
+		w.fail(ctx, dl, "payload: "+err.Error(), nil)
+		return false
+	}
+	addr, skip, err := w.o.Resolver.Resolve(ctx, row.Tenant, row.Recipient, row.Channel)
+	switch {
+	case err != nil:
+		// An unresolvable recipient is an attempt that failed before the
+		// provider: it backs off like one and, when attempts run out, ends
+		// failed with the reason instead of cycling through the queue.
+		now := w.o.Clock.Now()
+		w.retryOrFail(ctx, dl, ledger.Attempt{Provider: sender.Name(), StartedAt: now, FinishedAt: now,
+			Outcome: ledger.AttemptTransient, Error: "resolve recipient: " + err.Error()}, 0, false)
+		return false
+	case skip:
+		w.skip(ctx, dl)
+		return false
+	}
+	dl.sender, dl.pace = sender, w.o.Pace(sender.Name())
+	dl.request = provider.Delivery{Tenant: row.Tenant, NotificationID: row.ID, Recipient: addr, Channel: row.Channel,
+		Kind: row.Kind, Message: msg, IdempotencyKey: dl.env.Key}
+	return true
+}
+
+// reserve takes the row's turn at the provider's shared pace and waits for
+// it. It returns false when the row was released instead.
+func (w *Worker) reserve(ctx context.Context, dl *delivery) bool {
+	m := w.o.Metrics
+	wait, granted, err := dl.pace.Reserve(ctx, w.o.PaceMaxWait)
+	if err != nil {
+		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "pace unavailable: " + err.Error()})
+		m.outcome("retried")
+		return false
+	}
+	if !granted {
+		// The account is busy further ahead than we hold messages: give the
+		// row back and let the queue keep the message until its turn.
+		w.release(ctx, dl, retry{after: wait, reason: "waiting for the provider's pace"})
+		m.outcome("paced")
+		return false
+	}
+	if wait > 0 && !clock.Sleep(ctx, wait) {
+		w.release(context.WithoutCancel(ctx), dl, retry{reason: "worker shutting down"})
+		return false
+	}
+	return true
+}
+
+// send runs a claimed, paced row through the provider and hands the answer
+// to the completer.
+func (w *Worker) send(ctx context.Context, dl *delivery) {
+	m := w.o.Metrics
+	row := dl.row
+	// The claim checked the expiry, but waiting for the due second and for
+	// the provider's pace takes time: a nudge that expired meanwhile is
+	// settled expired, never sent late.
+	started := w.o.Clock.Now()
+	timeout := w.o.SendTimeout
+	if row.ExpiresAt != nil {
+		left := row.ExpiresAt.Sub(started)
+		if left <= 0 {
+			w.expire(ctx, dl)
+			return
+		}
+		// A send still under way when the row expires is abandoned: an
+		// answer after the expiry would be a late nudge.
+		timeout = min(timeout, left)
+	}
+
+	if dl.possibleDuplicate {
+		m.possibleDuplicates.Inc()
+		dl.log.Warn().Msg("resending a row whose previous worker died mid-send: possible duplicate")
+	}
+	m.inFlight.Inc()
+	stopExtend := w.keepVisible(ctx, dl.msg.MessageID)
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	res, sendErr := dl.sender.Send(sctx, dl.request)
+	cancel()
+	stopExtend()
+	m.inFlight.Dec()
+	attempt := ledger.Attempt{Provider: dl.sender.Name(), StartedAt: started, FinishedAt: w.o.Clock.Now(),
+		PossibleDuplicate: dl.possibleDuplicate}
+	// What happens next must not be cut short by shutdown: the provider has
+	// answered, and that answer is worth recording.
+	ctx = context.WithoutCancel(ctx)
+
+	if sendErr == nil {
+		attempt.ProviderMessageID, attempt.HTTPStatus = res.MessageID, res.HTTPStatus
+		m.attempts.WithLabelValues("accepted").Inc()
+		w.delivered(dl, attempt)
+		return
+	}
+
+	pe := provider.Classify(sendErr)
+	attempt.HTTPStatus, attempt.Error = pe.HTTPStatus, pe.Error()
+	switch pe.Class {
+	case provider.RateLimited:
+		m.attempts.WithLabelValues("rate_limited").Inc()
+		m.rateLimited.Inc()
+		after := pe.RetryAfter
+		if after <= 0 {
+			after = time.Second
+		}
+		after = min(after, w.o.RetryAfterMax)
+		if err := dl.pace.Pause(ctx, after); err != nil {
+			dl.log.Warn().Err(err).Msg("could not pause the shared pace")
+		}
+		// No attempt is recorded: a 429 is the provider's schedule.
+		w.release(ctx, dl, retry{after: after, reason: "rate limited by the provider"})
+		m.outcome("rate_limited")
+	case provider.Permanent:
+		m.attempts.WithLabelValues("permanent").Inc()
+		attempt.Outcome = ledger.AttemptPermanent
+		w.fail(ctx, dl, pe.Error(), &attempt)
+	default:
+		m.attempts.WithLabelValues("transient").Inc()
+		attempt.Outcome = ledger.AttemptTransient
+		// No answer (a timeout, a dropped connection) or a gateway timeout
+		// leaves the outcome unknown: the provider may have accepted it.
+		uncertain := pe.HTTPStatus == 0 || pe.HTTPStatus == http.StatusGatewayTimeout
+		w.retryOrFail(ctx, dl, attempt, pe.RetryAfter, uncertain)
+	}
+}
+
+// keepVisible extends the message's visibility while a slow send runs, so
+// the queue does not hand it to another worker meanwhile.
+func (w *Worker) keepVisible(ctx context.Context, id string) (stop func()) {
+	every := w.o.VisibilityTimeout / 2
+	if w.o.SendTimeout < every {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if _, err := w.o.Queue.Extend(ctx, id, w.o.VisibilityTimeout); err != nil {
+					w.o.Log.Warn().Err(err).Str("message_id", id).Msg("extend visibility failed")
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}

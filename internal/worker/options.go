@@ -1,0 +1,126 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/provider"
+	"github.com/owedhq/owed/internal/queue"
+)
+
+// Defaults for Options. They are the only source of the worker's defaults:
+// Options.defaults applies them to a library caller's zero settings, and
+// defaultConfig to the OWED_* variables that are not set.
+const (
+	ConcurrencyDefault       = 16
+	MaxAttemptsDefault       = 5
+	ShutdownTimeoutDefault   = 30 * time.Second
+	SendTimeoutDefault       = 15 * time.Second
+	VisibilityTimeoutDefault = 60 * time.Second
+	RetryAfterMaxDefault     = 15 * time.Minute
+	// EarlyToleranceDefault lets a message that surfaces a moment before its
+	// due time be sent: the queue rounds delays to whole seconds and clocks
+	// differ a little between machines.
+	EarlyToleranceDefault = time.Second
+	// PaceMaxWaitDefault is the longest a worker holds a message waiting for
+	// its turn at the provider; beyond it the message goes back to the queue
+	// with that delay, so the backlog waits in the queue, not in memory.
+	PaceMaxWaitDefault = 2 * time.Second
+	// RetryBaseDefault is the first backoff after a transient failure; it
+	// doubles per attempt up to retryCap.
+	RetryBaseDefault = 5 * time.Second
+)
+
+// Queue is the part of the queue client the worker uses.
+type Queue interface {
+	Consume(ctx context.Context, o queue.ConsumeOptions) ([]queue.Delivery, error)
+	Ack(ctx context.Context, ids ...string) (int, error)
+	Nack(ctx context.Context, id string, o queue.NackOptions) (bool, error)
+	Extend(ctx context.Context, id string, visibility time.Duration) (time.Time, error)
+}
+
+// Pacer is the pace shared by every worker sending through one provider
+// account.
+type Pacer interface {
+	// Reserve takes the next send slot if it starts within maxWait and says
+	// how long to wait for it; otherwise it takes nothing and says how long
+	// until a slot could be had.
+	Reserve(ctx context.Context, maxWait time.Duration) (wait time.Duration, granted bool, err error)
+	// Pause pushes every worker sharing the account back by d (a 429).
+	Pause(ctx context.Context, d time.Duration) error
+}
+
+// Resolver turns a row's recipient into the address the provider needs, in
+// the tenant's scope. skip reports that there is nothing to send (the
+// contact opted out): the row is settled skipped.
+type Resolver interface {
+	Resolve(ctx context.Context, tenant, recipient, channel string) (address string, skip bool, err error)
+}
+
+// RecipientResolver uses the recipient itself as the address.
+type RecipientResolver struct{}
+
+// Resolve returns recipient unchanged.
+func (RecipientResolver) Resolve(_ context.Context, _, recipient, _ string) (string, bool, error) {
+	return recipient, false, nil
+}
+
+// Options configure a Worker.
+type Options struct {
+	Ledger *ledger.Ledger
+	Queue  Queue
+	// Route returns the Sender for a channel.
+	Route func(channel string) (provider.Sender, error)
+	// Pace returns the shared pace of a provider account.
+	Pace     func(account string) Pacer
+	Resolver Resolver
+	Log      zerolog.Logger
+	Metrics  *Metrics
+	// Clock stamps attempts and tells how long until a row is due, expires
+	// or may be retried; it is clock.Real() unless a test passes another.
+	// Give the ledger the same clock: the worker compares its instants with
+	// the ones the ledger stamps.
+	Clock clock.Clock
+
+	Concurrency       int
+	MaxAttempts       int
+	SendTimeout       time.Duration
+	VisibilityTimeout time.Duration
+	ShutdownTimeout   time.Duration
+	RetryAfterMax     time.Duration
+	EarlyTolerance    time.Duration
+	PaceMaxWait       time.Duration
+	RetryBase         time.Duration
+}
+
+func (o *Options) defaults() {
+	orDefault(&o.Concurrency, ConcurrencyDefault)
+	orDefault(&o.MaxAttempts, MaxAttemptsDefault)
+	orDefault(&o.SendTimeout, SendTimeoutDefault)
+	orDefault(&o.VisibilityTimeout, VisibilityTimeoutDefault)
+	orDefault(&o.ShutdownTimeout, ShutdownTimeoutDefault)
+	orDefault(&o.RetryAfterMax, RetryAfterMaxDefault)
+	orDefault(&o.EarlyTolerance, EarlyToleranceDefault)
+	orDefault(&o.PaceMaxWait, PaceMaxWaitDefault)
+	orDefault(&o.RetryBase, RetryBaseDefault)
+	if o.Resolver == nil {
+		o.Resolver = RecipientResolver{}
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real()
+	}
+}
+
+// orDefault replaces a zero or negative setting with its default.
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}

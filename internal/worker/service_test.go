@@ -1,0 +1,35 @@
+package worker_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/owedhq/owed/internal/worker"
+)
+
+// The OWED_* variables that are not set take the Go constants, the only
+// source of the worker's defaults; one set to an unusable value still fails
+// with its name instead of falling back.
+func TestConfigDefaultsAreTheConstants(t *testing.T) {
+	t.Setenv("OWED_DATABASE_URL", "postgres://owed@127.0.0.1/owed")
+	t.Setenv("OWED_QUEUE_URL", "http://127.0.0.1:8181")
+	t.Setenv("OWED_QUEUE_TOKEN", "token")
+	c, err := worker.LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := worker.Config{DatabaseURL: c.DatabaseURL, ListenAddr: worker.ListenAddrDefault,
+		LogLevel: worker.LogLevelDefault, DBMaxConns: worker.DBMaxConnsDefault,
+		Concurrency: worker.ConcurrencyDefault, MaxAttempts: worker.MaxAttemptsDefault,
+		ShutdownTimeout: worker.ShutdownTimeoutDefault, SendTimeout: worker.SendTimeoutDefault,
+		VisibilityTimeout: worker.VisibilityTimeoutDefault, RetryAfterMax: worker.RetryAfterMaxDefault,
+		Resolver: worker.ResolverDefault, Queue: c.Queue, Providers: c.Providers}
+	if c != want {
+		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
+	}
+
+	t.Setenv("OWED_WORKER_CONCURRENCY", "0")
+	if _, err := worker.LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_WORKER_CONCURRENCY") {
+		t.Errorf("OWED_WORKER_CONCURRENCY=0: %v, want an error naming the variable", err)
+	}
+}
