@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/provider/webhook"
@@ -47,7 +48,7 @@ func BenchmarkDeliver(b *testing.B) {
 	em.Start(ctx)
 	esrv := httptest.NewServer(em)
 	defer func() { em.Drain(); esrv.Close(); em.Stop() }()
-	rate, _ := sandbox.ParseRate("1000000/s")
+	rate, _ := pace.ParseRate("1000000/s")
 	sb, err := sandbox.New(sandbox.Config{Rate: rate, Burst: 1000000})
 	if err != nil {
 		b.Fatal(err)
