@@ -7,6 +7,14 @@ import (
 	"time"
 )
 
+// Fault kinds, the keys of Stats.Faults.
+const (
+	FaultError     = "error"
+	FaultTimeout   = "timeout"
+	FaultStorm     = "storm"
+	FaultPermanent = "permanent"
+)
+
 // Timeout modes: how a hung request ends.
 const (
 	Timeout504   = "504"

@@ -15,8 +15,9 @@
 // the Server was built with.
 //
 // Everything is in memory: a restart forgets every send and counter. The
-// admin endpoints have no authentication; the sandbox must never listen where
-// anyone but its operator can reach it.
+// admin endpoints have no authentication, and a send's one credential is its
+// Standard Webhooks signature (webhook.Verify); the sandbox must never listen
+// where anyone but its operator can reach it.
 package sandbox
 
 import (
@@ -63,14 +64,6 @@ const (
 	// DefaultSendsLimit and MaxSendsLimit bound one /sends answer.
 	DefaultSendsLimit = 100
 	MaxSendsLimit     = 1000
-)
-
-// Fault kinds, the keys of Stats.Faults.
-const (
-	FaultError     = "error"
-	FaultTimeout   = "timeout"
-	FaultStorm     = "storm"
-	FaultPermanent = "permanent"
 )
 
 // Config configures a Server. Zero fields take the defaults above.
