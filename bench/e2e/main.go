@@ -34,6 +34,7 @@ import (
 	"github.com/owedhq/owed/bench/internal/benchutil"
 	"github.com/owedhq/owed/bench/internal/stack"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/provider/webhook"
@@ -280,7 +281,7 @@ func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *s
 	em.Start(ctx)
 	esrv := httptest.NewServer(em)
 	defer func() { em.Drain(); esrv.Close(); em.Stop() }()
-	rate, _ := sandbox.ParseRate("1000000/s")
+	rate, _ := pace.ParseRate("1000000/s")
 	sb, err := sandbox.New(sandbox.Config{Rate: rate, Burst: 1000000, MaxSends: o.rows + 1000})
 	if err != nil {
 		return 0, nil, err

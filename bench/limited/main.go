@@ -30,8 +30,10 @@ import (
 
 	"github.com/owedhq/owed/bench/internal/benchutil"
 	"github.com/owedhq/owed/bench/internal/stack"
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/provider/webhook"
@@ -143,20 +145,31 @@ func workerRun(ctx context.Context, duration, warmup time.Duration, workers, con
 	), nil
 }
 
-// scaledClock runs scale times faster than the wall from its start.
+// scaledClock is a clock.Clock that runs scale times faster than the wall
+// from its start.
 type scaledClock struct{ start time.Time }
 
-func (c scaledClock) Now() time.Time { return c.start.Add(time.Since(c.start) * scale) }
+var _ clock.Clock = scaledClock{}
+
+func (c scaledClock) Now() time.Time {
+	return c.start.Add(time.Since(c.start) * scale).UTC().Truncate(time.Microsecond)
+}
+
+// NowOrNil is the scaled instant: nothing on this clock may read the
+// database's.
+func (c scaledClock) NowOrNil() *time.Time {
+	t := c.Now()
+	return &t
+}
 
 // inlineRun is the rejected design: the cron invocation itself sends, one
 // request after another, and sleeps Retry-After on a 429.
 func inlineRun(ctx context.Context, backlogMinutes int) ([]benchutil.Row, error) {
-	clock := scaledClock{start: time.Now()}
-	r, err := sandbox.ParseRate(fmt.Sprintf("%d/m", rate))
+	r, err := pace.ParseRate(fmt.Sprintf("%d/m", rate))
 	if err != nil {
 		return nil, err
 	}
-	sb, err := sandbox.New(sandbox.Config{Rate: r, Burst: burst, Now: clock.Now})
+	sb, err := sandbox.New(sandbox.Config{Rate: r, Burst: burst, Clock: scaledClock{start: time.Now()}})
 	if err != nil {
 		return nil, err
 	}

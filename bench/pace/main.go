@@ -29,6 +29,7 @@ import (
 	_ "github.com/lib/pq" // the postgres driver
 
 	"github.com/owedhq/owed/bench/internal/benchutil"
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/migrate"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
@@ -156,10 +157,10 @@ func work(ctx context.Context, l *pace.Limiter, prov *provider, st *stats, maxWa
 			// than just the part beyond max wait. While the backlog lasts,
 			// the slots within reach keep being taken by the workers that
 			// hold them, and retrying sooner would only spin.
-			sleep(ctx, r.Wait)
+			clock.Sleep(ctx, r.Wait)
 			continue
 		}
-		if !sleep(ctx, r.Wait) {
+		if !clock.Sleep(ctx, r.Wait) {
 			return
 		}
 		sentAt := time.Now()
@@ -173,18 +174,6 @@ func work(ctx context.Context, l *pace.Limiter, prov *provider, st *stats, maxWa
 				return
 			}
 		}
-	}
-}
-
-// sleep waits d or until ctx ends, and says whether the wait ran out.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 )
 
@@ -49,7 +50,7 @@ func providerCmd(ctx context.Context, args []string) error {
 
 	fs := newFlags("provider", synopsis, example)
 	fs.StringVar(&env.Addr, "addr", env.Addr, "listen address; keep it on loopback, the admin endpoints are unauthenticated (env OWED_SANDBOX_ADDR)")
-	fs.StringVar(&env.Rate, "rate", env.Rate, "rate limit as <count>/<s|m|h> (env OWED_SANDBOX_RATE)")
+	fs.StringVar(&env.Rate, "rate", env.Rate, "rate limit like 40/m, 2400/h or 10/1.5s, read like OWED_PROVIDER_RATE (env OWED_SANDBOX_RATE)")
 	fs.IntVar(&env.Burst, "burst", env.Burst, "requests allowed back to back before the steady rate applies (env OWED_SANDBOX_BURST)")
 	fs.StringVar(&env.Secret, "secret", env.Secret, "Standard Webhooks secret (whsec_…) requests must be signed with; prefer the env var, flags show in ps (env OWED_SANDBOX_SECRET)")
 	fs.Float64Var(&env.ErrorRate, "error-rate", env.ErrorRate, "fraction of sends answered 503 (env OWED_SANDBOX_ERROR_RATE)")
@@ -74,9 +75,13 @@ func providerCmd(ctx context.Context, args []string) error {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
 
-	rate, err := sandbox.ParseRate(env.Rate)
+	rate, err := pace.ParseRate(env.Rate)
 	if err != nil {
 		return usageError{fmt.Sprintf("--rate / OWED_SANDBOX_RATE: %v", err)}
+	}
+	if rate.IsUnlimited() {
+		return usageError{fmt.Sprintf("--rate / OWED_SANDBOX_RATE: %q: the sandbox always enforces a limit; give one like %s",
+			env.Rate, sandbox.DefaultRate)}
 	}
 	if env.Burst < 1 {
 		return usageError{fmt.Sprintf("--burst / OWED_SANDBOX_BURST: must be at least 1 (got %d)", env.Burst)}

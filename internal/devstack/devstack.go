@@ -35,6 +35,7 @@ import (
 	"github.com/owedhq/owed/internal/api"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/migrate"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
@@ -172,7 +173,7 @@ func (c Config) validate() error {
 	if c.Tick < time.Second {
 		return fmt.Errorf("--tick %s: must be at least 1s", c.Tick)
 	}
-	if _, err := sandbox.ParseRate(c.Rate); err != nil {
+	if _, err := pace.ParseRate(c.Rate); err != nil {
 		return fmt.Errorf("--rate: %v", err)
 	}
 	if c.Duration < 0 {
@@ -264,7 +265,7 @@ type Stack struct {
 	queueFaults   *emulator.Faults
 	sched         *scheduler
 	seeder        *seeder
-	rate          sandbox.Rate
+	rate          pace.Rate
 	// panelHeight is how many lines the last panel drew, so the next one
 	// can move back over them; only the panel goroutine uses it.
 	panelHeight int
@@ -294,7 +295,7 @@ func New(cfg Config) (*Stack, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	rate, _ := sandbox.ParseRate(cfg.Rate)
+	rate, _ := pace.ParseRate(cfg.Rate)
 	return &Stack{cfg: cfg, rate: rate, died: make(chan struct{})}, nil
 }
 

@@ -13,7 +13,14 @@
 // clocks drift apart; the one clock every process reaches is the server's, so
 // slots are computed from clock_timestamp() and handed back as a duration to
 // wait, which the worker's own clock measures well however wrong its wall
-// time is. Tests inject an instant instead (WithClock).
+// time is. A Limiter takes one clock.Clock at construction (WithClock,
+// clock.Real by default) and passes its NowOrNil as every statement's "now"
+// (coalesce($n, clock_timestamp())): nil in production, so the database
+// decides; a stub's instant in tests.
+//
+// The package also owns owed's one rate grammar: Rate and ParseRate read the
+// workers' OWED_PROVIDER_RATE, the sandbox's limit and the dev stack's --rate
+// alike, and *Rate decodes itself from the environment.
 //
 // A 429 is a schedule: Pause records Retry-After in the shared row, so every
 // process's next reservation starts after it, not just the one that saw it.
@@ -32,6 +39,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/owedhq/owed/internal/clock"
 )
 
 // MaxAccountLength is the longest account name the provider_pace table
@@ -46,8 +55,8 @@ type Reservation struct {
 	// when a slot is within reach.
 	Granted bool
 	// Wait is how long to wait before sending, from the moment Reserve
-	// returned (from the injected clock's reading, with WithClock). It is
-	// never negative.
+	// returned (from the stubbed clock's reading, when WithClock injected
+	// one). It is never negative.
 	Wait time.Duration
 	// At is the slot's start on the limiter's clock (the database's unless a
 	// clock was injected); zero for an unlimited limiter.
@@ -74,7 +83,7 @@ type Limiter struct {
 	account  string
 	rate     Rate
 	interval int64 // microseconds, rounded up
-	clock    func() time.Time
+	clock    clock.Clock
 	offset   clockOffset
 
 	// pausedUntil is the local pause of an unlimited limiter (see Pause).
@@ -85,12 +94,14 @@ type Limiter struct {
 // Option configures a Limiter.
 type Option func(*Limiter)
 
-// WithClock makes the limiter pass now() to every statement instead of
-// letting the database read its clock. Tests use it to say "ten seconds
-// have passed" without waiting; production leaves the database's clock in
-// charge, because it is the one clock every worker shares.
-func WithClock(now func() time.Time) Option {
-	return func(l *Limiter) { l.clock = now }
+// WithClock sets the limiter's one clock; clock.Real() without it. Every
+// statement passes clk.NowOrNil() as its "now": nil in production, so the
+// database's clock_timestamp() decides, because it is the one clock every
+// worker shares; a stub's instant in tests, which say "ten seconds have
+// passed" without waiting. An unlimited limiter's in-memory pause reads
+// clk.Now().
+func WithClock(clk clock.Clock) Option {
+	return func(l *Limiter) { l.clock = clk }
 }
 
 // New returns a Limiter for account, which by convention is the provider's
@@ -110,9 +121,12 @@ func New(db *sql.DB, account string, rate Rate, opts ...Option) (*Limiter, error
 	if !rate.IsUnlimited() && db == nil {
 		return nil, fmt.Errorf("pace: account %q: a database is required for rate %s", account, rate)
 	}
-	l := &Limiter{db: db, account: account, rate: rate, interval: ceilMicros(rate.Interval())}
+	l := &Limiter{db: db, account: account, rate: rate, interval: ceilMicros(rate.Interval()), clock: clock.Real()}
 	for _, o := range opts {
 		o(l)
+	}
+	if l.clock == nil {
+		return nil, fmt.Errorf("pace: account %q: WithClock(nil); leave it out for the database's clock", account)
 	}
 	return l, nil
 }
@@ -141,6 +155,9 @@ func (l *Limiter) Reserve(ctx context.Context, maxWait time.Duration) (Reservati
 		at, now        time.Time
 		sent, received time.Time
 		err            error
+		// stubbed is the clock's one reading for this reservation, nil
+		// when the database's clock decides.
+		stubbed = l.clock.NowOrNil()
 	)
 	// Two tries: a refusal comes back empty when the account's row was
 	// created by a concurrent first reservation that committed after this
@@ -148,7 +165,7 @@ func (l *Limiter) Reserve(ctx context.Context, maxWait time.Duration) (Reservati
 	// Nothing was taken then, and the next statement's snapshot sees the row.
 	for range 2 {
 		sent = time.Now()
-		err = l.db.QueryRowContext(ctx, qReserve, l.account, l.interval, ceilMicros(maxWait), l.now()).
+		err = l.db.QueryRowContext(ctx, qReserve, l.account, l.interval, ceilMicros(maxWait), stubbed).
 			Scan(&granted, &at, &now)
 		received = time.Now()
 		if !errors.Is(err, sql.ErrNoRows) {
@@ -162,8 +179,8 @@ func (l *Limiter) Reserve(ctx context.Context, maxWait time.Duration) (Reservati
 	if err != nil {
 		return Reservation{}, fmt.Errorf("pace: reserve %q: %w", l.account, err)
 	}
-	if l.clock != nil {
-		// An injected clock stands still during the statement: the wait is
+	if stubbed != nil {
+		// A stubbed instant stands still during the statement: the wait is
 		// exactly the distance from it.
 		return Reservation{Granted: granted, Wait: max(at.Sub(now), 0), At: at}, nil
 	}
@@ -214,20 +231,20 @@ func (l *Limiter) Pause(ctx context.Context, retryAfter time.Duration) error {
 		return fmt.Errorf("pace: pause %q: retry-after %s must not be negative", l.account, retryAfter)
 	}
 	if l.rate.IsUnlimited() {
-		until := time.Now().Add(retryAfter)
+		until := l.clock.Now().Add(retryAfter)
 		l.mu.Lock()
 		if until.After(l.pausedUntil) {
 			l.pausedUntil = until
 		}
 		l.mu.Unlock()
 		if l.db != nil {
-			if _, err := l.db.ExecContext(ctx, qRecordLimitedMinute, l.account, l.now()); err != nil {
+			if _, err := l.db.ExecContext(ctx, qRecordLimitedMinute, l.account, l.clock.NowOrNil()); err != nil {
 				return fmt.Errorf("pace: record the limited minute of %q: %w", l.account, err)
 			}
 		}
 		return nil
 	}
-	if _, err := l.db.ExecContext(ctx, qPause, l.account, ceilMicros(retryAfter), l.now()); err != nil {
+	if _, err := l.db.ExecContext(ctx, qPause, l.account, ceilMicros(retryAfter), l.clock.NowOrNil()); err != nil {
 		return fmt.Errorf("pace: pause %q: %w", l.account, err)
 	}
 	return nil
@@ -247,35 +264,24 @@ func (l *Limiter) State(ctx context.Context) (State, error) {
 	if l.rate.IsUnlimited() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		return State{Now: time.Now(), PausedUntil: l.pausedUntil}, nil
+		return State{Now: l.clock.Now(), PausedUntil: l.pausedUntil}, nil
 	}
 	var (
 		s           State
 		tat, paused sql.NullTime
 	)
-	if err := l.db.QueryRowContext(ctx, qState, l.account, l.now()).Scan(&s.Now, &tat, &paused); err != nil {
+	if err := l.db.QueryRowContext(ctx, qState, l.account, l.clock.NowOrNil()).Scan(&s.Now, &tat, &paused); err != nil {
 		return State{}, fmt.Errorf("pace: state %q: %w", l.account, err)
 	}
 	s.TAT, s.PausedUntil = tat.Time, paused.Time
 	return s, nil
 }
 
-// now is the injected clock's reading, or nil so the statement reads the
-// database's clock.
-func (l *Limiter) now() any {
-	if l.clock == nil {
-		return nil
-	}
-	// Postgres keeps microseconds; truncating here makes a value read back
-	// compare equal to the one passed in.
-	return l.clock().UTC().Truncate(time.Microsecond)
-}
-
 // localPause is how long an unlimited limiter's in-memory pause still runs.
 func (l *Limiter) localPause() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return max(time.Until(l.pausedUntil), 0)
+	return max(l.pausedUntil.Sub(l.clock.Now()), 0)
 }
 
 // OffsetSampleMaxAge is how long the best estimate of the database clock's

@@ -9,35 +9,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/testdb"
 )
 
 var ctx = context.Background()
 
-// bundle is what a pace test needs: a database, an injectable clock, and a
-// way to open more pools on it, each one standing in for a worker process.
+// bundle is what a pace test needs: a database, a stubbed clock, and a way
+// to open more pools on it, each one standing in for a worker process.
 type bundle struct {
 	db  *testdb.DB
-	mu  sync.Mutex
-	now time.Time
+	clk *clock.Stub
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	t.Parallel()
-	return &bundle{db: testdb.New(t), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (b *bundle) clock() time.Time {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.now
-}
-
-func (b *bundle) advance(d time.Duration) {
-	b.mu.Lock()
-	b.now = b.now.Add(d)
-	b.mu.Unlock()
+	return &bundle{db: testdb.New(t), clk: clock.NewStub(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 }
 
 // process opens a separate pool as the application role, as a worker
@@ -143,12 +131,12 @@ func TestReserveLeavesNoGap(t *testing.T) {
 	rate := Rate{40, time.Second}
 	var limiters []*Limiter
 	for range 3 {
-		limiters = append(limiters, mustNew(t, b.process(t), "sandbox", rate, WithClock(b.clock)))
+		limiters = append(limiters, mustNew(t, b.process(t), "sandbox", rate, WithClock(b.clk)))
 	}
 	slots := reserveConcurrently(t, limiters, 4, 10, time.Minute)
 	slices.SortFunc(slots, func(a, c time.Time) int { return a.Compare(c) })
 	for i, s := range slots {
-		if want := b.now.Add(time.Duration(i) * rate.Interval()); !s.Equal(want) {
+		if want := b.clk.Now().Add(time.Duration(i) * rate.Interval()); !s.Equal(want) {
 			t.Fatalf("slot %d starts at %s, want %s", i, s, want)
 		}
 	}
@@ -156,8 +144,8 @@ func TestReserveLeavesNoGap(t *testing.T) {
 
 func TestReserveWaitAndIdle(t *testing.T) {
 	b := setup(t)
-	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clock))
-	if r := mustReserve(t, l, 0); !r.Granted || r.Wait != 0 || !r.At.Equal(b.now) {
+	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clk))
+	if r := mustReserve(t, l, 0); !r.Granted || r.Wait != 0 || !r.At.Equal(b.clk.Now()) {
 		t.Fatalf("first reservation = %+v, want granted now", r)
 	}
 	if r := mustReserve(t, l, time.Second); !r.Granted || r.Wait != 25*time.Millisecond {
@@ -165,7 +153,7 @@ func TestReserveWaitAndIdle(t *testing.T) {
 	}
 	// An idle account banks nothing: after a minute of silence the next
 	// slot is now, and the one after that is an interval later, not also now.
-	b.advance(time.Minute)
+	b.clk.Advance(time.Minute)
 	if r := mustReserve(t, l, 0); !r.Granted || r.Wait != 0 {
 		t.Fatalf("after idling = %+v, want granted now", r)
 	}
@@ -178,7 +166,7 @@ func TestReserveWaitAndIdle(t *testing.T) {
 // the answer says how far away the earliest slot is.
 func TestReserveNotGrantedLeavesStateUnchanged(t *testing.T) {
 	b := setup(t)
-	l := mustNew(t, b.db.App, "sandbox", Rate{1, time.Second}, WithClock(b.clock))
+	l := mustNew(t, b.db.App, "sandbox", Rate{1, time.Second}, WithClock(b.clk))
 	for range 5 {
 		mustReserve(t, l, time.Minute)
 	}
@@ -187,7 +175,7 @@ func TestReserveNotGrantedLeavesStateUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := mustReserve(t, l, 2*time.Second)
-	if r.Granted || r.Wait != 5*time.Second || !r.At.Equal(b.now.Add(5*time.Second)) {
+	if r.Granted || r.Wait != 5*time.Second || !r.At.Equal(b.clk.Now().Add(5*time.Second)) {
 		t.Fatalf("reservation beyond max wait = %+v, want not granted, 5s away", r)
 	}
 	after, err := l.State(ctx)
@@ -198,7 +186,7 @@ func TestReserveNotGrantedLeavesStateUnchanged(t *testing.T) {
 		t.Fatalf("a refused reservation changed the pace: %+v, then %+v", before, after)
 	}
 	// Once the clock catches up, the same request is granted that slot.
-	b.advance(3 * time.Second)
+	b.clk.Advance(3 * time.Second)
 	if r := mustReserve(t, l, 2*time.Second); !r.Granted || r.Wait != 2*time.Second {
 		t.Fatalf("after 3s = %+v, want granted in 2s", r)
 	}
@@ -208,9 +196,9 @@ func TestReserveNotGrantedLeavesStateUnchanged(t *testing.T) {
 func TestPauseFromOneProcessPushesAnother(t *testing.T) {
 	b := setup(t)
 	rate := Rate{40, time.Second}
-	saw429 := mustNew(t, b.process(t), "sandbox", rate, WithClock(b.clock))
-	other := mustNew(t, b.process(t), "sandbox", rate, WithClock(b.clock))
-	bystander := mustNew(t, b.process(t), "postmark", rate, WithClock(b.clock))
+	saw429 := mustNew(t, b.process(t), "sandbox", rate, WithClock(b.clk))
+	other := mustNew(t, b.process(t), "sandbox", rate, WithClock(b.clk))
+	bystander := mustNew(t, b.process(t), "postmark", rate, WithClock(b.clk))
 
 	mustReserve(t, other, 0)
 	if err := saw429.Pause(ctx, 10*time.Second); err != nil {
@@ -220,12 +208,12 @@ func TestPauseFromOneProcessPushesAnother(t *testing.T) {
 		t.Fatalf("reservation during the pause = %+v, want not granted, 10s away", r)
 	}
 	r := mustReserve(t, other, time.Minute)
-	if !r.Granted || !r.At.Equal(b.now.Add(10*time.Second)) {
+	if !r.Granted || !r.At.Equal(b.clk.Now().Add(10*time.Second)) {
 		t.Fatalf("reservation with room = %+v, want granted at the pause's end", r)
 	}
 	// Slots after the pause follow one another an interval apart: no burst
 	// when it ends.
-	if r := mustReserve(t, saw429, time.Minute); !r.At.Equal(b.now.Add(10*time.Second + rate.Interval())) {
+	if r := mustReserve(t, saw429, time.Minute); !r.At.Equal(b.clk.Now().Add(10*time.Second + rate.Interval())) {
 		t.Fatalf("next reservation starts at %s, want one interval after the pause", r.At)
 	}
 	// A shorter Retry-After does not cut a longer pause short.
@@ -236,7 +224,7 @@ func TestPauseFromOneProcessPushesAnother(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.PausedUntil.Equal(b.now.Add(10*time.Second)) || s.TAT.Before(s.PausedUntil) {
+	if !s.PausedUntil.Equal(b.clk.Now().Add(10*time.Second)) || s.TAT.Before(s.PausedUntil) {
 		t.Fatalf("state after a shorter pause = %+v, want paused until +10s and tat past it", s)
 	}
 	// Another account's pace is its own.
@@ -248,7 +236,7 @@ func TestPauseFromOneProcessPushesAnother(t *testing.T) {
 // Pausing an account that never reserved creates its row.
 func TestPauseBeforeAnyReservation(t *testing.T) {
 	b := setup(t)
-	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clock))
+	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clk))
 	if err := l.Pause(ctx, 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -259,19 +247,19 @@ func TestPauseBeforeAnyReservation(t *testing.T) {
 
 func TestStateOfUnknownAccount(t *testing.T) {
 	b := setup(t)
-	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clock))
+	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clk))
 	s, err := l.State(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.Now.Equal(b.now) || !s.TAT.IsZero() || !s.PausedUntil.IsZero() {
+	if !s.Now.Equal(b.clk.Now()) || !s.TAT.IsZero() || !s.PausedUntil.IsZero() {
 		t.Fatalf("state of an unknown account = %+v, want only the clock", s)
 	}
 }
 
 func TestWaitSleepsUntilTheSlot(t *testing.T) {
 	b := setup(t)
-	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clock))
+	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clk))
 	mustReserve(t, l, 0)
 	start := time.Now()
 	r, err := l.Wait(ctx, time.Second)
@@ -323,6 +311,27 @@ func TestUnlimitedReservationsNeverTouchTheDatabase(t *testing.T) {
 	}
 }
 
+// An unlimited limiter's local pause runs on the limiter's clock, like
+// everything else it decides.
+func TestUnlimitedPauseRunsOnTheClock(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewStub(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	l := mustNew(t, nil, "sandbox", Unlimited, WithClock(clk))
+	if err := l.Pause(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustReserve(t, l, time.Second); r.Granted || r.Wait != time.Minute {
+		t.Fatalf("reservation during the pause = %+v, want not granted, 1m away", r)
+	}
+	if s, err := l.State(ctx); err != nil || !s.Now.Equal(clk.Now()) || !s.PausedUntil.Equal(clk.Now().Add(time.Minute)) {
+		t.Fatalf("state during the pause = %+v, %v", s, err)
+	}
+	clk.Advance(time.Minute)
+	if r := mustReserve(t, l, 0); !r.Granted || r.Wait != 0 {
+		t.Fatalf("reservation after the pause = %+v, want granted now", r)
+	}
+}
+
 func TestValidation(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -342,6 +351,9 @@ func TestValidation(t *testing.T) {
 			t.Errorf("%s: New succeeded", c.name)
 		}
 	}
+	if _, err := New(nil, "sandbox", Unlimited, WithClock(nil)); err == nil {
+		t.Error("New with a nil clock succeeded")
+	}
 	l := mustNew(t, nil, "sandbox", Unlimited)
 	if _, err := l.Reserve(ctx, -time.Second); err == nil {
 		t.Error("Reserve with a negative max wait succeeded")
@@ -358,8 +370,7 @@ func TestValidation(t *testing.T) {
 // makes each statement's "now" exact.
 func TestRefusalsUnderContentionReportTheLatestSlot(t *testing.T) {
 	b := setup(t)
-	started := time.Now()
-	clock := func() time.Time { return b.now.Add(time.Since(started)) }
+	running := clock.Offset(b.clk.Now().Sub(time.Now()))
 	rate := Rate{200, time.Second}
 	const maxWait = 40 * time.Millisecond
 	var (
@@ -370,7 +381,7 @@ func TestRefusalsUnderContentionReportTheLatestSlot(t *testing.T) {
 		errs     = make(chan error, 32)
 	)
 	for range 4 {
-		l := mustNew(t, b.process(t), "sandbox", rate, WithClock(clock))
+		l := mustNew(t, b.process(t), "sandbox", rate, WithClock(running))
 		for range 8 {
 			wg.Go(func() {
 				for range 30 {
@@ -454,15 +465,14 @@ func TestPauseRecordsTheLimitedMinute(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
 	start := time.Date(2026, 5, 1, 12, 0, 30, 0, time.UTC)
-	now := start
-	clock := WithClock(func() time.Time { return now })
-	paced := mustNew(t, d.App, "sandbox", Rate{40, time.Second}, clock)
-	free := mustNew(t, d.App, "other", Unlimited, clock)
+	clk := clock.NewStub(start)
+	paced := mustNew(t, d.App, "sandbox", Rate{40, time.Second}, WithClock(clk))
+	free := mustNew(t, d.App, "other", Unlimited, WithClock(clk))
 	for _, step := range []struct {
 		l       *Limiter
 		advance time.Duration
 	}{{paced, 0}, {free, 10 * time.Second}, {paced, time.Minute}, {paced, 3 * time.Minute}} {
-		now = now.Add(step.advance)
+		clk.Advance(step.advance)
 		if err := step.l.Pause(ctx, time.Second); err != nil {
 			t.Fatal(err)
 		}

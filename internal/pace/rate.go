@@ -37,7 +37,9 @@ var unitPeriods = map[string]time.Duration{
 	"h": time.Hour, "hr": time.Hour, "hour": time.Hour, "hours": time.Hour,
 }
 
-// ParseRate reads a rate such as OWED_PROVIDER_RATE. It accepts
+// ParseRate is owed's one rate grammar: the workers' OWED_PROVIDER_RATE, the
+// sandbox's limit, the dev stack's --rate and the benchmarks all read it. It
+// accepts
 // "<count>/<unit>" (40/s, 40/m, 40/min, 2400/h), "<count>/<duration>" with a
 // Go duration (10/1s, 90/1m30s), and "", "0" or "unlimited" for a provider
 // that does not throttle. Units are case-insensitive and surrounding spaces
@@ -74,11 +76,11 @@ func ParseRate(s string) (Rate, error) {
 	return r, nil
 }
 
-// UnmarshalText lets envconfig (and encoding/json) read a Rate with
-// ParseRate, so a wrong OWED_PROVIDER_RATE fails at start-up with the
-// variable's name in the message.
-func (r *Rate) UnmarshalText(text []byte) error {
-	parsed, err := ParseRate(string(text))
+// Decode makes *Rate an envconfig.Decoder, so a configuration struct holds
+// a typed Rate read once with ParseRate, and a wrong OWED_PROVIDER_RATE fails
+// at start-up with the variable's name in the message.
+func (r *Rate) Decode(value string) error {
+	parsed, err := ParseRate(value)
 	if err != nil {
 		return err
 	}

@@ -4,62 +4,65 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kelseyhightower/envconfig"
 )
 
-// rateSeeds are the parse table and the fuzz corpus at once, so every case a
-// reviewer reads here is also where fuzzing starts.
-var rateSeeds = []struct {
+// rateAccepted and rateRejected are the parse table and the fuzz corpus at
+// once, so every case a reviewer reads here is also where fuzzing starts.
+var rateAccepted = []struct {
 	in   string
 	want Rate
-	ok   bool
 }{
-	{"", Unlimited, true},
-	{"0", Unlimited, true},
-	{"unlimited", Unlimited, true},
-	{" Unlimited ", Unlimited, true},
-	{"40/s", Rate{40, time.Second}, true},
-	{"40/m", Rate{40, time.Minute}, true},
-	{"40/min", Rate{40, time.Minute}, true},
-	{"40/MINUTE", Rate{40, time.Minute}, true},
-	{"2400/h", Rate{2400, time.Hour}, true},
-	{"3/hours", Rate{3, time.Hour}, true},
-	{"10/1s", Rate{10, time.Second}, true},
-	{"90/1m30s", Rate{90, 90 * time.Second}, true},
-	{"10/1.5s", Rate{10, 1500 * time.Millisecond}, true},
-	{" 40/s ", Rate{40, time.Second}, true},
-	{"1000000/s", Rate{1000000, time.Second}, true},
-	{"1000001/s", Rate{}, false}, // under a microsecond apart
-	{"0/m", Rate{}, false},
-	{"-1/s", Rate{}, false},
-	{"40", Rate{}, false},
-	{"40/", Rate{}, false},
-	{"/s", Rate{}, false},
-	{"40/d", Rate{}, false},
-	{"40/0s", Rate{}, false},
-	{"40/-1s", Rate{}, false},
-	{"40 / s", Rate{}, false},
-	{"x/s", Rate{}, false},
-	{"40/s/s", Rate{}, false},
-	{"99999999999999999999/s", Rate{}, false},
+	{"", Unlimited},
+	{"0", Unlimited},
+	{"unlimited", Unlimited},
+	{" Unlimited ", Unlimited},
+	{"40/s", Rate{40, time.Second}},
+	{"40/m", Rate{40, time.Minute}},
+	{"40/min", Rate{40, time.Minute}},
+	{"40/MINUTE", Rate{40, time.Minute}},
+	{"2400/h", Rate{2400, time.Hour}},
+	{"3/hours", Rate{3, time.Hour}},
+	{"10/1s", Rate{10, time.Second}},
+	{"90/1m30s", Rate{90, 90 * time.Second}},
+	{"10/1.5s", Rate{10, 1500 * time.Millisecond}},
+	{" 40/s ", Rate{40, time.Second}},
+	{"1000000/s", Rate{1000000, time.Second}},
+}
+
+var rateRejected = []string{
+	"1000001/s", // under a microsecond apart
+	"0/m", "-1/s", "1.5/m", "x/s", "99999999999999999999/s",
+	"40", "40/", "/s", "/", "1/", "40/s/s", "40 / s",
+	"40/d", "40/0s", "40/-1s",
 }
 
 func TestParseRate(t *testing.T) {
 	t.Parallel()
-	for _, c := range rateSeeds {
-		got, err := ParseRate(c.in)
-		if c.ok && (err != nil || got != c.want) {
+	for _, c := range rateAccepted {
+		if got, err := ParseRate(c.in); err != nil || got != c.want {
 			t.Errorf("ParseRate(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
 		}
-		if !c.ok {
-			if err == nil {
-				t.Errorf("ParseRate(%q) = %+v; want an error", c.in, got)
-				continue
-			}
-			// The message names the value and says what to write instead.
-			if !strings.Contains(err.Error(), c.in) || !strings.Contains(err.Error(), "accepted forms") {
-				t.Errorf("ParseRate(%q) error %q does not name the value and the accepted forms", c.in, err)
-			}
+	}
+	for _, in := range rateRejected {
+		got, err := ParseRate(in)
+		if err == nil {
+			t.Errorf("ParseRate(%q) = %+v; want an error", in, got)
+			continue
 		}
+		// The message names the value and says what to write instead.
+		if !strings.Contains(err.Error(), in) || !strings.Contains(err.Error(), "accepted forms") {
+			t.Errorf("ParseRate(%q) error %q does not name the value and the accepted forms", in, err)
+		}
+	}
+	for _, r := range []Rate{{40, time.Minute}, {40, time.Second}, {2400, time.Hour}, {10, 1500 * time.Millisecond}, Unlimited} {
+		if back, err := ParseRate(r.String()); err != nil || back != r {
+			t.Errorf("%+v.String() = %q reads back as %+v, %v", r, r.String(), back, err)
+		}
+	}
+	if s := (Rate{40, time.Minute}).String(); s != "40/m" {
+		t.Errorf("String() = %q, want 40/m", s)
 	}
 }
 
@@ -84,22 +87,31 @@ func TestRateInterval(t *testing.T) {
 	}
 }
 
-func TestRateUnmarshalText(t *testing.T) {
-	t.Parallel()
-	var r Rate
-	if err := r.UnmarshalText([]byte("40/m")); err != nil || r != (Rate{40, time.Minute}) {
-		t.Fatalf("UnmarshalText(40/m) = %+v, %v", r, err)
+// A configuration struct holds a typed Rate: envconfig decodes it with
+// ParseRate and names the variable when the value is wrong.
+func TestRateDecodesFromTheEnvironment(t *testing.T) {
+	var cfg struct {
+		Rate Rate `envconfig:"PROVIDER_RATE"`
 	}
-	if err := r.UnmarshalText([]byte("fast")); err == nil {
-		t.Fatal("UnmarshalText(fast) succeeded")
+	t.Setenv("OWED_PROVIDER_RATE", "40/m")
+	if err := envconfig.Process("OWED", &cfg); err != nil || cfg.Rate != (Rate{40, time.Minute}) {
+		t.Fatalf("OWED_PROVIDER_RATE=40/m decoded as %+v, %v", cfg.Rate, err)
+	}
+	t.Setenv("OWED_PROVIDER_RATE", "fast")
+	err := envconfig.Process("OWED", &cfg)
+	if err == nil || !strings.Contains(err.Error(), "OWED_PROVIDER_RATE") || !strings.Contains(err.Error(), "accepted forms") {
+		t.Fatalf("OWED_PROVIDER_RATE=fast: %v, want an error naming the variable and the accepted forms", err)
 	}
 }
 
 // FuzzParseRate checks that ParseRate never panics, that what it accepts is
 // usable by a Limiter, and that String writes it back to the same Rate.
 func FuzzParseRate(f *testing.F) {
-	for _, c := range rateSeeds {
+	for _, c := range rateAccepted {
 		f.Add(c.in)
+	}
+	for _, in := range rateRejected {
+		f.Add(in)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		r, err := ParseRate(s)

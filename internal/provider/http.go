@@ -7,9 +7,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/owedhq/owed/internal/retryafter"
 )
 
 // DefaultTimeout bounds one send, from dial to the last byte of the response.
@@ -22,10 +23,11 @@ const DefaultTimeout = 10 * time.Second
 // misbehaving and must not cost the worker memory.
 const MaxResponseBytes = 64 << 10
 
-// MaxRetryAfter caps a Retry-After so that a buggy or hostile server saying
-// "wait a year" pauses an account for an hour, after which the next send asks
-// again.
-const MaxRetryAfter = time.Hour
+// MaxRetryAfter caps a provider's Retry-After so that a buggy or hostile
+// server saying "wait a year" pauses an account for an hour, after which the
+// next send asks again. It is retryafter's default cap; the worker caps
+// further with OWED_RETRY_AFTER_MAX.
+const MaxRetryAfter = retryafter.DefaultMax
 
 // NewHTTPClient returns the client every adapter uses: a whole-request
 // timeout (DefaultTimeout when timeout is zero) and redirects not followed. A
@@ -124,53 +126,12 @@ func StatusError(name string, resp Response, now time.Time) *Error {
 	return e
 }
 
-// ParseRetryAfter reads an HTTP Retry-After value (RFC 9110 §10.2.3): either
-// delta-seconds or an HTTP date in any of the three accepted forms
-// (IMF-fixdate, the obsolete RFC 850 form, asctime). A date in the past means
-// "now" and yields zero. Values above MaxRetryAfter are capped. An empty,
-// negative, fractional or otherwise malformed value reports false.
+// ParseRetryAfter reads a provider's Retry-After by owed's one rule set
+// (retryafter.Parse: delta-seconds or an HTTP date, rounded up to whole
+// seconds, a past date meaning zero, anything malformed reporting false),
+// capped at MaxRetryAfter.
 func ParseRetryAfter(value string, now time.Time) (time.Duration, bool) {
-	v := strings.TrimSpace(value)
-	if v == "" {
-		return 0, false
-	}
-	if isDigits(v) {
-		secs, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || secs > int64(MaxRetryAfter/time.Second) {
-			// Only overflow fails ParseInt on a string of digits: a number
-			// too large to hold is certainly above the cap.
-			return MaxRetryAfter, true
-		}
-		return time.Duration(secs) * time.Second, true
-	}
-	t, err := http.ParseTime(v)
-	if err != nil {
-		return 0, false
-	}
-	d := t.Sub(now)
-	switch {
-	case d <= 0:
-		return 0, true
-	case d >= MaxRetryAfter:
-		// Checked before rounding: Sub saturates at the largest Duration,
-		// and rounding that up would overflow.
-		return MaxRetryAfter, true
-	}
-	// An HTTP date has whole seconds but now does not; round the wait up so
-	// a caller waiting exactly d never arrives a fraction early.
-	if rem := d % time.Second; rem != 0 {
-		d += time.Second - rem
-	}
-	return min(d, MaxRetryAfter), true
-}
-
-func isDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+	return retryafter.Parse(value, now, MaxRetryAfter)
 }
 
 // BaseURL validates a provider's base URL setting, falling back to def when

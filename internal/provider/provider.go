@@ -9,6 +9,9 @@
 // Adapters live in one subpackage each (webhook, telegram, twilio, sendgrid,
 // postmark, slack); the sandbox subpackage is a local provider for tests and
 // drills, and providers picks an adapter per channel from the environment.
+// What adapters share lives here: the HTTP client, the bounded read, the
+// status classification, and ParseRetryAfter, which is internal/retryafter's
+// one reading of the header at the provider cap MaxRetryAfter.
 package provider
 
 import (

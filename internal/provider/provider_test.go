@@ -13,63 +13,24 @@ import (
 
 var now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func TestParseRetryAfter(t *testing.T) {
+// ParseRetryAfter is retryafter.Parse (tested there) at the provider's cap.
+func TestParseRetryAfterCapsAtMaxRetryAfter(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
+	for _, tt := range []struct {
 		in   string
 		want time.Duration
 		ok   bool
 	}{
-		{"0", 0, true},
-		{"120", 120 * time.Second, true},
-		{" 5 ", 5 * time.Second, true},
 		{"3600", time.Hour, true},
 		{"3601", MaxRetryAfter, true},
-		{"99999999999999999999999999", MaxRetryAfter, true},
-		{"Sun, 01 Mar 2026 12:00:30 GMT", 30 * time.Second, true}, // IMF-fixdate
-		{"Sunday, 01-Mar-26 12:01:00 GMT", time.Minute, true},     // RFC 850
-		{"Sun Mar  1 12:00:10 2026", 10 * time.Second, true},      // asctime
-		{"Sun, 01 Mar 2026 11:00:00 GMT", 0, true},                // in the past
-		{"Mon, 01 Mar 2027 12:00:00 GMT", MaxRetryAfter, true},    // far future
-		{"Fri, 31 Dec 9999 23:59:59 GMT", MaxRetryAfter, true},    // saturating Sub
-		{"", 0, false},
-		{"-1", 0, false},
-		{"1.5", 0, false},
-		{"+5", 0, false},
+		{"Mon, 01 Mar 2027 12:00:00 GMT", MaxRetryAfter, true},
+		{"Sun, 01 Mar 2026 12:00:30 GMT", 30 * time.Second, true},
 		{"soon", 0, false},
-		{"5 seconds", 0, false},
-		{"2026-03-01T12:00:30Z", 0, false},
-	}
-	for _, tt := range tests {
-		got, ok := ParseRetryAfter(tt.in, now)
-		if got != tt.want || ok != tt.ok {
+	} {
+		if got, ok := ParseRetryAfter(tt.in, now); got != tt.want || ok != tt.ok {
 			t.Errorf("ParseRetryAfter(%q) = %v, %v; want %v, %v", tt.in, got, ok, tt.want, tt.ok)
 		}
 	}
-}
-
-func TestParseRetryAfterRoundsUp(t *testing.T) {
-	t.Parallel()
-	got, ok := ParseRetryAfter("Sun, 01 Mar 2026 12:00:30 GMT", now.Add(100*time.Millisecond))
-	if !ok || got != 30*time.Second {
-		t.Fatalf("got %v, %v; want 30s rounded up from 29.9s", got, ok)
-	}
-}
-
-func FuzzParseRetryAfter(f *testing.F) {
-	for _, s := range []string{"0", "120", "-1", "1e9", "Sun, 01 Mar 2026 12:00:30 GMT",
-		"Sunday, 01-Mar-26 12:01:00 GMT", "Sun Mar  1 12:00:10 2026", "99999999999999999999"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		d, ok := ParseRetryAfter(s, now)
-		if !ok && d != 0 {
-			t.Fatalf("ParseRetryAfter(%q) = %v with ok=false", s, d)
-		}
-		if d < 0 || d > MaxRetryAfter {
-			t.Fatalf("ParseRetryAfter(%q) = %v, outside [0, %v]", s, d, MaxRetryAfter)
-		}
-	})
 }
 
 func TestClassify(t *testing.T) {

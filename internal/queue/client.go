@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/queue/wire"
+	"github.com/owedhq/owed/internal/retryafter"
 )
 
 const (
@@ -453,7 +454,7 @@ func (c *Client) once(ctx context.Context, cl call, body []byte, out any) error 
 		apiErr.Message = http.StatusText(resp.StatusCode)
 		apiErr.Retryable = resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
 	}
-	if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+	if d, ok := retryafter.Parse(resp.Header.Get("Retry-After"), time.Now(), retryafter.DefaultMax); ok {
 		apiErr.RetryAfter = d
 	}
 	return apiErr

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/provider/webhook"
 	"github.com/owedhq/owed/internal/queue"
@@ -78,7 +79,7 @@ func New(t testing.TB, o Options) *Stack {
 	}
 
 	scfg := sandbox.Config{}
-	rate, _ := sandbox.ParseRate("100000/s")
+	rate, _ := pace.ParseRate("100000/s")
 	scfg.Rate, scfg.Burst = rate, 1000
 	if o.Sandbox != nil {
 		o.Sandbox(&scfg)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue/emulator"
 	"github.com/owedhq/owed/internal/stacktest"
@@ -26,7 +27,7 @@ func BenchmarkDeliver(b *testing.B) {
 	s := newBundle(b, stacktest.Options{
 		Emulator: func(c *emulator.Config) { c.MaxConns = 16 },
 		Sandbox: func(c *sandbox.Config) {
-			c.Rate, _ = sandbox.ParseRate("1000000/s")
+			c.Rate, _ = pace.ParseRate("1000000/s")
 			c.Burst = 1000000
 		},
 	})

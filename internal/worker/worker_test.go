@@ -13,6 +13,7 @@ import (
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue"
@@ -388,7 +389,7 @@ func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 func TestTwoProcessesShareTheProvidersPace(t *testing.T) {
 	const perSecond = 10
 	b := setup(t, stacktest.Options{Sandbox: func(c *sandbox.Config) {
-		c.Rate, _ = sandbox.ParseRate("10/s")
+		c.Rate, _ = pace.ParseRate("10/s")
 		c.Burst = sandbox.DefaultBurst
 	}})
 	const rows = 60

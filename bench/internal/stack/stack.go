@@ -31,6 +31,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/bench/internal/benchutil"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue/emulator"
 	"github.com/owedhq/owed/internal/sweep"
@@ -109,7 +110,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	s.emulator.Start(ctx)
 	s.qsrv = httptest.NewServer(s.emulator)
 
-	rate, err := sandbox.ParseRate(cfg.SandboxRate)
+	rate, err := pace.ParseRate(cfg.SandboxRate)
 	if err != nil {
 		return nil, err
 	}

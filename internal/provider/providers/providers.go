@@ -165,7 +165,12 @@ func New(cfg Config) (Router, error) {
 	return r, nil
 }
 
+// build makes the named provider's Sender. Every adapter takes the one
+// OWED_PROVIDER_TIMEOUT, which is why their own Timeout fields are not read
+// from the environment.
 func build(name string, cfg Config) (provider.Sender, error) {
+	cfg.Webhook.Timeout, cfg.Telegram.Timeout, cfg.Twilio.Timeout = cfg.Timeout, cfg.Timeout, cfg.Timeout
+	cfg.SendGrid.Timeout, cfg.Postmark.Timeout, cfg.Slack.Timeout = cfg.Timeout, cfg.Timeout, cfg.Timeout
 	switch name {
 	case Sandbox:
 		url := cfg.SandboxURL
@@ -178,29 +183,17 @@ func build(name string, cfg Config) (provider.Sender, error) {
 		if cfg.Webhook.Secret == "" {
 			return nil, fmt.Errorf(`OWED_WEBHOOK_SECRET: required, "whsec_" followed by base64; receivers verify the signature`)
 		}
-		c := cfg.Webhook
-		c.Timeout = cfg.Timeout
-		return webhook.New(c)
+		return webhook.New(cfg.Webhook)
 	case Telegram:
-		c := cfg.Telegram
-		c.Timeout = cfg.Timeout
-		return telegram.New(c)
+		return telegram.New(cfg.Telegram)
 	case Twilio:
-		c := cfg.Twilio
-		c.Timeout = cfg.Timeout
-		return twilio.New(c)
+		return twilio.New(cfg.Twilio)
 	case SendGrid:
-		c := cfg.SendGrid
-		c.Timeout = cfg.Timeout
-		return sendgrid.New(c)
+		return sendgrid.New(cfg.SendGrid)
 	case Postmark:
-		c := cfg.Postmark
-		c.Timeout = cfg.Timeout
-		return postmark.New(c)
+		return postmark.New(cfg.Postmark)
 	case Slack:
-		c := cfg.Slack
-		c.Timeout = cfg.Timeout
-		return slack.New(c)
+		return slack.New(cfg.Slack)
 	}
 	// New checked the name against providerNames; reaching here means a
 	// name was added there without an adapter here.

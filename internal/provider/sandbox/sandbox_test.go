@@ -13,27 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/webhook"
 )
 
 var secret = webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("sandbox signing key"))
-
-// clock is a settable time source. It starts at the real time because the
-// webhook adapter stamps requests with time.Now and the sandbox checks that
-// stamp against its own clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // draw is a settable fault draw.
 type draw struct {
@@ -45,9 +32,11 @@ func (d *draw) Float64() float64 { d.mu.Lock(); defer d.mu.Unlock(); return d.v 
 func (d *draw) Set(v float64)    { d.mu.Lock(); defer d.mu.Unlock(); d.v = v }
 
 type bundle struct {
-	srv    *Server
-	url    string
-	clock  *clock
+	srv *Server
+	url string
+	// clock starts at the real time because the webhook adapter stamps
+	// requests with time.Now and the sandbox checks that stamp against it.
+	clock  *clock.Stub
 	draw   *draw
 	sender *webhook.Client
 	admin  *Client
@@ -57,8 +46,8 @@ type bundle struct {
 // webhook adapter pointed at it.
 func setup(t *testing.T, mutate func(*Config)) bundle {
 	t.Helper()
-	b := bundle{clock: &clock{t: time.Now()}, draw: &draw{v: 0.99}}
-	cfg := Config{Secret: secret, Now: b.clock.Now, Rand: b.draw.Float64}
+	b := bundle{clock: clock.NewStub(time.Now()), draw: &draw{v: 0.99}}
+	cfg := Config{Secret: secret, Clock: b.clock, Rand: b.draw.Float64}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -111,7 +100,7 @@ func TestRateLimit(t *testing.T) {
 
 func TestDuplicatesByIdempotencyKey(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *Config) { c.Rate, c.Burst = Rate{1000, time.Second}, 100 })
+	b := setup(t, func(c *Config) { c.Rate, c.Burst = pace.Rate{Count: 1000, Per: time.Second}, 100 })
 	ctx := context.Background()
 	first, err := b.sender.Send(ctx, delivery(1, "a@example.com"))
 	if err != nil {
@@ -183,7 +172,7 @@ func TestSignature(t *testing.T) {
 
 func TestFaults(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *Config) { c.Rate, c.Burst = Rate{1000, time.Second}, 100 })
+	b := setup(t, func(c *Config) { c.Rate, c.Burst = pace.Rate{Count: 1000, Per: time.Second}, 100 })
 	ctx := context.Background()
 	set := func(f Faults) {
 		t.Helper()
@@ -312,7 +301,7 @@ func TestHTTPSurface(t *testing.T) {
 
 func TestSendsAreBounded(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *Config) { c.Rate, c.Burst, c.MaxSends = Rate{1000, time.Second}, 100, 2 })
+	b := setup(t, func(c *Config) { c.Rate, c.Burst, c.MaxSends = pace.Rate{Count: 1000, Per: time.Second}, 100, 2 })
 	for i := range int64(3) {
 		if _, err := b.sender.Send(context.Background(), delivery(i+1, "a@example.com")); err != nil {
 			t.Fatal(err)
@@ -333,6 +322,7 @@ func TestNewValidates(t *testing.T) {
 		want string
 	}{
 		{Config{Burst: -1}, "burst"},
+		{Config{Rate: pace.Rate{Count: 40}}, "rate"},
 		{Config{Secret: "whsec_!!"}, "secret"},
 		{Config{Faults: Faults{TimeoutRate: 2}}, "timeout_rate"},
 	} {
