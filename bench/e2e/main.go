@@ -310,10 +310,7 @@ func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *s
 		if err != nil {
 			return 0, nil, err
 		}
-		paces, err := worker.Paces(pool, "")
-		if err != nil {
-			return 0, nil, err
-		}
+		paces := worker.Paces(pool, pace.Unlimited)
 		w, err := worker.New(worker.Options{Ledger: ledger.New(pool), Queue: q, Log: zerolog.Nop(),
 			Route: func(string) (provider.Sender, error) { return sender, nil }, Pace: paces,
 			Concurrency: o.concurrency, ShutdownTimeout: 10 * time.Second})

@@ -51,10 +51,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	paces, err := worker.Paces(db, cfg.ProviderRate)
-	if err != nil {
-		return err
-	}
+	paces := worker.Paces(db, cfg.ProviderRate)
 	reg := worker.NewRegistry()
 	o := cfg.Options()
 	o.Ledger, o.Queue, o.Route, o.Pace, o.Log = ledger.New(db), q, router.For, paces, log
@@ -71,7 +68,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	log.Info().Interface("providers", router.Assignments()).Str("rate", cfg.ProviderRate).
+	log.Info().Interface("providers", router.Assignments()).Stringer("rate", cfg.ProviderRate).
 		Int("concurrency", cfg.Concurrency).Msg("worker starting")
 
 	srvErr := make(chan error, 1)

@@ -44,7 +44,7 @@ type Config struct {
 	RetryAfterMax     time.Duration `envconfig:"RETRY_AFTER_MAX"`
 	// ProviderRate is the pace every worker sharing a provider account
 	// keeps together ("40/m"); empty or "unlimited" means no pacing.
-	ProviderRate string `envconfig:"PROVIDER_RATE"`
+	ProviderRate pace.Rate `envconfig:"PROVIDER_RATE"`
 	// Resolver is "recipient" (the recipient is the address) or "sql" (the
 	// owed_contacts table).
 	Resolver string `envconfig:"RESOLVER"`
@@ -98,9 +98,6 @@ func (c Config) Validate() error {
 	case c.DBMaxConns < 1:
 		return fmt.Errorf("OWED_DB_MAX_CONNS=%d must be above zero", c.DBMaxConns)
 	}
-	if _, err := pace.ParseRate(c.ProviderRate); err != nil {
-		return fmt.Errorf("OWED_PROVIDER_RATE: %w", err)
-	}
 	return c.Queue.Validate()
 }
 
@@ -112,11 +109,7 @@ func (c Config) Options() Options {
 
 // Paces returns the pace of each provider account, one Limiter per account
 // shared by every sender in this process.
-func Paces(db *sql.DB, rate string) (func(account string) Pacer, error) {
-	r, err := pace.ParseRate(rate)
-	if err != nil {
-		return nil, fmt.Errorf("OWED_PROVIDER_RATE: %w", err)
-	}
+func Paces(db *sql.DB, r pace.Rate) func(account string) Pacer {
 	var mu sync.Mutex
 	limiters := map[string]Pacer{}
 	return func(account string) Pacer {
@@ -135,7 +128,7 @@ func Paces(db *sql.DB, rate string) (func(account string) Pacer, error) {
 			limiters[account] = pacer{l}
 		}
 		return limiters[account]
-	}, nil
+	}
 }
 
 type errPacer struct{ err error }

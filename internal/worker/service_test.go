@@ -28,6 +28,16 @@ func TestConfigDefaultsAreTheConstants(t *testing.T) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
 	}
 
+	t.Setenv("OWED_PROVIDER_RATE", "40/m")
+	if c, err = worker.LoadConfig(); err != nil || c.ProviderRate.String() != "40/m" {
+		t.Errorf("OWED_PROVIDER_RATE=40/m: rate %v, err %v", c.ProviderRate, err)
+	}
+	t.Setenv("OWED_PROVIDER_RATE", "fast")
+	if _, err := worker.LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_PROVIDER_RATE") {
+		t.Errorf("OWED_PROVIDER_RATE=fast: %v, want an error naming the variable", err)
+	}
+	t.Setenv("OWED_PROVIDER_RATE", "")
+
 	t.Setenv("OWED_WORKER_CONCURRENCY", "0")
 	if _, err := worker.LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_WORKER_CONCURRENCY") {
 		t.Errorf("OWED_WORKER_CONCURRENCY=0: %v, want an error naming the variable", err)

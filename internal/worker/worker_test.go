@@ -402,10 +402,11 @@ func TestTwoProcessesShareTheProvidersPace(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
-		paces, err := worker.Paces(db, "10/s")
+		rate, err := pace.ParseRate("10/s")
 		if err != nil {
 			t.Fatal(err)
 		}
+		paces := worker.Paces(db, rate)
 		b.start(t, func(o *worker.Options) {
 			o.Ledger, o.Pace = ledger.New(db), paces
 		})
