@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/owedhq/owed/internal/queue/wire"
@@ -140,15 +141,12 @@ func (e *Emulator) nack(r *http.Request, req *wire.NackRequest) (any, error) {
 	if err := checkText("reason", req.Reason, maxReasonBytes); err != nil {
 		return nil, err
 	}
-	id, ok := parseID(req.MessageID)
-	if !ok {
-		return nil, notFound("message %q is not in queue %q", req.MessageID, req.Queue)
-	}
 	counted := req.CountAsFailure != nil && *req.CountAsFailure
-	dead, visible, err := e.store.nack(r.Context(), req.Queue, id, req.DelaySeconds, counted, req.DeadLetter, req.Reason)
-	if errors.Is(err, errNotFound) {
-		return nil, notFound("message %q is not in queue %q (acked, dead-lettered or never published)", req.MessageID, req.Queue)
-	}
+	var dead, visible bool
+	err := onMessage(req.MessageID, "in queue "+strconv.Quote(req.Queue), "acked, dead-lettered or never published", func(id int64) (err error) {
+		dead, visible, err = e.store.nack(r.Context(), req.Queue, id, req.DelaySeconds, counted, req.DeadLetter, req.Reason)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -165,18 +163,30 @@ func (e *Emulator) extend(r *http.Request, req *wire.ExtendRequest) (any, error)
 	if err := checkRange("visibility_timeout_seconds", req.VisibilityTimeoutSeconds, 1, wire.MaxVisibilitySeconds); err != nil {
 		return nil, err
 	}
-	id, ok := parseID(req.MessageID)
-	if !ok {
-		return nil, notFound("message %q is not in flight in queue %q", req.MessageID, req.Queue)
-	}
-	until, err := e.store.extend(r.Context(), req.Queue, id, req.VisibilityTimeoutSeconds)
-	if errors.Is(err, errNotFound) {
-		return nil, notFound("message %q is not in flight in queue %q (acked, nacked, dead-lettered or never consumed)", req.MessageID, req.Queue)
-	}
+	var until time.Time
+	err := onMessage(req.MessageID, "in flight in queue "+strconv.Quote(req.Queue), "acked, nacked, dead-lettered or never consumed", func(id int64) (err error) {
+		until, err = e.store.extend(r.Context(), req.Queue, id, req.VisibilityTimeoutSeconds)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	return wire.ExtendResponse{VisibleAt: until}, nil
+}
+
+// onMessage runs op on the message raw names. An id no message can have,
+// or a message op finds gone (errNotFound), is a 404 saying where it was
+// looked for and what may have moved it.
+func onMessage(raw, where, moved string, op func(id int64) error) error {
+	id, ok := parseID(raw)
+	if !ok {
+		return notFound("message %q is not %s", raw, where)
+	}
+	err := op(id)
+	if errors.Is(err, errNotFound) {
+		return notFound("message %q is not %s (%s)", raw, where, moved)
+	}
+	return err
 }
 
 func (e *Emulator) stats(r *http.Request, queue string) (any, error) {

@@ -8,6 +8,16 @@
 // FOR UPDATE SKIP LOCKED makes concurrent consumers, in one process or many,
 // safe. The emulator never touches the ledger's tables and never logs its
 // token.
+//
+// Every decision about time (visibility, delays, the dedup window) is taken
+// by the database's clock, now() in store.go; Go code only measures real
+// time (a long poll's wait).
+//
+// Layout: emulator.go (configuration and lifecycle), server.go (Serve, over
+// service.Server), http.go (the endpoint table, authentication, fault
+// injection, answers), validate.go (the checks every endpoint shares),
+// publish.go, consume.go and deadletters.go (one file per group of
+// endpoints), store.go (every SQL statement), schema.go and faults.go.
 package emulator
 
 import (

@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kelseyhightower/envconfig"
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/queue"
@@ -412,5 +414,20 @@ func TestConfigValidateNamesTheVariable(t *testing.T) {
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v, want an error naming %s", err, want)
 		}
+	}
+}
+
+// TestDefaultConfigIsTheTags binds the two places the defaults are written:
+// the envconfig tags `owedctl queue serve` reads and DefaultConfig, which
+// code that builds a Config uses.
+func TestDefaultConfigIsTheTags(t *testing.T) {
+	t.Parallel()
+	var fromTags emulator.Config
+	// A prefix nobody sets, so only the tags' defaults apply.
+	if err := envconfig.Process("OWED_DEFAULTS_TEST_UNSET", &fromTags); err != nil {
+		t.Fatal(err)
+	}
+	if want := emulator.DefaultConfig(); !reflect.DeepEqual(fromTags, want) {
+		t.Fatalf("envconfig defaults %+v differ from DefaultConfig() %+v", fromTags, want)
 	}
 }
