@@ -4,6 +4,9 @@
 // queue when OWED_QUEUE_CONTRACT_URL is set. Each subtest works on a queue
 // of its own, named with a random suffix, so the suite can share a hosted
 // endpoint with other users; it never touches other queues.
+//
+// This file holds Run and the helpers; the checks are grouped by what they
+// cover: publish.go, delivery.go, deadletters.go and errors.go.
 package queuetest
 
 import (
