@@ -4,15 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/kelseyhightower/envconfig"
-	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/service"
 )
 
 // queueCmd runs the local queue emulator (queue serve) or prints a queue's
@@ -82,14 +81,13 @@ func queueServe(ctx context.Context, args []string) error {
 			cfg.Queues = append(cfg.Queues, q)
 		}
 	}
-	lvl, err := zerolog.ParseLevel(*level)
+	log, err := service.NewLogger(os.Stderr, "queue-emulator", *level)
 	if err != nil {
 		return usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", *level)}
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err.Error()}
 	}
-	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("service", "queue-emulator").Logger()
 
 	em, err := emulator.Open(ctx, cfg, log)
 	if err != nil {
@@ -97,9 +95,9 @@ func queueServe(ctx context.Context, args []string) error {
 	}
 	defer em.Stop()
 	em.Start(ctx)
-	ln, err := net.Listen("tcp", cfg.Addr)
+	ln, err := service.Listen(cfg.Addr, "--addr / OWED_QUEUE_ADDR")
 	if err != nil {
-		return fmt.Errorf("listen on %s (--addr / OWED_QUEUE_ADDR): %w", cfg.Addr, err)
+		return err
 	}
 	log.Info().Str("addr", ln.Addr().String()).Strs("queues", cfg.Queues).Dur("dedup_window", cfg.DedupWindow).
 		Dur("visibility_timeout", cfg.VisibilityTimeout).Int("max_receives", cfg.MaxReceives).

@@ -1,14 +1,10 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,29 +12,23 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/queue/wire"
-	"github.com/owedhq/owed/internal/retryafter"
 )
 
+// How the client's HTTP connections and retries are bounded.
 const (
-	// DefaultRequestTimeout bounds one HTTP exchange beyond its long-poll
-	// wait: the HTTP client's timeout is this plus the longest wait.
-	DefaultRequestTimeout = 30 * time.Second
-	// DefaultRetryBudget bounds the retries of a call whose context has no
+	// requestTimeout bounds one HTTP exchange beyond its long-poll wait: the
+	// HTTP client's timeout is this plus the longest wait.
+	requestTimeout = 30 * time.Second
+	// retryBudget bounds the retries of a call whose context has no
 	// deadline, so "retry until it works" cannot hang a caller forever.
-	DefaultRetryBudget = 2 * time.Minute
-	// DefaultMaxIdleConns is how many keep-alive connections the default
-	// HTTP client holds to the queue. Go's default of 2 per host makes a
-	// worker pool reconnect on almost every consume.
-	DefaultMaxIdleConns = 64
-
-	backoffInitial = 100 * time.Millisecond
-	backoffMax     = 5 * time.Second
-	// maxErrorBody bounds how much of an error response we read.
-	maxErrorBody = 64 << 10
+	retryBudget = 2 * time.Minute
+	// maxIdleConns is how many keep-alive connections the client holds to
+	// the queue. Go's default of 2 per host makes a worker pool reconnect on
+	// almost every consume.
+	maxIdleConns = 64
 )
 
 // Status values of one PublishBatch entry.
@@ -114,23 +104,15 @@ type DeadLetterPage struct {
 
 // Client talks to one queue of the REST queue. It is safe for concurrent use.
 type Client struct {
-	base        string
-	token       string
-	queue       string
-	http        *http.Client
-	retryBudget time.Duration
-	log         zerolog.Logger
+	base  string
+	token string
+	queue string
+	http  *http.Client
+	log   zerolog.Logger
 }
 
 // Option changes a Client built by New.
 type Option func(*Client)
-
-// WithHTTPClient replaces the HTTP client. Its Timeout must exceed the
-// longest long-poll wait (20 s) or consumes with a wait will time out.
-func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
-
-// WithRetryBudget bounds retries of calls whose context has no deadline.
-func WithRetryBudget(d time.Duration) Option { return func(c *Client) { c.retryBudget = d } }
 
 // WithLogger logs retries (at debug level) to l.
 func WithLogger(l zerolog.Logger) Option { return func(c *Client) { c.log = l } }
@@ -141,18 +123,17 @@ func New(cfg Config, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{
-		base:        strings.TrimRight(cfg.URL, "/"),
-		token:       cfg.Token,
-		queue:       cfg.Name,
-		retryBudget: DefaultRetryBudget,
-		log:         zerolog.Nop(),
+		base:  strings.TrimRight(cfg.URL, "/"),
+		token: cfg.Token,
+		queue: cfg.Name,
+		log:   zerolog.Nop(),
 		http: &http.Client{
-			Timeout: DefaultRequestTimeout + wire.MaxWaitSeconds*time.Second,
+			Timeout: requestTimeout + wire.MaxWaitSeconds*time.Second,
 			Transport: &http.Transport{
 				Proxy:               http.ProxyFromEnvironment,
 				DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-				MaxIdleConns:        DefaultMaxIdleConns,
-				MaxIdleConnsPerHost: DefaultMaxIdleConns,
+				MaxIdleConns:        maxIdleConns,
+				MaxIdleConnsPerHost: maxIdleConns,
 				IdleConnTimeout:     90 * time.Second,
 				TLSHandshakeTimeout: 10 * time.Second,
 				ForceAttemptHTTP2:   true,
@@ -168,24 +149,15 @@ func New(cfg Config, opts ...Option) (*Client, error) {
 // Queue is the name of the queue this client works on.
 func (c *Client) Queue() string { return c.queue }
 
-// WithQueue returns a client sharing c's connections that works on another
-// queue.
-func (c *Client) WithQueue(name string) *Client {
-	cc := *c
-	cc.queue = name
-	return &cc
-}
+// ref names the client's queue in a request body.
+func (c *Client) ref() wire.QueueRef { return wire.QueueRef{Queue: c.queue} }
 
 // Publish enqueues one message, or returns the original message's id with
 // Deduplicated set when its key was seen within the dedup window.
 func (c *Client) Publish(ctx context.Context, m Message) (PublishResult, error) {
-	var out PublishResult
-	err := c.do(ctx, call{
-		op: "publish", method: http.MethodPost, path: "/queue/publish",
-		header: http.Header{wire.IdempotencyKeyHeader: {m.IdempotencyKey}},
-		body:   wire.PublishRequest{Queue: c.queue, Payload: m.Payload, DelaySeconds: seconds(m.Delay)},
-	}, &out)
-	return out, err
+	cl := post("publish", "/queue/publish", wire.PublishRequest{QueueRef: c.ref(), Payload: m.Payload, DelaySeconds: seconds(m.Delay)})
+	cl.header = http.Header{wire.IdempotencyKeyHeader: {m.IdempotencyKey}}
+	return send[PublishResult](ctx, c, cl)
 }
 
 // PublishBatch publishes msgs in requests of at most the server's batch
@@ -196,12 +168,12 @@ func (c *Client) PublishBatch(ctx context.Context, msgs []Message) ([]BatchResul
 	results := make([]BatchResult, 0, len(msgs))
 	for start := 0; start < len(msgs); start += wire.MaxBatch {
 		chunk := msgs[start:min(start+wire.MaxBatch, len(msgs))]
-		req := wire.PublishBatchRequest{Queue: c.queue, Messages: make([]wire.BatchEntry, len(chunk))}
+		req := wire.PublishBatchRequest{QueueRef: c.ref(), Messages: make([]wire.BatchEntry, len(chunk))}
 		for i, m := range chunk {
 			req.Messages[i] = wire.BatchEntry{Payload: m.Payload, IdempotencyKey: m.IdempotencyKey, DelaySeconds: seconds(m.Delay)}
 		}
-		var out wire.PublishBatchResponse
-		if err := c.do(ctx, call{op: "publish_batch", method: http.MethodPost, path: "/queue/publish_batch", body: req}, &out); err != nil {
+		out, err := send[wire.PublishBatchResponse](ctx, c, post("publish_batch", "/queue/publish_batch", req))
+		if err != nil {
 			return results, err
 		}
 		if len(out.Results) != len(chunk) {
@@ -215,50 +187,42 @@ func (c *Client) PublishBatch(ctx context.Context, msgs []Message) ([]BatchResul
 // Consume receives up to o.MaxMessages messages, waiting up to o.Wait for
 // the first one. It returns an empty slice when the wait ends with none.
 func (c *Client) Consume(ctx context.Context, o ConsumeOptions) ([]Delivery, error) {
-	var out wire.ConsumeResponse
-	err := c.do(ctx, call{
-		op: "consume", method: http.MethodPost, path: "/queue/consume",
-		body: wire.ConsumeRequest{
-			Queue: c.queue, MaxMessages: o.MaxMessages,
-			WaitSeconds: seconds(o.Wait), VisibilityTimeoutSeconds: seconds(o.VisibilityTimeout),
-		},
-	}, &out)
+	out, err := send[wire.ConsumeResponse](ctx, c, post("consume", "/queue/consume", wire.ConsumeRequest{
+		QueueRef: c.ref(), MaxMessages: o.MaxMessages,
+		WaitSeconds: seconds(o.Wait), VisibilityTimeoutSeconds: seconds(o.VisibilityTimeout),
+	}))
 	return out.Messages, err
 }
 
 // Ack removes messages for good. Acking an unknown or already-acked id is
 // not an error; the count says how many were still queued.
 func (c *Client) Ack(ctx context.Context, ids ...string) (int, error) {
-	var out wire.AckResponse
-	err := c.do(ctx, call{op: "ack", method: http.MethodPost, path: "/queue/ack",
-		body: wire.AckRequest{Queue: c.queue, MessageIDs: ids}}, &out)
+	out, err := send[wire.AckResponse](ctx, c, post("ack", "/queue/ack", wire.AckRequest{QueueRef: c.ref(), MessageIDs: ids}))
 	return out.Acked, err
 }
 
 // Nack returns a delivered message to the queue after o.Delay, or to the
 // dead letters. It reports whether the message was dead-lettered.
 func (c *Client) Nack(ctx context.Context, id string, o NackOptions) (bool, error) {
-	var out wire.NackResponse
-	req := wire.NackRequest{Queue: c.queue, MessageID: id, DelaySeconds: seconds(o.Delay), DeadLetter: o.DeadLetter, Reason: o.Reason}
+	req := wire.NackRequest{QueueRef: c.ref(), MessageID: id, DelaySeconds: seconds(o.Delay), DeadLetter: o.DeadLetter, Reason: o.Reason}
 	if !o.DeadLetter {
 		req.CountAsFailure = &o.CountAsFailure
 	}
-	err := c.do(ctx, call{op: "nack", method: http.MethodPost, path: "/queue/nack", body: req}, &out)
+	out, err := send[wire.NackResponse](ctx, c, post("nack", "/queue/nack", req))
 	return out.DeadLettered, err
 }
 
 // Extend keeps a delivered message invisible for visibility from now: the
 // heartbeat of a slow send.
 func (c *Client) Extend(ctx context.Context, id string, visibility time.Duration) (time.Time, error) {
-	var out wire.ExtendResponse
-	err := c.do(ctx, call{op: "extend", method: http.MethodPost, path: "/queue/extend",
-		body: wire.ExtendRequest{Queue: c.queue, MessageID: id, VisibilityTimeoutSeconds: seconds(visibility)}}, &out)
+	out, err := send[wire.ExtendResponse](ctx, c, post("extend", "/queue/extend",
+		wire.ExtendRequest{QueueRef: c.ref(), MessageID: id, VisibilityTimeoutSeconds: seconds(visibility)}))
 	return out.VisibleAt, err
 }
 
 // DeadLetters lists one page of the queue's dead letters, oldest first.
 func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) (DeadLetterPage, error) {
-	v := url.Values{"queue": {c.queue}}
+	v := c.query()
 	if q.Limit > 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
 	}
@@ -268,51 +232,46 @@ func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) (DeadLetter
 	if len(q.IDs) > 0 {
 		v.Set("ids", strings.Join(q.IDs, ","))
 	}
-	var out wire.DeadLettersResponse
-	err := c.do(ctx, call{op: "dead_letters", method: http.MethodGet, path: "/queue/dead_letters", query: v}, &out)
+	out, err := send[wire.DeadLettersResponse](ctx, c, get("dead_letters", "/queue/dead_letters", v))
 	return DeadLetterPage{DeadLetters: out.DeadLetters, NextCursor: out.NextCursor}, err
 }
 
 // DeadLetter returns one dead letter; a message that is not dead-lettered is
 // an *APIError with Status 404.
 func (c *Client) DeadLetter(ctx context.Context, id string) (DeadLetter, error) {
-	var out DeadLetter
-	err := c.do(ctx, call{op: "dead_letter", method: http.MethodGet,
-		path: "/queue/dead_letters/" + url.PathEscape(id), query: url.Values{"queue": {c.queue}}}, &out)
-	return out, err
+	return send[DeadLetter](ctx, c, get("dead_letter", "/queue/dead_letters/"+url.PathEscape(id), c.query()))
 }
 
 // Redrive moves the given dead letters back to the queue with their receive
 // count reset, and reports how many moved.
 func (c *Client) Redrive(ctx context.Context, ids ...string) (int, error) {
-	return c.redrive(ctx, wire.RedriveRequest{Queue: c.queue, MessageIDs: ids})
+	return c.redrive(ctx, wire.RedriveRequest{QueueRef: c.ref(), MessageIDs: ids})
 }
 
 // RedriveAll moves every dead letter of the queue back to it.
 func (c *Client) RedriveAll(ctx context.Context) (int, error) {
-	return c.redrive(ctx, wire.RedriveRequest{Queue: c.queue, All: true})
+	return c.redrive(ctx, wire.RedriveRequest{QueueRef: c.ref(), All: true})
 }
 
 func (c *Client) redrive(ctx context.Context, req wire.RedriveRequest) (int, error) {
-	var out wire.RedriveResponse
-	err := c.do(ctx, call{op: "redrive", method: http.MethodPost, path: "/queue/dead_letters/redrive", body: req}, &out)
+	out, err := send[wire.RedriveResponse](ctx, c, post("redrive", "/queue/dead_letters/redrive", req))
 	return out.Redriven, err
 }
 
 // DeleteDeadLetters removes the given dead letters for good.
 func (c *Client) DeleteDeadLetters(ctx context.Context, ids ...string) (int, error) {
-	var out wire.DeleteDeadLettersResponse
-	err := c.do(ctx, call{op: "delete_dead_letters", method: http.MethodPost, path: "/queue/dead_letters/delete",
-		body: wire.DeleteDeadLettersRequest{Queue: c.queue, MessageIDs: ids}}, &out)
+	out, err := send[wire.DeleteDeadLettersResponse](ctx, c, post("delete_dead_letters", "/queue/dead_letters/delete",
+		wire.DeleteDeadLettersRequest{QueueRef: c.ref(), MessageIDs: ids}))
 	return out.Deleted, err
 }
 
 // Stats returns the queue's depths.
 func (c *Client) Stats(ctx context.Context) (Stats, error) {
-	var out Stats
-	err := c.do(ctx, call{op: "stats", method: http.MethodGet, path: "/queue/stats", query: url.Values{"queue": {c.queue}}}, &out)
-	return out, err
+	return send[Stats](ctx, c, get("stats", "/queue/stats", c.query()))
 }
+
+// query names the client's queue in a GET's query string.
+func (c *Client) query() url.Values { return url.Values{"queue": {c.queue}} }
 
 // seconds rounds d up to whole seconds: a delay or timeout is never shorter
 // than asked.
@@ -321,141 +280,4 @@ func seconds(d time.Duration) int {
 		return 0
 	}
 	return int(math.Ceil(d.Seconds()))
-}
-
-// call is one logical request; do may send it several times.
-type call struct {
-	op     string
-	method string
-	path   string
-	query  url.Values
-	header http.Header
-	body   any
-}
-
-// permanentError marks a failure that a retry cannot fix.
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string { return e.err.Error() }
-func (e permanentError) Unwrap() error { return e.err }
-
-// do sends cl, retrying throttling (after Retry-After), other 5xx and
-// network errors (exponential backoff with jitter) while the caller's
-// deadline, or DefaultRetryBudget without one, leaves room for the wait. It
-// decodes the {"data": …} of a success into out.
-func (c *Client) do(ctx context.Context, cl call, out any) error {
-	var body []byte
-	if cl.body != nil {
-		var err error
-		if body, err = json.Marshal(cl.body); err != nil {
-			return fmt.Errorf("queue %s: encode request: %w", cl.op, err)
-		}
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.retryBudget)
-		defer cancel()
-	}
-	bo := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(backoffInitial),
-		backoff.WithMaxInterval(backoffMax),
-		// The context's deadline is the budget, not an elapsed-time cap.
-		backoff.WithMaxElapsedTime(0),
-	)
-	for attempt := 1; ; attempt++ {
-		err := c.once(ctx, cl, body, out)
-		if err == nil {
-			return nil
-		}
-		var perm permanentError
-		if errors.As(err, &perm) || ctx.Err() != nil {
-			return err
-		}
-		wait := bo.NextBackOff()
-		var apiErr *APIError
-		if errors.As(err, &apiErr) {
-			switch {
-			case apiErr.Status == http.StatusTooManyRequests || apiErr.Status == http.StatusServiceUnavailable:
-				if apiErr.RetryAfter > 0 {
-					// A little jitter so a pool of workers throttled together
-					// does not return together.
-					wait = apiErr.RetryAfter + rand.N(apiErr.RetryAfter/10+time.Millisecond)
-				}
-			case apiErr.Status >= 500:
-			default:
-				return err
-			}
-		}
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
-			return err
-		}
-		c.log.Debug().Str("op", cl.op).Int("attempt", attempt).Dur("wait", wait).Err(err).Msg("queue: retrying")
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-	}
-}
-
-// once sends cl a single time.
-func (c *Client) once(ctx context.Context, cl call, body []byte, out any) error {
-	u := c.base + cl.path
-	if len(cl.query) > 0 {
-		u += "?" + cl.query.Encode()
-	}
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, cl.method, u, rd)
-	if err != nil {
-		return permanentError{fmt.Errorf("queue %s: build request: %w", cl.op, err)}
-	}
-	for k, vs := range cl.header {
-		req.Header[k] = vs
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		// net/http errors name the URL, never the headers, so the token stays out.
-		return fmt.Errorf("queue %s: %w", cl.op, err)
-	}
-	defer func() {
-		// Draining lets the connection go back to the pool.
-		io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
-		resp.Body.Close()
-	}()
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		env := wire.Data[any]{Data: out}
-		if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("queue %s: read response: %w", cl.op, err)
-			}
-			return permanentError{fmt.Errorf("queue %s: decode HTTP %d response: %w", cl.op, resp.StatusCode, err)}
-		}
-		return nil
-	}
-	apiErr := &APIError{Op: cl.op, Status: resp.StatusCode}
-	var eb wire.ErrorBody
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	if json.Unmarshal(raw, &eb) == nil && eb.Error.Code != "" {
-		apiErr.Code, apiErr.Message, apiErr.Retryable = eb.Error.Code, eb.Error.Message, eb.Error.Retryable
-	} else {
-		// Not the contract's error shape (a proxy's page, say): keep the
-		// status and do not echo an unknown body into logs.
-		apiErr.Code = "http_" + strconv.Itoa(resp.StatusCode)
-		apiErr.Message = http.StatusText(resp.StatusCode)
-		apiErr.Retryable = resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
-	}
-	if d, ok := retryafter.Parse(resp.Header.Get("Retry-After"), time.Now(), retryafter.DefaultMax); ok {
-		apiErr.RetryAfter = d
-	}
-	return apiErr
 }

@@ -9,6 +9,10 @@
 // *APIError. It never puts the token in an error or a log line, and it never
 // acks on its own: acking is the caller's decision, taken only after the work
 // is recorded.
+//
+// client.go holds the operations, transport.go the one way a call is sent,
+// retried and decoded; the JSON shapes are internal/queue/wire's, shared
+// with the emulator.
 package queue
 
 import (

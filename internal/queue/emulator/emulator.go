@@ -8,11 +8,20 @@
 // FOR UPDATE SKIP LOCKED makes concurrent consumers, in one process or many,
 // safe. The emulator never touches the ledger's tables and never logs its
 // token.
+//
+// Every decision about time (visibility, delays, the dedup window) is taken
+// by the database's clock, now() in store.go; Go code only measures real
+// time (a long poll's wait).
+//
+// Layout: emulator.go (configuration and lifecycle), server.go (Serve, over
+// service.Server), http.go (the endpoint table, authentication, fault
+// injection, answers), validate.go (the checks every endpoint shares),
+// publish.go, consume.go and deadletters.go (one file per group of
+// endpoints), store.go (every SQL statement), schema.go and faults.go.
 package emulator
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
@@ -27,6 +36,7 @@ import (
 
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/wire"
+	"github.com/owedhq/owed/internal/service"
 )
 
 // Defaults of the emulator's settings.
@@ -125,15 +135,15 @@ func (c Config) Validate() error {
 // Emulator serves the queue contract. Build it with Open, call Start, serve
 // it as an http.Handler (or with Serve), and Stop it.
 type Emulator struct {
-	cfg       Config
-	db        *sql.DB
-	store     *store
-	log       zerolog.Logger
-	tokenHash [sha256.Size]byte
-	queues    map[string]bool
-	faults    atomic.Pointer[Faults]
-	waiters   notifier
-	mux       *http.ServeMux
+	cfg     Config
+	db      *sql.DB
+	store   *store
+	log     zerolog.Logger
+	bearer  service.Bearer
+	queues  map[string]bool
+	faults  atomic.Pointer[Faults]
+	waiters notifier
+	mux     *http.ServeMux
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -168,12 +178,12 @@ func Open(ctx context.Context, cfg Config, log zerolog.Logger) (*Emulator, error
 		return nil, err
 	}
 	e := &Emulator{
-		cfg:       cfg,
-		db:        db,
-		store:     st,
-		log:       log,
-		tokenHash: sha256.Sum256([]byte(cfg.Token)),
-		closing:   make(chan struct{}),
+		cfg:     cfg,
+		db:      db,
+		store:   st,
+		log:     log,
+		bearer:  service.NewBearer(cfg.Token),
+		closing: make(chan struct{}),
 	}
 	if len(cfg.Queues) > 0 {
 		e.queues = make(map[string]bool, len(cfg.Queues))

@@ -9,16 +9,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kelseyhightower/envconfig"
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
 	"github.com/owedhq/owed/internal/queue/queuetest"
+	"github.com/owedhq/owed/internal/queue/wire"
 	"github.com/owedhq/owed/internal/testdb"
 )
 
@@ -81,11 +84,40 @@ func setup(t *testing.T, dbURL string, change func(*emulator.Config)) *bundle {
 			t.Error("a log line shows the token")
 		}
 	})
-	c, err := queue.New(queue.Config{URL: srv.URL, Token: testToken, Name: "test-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))})
+	b := &bundle{em: em, srv: srv, cfg: cfg, ctx: ctx}
+	b.client = b.clientFor(t, "test-"+strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
+	return b
+}
+
+// clientFor returns a client of the emulator working on queue name.
+func (b *bundle) clientFor(t *testing.T, name string) *queue.Client {
+	t.Helper()
+	c, err := queue.New(queue.Config{URL: b.srv.URL, Token: testToken, Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{em: em, srv: srv, client: c, cfg: cfg, ctx: ctx}
+	return c
+}
+
+// request sends what the client would never send, with the token when
+// authorized, and returns the answer's status and error message.
+func (b *bundle) request(t *testing.T, method, path, body string, authorized bool) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(b.ctx, method, b.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if authorized {
+		req.Header.Set("Authorization", "Bearer "+testToken)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb wire.ErrorBody
+	json.NewDecoder(resp.Body).Decode(&eb)
+	return resp.StatusCode, eb.Error.Message
 }
 
 func TestContract(t *testing.T) {
@@ -133,7 +165,7 @@ func TestDurableAcrossRestart(t *testing.T) {
 	first.em.Stop()
 
 	second := setup(t, dbURL, nil)
-	c2 := second.client.WithQueue(c.Queue())
+	c2 := second.clientFor(t, c.Queue())
 	st, err := c2.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +210,7 @@ func TestConcurrentConsumersNeverShare(t *testing.T) {
 	for w := 0; w < 8; w++ {
 		c := a.client
 		if w%2 == 1 {
-			c = b.client.WithQueue(a.client.Queue())
+			c = b.clientFor(t, a.client.Queue())
 		}
 		wg.Add(1)
 		go func() {
@@ -219,15 +251,8 @@ func TestConcurrentConsumersNeverShare(t *testing.T) {
 
 func setFaults(t *testing.T, b *bundle, body string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/admin/faults", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /admin/faults %s: HTTP %d", body, resp.StatusCode)
+	if status, _ := b.request(t, http.MethodPost, "/admin/faults", body, true); status != http.StatusOK {
+		t.Fatalf("POST /admin/faults %s: HTTP %d", body, status)
 	}
 }
 
@@ -320,27 +345,13 @@ func TestFaultsRejectBadValues(t *testing.T) {
 		`{"throttle_rate":0.5,"throttle_scope":"ab"}`: "throttle_scope",
 		`{"latency":5}`:                               "latency",
 	} {
-		req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/admin/faults", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var eb struct{ Error struct{ Message string } }
-		json.NewDecoder(resp.Body).Decode(&eb)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(eb.Error.Message, field) {
-			t.Errorf("faults %s: HTTP %d %q, want 400 naming %s", body, resp.StatusCode, eb.Error.Message, field)
+		status, message := b.request(t, http.MethodPost, "/admin/faults", body, true)
+		if status != http.StatusBadRequest || !strings.Contains(message, field) {
+			t.Errorf("faults %s: HTTP %d %q, want 400 naming %s", body, status, message, field)
 		}
 	}
-	req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/admin/faults", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("GET /admin/faults without the token: HTTP %d, want 401", resp.StatusCode)
+	if status, _ := b.request(t, http.MethodGet, "/admin/faults", "", false); status != http.StatusUnauthorized {
+		t.Fatalf("GET /admin/faults without the token: HTTP %d, want 401", status)
 	}
 }
 
@@ -377,16 +388,11 @@ func TestRestrictedQueuesAndHealth(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
 		t.Fatalf("stats of an unlisted queue: %v, want 404", err)
 	}
-	if _, err := b.client.WithQueue("only-this").Stats(b.ctx); err != nil {
+	if _, err := b.clientFor(t, "only-this").Stats(b.ctx); err != nil {
 		t.Fatalf("stats of the listed queue: %v", err)
 	}
-	resp, err := http.Get(b.srv.URL + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/healthz: HTTP %d", resp.StatusCode)
+	if status, _ := b.request(t, http.MethodGet, "/healthz", "", false); status != http.StatusOK {
+		t.Fatalf("/healthz: HTTP %d", status)
 	}
 }
 
@@ -408,5 +414,20 @@ func TestConfigValidateNamesTheVariable(t *testing.T) {
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v, want an error naming %s", err, want)
 		}
+	}
+}
+
+// TestDefaultConfigIsTheTags binds the two places the defaults are written:
+// the envconfig tags `owedctl queue serve` reads and DefaultConfig, which
+// code that builds a Config uses.
+func TestDefaultConfigIsTheTags(t *testing.T) {
+	t.Parallel()
+	var fromTags emulator.Config
+	// A prefix nobody sets, so only the tags' defaults apply.
+	if err := envconfig.Process("OWED_DEFAULTS_TEST_UNSET", &fromTags); err != nil {
+		t.Fatal(err)
+	}
+	if want := emulator.DefaultConfig(); !reflect.DeepEqual(fromTags, want) {
+		t.Fatalf("envconfig defaults %+v differ from DefaultConfig() %+v", fromTags, want)
 	}
 }

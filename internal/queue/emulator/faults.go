@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/owedhq/owed/internal/queue/wire"
 )
 
 // Scopes a throttle fault applies to.
@@ -68,14 +70,15 @@ func (f *Faults) throttle(w http.ResponseWriter, publish bool) bool {
 	retryAfter := strconv.Itoa(f.RetryAfterSeconds)
 	if f.RetryAfterHTTPDate {
 		// HTTP dates have whole seconds: round up so the client never
-		// returns early.
+		// returns early. The date is the wall clock's, as the client reads
+		// it: it stands for a real-time wait, like a timer.
 		at := time.Now().Add(time.Duration(f.RetryAfterSeconds)*time.Second + time.Second).UTC()
 		retryAfter = at.Format(http.TimeFormat)
 	}
 	w.Header().Set("Retry-After", retryAfter)
-	code := codeThrottled
+	code := wire.CodeThrottled
 	if f.ThrottleStatus == http.StatusServiceUnavailable {
-		code = codeUnavailable
+		code = wire.CodeUnavailable
 	}
 	writeError(w, &apiError{status: f.ThrottleStatus, code: code, msg: "injected fault: try again after the Retry-After"})
 	return true
@@ -106,4 +109,28 @@ func (f *Faults) redelivered(ids []int64) []int64 {
 		}
 	}
 	return out
+}
+
+// adminFaults reads (GET) or replaces (POST) the injected failures.
+func (e *Emulator) adminFaults(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodPost:
+		// Knobs the body leaves out take their defaults, so {} clears
+		// every fault and a throttle needs only its rate.
+		f := DefaultConfig().Faults
+		if aerr := e.decode(r, smallBodyLimit, &f); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		if err := e.SetFaults(f); err != nil {
+			writeError(w, &apiError{status: http.StatusBadRequest, code: wire.CodeInvalidRequest, msg: err.Error()})
+			return
+		}
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		writeError(w, &apiError{status: http.StatusMethodNotAllowed, code: wire.CodeMethodNotAllow, msg: "/admin/faults takes GET or POST"})
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.Data[Faults]{Data: e.Faults()})
 }

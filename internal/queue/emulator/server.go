@@ -2,51 +2,35 @@ package emulator
 
 import (
 	"context"
-	"errors"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/owedhq/owed/internal/queue/wire"
+	"github.com/owedhq/owed/internal/service"
 )
 
 // Server timeouts. The write timeout must outlast the longest long poll, or
 // a consume waiting its full 20 s would be cut off before it answers.
 const (
-	readHeaderTimeout = 10 * time.Second
 	// readTimeout allows a full publish_batch (about 25 MiB) on a slow link.
 	readTimeout     = 60 * time.Second
 	writeTimeout    = wire.MaxWaitSeconds*time.Second + 30*time.Second
-	idleTimeout     = 2 * time.Minute
 	shutdownTimeout = 15 * time.Second
 )
 
 // Serve serves e on ln until ctx is cancelled, then ends waiting consumes
 // and shuts down gracefully, letting requests in progress finish.
 func (e *Emulator) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           e,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    64 << 10,
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	e.log.Info().Str("addr", ln.Addr().String()).Msg("queue emulator: listening")
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	e.Drain()
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
-	}
-	e.log.Info().Msg("queue emulator: stopped")
-	return err
+	return service.Server{
+		Handler:         e,
+		Log:             e.log,
+		Name:            "queue emulator",
+		ReadTimeout:     readTimeout,
+		WriteTimeout:    writeTimeout,
+		ShutdownTimeout: shutdownTimeout,
+		// Each endpoint limits its own body: a publish_batch may carry
+		// about 25 MiB, more than the service default.
+		MaxBodyBytes:   -1,
+		BeforeShutdown: e.Drain,
+	}.Serve(ctx, ln)
 }

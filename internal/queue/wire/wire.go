@@ -2,7 +2,8 @@
 // docs/queue-api.md), shared by the client in internal/queue and the emulator
 // in internal/queue/emulator so the two cannot drift apart field by field.
 // It owns no behaviour: validation lives in the emulator, retries in the
-// client.
+// client. Every POST body embeds QueueRef, so the emulator checks the queue a
+// request names in one place.
 package wire
 
 import (
@@ -71,10 +72,18 @@ type ErrorDetail struct {
 	Retryable bool   `json:"retryable"`
 }
 
+// QueueRef is the "queue" every POST body names.
+type QueueRef struct {
+	Queue string `json:"queue"`
+}
+
+// QueueName is the queue the request works on.
+func (q QueueRef) QueueName() string { return q.Queue }
+
 // PublishRequest is the body of POST /queue/publish; the key travels in the
 // Idempotency-Key header.
 type PublishRequest struct {
-	Queue        string          `json:"queue"`
+	QueueRef
 	Payload      json.RawMessage `json:"payload"`
 	DelaySeconds int             `json:"delay_seconds,omitempty"`
 }
@@ -87,7 +96,7 @@ type PublishResponse struct {
 
 // PublishBatchRequest is the body of POST /queue/publish_batch.
 type PublishBatchRequest struct {
-	Queue    string       `json:"queue"`
+	QueueRef
 	Messages []BatchEntry `json:"messages"`
 }
 
@@ -112,10 +121,10 @@ type BatchResult struct {
 
 // ConsumeRequest is the body of POST /queue/consume.
 type ConsumeRequest struct {
-	Queue                    string `json:"queue"`
-	MaxMessages              int    `json:"max_messages"`
-	WaitSeconds              int    `json:"wait_seconds"`
-	VisibilityTimeoutSeconds int    `json:"visibility_timeout_seconds"`
+	QueueRef
+	MaxMessages              int `json:"max_messages"`
+	WaitSeconds              int `json:"wait_seconds"`
+	VisibilityTimeoutSeconds int `json:"visibility_timeout_seconds"`
 }
 
 // ConsumeResponse carries the delivered messages, possibly none.
@@ -134,7 +143,7 @@ type Message struct {
 
 // AckRequest is the body of POST /queue/ack.
 type AckRequest struct {
-	Queue      string   `json:"queue"`
+	QueueRef
 	MessageIDs []string `json:"message_ids"`
 }
 
@@ -147,7 +156,7 @@ type AckResponse struct {
 // because the contract requires it unless DeadLetter is set: a nack that
 // forgot to say would otherwise silently never dead-letter.
 type NackRequest struct {
-	Queue          string `json:"queue"`
+	QueueRef
 	MessageID      string `json:"message_id"`
 	DelaySeconds   int    `json:"delay_seconds"`
 	CountAsFailure *bool  `json:"count_as_failure,omitempty"`
@@ -162,7 +171,7 @@ type NackResponse struct {
 
 // ExtendRequest is the body of POST /queue/extend.
 type ExtendRequest struct {
-	Queue                    string `json:"queue"`
+	QueueRef
 	MessageID                string `json:"message_id"`
 	VisibilityTimeoutSeconds int    `json:"visibility_timeout_seconds"`
 }
@@ -172,15 +181,12 @@ type ExtendResponse struct {
 	VisibleAt time.Time `json:"visible_at"`
 }
 
-// DeadLetter is one dead-lettered message.
+// DeadLetter is one dead-lettered message: the message as it was last
+// delivered, and when and why it was dead-lettered.
 type DeadLetter struct {
-	MessageID      string          `json:"message_id"`
-	Payload        json.RawMessage `json:"payload"`
-	ReceiveCount   int             `json:"receive_count"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	PublishedAt    time.Time       `json:"published_at"`
-	DeadLetteredAt time.Time       `json:"dead_lettered_at"`
-	LastError      string          `json:"last_error"`
+	Message
+	DeadLetteredAt time.Time `json:"dead_lettered_at"`
+	LastError      string    `json:"last_error"`
 }
 
 // DeadLettersResponse is one page of GET /queue/dead_letters.
@@ -192,7 +198,7 @@ type DeadLettersResponse struct {
 // RedriveRequest is the body of POST /queue/dead_letters/redrive: either
 // some ids or all of them.
 type RedriveRequest struct {
-	Queue      string   `json:"queue"`
+	QueueRef
 	MessageIDs []string `json:"message_ids,omitempty"`
 	All        bool     `json:"all,omitempty"`
 }
@@ -204,7 +210,7 @@ type RedriveResponse struct {
 
 // DeleteDeadLettersRequest is the body of POST /queue/dead_letters/delete.
 type DeleteDeadLettersRequest struct {
-	Queue      string   `json:"queue"`
+	QueueRef
 	MessageIDs []string `json:"message_ids"`
 }
 
