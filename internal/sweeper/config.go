@@ -8,6 +8,7 @@ import (
 
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweep"
 )
 
@@ -45,6 +46,12 @@ func LoadConfig() (Config, error) {
 		}
 	}
 	return c, c.Validate()
+}
+
+// Basics returns the settings service.Start needs.
+func (c Config) Basics() service.Basics {
+	return service.Basics{LogLevel: c.LogLevel, DatabaseURL: c.DatabaseURL, DBMaxConns: c.DBMaxConns,
+		ListenAddr: c.ListenAddr}
 }
 
 // Sweep returns the sweep settings.

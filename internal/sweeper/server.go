@@ -37,8 +37,10 @@ type Server struct {
 	mat     *materialise.Materialiser
 	metrics *sweep.Metrics
 	reg     *prometheus.Registry
-	log     zerolog.Logger
-	mux     *http.ServeMux
+	// cronSecret checks the hosted cron's bearer secret (OWED_CRON_SECRET).
+	cronSecret service.Bearer
+	log        zerolog.Logger
+	mux        *http.ServeMux
 }
 
 // New assembles the service from its parts.
@@ -50,7 +52,8 @@ func New(cfg Config, l *ledger.Ledger, q *queue.Client, log zerolog.Logger) (*Se
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		sweep.NewBacklogCollector(l), sweep.NewQueueCollector(q.Stats))
-	s := &Server{cfg: cfg, ledger: l, queue: q, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg, log: log,
+	s := &Server{cfg: cfg, ledger: l, queue: q, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
+		cronSecret: service.NewBearer(cfg.CronSecret), log: log,
 		mux: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise)}
 	s.mux.HandleFunc("/cron/sweep", s.cron(s.handleSweep))
 	s.mux.HandleFunc("/cron/materialise", s.cron(s.handleMaterialise))
@@ -72,7 +75,7 @@ func (s *Server) cron(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed: use POST")
 			return
 		}
-		if !service.BearerOK(r, s.cfg.CronSecret) {
+		if !s.cronSecret.Authorized(r) {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer secret (OWED_CRON_SECRET)")
 			return
 		}
