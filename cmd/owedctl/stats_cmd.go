@@ -10,6 +10,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
@@ -61,13 +62,14 @@ func runStats(ctx context.Context, out io.Writer, args []string) error {
 	defer closeDB()
 
 	h := healthStats{WindowMinutes: int((*since + time.Minute - 1) / time.Minute)}
-	if h.Delivery, err = l.Stats(ctx, time.Now().Add(-*since)); err != nil {
+	from := clock.Real().Now().Add(-*since)
+	if h.Delivery, err = l.Stats(ctx, from); err != nil {
 		return fmt.Errorf("read delivery stats: %w", err)
 	}
 	if h.Backlog, err = l.Backlog(ctx); err != nil {
 		return fmt.Errorf("read the owed backlog: %w", err)
 	}
-	if h.ProviderLimitedMinutes, err = pace.LimitedMinutes(ctx, l.DB(), time.Now().Add(-*since)); err != nil {
+	if h.ProviderLimitedMinutes, err = pace.LimitedMinutes(ctx, l.DB(), from); err != nil {
 		return fmt.Errorf("read the provider-limited minutes: %w", err)
 	}
 	h.DeadLetterDepth, h.DeadLetterUnknown = deadLetterDepth(ctx, *qf.name)

@@ -44,7 +44,7 @@ func openTokens(dbURL string) (*api.Tokens, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return api.NewTokens(db), func() { db.Close() }, nil
+	return api.NewTokens(db, nil), func() { db.Close() }, nil
 }
 
 func tokensCreate(ctx context.Context, args []string) error {

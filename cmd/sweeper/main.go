@@ -5,6 +5,7 @@
 package main
 
 import (
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/service"
@@ -27,7 +28,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv, err := sweeper.New(cfg, ledger.New(p.DB), q, p.Log)
+	clk := clock.Real()
+	srv, err := sweeper.New(cfg, ledger.New(p.DB), q, p.Log, clk)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/service"
 )
@@ -37,9 +38,9 @@ type Options struct {
 	ServiceToken string
 	// Log receives one line per request; never a token or a payload.
 	Log zerolog.Logger
-	// Clock returns the current time (reschedule's delay_seconds). Nil means
-	// time.Now.
-	Clock func() time.Time
+	// Clock tells the time for reschedule's delay_seconds. Nil is
+	// clock.Real(). Give the ledger and the Tokens the same clock.
+	Clock clock.Clock
 }
 
 type server struct {
@@ -49,7 +50,7 @@ type server struct {
 	// configured) matches nothing.
 	service service.Bearer
 	log     zerolog.Logger
-	clock   func() time.Time
+	clock   clock.Clock
 	mux     *http.ServeMux
 }
 
@@ -61,7 +62,7 @@ func New(o Options) http.Handler {
 	s := &server{ledger: o.Ledger, tokens: o.Tokens, service: service.NewBearer(o.ServiceToken), log: o.Log,
 		clock: o.Clock, mux: http.NewServeMux()}
 	if s.clock == nil {
-		s.clock = time.Now
+		s.clock = clock.Real()
 	}
 	s.mux.HandleFunc("POST /v1/notifications", s.authed(s.schedule))
 	s.mux.HandleFunc("GET /v1/notifications", s.authed(s.find))

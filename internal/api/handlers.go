@@ -101,7 +101,7 @@ func (s *server) reschedule(w http.ResponseWriter, r *http.Request, p principal)
 		writeError(w, e)
 		return
 	}
-	tenant, req, due, e := decodeReschedule(body, p, s.clock())
+	tenant, req, due, e := decodeReschedule(body, p, s.clock.Now())
 	if e != nil {
 		writeError(w, e)
 		return
