@@ -1,7 +1,10 @@
 // Package sweep is one run of the minute sweep: settle what expired, lease a
 // bounded oldest-first slice of what is owed, publish one queue message per
-// row, and mark the rows queued. It never marks a row queued that the queue
-// did not accept, and never publishes a row past its expiry.
+// row, and mark the rows queued; and the counters of those runs (Metrics).
+// It never marks a row queued that the queue did not accept, and never
+// publishes a row past its expiry. The service that calls it (the cron
+// endpoint, the configuration, the scrape-time backlog and queue gauges) is
+// package sweeper.
 package sweep
 
 import (

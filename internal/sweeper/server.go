@@ -1,8 +1,10 @@
 // Package sweeper is the sweeper service: the URL the hosted cron calls
 // every minute (/cron/sweep), the look-ahead refill (/cron/materialise), the
-// scheduling API (/v1/…), health and metrics. The cron is a heartbeat, never
-// the source of truth: a missed call is recovered by the next one, because
-// the ledger, not the cron, knows what is owed.
+// scheduling API (/v1/…), health and metrics, with its configuration
+// (OWED_*, defaults in config.go) and the scrape-time backlog and queue
+// gauges (metrics.go). One run of the sweep is package sweep. The cron is a
+// heartbeat, never the source of truth: a missed call is recovered by the
+// next one, because the ledger, not the cron, knows what is owed.
 package sweeper
 
 import (
@@ -59,7 +61,7 @@ func New(cfg Config, l *ledger.Ledger, q *queue.Client, log zerolog.Logger, clk 
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		sweep.NewBacklogCollector(l), sweep.NewQueueCollector(q.Stats))
+		NewBacklogCollector(l), NewQueueCollector(q.Stats))
 	s := &Server{cfg: cfg, clock: clk, ledger: l, queue: q, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
 		cronSecret: service.NewBearer(cfg.CronSecret), log: log,
 		mux: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise)}
