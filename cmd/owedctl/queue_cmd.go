@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/service"
 )
 
 // queueCmd runs the local queue emulator (queue serve) or prints a queue's
@@ -63,7 +64,7 @@ func queueServe(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.RetryAfterHTTPDate, "fault-retry-after-http-date", cfg.RetryAfterHTTPDate, "send Retry-After as an HTTP date ($OWED_QUEUE_FAULT_RETRY_AFTER_HTTP_DATE)")
 	fs.IntVar(&cfg.LatencyMS, "fault-latency-ms", cfg.LatencyMS, "latency added to every request ($OWED_QUEUE_FAULT_LATENCY_MS)")
 	fs.Float64Var(&cfg.RedeliveryRate, "fault-redelivery-rate", cfg.RedeliveryRate, "fraction 0..1 of consumed messages delivered twice ($OWED_QUEUE_FAULT_REDELIVERY_RATE)")
-	level := fs.String("log-level", "info", "log level: debug logs every request")
+	level := fs.String("log-level", service.LogLevelDefault, "log level: debug logs every request")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -85,6 +85,9 @@ func Main(name string, run func() error) {
 	}
 }
 
+// LogLevelDefault is the level a service logs at unless told otherwise.
+const LogLevelDefault = "info"
+
 // NewLogger returns a JSON logger for service at level (debug, info, warn,
 // error).
 func NewLogger(w io.Writer, service, level string) (zerolog.Logger, error) {

@@ -21,12 +21,13 @@ import (
 	"github.com/owedhq/owed/internal/queue"
 )
 
-// Defaults for Config.
+// Defaults for Config; the sweeper's configuration applies them.
 const (
 	BatchDefault        = 500
 	BudgetDefault       = 50 * time.Second
 	PublishAheadDefault = 60 * time.Second
 	RequeueAfterDefault = 10 * time.Minute
+	KeyPrefixDefault    = "owed-"
 	// leaseMargin is added to the budget for the sweeper's own lease, so a
 	// run that is still inside its budget never loses its rows to another.
 	leaseMargin = 10 * time.Second
