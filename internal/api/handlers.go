@@ -23,35 +23,27 @@ type scheduledRow struct {
 }
 
 func (s *server) schedule(w http.ResponseWriter, r *http.Request, p principal) {
-	body, e := readBody(w, r)
-	if e == nil {
-		var tenant string
-		var rows []ledger.NewNotification
-		if tenant, rows, e = decodeSchedule(body, p); e == nil {
-			s.writeScheduled(w, r, tenant, rows, false, batchNamer("notifications"))
-			return
-		}
-	}
-	writeError(w, e)
+	s.writeScheduled(w, r, p, decodeSchedule, false, batchNamer("notifications"))
 }
 
 func (s *server) event(w http.ResponseWriter, r *http.Request, p principal) {
-	body, e := readBody(w, r)
-	if e == nil {
-		var tenant string
-		var rows []ledger.NewNotification
-		if tenant, rows, e = decodeEvent(body, p); e == nil {
-			s.writeScheduled(w, r, tenant, rows, true, batchNamer("recipients"))
-			return
-		}
-	}
-	writeError(w, e)
+	s.writeScheduled(w, r, p, decodeEvent, true, batchNamer("recipients"))
 }
 
-// writeScheduled schedules rows in one ledger call (all or nothing) and
-// writes the per-row result.
-func (s *server) writeScheduled(w http.ResponseWriter, r *http.Request, tenant string,
-	rows []ledger.NewNotification, withRecipient bool, name fieldNamer) {
+// writeScheduled decodes the body into rows, schedules them in one ledger
+// call (all or nothing) and writes the per-row result.
+func (s *server) writeScheduled(w http.ResponseWriter, r *http.Request, p principal,
+	decode func([]byte, principal) (string, []ledger.NewNotification, *apiError), withRecipient bool, name fieldNamer) {
+	body, e := readBody(w, r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	tenant, rows, e := decode(body, p)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
 	ri := info(r)
 	ri.tenant = tenant
 	out, err := s.ledger.Schedule(r.Context(), tenant, rows)

@@ -75,6 +75,22 @@ type eventRecipient struct {
 	Payload   json.RawMessage `json:"payload"`
 }
 
+// scoped is a request body that names the tenant it acts for.
+type scoped interface{ tenantID() string }
+
+func (r scheduleRequest) tenantID() string { return r.TenantID }
+func (r subjectRequest) tenantID() string  { return r.TenantID }
+func (r eventRequest) tenantID() string    { return r.TenantID }
+
+// decodeScoped decodes body into req (a pointer to a request struct) and
+// resolves the tenant the request acts in.
+func decodeScoped(body []byte, p principal, req scoped) (string, *apiError) {
+	if e := decodeJSON(body, req); e != nil {
+		return "", e
+	}
+	return p.scope(req.tenantID(), "tenant_id")
+}
+
 // principal is who a request authenticated as: the service token (which may
 // act for any tenant it names) or one tenant's token.
 type principal struct {
@@ -188,10 +204,7 @@ func parseSeconds(field string, v *int64, min int64) (time.Duration, *fieldDetai
 // the rows. It touches no database, so the fuzz target exercises it whole.
 func decodeSchedule(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
 	var req scheduleRequest
-	if e := decodeJSON(body, &req); e != nil {
-		return "", nil, e
-	}
-	tenant, e := p.scope(req.TenantID, "tenant_id")
+	tenant, e := decodeScoped(body, p, &req)
 	if e != nil {
 		return "", nil, e
 	}
@@ -225,10 +238,7 @@ func decodeSchedule(body []byte, p principal) (string, []ledger.NewNotification,
 // decodeSubject reads a cancel body.
 func decodeSubject(body []byte, p principal) (string, subjectRequest, *apiError) {
 	var req subjectRequest
-	if e := decodeJSON(body, &req); e != nil {
-		return "", req, e
-	}
-	tenant, e := p.scope(req.TenantID, "tenant_id")
+	tenant, e := decodeScoped(body, p, &req)
 	return tenant, req, e
 }
 
@@ -236,10 +246,7 @@ func decodeSubject(body []byte, p principal) (string, subjectRequest, *apiError)
 // now plus delay_seconds for a snooze; exactly one must be given.
 func decodeReschedule(body []byte, p principal, now time.Time) (string, subjectRequest, time.Time, *apiError) {
 	var req rescheduleRequest
-	if e := decodeJSON(body, &req); e != nil {
-		return "", req.subjectRequest, time.Time{}, e
-	}
-	tenant, e := p.scope(req.TenantID, "tenant_id")
+	tenant, e := decodeScoped(body, p, &req)
 	if e != nil {
 		return "", req.subjectRequest, time.Time{}, e
 	}
@@ -267,10 +274,7 @@ func decodeReschedule(body []byte, p principal, now time.Time) (string, subjectR
 // computed from the server's clock would not.
 func decodeEvent(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
 	var req eventRequest
-	if e := decodeJSON(body, &req); e != nil {
-		return "", nil, e
-	}
-	tenant, e := p.scope(req.TenantID, "tenant_id")
+	tenant, e := decodeScoped(body, p, &req)
 	if e != nil {
 		return "", nil, e
 	}
