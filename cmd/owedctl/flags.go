@@ -2,6 +2,7 @@ package main
 
 import (
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,6 +43,45 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return usageError{err.Error()}
 	}
 	return nil
+}
+
+// needAction stops a command whose first argument must be an action when
+// args name none (usage, then a usage error saying missing) or ask for help
+// (usage, then errHelp). It returns nil when args start with an action.
+func needAction(args []string, usage func(), missing string) error {
+	if len(args) > 0 && args[0] != "-h" && args[0] != "--help" {
+		return nil
+	}
+	usage()
+	if len(args) == 0 {
+		return usageError{missing}
+	}
+	return errHelp
+}
+
+// printUsage returns a usage func printing text to stderr.
+func printUsage(text string) func() {
+	return func() { fmt.Fprint(os.Stderr, text) }
+}
+
+// parseOnlyFlags parses args that must be flags alone; hint follows the
+// complaint about a stray argument.
+func parseOnlyFlags(fs *flag.FlagSet, args []string, hint string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0)) + hint}
+	}
+	return nil
+}
+
+// printJSON writes v to out as indented JSON, the --json output of every
+// command.
+func printJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // databaseFlag registers --database-url. The environment is read by

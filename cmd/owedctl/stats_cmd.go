@@ -46,11 +46,8 @@ func runStats(ctx context.Context, out io.Writer, args []string) error {
 	since := fs.Duration("since", time.Hour, "report deliveries settled in this window")
 	qf := addQueueFlags(fs)
 	dbURL := ledgerDatabaseFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseOnlyFlags(fs, args, ": stats takes only flags"); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q: stats takes only flags", fs.Arg(0))}
 	}
 	if *since <= 0 {
 		return usageError{fmt.Sprintf("--since=%s must be above zero, e.g. 1h", *since)}
