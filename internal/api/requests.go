@@ -242,19 +242,26 @@ func decodeSubject(body []byte, p principal) (string, subjectRequest, *apiError)
 	return tenant, req, e
 }
 
+// rescheduleTo is a reschedule body resolved: the subject and its new due
+// time.
+type rescheduleTo struct {
+	subjectRequest
+	due time.Time
+}
+
 // decodeReschedule reads a reschedule body. The new due time is due_at, or
 // now plus delay_seconds for a snooze; exactly one must be given.
-func decodeReschedule(body []byte, p principal, now time.Time) (string, subjectRequest, time.Time, *apiError) {
+func decodeReschedule(body []byte, p principal, now time.Time) (string, rescheduleTo, *apiError) {
 	var req rescheduleRequest
 	tenant, e := decodeScoped(body, p, &req)
 	if e != nil {
-		return "", req.subjectRequest, time.Time{}, e
+		return "", rescheduleTo{}, e
 	}
 	switch {
 	case req.DueAt != "" && req.DelaySeconds != nil:
-		return "", req.subjectRequest, time.Time{}, badField("delay_seconds", "give due_at or delay_seconds, not both")
+		return "", rescheduleTo{}, badField("delay_seconds", "give due_at or delay_seconds, not both")
 	case req.DueAt == "" && req.DelaySeconds == nil:
-		return "", req.subjectRequest, time.Time{}, badField("due_at", "required (RFC 3339 time), or delay_seconds")
+		return "", rescheduleTo{}, badField("due_at", "required (RFC 3339 time), or delay_seconds")
 	}
 	due, fe := parseTime("due_at", req.DueAt)
 	if req.DelaySeconds != nil {
@@ -263,9 +270,9 @@ func decodeReschedule(body []byte, p principal, now time.Time) (string, subjectR
 		due = now.Add(delay)
 	}
 	if fe != nil {
-		return "", req.subjectRequest, time.Time{}, fieldErrors([]fieldDetail{*fe})
+		return "", rescheduleTo{}, fieldErrors([]fieldDetail{*fe})
 	}
-	return tenant, req.subjectRequest, due, nil
+	return tenant, rescheduleTo{subjectRequest: req.subjectRequest, due: due}, nil
 }
 
 // decodeEvent fans an event out into one ledger row per recipient. The due
