@@ -107,3 +107,13 @@ func openDatabase(dbURL string) (*sql.DB, error) {
 	}
 	return db, nil
 }
+
+// openWith opens the database named by dbURL (see openDatabase) and builds
+// what the command works on over it; done closes the pool.
+func openWith[T any](dbURL string, build func(*sql.DB) T) (v T, done func(), err error) {
+	db, err := openDatabase(dbURL)
+	if err != nil {
+		return v, nil, err
+	}
+	return build(db), func() { db.Close() }, nil
+}

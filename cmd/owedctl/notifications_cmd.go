@@ -46,13 +46,7 @@ func ledgerDatabaseFlag(fs *flag.FlagSet) *string {
 	return databaseFlag(fs, "the owed database; the application role suffices")
 }
 
-func openLedger(dbURL string) (*ledger.Ledger, func(), error) {
-	db, err := openDatabase(dbURL)
-	if err != nil {
-		return nil, nil, err
-	}
-	return ledger.New(db), func() { db.Close() }, nil
-}
+func openLedger(dbURL string) (*ledger.Ledger, func(), error) { return openWith(dbURL, ledger.New) }
 
 func notificationsShow(ctx context.Context, out io.Writer, args []string) error {
 	fs := newFlags("notifications show", "notifications show ID [--json] [--database-url URL]",

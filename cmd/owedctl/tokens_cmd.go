@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -45,11 +46,7 @@ func tokensDatabaseFlag(fs *flag.FlagSet) *string {
 }
 
 func openTokens(dbURL string) (*api.Tokens, func(), error) {
-	db, err := openDatabase(dbURL)
-	if err != nil {
-		return nil, nil, err
-	}
-	return api.NewTokens(db, nil), func() { db.Close() }, nil
+	return openWith(dbURL, func(db *sql.DB) *api.Tokens { return api.NewTokens(db, nil) })
 }
 
 // openTenantTokens parses the flags of an action that takes flags alone, one
