@@ -295,7 +295,3 @@ func TestConfigValidateNamesTheVariable(t *testing.T) {
 		}
 	}
 }
-
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
-}
