@@ -266,7 +266,7 @@ func TestMetricsPassPromtoolCheck(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	sweep.NewMetrics(reg).Observe(sweep.Result{Complete: true, Leased: 3, Published: 3, DurationMS: 41}, time.Now())
 	worker.NewMetrics(reg)
-	reg.MustRegister(sweep.NewQueueCollector(func(context.Context) (queue.Stats, error) {
+	reg.MustRegister(sweeper.NewQueueCollector(func(context.Context) (queue.Stats, error) {
 		return queue.Stats{Visible: 2, InFlight: 1, DeadLetterDepth: 4, OldestAgeSeconds: 12.5}, nil
 	}))
 

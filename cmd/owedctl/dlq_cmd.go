@@ -69,18 +69,15 @@ const dlqExample = "OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-to
 
 // dlqCmd inspects, redrives and deletes the configured queue's dead letters.
 func dlqCmd(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(os.Stderr, "usage: owedctl dlq depth|list|show ID|redrive [ID…|--all]|delete ID… [--queue NAME] [--json]\n\n"+
-			"  depth     how many dead letters the queue holds\n"+
-			"  list      dead letters, oldest first (--limit, --cursor, --all-pages)\n"+
-			"  show ID   one dead letter with its payload\n"+
-			"  redrive   put dead letters back on the queue with their receive count reset\n"+
-			"  delete    remove dead letters for good\n\n"+
-			"The queue is OWED_QUEUE_URL, OWED_QUEUE_TOKEN and OWED_QUEUE_NAME.\n\nexample:\n  "+dlqExample+"\n")
-		if len(args) == 0 {
-			return usageError{"missing action: one of depth, list, show, redrive, delete"}
-		}
-		return errHelp
+	if err := needAction(args, printUsage("usage: owedctl dlq depth|list|show ID|redrive [ID…|--all]|delete ID… [--queue NAME] [--json]\n\n"+
+		"  depth     how many dead letters the queue holds\n"+
+		"  list      dead letters, oldest first (--limit, --cursor, --all-pages)\n"+
+		"  show ID   one dead letter with its payload\n"+
+		"  redrive   put dead letters back on the queue with their receive count reset\n"+
+		"  delete    remove dead letters for good\n\n"+
+		"The queue is OWED_QUEUE_URL, OWED_QUEUE_TOKEN and OWED_QUEUE_NAME.\n\nexample:\n  "+dlqExample+"\n"),
+		"missing action: one of depth, list, show, redrive, delete"); err != nil {
+		return err
 	}
 	action, rest := args[0], args[1:]
 	fs := newFlags("dlq "+action, "dlq "+action+" [flags]", dlqExample)
@@ -97,7 +94,6 @@ func dlqCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	out := output{json: *qf.json}
 	switch action {
 	case "depth":
 		if len(pos) > 0 {
@@ -107,8 +103,8 @@ func dlqCmd(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		if out.json {
-			return out.print(map[string]any{"queue": c.Queue(), "dead_letter_depth": st.DeadLetterDepth})
+		if *qf.json {
+			return printJSON(os.Stdout, map[string]any{"queue": c.Queue(), "dead_letter_depth": st.DeadLetterDepth})
 		}
 		fmt.Printf("%s: %d dead letters\n", c.Queue(), st.DeadLetterDepth)
 	case "list":
@@ -127,8 +123,8 @@ func dlqCmd(ctx context.Context, args []string) error {
 				break
 			}
 		}
-		if out.json {
-			return out.print(map[string]any{"dead_letters": list, "next_cursor": next})
+		if *qf.json {
+			return printJSON(os.Stdout, map[string]any{"dead_letters": list, "next_cursor": next})
 		}
 		return printDeadLetters(list, next)
 	case "show":
@@ -143,8 +139,8 @@ func dlqCmd(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		if out.json {
-			return out.print(d)
+		if *qf.json {
+			return printJSON(os.Stdout, d)
 		}
 		return printDeadLetter(d)
 	case "redrive":
@@ -160,8 +156,8 @@ func dlqCmd(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		if out.json {
-			return out.print(map[string]any{"redriven": n})
+		if *qf.json {
+			return printJSON(os.Stdout, map[string]any{"redriven": n})
 		}
 		fmt.Printf("redrove %d dead letters to %s\n", n, c.Queue())
 	case "delete":
@@ -172,22 +168,14 @@ func dlqCmd(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		if out.json {
-			return out.print(map[string]any{"deleted": n})
+		if *qf.json {
+			return printJSON(os.Stdout, map[string]any{"deleted": n})
 		}
 		fmt.Printf("deleted %d of %d dead letters\n", n, len(pos))
 	default:
 		return usageError{fmt.Sprintf("unknown action %q: one of depth, list, show, redrive, delete", action)}
 	}
 	return nil
-}
-
-type output struct{ json bool }
-
-func (o output) print(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // lastErrorWidth keeps the list table on one line per dead letter.

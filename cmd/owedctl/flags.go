@@ -2,6 +2,7 @@ package main
 
 import (
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -44,6 +45,45 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// needAction stops a command whose first argument must be an action when
+// args name none (usage, then a usage error saying missing) or ask for help
+// (usage, then errHelp). It returns nil when args start with an action.
+func needAction(args []string, usage func(), missing string) error {
+	if len(args) > 0 && args[0] != "-h" && args[0] != "--help" {
+		return nil
+	}
+	usage()
+	if len(args) == 0 {
+		return usageError{missing}
+	}
+	return errHelp
+}
+
+// printUsage returns a usage func printing text to stderr.
+func printUsage(text string) func() {
+	return func() { fmt.Fprint(os.Stderr, text) }
+}
+
+// parseOnlyFlags parses args that must be flags alone; hint follows the
+// complaint about a stray argument.
+func parseOnlyFlags(fs *flag.FlagSet, args []string, hint string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0)) + hint}
+	}
+	return nil
+}
+
+// printJSON writes v to out as indented JSON, the --json output of every
+// command.
+func printJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
 // databaseFlag registers --database-url. The environment is read by
 // openDatabase after parsing and never becomes the flag's default: --help
 // prints defaults, and the URL may carry a password.
@@ -66,4 +106,14 @@ func openDatabase(dbURL string) (*sql.DB, error) {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
 	return db, nil
+}
+
+// openWith opens the database named by dbURL (see openDatabase) and builds
+// what the command works on over it; done closes the pool.
+func openWith[T any](dbURL string, build func(*sql.DB) T) (v T, done func(), err error) {
+	db, err := openDatabase(dbURL)
+	if err != nil {
+		return v, nil, err
+	}
+	return build(db), func() { db.Close() }, nil
 }

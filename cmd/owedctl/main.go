@@ -8,9 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"sort"
-	"syscall"
+
+	"github.com/owedhq/owed/internal/service"
 )
 
 // command is one owedctl subcommand. It receives the arguments after its name
@@ -73,13 +73,9 @@ func run(args []string) int {
 		return 2
 	}
 	// The first signal cancels the context so the command can shut down
-	// gracefully; a second one restores the default handler and kills us.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// gracefully; a second one kills us.
+	ctx, stop := service.SignalContext()
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop()
-	}()
 	err := cmd.run(ctx, args[1:])
 	if err == nil {
 		return 0

@@ -13,12 +13,8 @@ func migrateCmd(ctx context.Context, args []string) error {
 	fs := newFlags("migrate", "migrate up|down|status [--database-url URL]",
 		"OWED_DATABASE_URL=postgres://owed_owner@db/owed owedctl migrate up")
 	dbURL := databaseFlag(fs, "database to migrate, as the role that owns the schema")
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fs.Usage()
-		if len(args) == 0 {
-			return usageError{"missing action: one of up, down, status"}
-		}
-		return errHelp
+	if err := needAction(args, fs.Usage, "missing action: one of up, down, status"); err != nil {
+		return err
 	}
 	action := args[0]
 	if err := parseFlags(fs, args[1:]); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,15 +26,12 @@ func notificationsCmd(ctx context.Context, args []string) error {
 // runNotifications is notificationsCmd writing to out, so tests read what an
 // operator would see.
 func runNotifications(ctx context.Context, out io.Writer, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(os.Stderr, "usage: owedctl notifications show ID|find --tenant T [flags]\n\n"+
-			"  show ID   one row of any tenant, with every send attempt and its outcome\n"+
-			"  find      a tenant's rows, newest due first (--recipient, --ref, --kind, --limit)\n\n"+
-			"The database is --database-url or OWED_DATABASE_URL.\n\nexample:\n  "+notificationsExample+"\n")
-		if len(args) == 0 {
-			return usageError{"name an action: show or find"}
-		}
-		return errHelp
+	if err := needAction(args, printUsage("usage: owedctl notifications show ID|find --tenant T [flags]\n\n"+
+		"  show ID   one row of any tenant, with every send attempt and its outcome\n"+
+		"  find      a tenant's rows, newest due first (--recipient, --ref, --kind, --limit)\n\n"+
+		"The database is --database-url or OWED_DATABASE_URL.\n\nexample:\n  "+notificationsExample+"\n"),
+		"name an action: show or find"); err != nil {
+		return err
 	}
 	switch args[0] {
 	case "show":
@@ -50,13 +46,7 @@ func ledgerDatabaseFlag(fs *flag.FlagSet) *string {
 	return databaseFlag(fs, "the owed database; the application role suffices")
 }
 
-func openLedger(dbURL string) (*ledger.Ledger, func(), error) {
-	db, err := openDatabase(dbURL)
-	if err != nil {
-		return nil, nil, err
-	}
-	return ledger.New(db), func() { db.Close() }, nil
-}
+func openLedger(dbURL string) (*ledger.Ledger, func(), error) { return openWith(dbURL, ledger.New) }
 
 func notificationsShow(ctx context.Context, out io.Writer, args []string) error {
 	fs := newFlags("notifications show", "notifications show ID [--json] [--database-url URL]",
@@ -104,11 +94,8 @@ func notificationsFind(ctx context.Context, out io.Writer, args []string) error 
 	limit := fs.Int("limit", 50, fmt.Sprintf("at most this many rows, newest due first (up to %d)", ledger.MaxFindLimit))
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	dbURL := ledgerDatabaseFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseOnlyFlags(fs, args, ": find takes only flags"); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q: find takes only flags", fs.Arg(0))}
 	}
 	if *tenant == "" {
 		return usageError{"--tenant is required: rows are only ever listed within one tenant"}
@@ -188,12 +175,6 @@ func printDetail(out io.Writer, d ledger.Detail) {
 			dash(a.ProviderMessageID), dash(strings.ReplaceAll(a.Error, "\n", " ")))
 	}
 	w.Flush()
-}
-
-func printJSON(out io.Writer, v any) error {
-	enc := json.NewEncoder(out)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // stamp prints a time in UTC to the second, "-" when unset: operators compare

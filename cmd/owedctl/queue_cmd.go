@@ -17,15 +17,12 @@ import (
 // queueCmd runs the local queue emulator (queue serve) or prints a queue's
 // depths (queue stats).
 func queueCmd(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(os.Stderr, "usage: owedctl queue serve|stats [flags]\n\n"+
-			"  serve   run the local queue emulator (see 'owedctl queue serve --help')\n"+
-			"  stats   print the configured queue's depths\n\n"+
-			"example:\n  OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl queue stats\n")
-		if len(args) == 0 {
-			return usageError{"missing action: one of serve, stats"}
-		}
-		return errHelp
+	if err := needAction(args, printUsage("usage: owedctl queue serve|stats [flags]\n\n"+
+		"  serve   run the local queue emulator (see 'owedctl queue serve --help')\n"+
+		"  stats   print the configured queue's depths\n\n"+
+		"example:\n  OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl queue stats\n"),
+		"missing action: one of serve, stats"); err != nil {
+		return err
 	}
 	switch args[0] {
 	case "serve":
@@ -62,12 +59,9 @@ func queueServe(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.RetryAfterHTTPDate, "fault-retry-after-http-date", cfg.RetryAfterHTTPDate, "send Retry-After as an HTTP date ($OWED_QUEUE_FAULT_RETRY_AFTER_HTTP_DATE)")
 	fs.IntVar(&cfg.LatencyMS, "fault-latency-ms", cfg.LatencyMS, "latency added to every request ($OWED_QUEUE_FAULT_LATENCY_MS)")
 	fs.Float64Var(&cfg.RedeliveryRate, "fault-redelivery-rate", cfg.RedeliveryRate, "fraction 0..1 of consumed messages delivered twice ($OWED_QUEUE_FAULT_REDELIVERY_RATE)")
-	level := fs.String("log-level", "info", "log level: debug logs every request")
-	if err := parseFlags(fs, args); err != nil {
+	level := fs.String("log-level", service.LogLevelDefault, "log level: debug logs every request")
+	if err := parseOnlyFlags(fs, args, ""); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
 	if *token != "" {
 		cfg.Token = *token

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
@@ -45,11 +46,8 @@ func runStats(ctx context.Context, out io.Writer, args []string) error {
 	since := fs.Duration("since", time.Hour, "report deliveries settled in this window")
 	qf := addQueueFlags(fs)
 	dbURL := ledgerDatabaseFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseOnlyFlags(fs, args, ": stats takes only flags"); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q: stats takes only flags", fs.Arg(0))}
 	}
 	if *since <= 0 {
 		return usageError{fmt.Sprintf("--since=%s must be above zero, e.g. 1h", *since)}
@@ -61,13 +59,14 @@ func runStats(ctx context.Context, out io.Writer, args []string) error {
 	defer closeDB()
 
 	h := healthStats{WindowMinutes: int((*since + time.Minute - 1) / time.Minute)}
-	if h.Delivery, err = l.Stats(ctx, time.Now().Add(-*since)); err != nil {
+	from := clock.Real().Now().Add(-*since)
+	if h.Delivery, err = l.Stats(ctx, from); err != nil {
 		return fmt.Errorf("read delivery stats: %w", err)
 	}
 	if h.Backlog, err = l.Backlog(ctx); err != nil {
 		return fmt.Errorf("read the owed backlog: %w", err)
 	}
-	if h.ProviderLimitedMinutes, err = pace.LimitedMinutes(ctx, l.DB(), time.Now().Add(-*since)); err != nil {
+	if h.ProviderLimitedMinutes, err = pace.LimitedMinutes(ctx, l.DB(), from); err != nil {
 		return fmt.Errorf("read the provider-limited minutes: %w", err)
 	}
 	h.DeadLetterDepth, h.DeadLetterUnknown = deadLetterDepth(ctx, *qf.name)

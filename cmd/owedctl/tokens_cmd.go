@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -39,12 +41,24 @@ func tokensCmd(ctx context.Context, args []string) error {
 	return usageError{fmt.Sprintf("unknown action %q: one of create, list, revoke", args[0])}
 }
 
+func tokensDatabaseFlag(fs *flag.FlagSet) *string {
+	return databaseFlag(fs, "database holding api_tokens; the application role suffices")
+}
+
 func openTokens(dbURL string) (*api.Tokens, func(), error) {
-	db, err := openDatabase(dbURL)
-	if err != nil {
+	return openWith(dbURL, func(db *sql.DB) *api.Tokens { return api.NewTokens(db, nil) })
+}
+
+// openTenantTokens parses the flags of an action that takes flags alone, one
+// of them --tenant (required), and opens the token store.
+func openTenantTokens(fs *flag.FlagSet, args []string, tenant, dbURL *string) (*api.Tokens, func(), error) {
+	if err := parseOnlyFlags(fs, args, ""); err != nil {
 		return nil, nil, err
 	}
-	return api.NewTokens(db), func() { db.Close() }, nil
+	if *tenant == "" {
+		return nil, nil, usageError{"--tenant is required"}
+	}
+	return openTokens(*dbURL)
 }
 
 func tokensCreate(ctx context.Context, args []string) error {
@@ -52,17 +66,7 @@ func tokensCreate(ctx context.Context, args []string) error {
 		"TOKEN=$(owedctl tokens create --tenant acme --name 'billing backend')")
 	tenant := fs.String("tenant", "", "tenant the token acts for (required)")
 	name := fs.String("name", "", "label saying who holds the token, shown by list")
-	dbURL := databaseFlag(fs, "database holding api_tokens; the application role suffices")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
-	}
-	if *tenant == "" {
-		return usageError{"--tenant is required"}
-	}
-	tokens, done, err := openTokens(*dbURL)
+	tokens, done, err := openTenantTokens(fs, args, tenant, tokensDatabaseFlag(fs))
 	if err != nil {
 		return err
 	}
@@ -80,17 +84,7 @@ func tokensList(ctx context.Context, args []string) error {
 	fs := newFlags("tokens list", "tokens list --tenant T [--database-url URL]",
 		"owedctl tokens list --tenant acme")
 	tenant := fs.String("tenant", "", "tenant whose tokens to list (required)")
-	dbURL := databaseFlag(fs, "database holding api_tokens; the application role suffices")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
-	}
-	if *tenant == "" {
-		return usageError{"--tenant is required"}
-	}
-	tokens, done, err := openTokens(*dbURL)
+	tokens, done, err := openTenantTokens(fs, args, tenant, tokensDatabaseFlag(fs))
 	if err != nil {
 		return err
 	}
@@ -120,7 +114,7 @@ func tokensRevoke(ctx context.Context, args []string) error {
 		"owedctl tokens revoke 12   (or: echo \"$LEAKED\" | owedctl tokens revoke --token -)")
 	token := fs.String("token", "", "revoke by the token itself; - reads it from stdin, "+
 		"which keeps it out of the shell history and the process list")
-	dbURL := databaseFlag(fs, "database holding api_tokens; the application role suffices")
+	dbURL := tokensDatabaseFlag(fs)
 	// An id may come before or after the flags.
 	var idArg string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {

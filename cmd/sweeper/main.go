@@ -5,50 +5,33 @@
 package main
 
 import (
-	"fmt"
-	"os"
-
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweeper"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "sweeper:", err)
-		os.Exit(1)
-	}
-}
+func main() { service.Main("sweeper", run) }
 
 func run() error {
 	cfg, err := sweeper.LoadConfig()
 	if err != nil {
 		return err
 	}
-	log, err := service.NewLogger(os.Stderr, "sweeper", cfg.LogLevel)
+	p, err := service.Start("sweeper", cfg.Basics())
 	if err != nil {
 		return err
 	}
-	ctx, stop := service.SignalContext()
-	defer stop()
-
-	db, err := service.OpenDB(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
+	defer p.Close()
+	q, err := queue.New(cfg.Queue, queue.WithLogger(p.Log))
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	q, err := queue.New(cfg.Queue, queue.WithLogger(log))
+	clk := clock.Real()
+	srv, err := sweeper.New(cfg, ledger.New(p.DB), q, p.Log, clk)
 	if err != nil {
 		return err
 	}
-	srv, err := sweeper.New(cfg, ledger.New(db), q, log)
-	if err != nil {
-		return err
-	}
-	ln, err := service.Listen(cfg.ListenAddr, "OWED_LISTEN_ADDR")
-	if err != nil {
-		return err
-	}
-	return service.Serve(ctx, ln, srv.Handler(), log)
+	return service.Serve(p.Ctx, p.Listener, srv.Handler(), p.Log)
 }

@@ -7,8 +7,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
-	"os"
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
@@ -19,30 +17,20 @@ import (
 	"github.com/owedhq/owed/internal/worker"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		os.Exit(1)
-	}
-}
+func main() { service.Main("worker", run) }
 
 func run() error {
 	cfg, err := worker.LoadConfig()
 	if err != nil {
 		return err
 	}
-	log, err := service.NewLogger(os.Stderr, "worker", cfg.LogLevel)
+	p, err := service.Start("worker", service.Basics{LogLevel: cfg.LogLevel, DatabaseURL: cfg.DatabaseURL,
+		DBMaxConns: cfg.DBMaxConns, ListenAddr: cfg.ListenAddr})
 	if err != nil {
 		return err
 	}
-	ctx, stop := service.SignalContext()
-	defer stop()
-
-	db, err := service.OpenDB(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
+	defer p.Close()
+	ctx, db, log := p.Ctx, p.DB, p.Log
 	q, err := queue.New(cfg.Queue, queue.WithLogger(log))
 	if err != nil {
 		return err
@@ -64,16 +52,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ln, err := service.Listen(cfg.ListenAddr, "OWED_LISTEN_ADDR")
-	if err != nil {
-		return err
-	}
 	log.Info().Interface("providers", router.Assignments()).Stringer("rate", cfg.ProviderRate).
 		Int("concurrency", cfg.Concurrency).Msg("worker starting")
 
 	srvErr := make(chan error, 1)
-	go func() { srvErr <- service.Serve(ctx, ln, worker.Handler(db, q, reg), log) }()
+	go func() { srvErr <- service.Serve(ctx, p.Listener, worker.Handler(db, q, reg), log) }()
 	runErr := w.Run(ctx)
-	stop()
+	p.Shutdown()
 	return errors.Join(runErr, <-srvErr)
 }

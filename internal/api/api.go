@@ -14,18 +14,17 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"io"
 	"mime"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/service"
 )
 
 // Options configures the API handler.
@@ -39,19 +38,20 @@ type Options struct {
 	ServiceToken string
 	// Log receives one line per request; never a token or a payload.
 	Log zerolog.Logger
-	// Clock returns the current time (reschedule's delay_seconds). Nil means
-	// time.Now.
-	Clock func() time.Time
+	// Clock tells the time for reschedule's delay_seconds. Nil is
+	// clock.Real(). Give the ledger and the Tokens the same clock.
+	Clock clock.Clock
 }
 
 type server struct {
-	ledger      *ledger.Ledger
-	tokens      *Tokens
-	serviceHash [sha256.Size]byte
-	hasService  bool
-	log         zerolog.Logger
-	clock       func() time.Time
-	mux         *http.ServeMux
+	ledger *ledger.Ledger
+	tokens *Tokens
+	// service checks the service token; the zero Bearer (no token
+	// configured) matches nothing.
+	service service.Bearer
+	log     zerolog.Logger
+	clock   clock.Clock
+	mux     *http.ServeMux
 }
 
 // New returns the handler serving every /v1 route.
@@ -59,14 +59,10 @@ func New(o Options) http.Handler {
 	if o.Ledger == nil {
 		panic("api.New: Options.Ledger is required")
 	}
-	s := &server{ledger: o.Ledger, tokens: o.Tokens, log: o.Log, clock: o.Clock, mux: http.NewServeMux()}
+	s := &server{ledger: o.Ledger, tokens: o.Tokens, service: service.NewBearer(o.ServiceToken), log: o.Log,
+		clock: o.Clock, mux: http.NewServeMux()}
 	if s.clock == nil {
-		s.clock = time.Now
-	}
-	if o.ServiceToken != "" {
-		// Comparing digests keeps the comparison constant-time even in the
-		// token's length, which subtle.ConstantTimeCompare alone leaks.
-		s.serviceHash, s.hasService = sha256.Sum256([]byte(o.ServiceToken)), true
+		s.clock = clock.Real()
 	}
 	s.mux.HandleFunc("POST /v1/notifications", s.authed(s.schedule))
 	s.mux.HandleFunc("GET /v1/notifications", s.authed(s.find))
@@ -200,16 +196,12 @@ func (s *server) authenticate(r *http.Request) (principal, *apiError) {
 	unauthorized := func(msg string) *apiError {
 		return &apiError{Status: http.StatusUnauthorized, Code: codeUnauthorized, Message: msg}
 	}
-	scheme, bearer, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(bearer) == "" {
+	bearer, ok := service.BearerToken(r)
+	if !ok {
 		return principal{}, unauthorized("missing bearer token: send Authorization: Bearer <token>")
 	}
-	bearer = strings.TrimSpace(bearer)
-	if s.hasService {
-		sum := sha256.Sum256([]byte(bearer))
-		if subtle.ConstantTimeCompare(sum[:], s.serviceHash[:]) == 1 {
-			return principal{service: true}, nil
-		}
+	if s.service.Matches(bearer) {
+		return principal{service: true}, nil
 	}
 	if s.tokens != nil {
 		tenant, err := s.tokens.Authenticate(r.Context(), bearer)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/testdb"
 )
@@ -26,7 +27,7 @@ type bundle struct {
 	ledger  *ledger.Ledger
 	tokens  *Tokens
 	handler http.Handler
-	now     time.Time
+	clk     *clock.Stub
 	logs    *bytes.Buffer
 	// acme and globex are tenant tokens.
 	acme, globex string
@@ -35,11 +36,10 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	t.Parallel()
-	b := &bundle{db: testdb.New(t), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), logs: &bytes.Buffer{}}
+	b := &bundle{db: testdb.New(t), clk: clock.NewStub(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), logs: &bytes.Buffer{}}
 	b.ledger = ledger.New(b.db.App)
-	b.ledger.Clock = func() time.Time { return b.now }
-	b.tokens = NewTokens(b.db.App)
-	b.tokens.Clock = func() time.Time { return b.now }
+	b.ledger.Clock = b.clk.Now
+	b.tokens = NewTokens(b.db.App, b.clk)
 	var err error
 	if b.acme, _, err = b.tokens.Create(ctx, "acme", "acme backend"); err != nil {
 		t.Fatal(err)
@@ -48,7 +48,7 @@ func setup(t *testing.T) *bundle {
 		t.Fatal(err)
 	}
 	b.handler = New(Options{Ledger: b.ledger, Tokens: b.tokens, ServiceToken: serviceToken,
-		Log: zerolog.New(b.logs), Clock: func() time.Time { return b.now }})
+		Log: zerolog.New(b.logs), Clock: b.clk})
 	return b
 }
 
@@ -141,7 +141,7 @@ func batch(rows ...map[string]any) map[string]any {
 
 func TestScheduleGetAndFind(t *testing.T) {
 	b := setup(t)
-	due := b.now.Add(time.Hour)
+	due := b.clk.Now().Add(time.Hour)
 	exp := due.Add(time.Hour)
 	second := note("+15550002", "T-1", due)
 	second["expires_at"] = exp.Format(time.RFC3339)
@@ -185,29 +185,29 @@ func TestScheduleGetAndFind(t *testing.T) {
 func TestGetShowsDelivery(t *testing.T) {
 	b := setup(t)
 	var res scheduleResult
-	b.do(t, "POST", "/v1/notifications", b.acme, batch(note("+15550001", "T-1", b.now))).data(t, &res)
+	b.do(t, "POST", "/v1/notifications", b.acme, batch(note("+15550001", "T-1", b.clk.Now()))).data(t, &res)
 	id := res.Notifications[0].ID
-	if _, err := b.ledger.ClaimForSend(ctx, "acme", id, ledger.ClaimParams{DueAt: b.now, LeaseFor: time.Minute}); err != nil {
+	if _, err := b.ledger.ClaimForSend(ctx, "acme", id, ledger.ClaimParams{DueAt: b.clk.Now(), LeaseFor: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.ledger.SettleDelivered(ctx, "acme", id, ledger.Attempt{Attempt: 1, Provider: "sandbox",
-		StartedAt: b.now, FinishedAt: b.now, ProviderMessageID: "msg-1"}); err != nil {
+		StartedAt: b.clk.Now(), FinishedAt: b.clk.Now(), ProviderMessageID: "msg-1"}); err != nil {
 		t.Fatal(err)
 	}
 	r := b.do(t, "GET", fmt.Sprintf("/v1/notifications/%d", id), b.acme, nil)
 	expect(t, r, http.StatusOK)
 	var d detailResponse
 	r.data(t, &d)
-	if d.State != ledger.StateDelivered || d.DeliveredAt == nil || !d.DeliveredAt.Equal(b.now) ||
+	if d.State != ledger.StateDelivered || d.DeliveredAt == nil || !d.DeliveredAt.Equal(b.clk.Now()) ||
 		d.ProviderMessageID != "msg-1" || d.Attempts != 1 || len(d.History) != 1 ||
 		d.History[0].ProviderMessageID != "msg-1" {
-		t.Fatalf("detail %s, want delivered at %s as msg-1 after one attempt with its history", r.body, b.now)
+		t.Fatalf("detail %s, want delivered at %s as msg-1 after one attempt with its history", r.body, b.clk.Now())
 	}
 }
 
 func TestScheduleReplayReturnsSameIDs(t *testing.T) {
 	b := setup(t)
-	body := batch(note("+15550001", "T-1", b.now), note("+15550002", "T-1", b.now))
+	body := batch(note("+15550001", "T-1", b.clk.Now()), note("+15550002", "T-1", b.clk.Now()))
 	var first, second scheduleResult
 	b.do(t, "POST", "/v1/notifications", b.acme, body).data(t, &first)
 	r := b.do(t, "POST", "/v1/notifications", b.acme, body)
@@ -235,16 +235,16 @@ func (b *bundle) count(t *testing.T, tenant string) int {
 
 func TestScheduleValidationNamesTheFieldAndWritesNothing(t *testing.T) {
 	b := setup(t)
-	good := note("+15550001", "T-1", b.now)
-	noRecipient := note("", "T-2", b.now)
-	badDue := note("+15550003", "T-3", b.now)
+	good := note("+15550001", "T-1", b.clk.Now())
+	noRecipient := note("", "T-2", b.clk.Now())
+	badDue := note("+15550003", "T-3", b.clk.Now())
 	badDue["due_at"] = "tomorrow"
-	badChannel := note("+15550004", "T-4", b.now)
+	badChannel := note("+15550004", "T-4", b.clk.Now())
 	badChannel["channel"] = "pigeon"
-	email := note("a@example.com", "T-5", b.now)
+	email := note("a@example.com", "T-5", b.clk.Now())
 	email["channel"] = "email"
-	early := note("+15550006", "T-6", b.now)
-	early["expires_at"] = b.now.Add(-time.Minute).Format(time.RFC3339)
+	early := note("+15550006", "T-6", b.clk.Now())
+	early["expires_at"] = b.clk.Now().Add(-time.Minute).Format(time.RFC3339)
 	cases := []struct {
 		name  string
 		body  any
@@ -282,7 +282,7 @@ func TestScheduleValidationNamesTheFieldAndWritesNothing(t *testing.T) {
 	// A batch over the ledger's limit is rejected whole.
 	rows := make([]map[string]any, ledger.MaxScheduleBatch+1)
 	for i := range rows {
-		rows[i] = note(fmt.Sprintf("+1555%06d", i), "T-big", b.now)
+		rows[i] = note(fmt.Sprintf("+1555%06d", i), "T-big", b.clk.Now())
 	}
 	expectField(t, b.do(t, "POST", "/v1/notifications", b.acme, batch(rows...)), http.StatusBadRequest, "notifications")
 	if n := b.count(t, "acme"); n != 0 {
@@ -358,7 +358,7 @@ func TestAuthentication(t *testing.T) {
 
 func TestTenantTokenCannotTouchAnotherTenant(t *testing.T) {
 	b := setup(t)
-	due := b.now.Add(time.Hour)
+	due := b.clk.Now().Add(time.Hour)
 	var globexRows scheduleResult
 	r := b.do(t, "POST", "/v1/notifications", b.globex, batch(note("+15559999", "G-1", due)))
 	expect(t, r, http.StatusOK)
@@ -411,7 +411,7 @@ func TestTenantTokenCannotTouchAnotherTenant(t *testing.T) {
 
 func TestServiceTokenMustNameTheTenant(t *testing.T) {
 	b := setup(t)
-	body := batch(note("+15550001", "T-1", b.now))
+	body := batch(note("+15550001", "T-1", b.clk.Now()))
 	expectField(t, b.do(t, "POST", "/v1/notifications", serviceToken, body), http.StatusBadRequest, "tenant_id")
 	expectField(t, b.do(t, "GET", "/v1/notifications", serviceToken, nil), http.StatusBadRequest, "tenant")
 	expectField(t, b.do(t, "GET", "/v1/notifications/1", serviceToken, nil), http.StatusBadRequest, "tenant")
@@ -433,7 +433,7 @@ func TestServiceTokenMustNameTheTenant(t *testing.T) {
 func TestCancel(t *testing.T) {
 	b := setup(t)
 	expect(t, b.do(t, "POST", "/v1/notifications", b.acme,
-		batch(note("+15550001", "T-1", b.now), note("+15550002", "T-1", b.now), note("+15550001", "T-2", b.now))),
+		batch(note("+15550001", "T-1", b.clk.Now()), note("+15550002", "T-1", b.clk.Now()), note("+15550001", "T-2", b.clk.Now()))),
 		http.StatusOK)
 	r := b.do(t, "POST", "/v1/notifications/cancel", b.acme, map[string]string{"kind": "follow_up", "ref_id": "T-1"})
 	expect(t, r, http.StatusOK)
@@ -452,7 +452,7 @@ func TestCancel(t *testing.T) {
 
 func TestReschedule(t *testing.T) {
 	b := setup(t)
-	due := b.now.Add(time.Hour)
+	due := b.clk.Now().Add(time.Hour)
 	expect(t, b.do(t, "POST", "/v1/notifications", b.acme, batch(note("+15550001", "T-1", due))), http.StatusOK)
 
 	// A snooze: delay_seconds counts from now.
@@ -462,8 +462,8 @@ func TestReschedule(t *testing.T) {
 	var res ledger.ChangeResult
 	r.data(t, &res)
 	rows, err := b.ledger.Find(ctx, "acme", ledger.Filter{RefID: "T-1"})
-	if err != nil || res.Changed != 1 || len(rows) != 1 || !rows[0].DueAt.Equal(b.now.Add(2*time.Hour)) {
-		t.Fatalf("after snooze: result %+v, rows %+v (%v); want one row due %s", res, rows, err, b.now.Add(2*time.Hour))
+	if err != nil || res.Changed != 1 || len(rows) != 1 || !rows[0].DueAt.Equal(b.clk.Now().Add(2*time.Hour)) {
+		t.Fatalf("after snooze: result %+v, rows %+v (%v); want one row due %s", res, rows, err, b.clk.Now().Add(2*time.Hour))
 	}
 
 	expectField(t, b.do(t, "POST", "/v1/notifications/reschedule", b.acme,
@@ -477,13 +477,13 @@ func TestReschedule(t *testing.T) {
 	// same due time: that is the ledger's conflict, a 409.
 	expect(t, b.do(t, "POST", "/v1/notifications", b.acme, batch(note("+15550001", "T-1", due))), http.StatusOK)
 	r = b.do(t, "POST", "/v1/notifications/reschedule", b.acme,
-		map[string]any{"kind": "follow_up", "ref_id": "T-1", "due_at": b.now.Add(3 * time.Hour).Format(time.RFC3339)})
+		map[string]any{"kind": "follow_up", "ref_id": "T-1", "due_at": b.clk.Now().Add(3 * time.Hour).Format(time.RFC3339)})
 	expectField(t, r, http.StatusConflict, "due_at")
 }
 
 func TestEventFanOut(t *testing.T) {
 	b := setup(t)
-	occurred := b.now.Add(-time.Minute)
+	occurred := b.clk.Now().Add(-time.Minute)
 	event := map[string]any{
 		"kind": "shipment_held", "ref_id": "SHP-1", "channel": "sms",
 		"payload":     map[string]string{"text": "Your parcel is held at customs"},
@@ -542,7 +542,7 @@ func TestEventValidation(t *testing.T) {
 		return map[string]any{
 			"kind": "ticket_update", "ref_id": "TCK-1", "channel": "sms",
 			"payload":     map[string]string{"text": "updated"},
-			"occurred_at": b.now.Format(time.RFC3339),
+			"occurred_at": b.clk.Now().Format(time.RFC3339),
 			"recipients":  []map[string]any{{"recipient": "+15550001"}, {"recipient": "+15550002"}},
 		}
 	}
@@ -559,9 +559,9 @@ func TestEventValidation(t *testing.T) {
 		"negative delay":    {func(e map[string]any) { e["delay_seconds"] = -5 }, "delay_seconds"},
 		"both expiries": {func(e map[string]any) {
 			e["expires_in_seconds"] = 60
-			e["expires_at"] = b.now.Add(time.Hour).Format(time.RFC3339)
+			e["expires_at"] = b.clk.Now().Add(time.Hour).Format(time.RFC3339)
 		}, "expires_in_seconds"},
-		"expiry before due": {func(e map[string]any) { e["expires_at"] = b.now.Format(time.RFC3339) }, "expires_at"},
+		"expiry before due": {func(e map[string]any) { e["expires_at"] = b.clk.Now().Format(time.RFC3339) }, "expires_at"},
 		"unknown field":     {func(e map[string]any) { e["recipient"] = "x" }, "recipient"},
 	}
 	for name, c := range cases {

@@ -23,37 +23,39 @@ type scheduledRow struct {
 }
 
 func (s *server) schedule(w http.ResponseWriter, r *http.Request, p principal) {
-	body, e := readBody(w, r)
-	if e == nil {
-		var tenant string
-		var rows []ledger.NewNotification
-		if tenant, rows, e = decodeSchedule(body, p); e == nil {
-			s.writeScheduled(w, r, tenant, rows, false, batchNamer("notifications"))
-			return
-		}
-	}
-	writeError(w, e)
+	s.writeScheduled(w, r, p, decodeSchedule, false, batchNamer("notifications"))
 }
 
 func (s *server) event(w http.ResponseWriter, r *http.Request, p principal) {
-	body, e := readBody(w, r)
-	if e == nil {
-		var tenant string
-		var rows []ledger.NewNotification
-		if tenant, rows, e = decodeEvent(body, p); e == nil {
-			s.writeScheduled(w, r, tenant, rows, true, batchNamer("recipients"))
-			return
-		}
-	}
-	writeError(w, e)
+	s.writeScheduled(w, r, p, decodeEvent, true, batchNamer("recipients"))
 }
 
-// writeScheduled schedules rows in one ledger call (all or nothing) and
-// writes the per-row result.
-func (s *server) writeScheduled(w http.ResponseWriter, r *http.Request, tenant string,
-	rows []ledger.NewNotification, withRecipient bool, name fieldNamer) {
+// decoded reads r's JSON body and decodes it with decode into the tenant the
+// request acts in and what it asks for. On an error it answers the request
+// itself and ok is false.
+func decoded[T any](w http.ResponseWriter, r *http.Request, p principal,
+	decode func([]byte, principal) (string, T, *apiError)) (tenant string, req T, ok bool) {
+	body, e := readBody(w, r)
+	if e == nil {
+		tenant, req, e = decode(body, p)
+	}
+	if e != nil {
+		writeError(w, e)
+		return "", req, false
+	}
+	info(r).tenant = tenant
+	return tenant, req, true
+}
+
+// writeScheduled decodes the body into rows, schedules them in one ledger
+// call (all or nothing) and writes the per-row result.
+func (s *server) writeScheduled(w http.ResponseWriter, r *http.Request, p principal,
+	decode func([]byte, principal) (string, []ledger.NewNotification, *apiError), withRecipient bool, name fieldNamer) {
+	tenant, rows, ok := decoded(w, r, p, decode)
+	if !ok {
+		return
+	}
 	ri := info(r)
-	ri.tenant = tenant
 	out, err := s.ledger.Schedule(r.Context(), tenant, rows)
 	if err != nil {
 		s.fail(w, r, err, name)
@@ -76,17 +78,10 @@ func (s *server) writeScheduled(w http.ResponseWriter, r *http.Request, tenant s
 }
 
 func (s *server) cancel(w http.ResponseWriter, r *http.Request, p principal) {
-	body, e := readBody(w, r)
-	if e != nil {
-		writeError(w, e)
+	tenant, req, ok := decoded(w, r, p, decodeSubject)
+	if !ok {
 		return
 	}
-	tenant, req, e := decodeSubject(body, p)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	info(r).tenant = tenant
 	res, err := s.ledger.Cancel(r.Context(), tenant, req.Kind, req.RefID)
 	if err != nil {
 		s.fail(w, r, err, batchNamer("notifications"))
@@ -96,18 +91,14 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request, p principal) {
 }
 
 func (s *server) reschedule(w http.ResponseWriter, r *http.Request, p principal) {
-	body, e := readBody(w, r)
-	if e != nil {
-		writeError(w, e)
+	now := s.clock.Now()
+	tenant, req, ok := decoded(w, r, p, func(body []byte, p principal) (string, rescheduleTo, *apiError) {
+		return decodeReschedule(body, p, now)
+	})
+	if !ok {
 		return
 	}
-	tenant, req, due, e := decodeReschedule(body, p, s.clock())
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	info(r).tenant = tenant
-	res, err := s.ledger.Reschedule(r.Context(), tenant, req.Kind, req.RefID, due)
+	res, err := s.ledger.Reschedule(r.Context(), tenant, req.Kind, req.RefID, req.due)
 	if err != nil {
 		s.fail(w, r, err, batchNamer("notifications"))
 		return

@@ -75,6 +75,22 @@ type eventRecipient struct {
 	Payload   json.RawMessage `json:"payload"`
 }
 
+// scoped is a request body that names the tenant it acts for.
+type scoped interface{ tenantID() string }
+
+func (r scheduleRequest) tenantID() string { return r.TenantID }
+func (r subjectRequest) tenantID() string  { return r.TenantID }
+func (r eventRequest) tenantID() string    { return r.TenantID }
+
+// decodeScoped decodes body into req (a pointer to a request struct) and
+// resolves the tenant the request acts in.
+func decodeScoped(body []byte, p principal, req scoped) (string, *apiError) {
+	if e := decodeJSON(body, req); e != nil {
+		return "", e
+	}
+	return p.scope(req.tenantID(), "tenant_id")
+}
+
 // principal is who a request authenticated as: the service token (which may
 // act for any tenant it names) or one tenant's token.
 type principal struct {
@@ -188,10 +204,7 @@ func parseSeconds(field string, v *int64, min int64) (time.Duration, *fieldDetai
 // the rows. It touches no database, so the fuzz target exercises it whole.
 func decodeSchedule(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
 	var req scheduleRequest
-	if e := decodeJSON(body, &req); e != nil {
-		return "", nil, e
-	}
-	tenant, e := p.scope(req.TenantID, "tenant_id")
+	tenant, e := decodeScoped(body, p, &req)
 	if e != nil {
 		return "", nil, e
 	}
@@ -225,29 +238,30 @@ func decodeSchedule(body []byte, p principal) (string, []ledger.NewNotification,
 // decodeSubject reads a cancel body.
 func decodeSubject(body []byte, p principal) (string, subjectRequest, *apiError) {
 	var req subjectRequest
-	if e := decodeJSON(body, &req); e != nil {
-		return "", req, e
-	}
-	tenant, e := p.scope(req.TenantID, "tenant_id")
+	tenant, e := decodeScoped(body, p, &req)
 	return tenant, req, e
+}
+
+// rescheduleTo is a reschedule body resolved: the subject and its new due
+// time.
+type rescheduleTo struct {
+	subjectRequest
+	due time.Time
 }
 
 // decodeReschedule reads a reschedule body. The new due time is due_at, or
 // now plus delay_seconds for a snooze; exactly one must be given.
-func decodeReschedule(body []byte, p principal, now time.Time) (string, subjectRequest, time.Time, *apiError) {
+func decodeReschedule(body []byte, p principal, now time.Time) (string, rescheduleTo, *apiError) {
 	var req rescheduleRequest
-	if e := decodeJSON(body, &req); e != nil {
-		return "", req.subjectRequest, time.Time{}, e
-	}
-	tenant, e := p.scope(req.TenantID, "tenant_id")
+	tenant, e := decodeScoped(body, p, &req)
 	if e != nil {
-		return "", req.subjectRequest, time.Time{}, e
+		return "", rescheduleTo{}, e
 	}
 	switch {
 	case req.DueAt != "" && req.DelaySeconds != nil:
-		return "", req.subjectRequest, time.Time{}, badField("delay_seconds", "give due_at or delay_seconds, not both")
+		return "", rescheduleTo{}, badField("delay_seconds", "give due_at or delay_seconds, not both")
 	case req.DueAt == "" && req.DelaySeconds == nil:
-		return "", req.subjectRequest, time.Time{}, badField("due_at", "required (RFC 3339 time), or delay_seconds")
+		return "", rescheduleTo{}, badField("due_at", "required (RFC 3339 time), or delay_seconds")
 	}
 	due, fe := parseTime("due_at", req.DueAt)
 	if req.DelaySeconds != nil {
@@ -256,9 +270,9 @@ func decodeReschedule(body []byte, p principal, now time.Time) (string, subjectR
 		due = now.Add(delay)
 	}
 	if fe != nil {
-		return "", req.subjectRequest, time.Time{}, fieldErrors([]fieldDetail{*fe})
+		return "", rescheduleTo{}, fieldErrors([]fieldDetail{*fe})
 	}
-	return tenant, req.subjectRequest, due, nil
+	return tenant, rescheduleTo{subjectRequest: req.subjectRequest, due: due}, nil
 }
 
 // decodeEvent fans an event out into one ledger row per recipient. The due
@@ -267,10 +281,7 @@ func decodeReschedule(body []byte, p principal, now time.Time) (string, subjectR
 // computed from the server's clock would not.
 func decodeEvent(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
 	var req eventRequest
-	if e := decodeJSON(body, &req); e != nil {
-		return "", nil, e
-	}
-	tenant, e := p.scope(req.TenantID, "tenant_id")
+	tenant, e := decodeScoped(body, p, &req)
 	if e != nil {
 		return "", nil, e
 	}

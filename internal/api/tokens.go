@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 )
 
@@ -52,33 +53,40 @@ type Token struct {
 // holds only SHA-256 hashes; the plaintext exists once, in Create's return
 // value.
 type Tokens struct {
-	db *sql.DB
-	// Clock returns the current time; tests replace it.
-	Clock func() time.Time
+	db    *sql.DB
+	clock clock.Clock
 }
 
 // NewTokens returns a token store over db (the application role suffices).
-func NewTokens(db *sql.DB) *Tokens {
-	return &Tokens{db: db, Clock: time.Now}
+// Its times come from clk (nil is clock.Real(): the database's clock).
+func NewTokens(db *sql.DB, clk clock.Clock) *Tokens {
+	if clk == nil {
+		clk = clock.Real()
+	}
+	return &Tokens{db: db, clock: clk}
 }
 
-func (t *Tokens) now() time.Time { return t.Clock().UTC().Truncate(time.Microsecond) }
-
+// Every statement's $now is the clock's NowOrNil: the database's clock in
+// production, the stubbed instant in tests.
 const (
 	qTokenCreate = `
-INSERT INTO api_tokens (tenant_id, token_hash, name, created_at) VALUES ($1, $2, $3, $4) RETURNING id`
+INSERT INTO api_tokens (tenant_id, token_hash, name, created_at) VALUES ($1, $2, $3, coalesce($4, now()))
+RETURNING id`
+	// qTokenAuthenticate also says whether last_used_at is older than the
+	// resolution ($3 seconds), so a fresh token costs no write.
 	qTokenAuthenticate = `
-SELECT id, tenant_id, last_used_at FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL`
+SELECT id, tenant_id, last_used_at IS NULL OR last_used_at < coalesce($2, now()) - make_interval(secs => $3)
+  FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL`
 	// qTokenTouch re-checks staleness so concurrent requests write once.
 	qTokenTouch = `
-UPDATE api_tokens SET last_used_at = $2
- WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $3)`
+UPDATE api_tokens SET last_used_at = coalesce($2, now())
+ WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < coalesce($2, now()) - make_interval(secs => $3))`
 	// qTokenRevoke keeps the first revocation time when revoked twice.
 	qTokenRevokeByID = `
-UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $2) WHERE id = $1
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $2, now()) WHERE id = $1
 RETURNING ` + tokenColumns
 	qTokenRevokeByHash = `
-UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $2) WHERE token_hash = $1
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $2, now()) WHERE token_hash = $1
 RETURNING ` + tokenColumns
 	qTokenList = `SELECT ` + tokenColumns + ` FROM api_tokens WHERE tenant_id = $1 ORDER BY id`
 
@@ -106,7 +114,7 @@ func (t *Tokens) Create(ctx context.Context, tenant, name string) (string, int64
 	}
 	plaintext := TokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
 	var id int64
-	if err := t.db.QueryRowContext(ctx, qTokenCreate, tenant, hashToken(plaintext), name, t.now()).
+	if err := t.db.QueryRowContext(ctx, qTokenCreate, tenant, hashToken(plaintext), name, t.clock.NowOrNil()).
 		Scan(&id); err != nil {
 		return "", 0, fmt.Errorf("store token: %w", err)
 	}
@@ -122,19 +130,20 @@ func (t *Tokens) Authenticate(ctx context.Context, bearer string) (string, error
 	}
 	var id int64
 	var tenant string
-	var lastUsed sql.NullTime
-	err := t.db.QueryRowContext(ctx, qTokenAuthenticate, hashToken(bearer)).Scan(&id, &tenant, &lastUsed)
+	var stale bool
+	now, resolution := t.clock.NowOrNil(), lastUsedResolution.Seconds()
+	err := t.db.QueryRowContext(ctx, qTokenAuthenticate, hashToken(bearer), now, resolution).
+		Scan(&id, &tenant, &stale)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", ErrInvalidToken
 	}
 	if err != nil {
 		return "", fmt.Errorf("look up token: %w", err)
 	}
-	now := t.now()
-	if !lastUsed.Valid || lastUsed.Time.Before(now.Add(-lastUsedResolution)) {
+	if stale {
 		// last_used_at is an operator's hint, not an audit log: failing to
 		// record it must not fail the request it describes.
-		t.db.ExecContext(ctx, qTokenTouch, id, now, now.Add(-lastUsedResolution))
+		t.db.ExecContext(ctx, qTokenTouch, id, now, resolution)
 	}
 	return tenant, nil
 }
@@ -152,7 +161,7 @@ func (t *Tokens) RevokeToken(ctx context.Context, plaintext string) (Token, erro
 }
 
 func (t *Tokens) revoke(ctx context.Context, query string, key any) (Token, error) {
-	tok, err := scanToken(t.db.QueryRowContext(ctx, query, key, t.now()))
+	tok, err := scanToken(t.db.QueryRowContext(ctx, query, key, t.clock.NowOrNil()))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Token{}, ErrTokenNotFound
 	}

@@ -32,17 +32,17 @@ func TestTokensLifecycle(t *testing.T) {
 	}
 	list, err := b.tokens.List(ctx, "initech")
 	if err != nil || len(list) != 1 || list[0].ID != id || list[0].Name != "billing backend" ||
-		list[0].LastUsedAt == nil || !list[0].LastUsedAt.Equal(b.now) || list[0].RevokedAt != nil {
+		list[0].LastUsedAt == nil || !list[0].LastUsedAt.Equal(b.clk.Now()) || list[0].RevokedAt != nil {
 		t.Fatalf("list %+v (%v), want the token, used now, not revoked", list, err)
 	}
 
 	// Use within the resolution does not rewrite last_used_at.
-	b.now = b.now.Add(30 * time.Second)
+	b.clk.Advance(30 * time.Second)
 	if _, err := b.tokens.Authenticate(ctx, plain); err != nil {
 		t.Fatal(err)
 	}
 	list, _ = b.tokens.List(ctx, "initech")
-	if !list[0].LastUsedAt.Equal(b.now.Add(-30 * time.Second)) {
+	if !list[0].LastUsedAt.Equal(b.clk.Now().Add(-30 * time.Second)) {
 		t.Errorf("last_used_at %s rewritten within a minute", list[0].LastUsedAt)
 	}
 
@@ -54,7 +54,7 @@ func TestTokensLifecycle(t *testing.T) {
 		t.Fatalf("revoked token authenticates: %v", err)
 	}
 	// Revoking again keeps the first revocation time.
-	b.now = b.now.Add(time.Hour)
+	b.clk.Advance(time.Hour)
 	again, err := b.tokens.Revoke(ctx, id)
 	if err != nil || !again.RevokedAt.Equal(*revoked.RevokedAt) {
 		t.Fatalf("second revoke: %+v, %v; want revoked_at kept at %s", again, err, revoked.RevokedAt)
@@ -64,5 +64,27 @@ func TestTokensLifecycle(t *testing.T) {
 	}
 	if _, _, err := b.tokens.Create(ctx, "", "x"); err == nil || !strings.Contains(err.Error(), "tenant_id") {
 		t.Errorf("create without tenant: %v, want an error naming tenant_id", err)
+	}
+}
+
+// TestTokensOnTheDatabaseClock runs the production path, where every
+// statement's $now is NULL and the database's clock decides.
+func TestTokensOnTheDatabaseClock(t *testing.T) {
+	b := setup(t)
+	tokens := NewTokens(b.db.App, nil)
+	plain, id, err := tokens.Create(ctx, "initech", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokens.Authenticate(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	list, err := tokens.List(ctx, "initech")
+	if err != nil || len(list) != 1 || list[0].LastUsedAt == nil || list[0].LastUsedAt.Before(list[0].CreatedAt) {
+		t.Fatalf("list %+v (%v), want the token used at or after its creation", list, err)
+	}
+	revoked, err := tokens.Revoke(ctx, id)
+	if err != nil || revoked.RevokedAt == nil || revoked.RevokedAt.Before(list[0].CreatedAt) {
+		t.Fatalf("revoke: %+v, %v; want revoked at or after its creation", revoked, err)
 	}
 }

@@ -347,7 +347,7 @@ func (s *Stack) Start(ctx context.Context) (err error) {
 	if err := s.startChildren(ctx, bins, ownerURL, appURL); err != nil {
 		return err
 	}
-	if s.ep.TenantToken, _, err = api.NewTokens(s.appDB).Create(ctx, Tenant, "owedctl dev"); err != nil {
+	if s.ep.TenantToken, _, err = api.NewTokens(s.appDB, nil).Create(ctx, Tenant, "owedctl dev"); err != nil {
 		return fmt.Errorf("create the %s tenant token: %w", Tenant, err)
 	}
 	if err := s.writeEnvFile(); err != nil {

@@ -49,11 +49,11 @@ func setup(t *testing.T) fixture {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := sweeper.New(cfg, st.Ledger, st.Queue, zerolog.Nop())
+	srv, err := sweeper.New(cfg, st.Ledger, st.Queue, zerolog.Nop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, _, err := api.NewTokens(st.DB.App).Create(context.Background(), tenant, "security test")
+	tok, _, err := api.NewTokens(st.DB.App, nil).Create(context.Background(), tenant, "security test")
 	if err != nil {
 		t.Fatal(err)
 	}

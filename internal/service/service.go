@@ -1,25 +1,18 @@
-// Package service holds what every owed process shares: logging, the
-// database pool, and an HTTP server with timeouts, a body limit and graceful
-// shutdown. It knows nothing about the ledger or the queue.
+// Package service holds what every owed process shares: the start-up (Start:
+// logger, signal context, database pool, listener), an HTTP server with
+// timeouts, a body limit and graceful shutdown (Server), and the one hashed,
+// constant-time bearer check (Bearer). It knows nothing about the ledger or
+// the queue, and it never logs or returns a secret or a database URL.
 package service
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
-	"strings"
-	"syscall"
 	"time"
 
-	_ "github.com/lib/pq" // the postgres driver
 	"github.com/rs/zerolog"
 )
 
@@ -35,42 +28,6 @@ const (
 	// MaxHeaderBytes caps a request's headers.
 	MaxHeaderBytes = 64 << 10
 )
-
-// NewLogger returns a JSON logger for service at level (debug, info, warn,
-// error).
-func NewLogger(w io.Writer, service, level string) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
-	if err != nil || level == "" {
-		return zerolog.Nop(), fmt.Errorf("OWED_LOG_LEVEL=%q is not a level: one of debug, info, warn, error", level)
-	}
-	if w == nil {
-		w = os.Stderr
-	}
-	zerolog.TimeFieldFormat = time.RFC3339Nano
-	return zerolog.New(w).Level(lvl).With().Timestamp().Str("service", service).Logger(), nil
-}
-
-// OpenDB opens and pings a pool. The error never repeats the URL, which may
-// carry a password.
-func OpenDB(ctx context.Context, url string, maxConns int) (*sql.DB, error) {
-	if url == "" {
-		return nil, errors.New("OWED_DATABASE_URL is not set: give a postgres:// URL for the application role")
-	}
-	db, err := sql.Open("postgres", url)
-	if err != nil {
-		return nil, errors.New("OWED_DATABASE_URL is not a valid postgres URL")
-	}
-	db.SetMaxOpenConns(maxConns)
-	db.SetMaxIdleConns(maxConns)
-	db.SetConnMaxIdleTime(5 * time.Minute)
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := db.PingContext(pctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("connect to the database: %w", err)
-	}
-	return db, nil
-}
 
 // Serve runs handler on ln with the default timeouts and body limit until
 // ctx is cancelled, then shuts down gracefully (see Server.Serve).
@@ -159,18 +116,6 @@ func orDefault[T comparable](v, def T) T {
 	return v
 }
 
-// Listen opens addr, turning "address already in use" into advice.
-func Listen(addr, variable string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("%s=%s: the port is busy; stop what uses it or choose another address", variable, addr)
-		}
-		return nil, fmt.Errorf("%s=%s: %w", variable, addr, err)
-	}
-	return ln, nil
-}
-
 // LimitBody caps every request body at n bytes; reading past it fails and
 // handlers answer 413.
 func LimitBody(h http.Handler, n int64) http.Handler {
@@ -182,64 +127,4 @@ func LimitBody(h http.Handler, n int64) http.Handler {
 		r.Body = http.MaxBytesReader(w, r.Body, n)
 		h.ServeHTTP(w, r)
 	})
-}
-
-// Bearer is a shared secret that requests present as
-// "Authorization: Bearer <secret>". It keeps only the secret's SHA-256, and
-// compares digests in constant time, so neither the secret's bytes nor its
-// length can be learned by timing. The zero Bearer matches nothing.
-type Bearer struct {
-	sum [sha256.Size]byte
-	set bool
-}
-
-// NewBearer returns the check for secret; an empty secret matches nothing.
-func NewBearer(secret string) Bearer {
-	if secret == "" {
-		return Bearer{}
-	}
-	return Bearer{sum: sha256.Sum256([]byte(secret)), set: true}
-}
-
-// Matches reports whether token is the secret.
-func (b Bearer) Matches(token string) bool {
-	if !b.set {
-		return false
-	}
-	sum := sha256.Sum256([]byte(token))
-	return subtle.ConstantTimeCompare(sum[:], b.sum[:]) == 1
-}
-
-// Authorized reports whether r carries the secret as its bearer token.
-func (b Bearer) Authorized(r *http.Request) bool {
-	token, ok := BearerToken(r)
-	return ok && b.Matches(token)
-}
-
-// BearerToken returns the token of r's "Authorization: Bearer <token>"
-// header (the scheme is case-insensitive, surrounding blanks are ignored),
-// and false when there is none.
-func BearerToken(r *http.Request) (string, bool) {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	token = strings.TrimSpace(token)
-	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return "", false
-	}
-	return token, true
-}
-
-// BearerOK reports whether r carries "Authorization: Bearer <secret>" (see
-// Bearer; callers checking one secret on every request keep a Bearer).
-func BearerOK(r *http.Request, secret string) bool { return NewBearer(secret).Authorized(r) }
-
-// SignalContext returns a context cancelled by the first SIGINT or SIGTERM,
-// so the process can shut down gracefully; after it, the default handlers
-// are restored and a second signal ends the process at once.
-func SignalContext() (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-ctx.Done()
-		stop()
-	}()
-	return ctx, stop
 }

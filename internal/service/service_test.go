@@ -4,9 +4,12 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/internal/testdb"
 )
 
 func TestBearer(t *testing.T) {
@@ -57,5 +60,45 @@ func TestServerShutsDownAndRunsBeforeShutdown(t *testing.T) {
 	case <-released:
 	default:
 		t.Fatal("BeforeShutdown did not run")
+	}
+}
+
+func TestStartOpensEverythingOrNothing(t *testing.T) {
+	db := testdb.New(t)
+	b := Basics{LogLevel: "info", DatabaseURL: db.AppURL, DBMaxConns: 2, ListenAddr: "127.0.0.1:0"}
+	for _, c := range []struct {
+		change func(*Basics)
+		want   string
+	}{
+		{func(b *Basics) { b.LogLevel = "loud" }, "OWED_LOG_LEVEL"},
+		{func(b *Basics) { b.DatabaseURL = "" }, "OWED_DATABASE_URL"},
+		{func(b *Basics) { b.ListenAddr = "127.0.0.1:-1" }, "OWED_LISTEN_ADDR"},
+	} {
+		bad := b
+		c.change(&bad)
+		if p, err := Start("test", bad); err == nil || !strings.Contains(err.Error(), c.want) {
+			if p != nil {
+				p.Close()
+			}
+			t.Errorf("Start(%+v) = %v, want an error naming %s", bad, err, c.want)
+		}
+	}
+
+	p, err := Start("test", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.DB.PingContext(p.Ctx); err != nil {
+		t.Fatalf("the pool is not open: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Serve(p.Ctx, p.Listener, http.NotFoundHandler(), p.Log) }()
+	p.Shutdown()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve after Shutdown: %v", err)
+	}
+	if p.Ctx.Err() == nil {
+		t.Error("Shutdown did not end Ctx")
 	}
 }

@@ -1,15 +1,13 @@
 package sweep
 
 import (
-	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/owedhq/owed/internal/ledger"
 )
 
-// Metrics are the sweep's Prometheus series.
+// Metrics are the Prometheus series of sweep runs (owed_sweep_*), fed one
+// Result at a time by whoever runs the sweeps.
 type Metrics struct {
 	runs        *prometheus.CounterVec
 	rows        *prometheus.CounterVec
@@ -65,51 +63,4 @@ func (m *Metrics) Observe(r Result, now time.Time) {
 	m.rows.WithLabelValues("expired").Add(float64(r.Expired))
 	m.rows.WithLabelValues("released").Add(float64(r.Released))
 	m.duration.Observe(float64(r.DurationMS) / 1000)
-}
-
-// backlogCollector reads the ledger's backlog at scrape time, so the oldest
-// owed age keeps rising when sweeps stop: a paused cron or a claim that
-// matches nothing shows on the graph instead of freezing it.
-type backlogCollector struct {
-	ledger  *ledger.Ledger
-	timeout time.Duration
-	rows    *prometheus.Desc
-	oldest  *prometheus.Desc
-	up      *prometheus.Desc
-}
-
-// NewBacklogCollector returns a collector of owed_backlog_rows{state} and
-// owed_oldest_owed_age_seconds.
-func NewBacklogCollector(l *ledger.Ledger) prometheus.Collector {
-	return &backlogCollector{
-		ledger:  l,
-		timeout: 5 * time.Second,
-		rows: prometheus.NewDesc("owed_backlog_rows",
-			"Unsettled ledger rows by state (pending, leased, queued, sending).", []string{"state"}, nil),
-		oldest: prometheus.NewDesc("owed_oldest_owed_age_seconds",
-			"Age of the oldest unsettled row that is already due; 0 when nothing due is owed.", nil, nil),
-		up: prometheus.NewDesc("owed_backlog_scrape_success",
-			"1 when the backlog could be read from the ledger at this scrape.", nil, nil),
-	}
-}
-
-func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.rows
-	ch <- c.oldest
-	ch <- c.up
-}
-
-func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	b, err := c.ledger.Backlog(ctx)
-	if err != nil {
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
-	for _, s := range []ledger.State{ledger.StatePending, ledger.StateLeased, ledger.StateQueued, ledger.StateSending} {
-		ch <- prometheus.MustNewConstMetric(c.rows, prometheus.GaugeValue, float64(b.ByState[s]), string(s))
-	}
-	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, b.OldestOwedAge.Seconds())
 }

@@ -1,7 +1,10 @@
 // Package sweep is one run of the minute sweep: settle what expired, lease a
 // bounded oldest-first slice of what is owed, publish one queue message per
-// row, and mark the rows queued. It never marks a row queued that the queue
-// did not accept, and never publishes a row past its expiry.
+// row, and mark the rows queued; and the counters of those runs (Metrics).
+// It never marks a row queued that the queue did not accept, and never
+// publishes a row past its expiry. The service that calls it (the cron
+// endpoint, the configuration, the scrape-time backlog and queue gauges) is
+// package sweeper.
 package sweep
 
 import (
@@ -12,17 +15,19 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/queue"
 )
 
-// Defaults for Config.
+// Defaults for Config; the sweeper's configuration applies them.
 const (
 	BatchDefault        = 500
 	BudgetDefault       = 50 * time.Second
 	PublishAheadDefault = 60 * time.Second
 	RequeueAfterDefault = 10 * time.Minute
+	KeyPrefixDefault    = "owed-"
 	// leaseMargin is added to the budget for the sweeper's own lease, so a
 	// run that is still inside its budget never loses its rows to another.
 	leaseMargin = 10 * time.Second
@@ -45,6 +50,10 @@ type Config struct {
 	RequeueAfter time.Duration
 	// KeyPrefix starts every idempotency key (OWED_IDEMPOTENCY_PREFIX).
 	KeyPrefix string
+	// Clock tells the time the publish delays count from; nil is
+	// clock.Real(). Give the ledger the same clock. The budget is measured
+	// on a timer, never on the clock.
+	Clock clock.Clock
 }
 
 // Validate names the first unusable setting.
@@ -92,9 +101,8 @@ type Sweeper struct {
 	ledger *ledger.Ledger
 	queue  Publisher
 	cfg    Config
+	clock  clock.Clock
 	log    zerolog.Logger
-	// Clock is read for the budget and publish delays; tests replace it.
-	Clock func() time.Time
 	// afterPublish, when set, runs after each chunk is accepted and before
 	// the rows are marked queued (tests use it to lose the mark).
 	afterPublish func(ids []int64) error
@@ -105,7 +113,11 @@ func New(l *ledger.Ledger, q Publisher, cfg Config, log zerolog.Logger) (*Sweepe
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Sweeper{ledger: l, queue: q, cfg: cfg, log: log, Clock: time.Now}, nil
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.Real()
+	}
+	return &Sweeper{ledger: l, queue: q, cfg: cfg, clock: clk, log: log}, nil
 }
 
 // errBudget ends a run that reached its time budget.
@@ -114,12 +126,11 @@ var errBudget = errors.New("sweep: time budget reached with rows left")
 // Run performs one sweep. Its error, when not nil, is also in Result.Error
 // and Result.Complete is false; the counts say what was done before it.
 func (s *Sweeper) Run(ctx context.Context) (res Result, err error) {
-	start := s.Clock()
-	deadline := start.Add(s.cfg.Budget)
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Budget)
 	defer cancel()
 	defer func() {
-		res.DurationMS = s.Clock().Sub(start).Milliseconds()
+		res.DurationMS = time.Since(start).Milliseconds()
 		res.Complete = err == nil
 		if err != nil {
 			res.Error = err.Error()
@@ -147,7 +158,7 @@ func (s *Sweeper) Run(ctx context.Context) (res Result, err error) {
 
 	for i := 0; i < len(leased); i += publishChunk {
 		chunk := leased[i:min(i+publishChunk, len(leased))]
-		if !s.Clock().Before(deadline) {
+		if time.Since(start) >= s.cfg.Budget {
 			err = errBudget
 		} else {
 			err = s.publish(ctx, chunk, &res)
@@ -175,7 +186,7 @@ func (s *Sweeper) Run(ctx context.Context) (res Result, err error) {
 
 // publish sends one chunk and marks the accepted rows queued.
 func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Result) error {
-	now := s.Clock()
+	now := s.clock.Now()
 	msgs := make([]queue.Message, len(chunk))
 	for i, r := range chunk {
 		key := ledger.IdempotencyKey(s.cfg.KeyPrefix, r.ID, r.DueAt)

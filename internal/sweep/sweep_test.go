@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/queue"
@@ -22,20 +23,7 @@ var bg = context.Background()
 type bundle struct {
 	*stacktest.Stack
 	sw  *Sweeper
-	now time.Time
-	mu  sync.Mutex
-}
-
-func (b *bundle) clock() time.Time {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.now
-}
-
-func (b *bundle) advance(d time.Duration) {
-	b.mu.Lock()
-	b.now = b.now.Add(d)
-	b.mu.Unlock()
+	clk *clock.Stub
 }
 
 var testConfig = Config{Batch: 100, Budget: 30 * time.Second, PublishAhead: time.Minute,
@@ -45,13 +33,14 @@ func setup(t *testing.T, o stacktest.Options) *bundle {
 	t.Helper()
 	t.Parallel()
 	s := stacktest.New(t, o)
-	b := &bundle{Stack: s, now: time.Now().UTC().Truncate(time.Second)}
-	s.Ledger.Clock = b.clock
-	sw, err := New(s.Ledger, s.Queue, testConfig, zerolog.Nop())
+	b := &bundle{Stack: s, clk: clock.NewStub(time.Now().Truncate(time.Second))}
+	s.Ledger.Clock = b.clk.Now
+	cfg := testConfig
+	cfg.Clock = b.clk
+	sw, err := New(s.Ledger, s.Queue, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw.Clock = b.clock
 	b.sw = sw
 	return b
 }
@@ -90,8 +79,8 @@ func (b *bundle) consumeAll(t *testing.T) []envelope.Envelope {
 func TestMissedHourIsRecoveredOldestFirstInBoundedSlices(t *testing.T) {
 	b := setup(t, stacktest.Options{})
 	// An hour of rows fell due while no sweep ran: 250 rows over 60 minutes.
-	b.Schedule(t, "acme", 250, b.now, func(i int, r *ledger.NewNotification) {
-		r.DueAt = b.now.Add(-time.Hour).Add(time.Duration(i) * 14 * time.Second)
+	b.Schedule(t, "acme", 250, b.clk.Now(), func(i int, r *ledger.NewNotification) {
+		r.DueAt = b.clk.Now().Add(-time.Hour).Add(time.Duration(i) * 14 * time.Second)
 	})
 	var runs []Result
 	for {
@@ -115,7 +104,7 @@ func TestMissedHourIsRecoveredOldestFirstInBoundedSlices(t *testing.T) {
 		t.Fatalf("queue holds %d messages, want 250", len(got))
 	}
 	// Oldest first: the first slice holds exactly the 100 oldest due times.
-	cut := b.now.Add(-time.Hour).Add(99 * 14 * time.Second)
+	cut := b.clk.Now().Add(-time.Hour).Add(99 * 14 * time.Second)
 	first := map[int64]bool{}
 	for _, e := range got {
 		if !e.DueAt.After(cut) {
@@ -129,8 +118,8 @@ func TestMissedHourIsRecoveredOldestFirstInBoundedSlices(t *testing.T) {
 
 func TestExpiredRowIsSettledNotPublished(t *testing.T) {
 	b := setup(t, stacktest.Options{})
-	exp := b.now.Add(-time.Minute)
-	b.Schedule(t, "acme", 3, b.now.Add(-10*time.Minute), func(i int, r *ledger.NewNotification) {
+	exp := b.clk.Now().Add(-time.Minute)
+	b.Schedule(t, "acme", 3, b.clk.Now().Add(-10*time.Minute), func(i int, r *ledger.NewNotification) {
 		if i == 0 {
 			r.ExpiresAt = &exp
 		}
@@ -149,8 +138,8 @@ func TestExpiredRowIsSettledNotPublished(t *testing.T) {
 
 func TestPublishAheadDelaysUntilDue(t *testing.T) {
 	b := setup(t, stacktest.Options{})
-	b.Schedule(t, "acme", 1, b.now.Add(30*time.Second), nil)
-	b.Schedule(t, "other", 1, b.now.Add(5*time.Minute), nil)
+	b.Schedule(t, "acme", 1, b.clk.Now().Add(30*time.Second), nil)
+	b.Schedule(t, "other", 1, b.clk.Now().Add(5*time.Minute), nil)
 	res := b.run(t)
 	if res.Published != 1 {
 		t.Fatalf("published %d, want only the row due within the publish-ahead window", res.Published)
@@ -163,7 +152,7 @@ func TestPublishAheadDelaysUntilDue(t *testing.T) {
 
 func TestConcurrentSweepsNeverLeaseTheSameRow(t *testing.T) {
 	b := setup(t, stacktest.Options{})
-	b.Schedule(t, "acme", 1000, b.now.Add(-time.Minute), nil)
+	b.Schedule(t, "acme", 1000, b.clk.Now().Add(-time.Minute), nil)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	total := 0
@@ -207,7 +196,7 @@ func TestQueueDownFailsTheRunAndRowsHeal(t *testing.T) {
 	b := setup(t, stacktest.Options{Emulator: func(c *emulator.Config) {
 		c.Faults.ThrottleRate, c.Faults.ThrottleStatus = 1, 503
 	}})
-	b.Schedule(t, "acme", 20, b.now.Add(-time.Minute), nil)
+	b.Schedule(t, "acme", 20, b.clk.Now().Add(-time.Minute), nil)
 	ctx, cancel := context.WithTimeout(bg, 3*time.Second)
 	defer cancel()
 	res, err := b.sw.Run(ctx)
@@ -232,7 +221,7 @@ func TestQueueDownFailsTheRunAndRowsHeal(t *testing.T) {
 
 func TestLostQueuedMarkHealsWithoutASecondMessage(t *testing.T) {
 	b := setup(t, stacktest.Options{})
-	b.Schedule(t, "acme", 10, b.now.Add(-time.Minute), nil)
+	b.Schedule(t, "acme", 10, b.clk.Now().Add(-time.Minute), nil)
 	// The queue accepts the batch, then the sweeper dies before marking.
 	b.sw.afterPublish = func([]int64) error { return errors.New("killed before the queued mark") }
 	if _, err := b.sw.Run(bg); err == nil {
@@ -245,7 +234,7 @@ func TestLostQueuedMarkHealsWithoutASecondMessage(t *testing.T) {
 	}
 	// Next minute: the rows are leased again and republished under the same
 	// keys; the queue recognises every one.
-	b.advance(time.Minute)
+	b.clk.Advance(time.Minute)
 	res := b.run(t)
 	if res.Published != 10 || res.Deduplicated != 10 {
 		t.Errorf("healing run: published=%d deduplicated=%d, want 10 and 10", res.Published, res.Deduplicated)
@@ -261,9 +250,9 @@ func TestLostQueuedMarkHealsWithoutASecondMessage(t *testing.T) {
 
 func TestQueuedRowIsRepublishedAfterRequeueAfter(t *testing.T) {
 	b := setup(t, stacktest.Options{})
-	b.Schedule(t, "acme", 5, b.now.Add(-time.Minute), nil)
+	b.Schedule(t, "acme", 5, b.clk.Now().Add(-time.Minute), nil)
 	b.run(t)
-	b.advance(testConfig.RequeueAfter + time.Minute)
+	b.clk.Advance(testConfig.RequeueAfter + time.Minute)
 	res := b.run(t)
 	if res.Leased != 5 || res.Republished != 5 || res.Deduplicated != 5 {
 		t.Errorf("requeue run: %+v, want 5 leased, republished and deduplicated", res)
@@ -272,7 +261,7 @@ func TestQueuedRowIsRepublishedAfterRequeueAfter(t *testing.T) {
 
 func TestStalledSweepIsReported(t *testing.T) {
 	b := setup(t, stacktest.Options{})
-	b.Schedule(t, "acme", 3, b.now.Add(-time.Minute), nil)
+	b.Schedule(t, "acme", 3, b.clk.Now().Add(-time.Minute), nil)
 	// A ledger connected without the bypass grant would see nothing; the
 	// same shape: rows are owed and free, yet the claim returns none.
 	ok, err := b.Ledger.Leasable(bg, time.Minute)
@@ -305,8 +294,4 @@ func TestConfigValidateNamesTheVariable(t *testing.T) {
 			t.Errorf("Validate() = %v, want it to name %s", err, c.want)
 		}
 	}
-}
-
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
 }

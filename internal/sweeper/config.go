@@ -8,34 +8,52 @@ import (
 
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweep"
+)
+
+// Defaults of the sweeper's own settings. The sweep's are sweep.*Default,
+// the log level's service.LogLevelDefault.
+const (
+	ListenAddrDefault = ":8080"
+	DBMaxConnsDefault = 10
 )
 
 // Config is the sweeper service's configuration, read from OWED_*
 // variables. Every field is documented in the README's configuration table.
+// The fields carry no envconfig default tags: a variable that is not set
+// keeps the value Defaults gave it, so the constants are the one source.
 type Config struct {
 	DatabaseURL string `envconfig:"DATABASE_URL"`
-	ListenAddr  string `envconfig:"LISTEN_ADDR" default:":8080"`
-	LogLevel    string `envconfig:"LOG_LEVEL" default:"info"`
+	ListenAddr  string `envconfig:"LISTEN_ADDR"`
+	LogLevel    string `envconfig:"LOG_LEVEL"`
 	// CronSecret authenticates the hosted cron's calls to /cron/*.
 	CronSecret string `envconfig:"CRON_SECRET"`
 	// APIToken is the optional service token for a trusted backend.
 	APIToken   string `envconfig:"API_TOKEN"`
-	DBMaxConns int    `envconfig:"DB_MAX_CONNS" default:"10"`
+	DBMaxConns int    `envconfig:"DB_MAX_CONNS"`
 
-	SweepBatch        int           `envconfig:"SWEEP_BATCH" default:"500"`
-	SweepBudget       time.Duration `envconfig:"SWEEP_BUDGET" default:"50s"`
-	PublishAhead      time.Duration `envconfig:"PUBLISH_AHEAD" default:"60s"`
-	RequeueAfter      time.Duration `envconfig:"REQUEUE_AFTER" default:"10m"`
-	IdempotencyPrefix string        `envconfig:"IDEMPOTENCY_PREFIX" default:"owed-"`
+	SweepBatch        int           `envconfig:"SWEEP_BATCH"`
+	SweepBudget       time.Duration `envconfig:"SWEEP_BUDGET"`
+	PublishAhead      time.Duration `envconfig:"PUBLISH_AHEAD"`
+	RequeueAfter      time.Duration `envconfig:"REQUEUE_AFTER"`
+	IdempotencyPrefix string        `envconfig:"IDEMPOTENCY_PREFIX"`
 
 	Materialise materialise.Config `ignored:"true"`
 	Queue       queue.Config       `ignored:"true"`
 }
 
-// LoadConfig reads the environment. Errors name the variable.
+// Defaults returns the configuration with every default applied and nothing
+// read from the environment.
+func Defaults() Config {
+	return Config{ListenAddr: ListenAddrDefault, LogLevel: service.LogLevelDefault, DBMaxConns: DBMaxConnsDefault,
+		SweepBatch: sweep.BatchDefault, SweepBudget: sweep.BudgetDefault, PublishAhead: sweep.PublishAheadDefault,
+		RequeueAfter: sweep.RequeueAfterDefault, IdempotencyPrefix: sweep.KeyPrefixDefault}
+}
+
+// LoadConfig reads the environment over Defaults. Errors name the variable.
 func LoadConfig() (Config, error) {
-	var c Config
+	c := Defaults()
 	if err := envconfig.Process("OWED", &c); err != nil {
 		return c, fmt.Errorf("configuration: %w", err)
 	}
@@ -45,6 +63,12 @@ func LoadConfig() (Config, error) {
 		}
 	}
 	return c, c.Validate()
+}
+
+// Basics returns the settings service.Start needs.
+func (c Config) Basics() service.Basics {
+	return service.Basics{LogLevel: c.LogLevel, DatabaseURL: c.DatabaseURL, DBMaxConns: c.DBMaxConns,
+		ListenAddr: c.ListenAddr}
 }
 
 // Sweep returns the sweep settings.

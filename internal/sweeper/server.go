@@ -1,8 +1,10 @@
 // Package sweeper is the sweeper service: the URL the hosted cron calls
 // every minute (/cron/sweep), the look-ahead refill (/cron/materialise), the
-// scheduling API (/v1/…), health and metrics. The cron is a heartbeat, never
-// the source of truth: a missed call is recovered by the next one, because
-// the ledger, not the cron, knows what is owed.
+// scheduling API (/v1/…), health and metrics, with its configuration
+// (OWED_*, defaults in config.go) and the scrape-time backlog and queue
+// gauges (metrics.go). One run of the sweep is package sweep. The cron is a
+// heartbeat, never the source of truth: a missed call is recovered by the
+// next one, because the ledger, not the cron, knows what is owed.
 package sweeper
 
 import (
@@ -20,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/api"
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/migrate"
@@ -31,30 +34,41 @@ import (
 // Server routes the sweeper's HTTP endpoints.
 type Server struct {
 	cfg     Config
+	clock   clock.Clock
 	ledger  *ledger.Ledger
 	queue   *queue.Client
 	sweeper *sweep.Sweeper
 	mat     *materialise.Materialiser
 	metrics *sweep.Metrics
 	reg     *prometheus.Registry
-	log     zerolog.Logger
-	mux     *http.ServeMux
+	// cronSecret checks the hosted cron's bearer secret (OWED_CRON_SECRET).
+	cronSecret service.Bearer
+	log        zerolog.Logger
+	mux        *http.ServeMux
 }
 
-// New assembles the service from its parts.
-func New(cfg Config, l *ledger.Ledger, q *queue.Client, log zerolog.Logger) (*Server, error) {
-	sw, err := sweep.New(l, q, cfg.Sweep(), log)
+// New assembles the service from its parts. clk (nil is clock.Real()) is the
+// one clock of every part; l should be built on the same one.
+func New(cfg Config, l *ledger.Ledger, q *queue.Client, log zerolog.Logger, clk clock.Clock) (*Server, error) {
+	if clk == nil {
+		clk = clock.Real()
+	}
+	sc := cfg.Sweep()
+	sc.Clock = clk
+	sw, err := sweep.New(l, q, sc, log)
 	if err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		sweep.NewBacklogCollector(l), sweep.NewQueueCollector(q.Stats))
-	s := &Server{cfg: cfg, ledger: l, queue: q, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg, log: log,
+		NewBacklogCollector(l), NewQueueCollector(q.Stats))
+	s := &Server{cfg: cfg, clock: clk, ledger: l, queue: q, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
+		cronSecret: service.NewBearer(cfg.CronSecret), log: log,
 		mux: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise)}
 	s.mux.HandleFunc("/cron/sweep", s.cron(s.handleSweep))
 	s.mux.HandleFunc("/cron/materialise", s.cron(s.handleMaterialise))
-	s.mux.Handle("/v1/", api.New(api.Options{Ledger: l, Tokens: api.NewTokens(l.DB()), ServiceToken: cfg.APIToken, Log: log}))
+	s.mux.Handle("/v1/", api.New(api.Options{Ledger: l, Tokens: api.NewTokens(l.DB(), clk), ServiceToken: cfg.APIToken,
+		Log: log, Clock: clk}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -72,7 +86,7 @@ func (s *Server) cron(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed: use POST")
 			return
 		}
-		if !service.BearerOK(r, s.cfg.CronSecret) {
+		if !s.cronSecret.Authorized(r) {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer secret (OWED_CRON_SECRET)")
 			return
 		}
@@ -98,7 +112,7 @@ func (s *Server) cron(h http.HandlerFunc) http.HandlerFunc {
 
 func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) {
 	res, _ := s.sweeper.Run(r.Context())
-	s.metrics.Observe(res, time.Now())
+	s.metrics.Observe(res, s.clock.Now())
 	status := http.StatusOK
 	if !res.Complete || res.Stalled {
 		// A hosted cron retries or alerts on non-2xx; the counts so far are

@@ -30,7 +30,7 @@ func setup(t *testing.T) (*stacktest.Stack, http.Handler) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, s.Ledger, s.Queue, zerolog.Nop())
+	srv, err := New(cfg, s.Ledger, s.Queue, zerolog.Nop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sweep
+package sweeper
 
 import (
 	"context"
@@ -6,8 +6,60 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/queue"
 )
+
+// The sweeper's /metrics reads the ledger's backlog and the queue's depths
+// when Prometheus scrapes, not when a sweep runs: these are the series that
+// must keep moving when sweeps stop. A run's own counts are sweep.Metrics.
+
+// backlogCollector reads the ledger's backlog at scrape time, so the oldest
+// owed age keeps rising when sweeps stop: a paused cron or a claim that
+// matches nothing shows on the graph instead of freezing it.
+type backlogCollector struct {
+	ledger  *ledger.Ledger
+	timeout time.Duration
+	rows    *prometheus.Desc
+	oldest  *prometheus.Desc
+	up      *prometheus.Desc
+}
+
+// NewBacklogCollector returns a collector of owed_backlog_rows{state} and
+// owed_oldest_owed_age_seconds.
+func NewBacklogCollector(l *ledger.Ledger) prometheus.Collector {
+	return &backlogCollector{
+		ledger:  l,
+		timeout: 5 * time.Second,
+		rows: prometheus.NewDesc("owed_backlog_rows",
+			"Unsettled ledger rows by state (pending, leased, queued, sending).", []string{"state"}, nil),
+		oldest: prometheus.NewDesc("owed_oldest_owed_age_seconds",
+			"Age of the oldest unsettled row that is already due; 0 when nothing due is owed.", nil, nil),
+		up: prometheus.NewDesc("owed_backlog_scrape_success",
+			"1 when the backlog could be read from the ledger at this scrape.", nil, nil),
+	}
+}
+
+func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.rows
+	ch <- c.oldest
+	ch <- c.up
+}
+
+func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	b, err := c.ledger.Backlog(ctx)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	for _, s := range []ledger.State{ledger.StatePending, ledger.StateLeased, ledger.StateQueued, ledger.StateSending} {
+		ch <- prometheus.MustNewConstMetric(c.rows, prometheus.GaugeValue, float64(b.ByState[s]), string(s))
+	}
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, b.OldestOwedAge.Seconds())
+}
 
 // queueStatsTimeout bounds one scrape's call to the queue's stats endpoint,
 // so a slow queue makes the scrape report failure instead of hanging

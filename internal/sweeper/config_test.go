@@ -1,0 +1,63 @@
+package sweeper
+
+import (
+	"bytes"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/owedhq/owed/internal/materialise"
+	"github.com/owedhq/owed/internal/queue"
+)
+
+// clearEnv unsets every variable LoadConfig reads, for this test only.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, spec := range []any{&Config{}, &materialise.Config{}, &queue.Config{}} {
+		var buf bytes.Buffer
+		if err := envconfig.Usagef("OWED", spec, &buf, "{{range .}}{{.Key}}\n{{end}}"); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range strings.Fields(buf.String()) {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+}
+
+func TestLoadConfigAppliesTheDefaultsAndTheEnvironmentOverIt(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("OWED_DATABASE_URL", "postgres://owed_app@db/owed")
+	t.Setenv("OWED_CRON_SECRET", secret)
+	t.Setenv("OWED_QUEUE_URL", "http://127.0.0.1:8181")
+	t.Setenv("OWED_QUEUE_TOKEN", "dev-token")
+	c, err := LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Defaults()
+	if c.ListenAddr != want.ListenAddr || c.LogLevel != want.LogLevel || c.DBMaxConns != want.DBMaxConns ||
+		c.Sweep() != want.Sweep() {
+		t.Errorf("LoadConfig() = %+v, want the defaults %+v", c, want)
+	}
+
+	t.Setenv("OWED_SWEEP_BATCH", "7")
+	t.Setenv("OWED_LISTEN_ADDR", ":9999")
+	if c, err = LoadConfig(); err != nil || c.SweepBatch != 7 || c.ListenAddr != ":9999" {
+		t.Errorf("LoadConfig() = %+v, %v; want the variables over the defaults", c, err)
+	}
+}
+
+// TestConfigHasNoDefaultTags keeps Defaults the one source: a default tag
+// would be a second one that envconfig applies instead.
+func TestConfigHasNoDefaultTags(t *testing.T) {
+	typ := reflect.TypeFor[Config]()
+	for i := range typ.NumField() {
+		if f := typ.Field(i); f.Tag.Get("default") != "" {
+			t.Errorf("Config.%s has a default tag; set its default in Defaults from a constant", f.Name)
+		}
+	}
+}
