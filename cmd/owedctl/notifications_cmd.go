@@ -55,7 +55,7 @@ func openLedger(dbURL string) (*ledger.Ledger, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return ledger.New(db), func() { db.Close() }, nil
+	return ledger.New(db, nil), func() { db.Close() }, nil
 }
 
 func notificationsShow(ctx context.Context, out io.Writer, args []string) error {

@@ -42,7 +42,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv, err := sweeper.New(cfg, ledger.New(db), q, log)
+	srv, err := sweeper.New(cfg, ledger.New(db, nil), q, log)
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,7 @@ func run() error {
 	}
 	reg := worker.NewRegistry()
 	o := cfg.Options()
-	o.Ledger, o.Queue, o.Route, o.Pace, o.Log = ledger.New(db), q, router.For, paces, log
+	o.Ledger, o.Queue, o.Route, o.Pace, o.Log = ledger.New(db, nil), q, router.For, paces, log
 	o.Metrics = worker.NewMetrics(reg)
 	if cfg.Resolver == "sql" {
 		o.Resolver = resolve.NewSQL(db)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/testdb"
 )
@@ -36,8 +37,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	t.Parallel()
 	b := &bundle{db: testdb.New(t), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), logs: &bytes.Buffer{}}
-	b.ledger = ledger.New(b.db.App)
-	b.ledger.Clock = func() time.Time { return b.now }
+	b.ledger = ledger.New(b.db.App, clock.NewStub(b.now))
 	b.tokens = NewTokens(b.db.App)
 	b.tokens.Clock = func() time.Time { return b.now }
 	var err error

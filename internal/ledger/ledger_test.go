@@ -11,32 +11,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/tenant"
 	"github.com/owedhq/owed/internal/testdb"
 )
 
+// bundle is one test's ledger, on a stubbed clock that reads now.
 type bundle struct {
 	db  *testdb.DB
 	l   *Ledger
+	clk *clock.Stub
 	now time.Time
-	mu  sync.Mutex
 }
 
-func (b *bundle) advance(d time.Duration) {
-	b.mu.Lock()
-	b.now = b.now.Add(d)
-	b.mu.Unlock()
-}
+// advance moves the ledger's clock, and now, by d.
+func (b *bundle) advance(d time.Duration) { b.now = b.clk.Advance(d) }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	t.Parallel()
 	b := &bundle{db: testdb.New(t), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	b.l = New(b.db.App)
-	b.l.Clock = func() time.Time {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.now
-	}
+	b.clk = clock.NewStub(b.now)
+	b.l = New(b.db.App, b.clk)
 	return b
 }
 
@@ -160,7 +156,7 @@ func TestTenantIsolation(t *testing.T) {
 	if err := b.db.App.QueryRow(`SELECT count(*) FROM notifications`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("unscoped read sees %d rows (err %v), want 0", n, err)
 	}
-	rows, err := b.db.App.Query(qLease, b.now, b.now.Add(time.Minute), b.now, 100)
+	rows, err := b.db.App.Query(qLease, b.now, time.Minute.Seconds(), 0.0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +202,7 @@ func TestTenantIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.Exec(qSetTenant, "tenant-b"); err != nil {
+	if err := tenant.Enter(ctx, tx, "tenant-b"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at)
@@ -269,7 +265,7 @@ func seedOwed(t *testing.T, b *bundle, n int, due time.Time) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.Exec(qSetBypass); err != nil {
+	if err := tenant.EnterAllTenants(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
@@ -422,7 +418,7 @@ func TestClaimOutcomes(t *testing.T) {
 		t.Errorf("row after expired claim is %s", d.State)
 	}
 	// A message published for an earlier due time is stale after a reschedule.
-	b.now = b.now.Add(-2 * time.Minute)
+	b.advance(-2 * time.Minute)
 	if c, _ := b.l.ClaimForSend(ctx, "acme", s[2].ID, ClaimParams{DueAt: b.now, LeaseFor: time.Minute}); c.Outcome != ClaimStale {
 		t.Errorf("claim with the wrong due time: %v, want stale", c.Outcome)
 	}
@@ -564,7 +560,9 @@ func TestLeaseUsesThePartialIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	tx.Exec(qSetBypass)
+	if err := tenant.EnterAllTenants(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, state,
 	        settled_at, delivered_at, payload)
 	    SELECT 't' || (g % 50), 'r' || g, 'sms', 'k', 'ref' || g, $1::timestamptz - g * interval '1 second', 'delivered', $1, $1, '{}'
@@ -587,8 +585,10 @@ func TestLeaseUsesThePartialIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stx.Rollback()
-	stx.Exec(qSetBypass)
-	rows, err := stx.Query(`EXPLAIN `+qLease, b.now, b.now.Add(time.Minute), b.now.Add(time.Minute), 500)
+	if err := tenant.EnterAllTenants(ctx, stx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := stx.Query(`EXPLAIN `+qLease, b.now, time.Minute.Seconds(), time.Minute.Seconds(), 500)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -695,7 +695,7 @@ func TestClaimForSendBatch(t *testing.T) {
 // and settle shuffled batches of the same rows.
 func TestConcurrentBookkeepingAndBatchesNeverDeadlock(t *testing.T) {
 	b := setup(t)
-	b.l.Clock = time.Now
+	b.l = New(b.db.App, clock.Real())
 	const n = 400
 	due := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
 	seedOwed(t, b, n, due)
@@ -718,7 +718,9 @@ func TestConcurrentBookkeepingAndBatchesNeverDeadlock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx.Exec(qSetBypass)
+		if err := tenant.EnterAllTenants(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
 		for _, id := range shuffled(rng, n) {
 			if _, err := tx.Exec(`UPDATE notifications SET state = 'leased', lease_until = now() + interval '1 hour',
 			        claimed_at = NULL, settled_at = NULL, delivered_at = NULL WHERE id = $1`, id); err != nil {

@@ -50,7 +50,7 @@ type Options struct {
 func New(t *testing.T, o Options) *Stack {
 	t.Helper()
 	s := &Stack{DB: testdb.New(t)}
-	s.Ledger = ledger.New(s.DB.App)
+	s.Ledger = ledger.New(s.DB.App, nil)
 
 	ecfg := emulator.DefaultConfig()
 	ecfg.Token = QueueToken

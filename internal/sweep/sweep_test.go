@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/queue"
@@ -24,6 +25,7 @@ type bundle struct {
 	sw  *Sweeper
 	now time.Time
 	mu  sync.Mutex
+	clk *clock.Stub // the ledger's clock, moved with now
 }
 
 func (b *bundle) clock() time.Time {
@@ -35,6 +37,7 @@ func (b *bundle) clock() time.Time {
 func (b *bundle) advance(d time.Duration) {
 	b.mu.Lock()
 	b.now = b.now.Add(d)
+	b.clk.Advance(d)
 	b.mu.Unlock()
 }
 
@@ -46,7 +49,8 @@ func setup(t *testing.T, o stacktest.Options) *bundle {
 	t.Parallel()
 	s := stacktest.New(t, o)
 	b := &bundle{Stack: s, now: time.Now().UTC().Truncate(time.Second)}
-	s.Ledger.Clock = b.clock
+	b.clk = clock.NewStub(b.now)
+	s.Ledger = ledger.New(s.DB.App, b.clk)
 	sw, err := New(s.Ledger, s.Queue, testConfig, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

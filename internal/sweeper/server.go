@@ -51,7 +51,7 @@ func New(cfg Config, l *ledger.Ledger, q *queue.Client, log zerolog.Logger) (*Se
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		sweep.NewBacklogCollector(l), sweep.NewQueueCollector(q.Stats))
 	s := &Server{cfg: cfg, ledger: l, queue: q, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg, log: log,
-		mux: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise)}
+		mux: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise, nil)}
 	s.mux.HandleFunc("/cron/sweep", s.cron(s.handleSweep))
 	s.mux.HandleFunc("/cron/materialise", s.cron(s.handleMaterialise))
 	s.mux.Handle("/v1/", api.New(api.Options{Ledger: l, Tokens: api.NewTokens(l.DB()), ServiceToken: cfg.APIToken, Log: log}))

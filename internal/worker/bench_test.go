@@ -37,7 +37,7 @@ import (
 func BenchmarkDeliver(b *testing.B) {
 	ctx := context.Background()
 	db := testdb.New(b)
-	l := ledger.New(db.App)
+	l := ledger.New(db.App, nil)
 	ecfg := emulator.DefaultConfig()
 	ecfg.Token, ecfg.DatabaseURL, ecfg.MaxConns = stacktest.QueueToken, db.OwnerURL, 16
 	em, err := emulator.Open(ctx, ecfg, zerolog.Nop())

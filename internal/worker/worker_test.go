@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/sandbox"
@@ -198,7 +199,7 @@ func TestExpiredRowIsNeverSent(t *testing.T) {
 	})
 	b.sweepAll(t)
 	// The row expires while its message sits in the queue.
-	b.Ledger.Clock = func() time.Time { return time.Now().Add(time.Hour) }
+	b.Ledger = ledger.New(b.DB.App, clock.Offset(time.Hour))
 	b.start(t)
 	b.waitSettled(t, 30*time.Second)
 	d, _ := b.Ledger.Get(bg, "acme", rows[0].ID)
@@ -368,7 +369,7 @@ func TestTwoProcessesShareTheProvidersPace(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.start(t, func(o *worker.Options) {
-			o.Ledger, o.Pace = ledger.New(db), paces
+			o.Ledger, o.Pace = ledger.New(db, nil), paces
 		})
 	}
 	b.waitSettled(t, 60*time.Second)
