@@ -158,15 +158,7 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 		}
 		in[i] = claimJSON{Idx: i, Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt.UTC().Truncate(time.Microsecond)}
 	}
-	doc, err := json.Marshal(in)
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := l.prepared(ctx, qClaimBatch)
-	if err != nil {
-		return nil, nil, err
-	}
-	res, err := s.QueryContext(ctx, string(doc), l.now(), seconds(p.LeaseFor), seconds(p.EarlyTolerance))
+	res, err := l.queryBatch(ctx, qClaimBatch, in, l.now(), seconds(p.LeaseFor), seconds(p.EarlyTolerance))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -201,6 +193,21 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 		claims[i], errs[i] = l.decide(ctx, a.row, a.took, in[i].DueAt, a.now, p.EarlyTolerance)
 	}
 	return claims, errs, nil
+}
+
+// queryBatch runs one of the worker's batch statements with batch as its
+// JSON $1 and args after it. It needs no transaction: the SQL functions
+// scope each row to its tenant themselves.
+func (l *Ledger) queryBatch(ctx context.Context, query string, batch any, args ...any) (*sql.Rows, error) {
+	doc, err := json.Marshal(batch)
+	if err != nil {
+		return nil, err
+	}
+	s, err := l.prepared(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return s.QueryContext(ctx, append([]any{string(doc)}, args...)...)
 }
 
 // prefixed scans one leading column into first, then the rest as asked.
@@ -317,15 +324,7 @@ func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (ch
 			in[i].HTTPStatus = &st
 		}
 	}
-	doc, err := json.Marshal(in)
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := l.prepared(ctx, qSettleDeliveredBatch)
-	if err != nil {
-		return nil, nil, err
-	}
-	res, err := s.QueryContext(ctx, string(doc), l.now())
+	res, err := l.queryBatch(ctx, qSettleDeliveredBatch, in, l.now())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -260,19 +261,11 @@ func TestConcurrentLeasesNeverShareARow(t *testing.T) {
 // owner connection under the bypass (fixtures only).
 func seedOwed(t *testing.T, b *bundle, n int, due time.Time) {
 	t.Helper()
-	tx, err := b.db.Owner.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if err := tenant.EnterAllTenants(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
-	    SELECT 'bulk', 'r' || g, 'sms', 'k', 'ref' || g, $2, '{"text":"x"}' FROM generate_series(1, $1) g`, n, due); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
+	if err := tenant.InTxAllTenants(ctx, b.db.Owner, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
+	    SELECT 'bulk', 'r' || g, 'sms', 'k', 'ref' || g, $2, '{"text":"x"}' FROM generate_series(1, $1) g`, n, due)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -555,29 +548,21 @@ func TestMarkQueuedAndRelease(t *testing.T) {
 // the rows owed rather than the size of the ledger.
 func TestLeaseUsesThePartialIndex(t *testing.T) {
 	b := setup(t)
-	tx, err := b.db.Owner.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if err := tenant.EnterAllTenants(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, state,
+	if err := tenant.InTxAllTenants(ctx, b.db.Owner, func(tx *sql.Tx) error {
+		if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, state,
 	        settled_at, delivered_at, payload)
 	    SELECT 't' || (g % 50), 'r' || g, 'sms', 'k', 'ref' || g, $1::timestamptz - g * interval '1 second', 'delivered', $1, $1, '{}'
 	      FROM generate_series(1, 200000) g`, b.now); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
+			return err
+		}
+		if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
 	    SELECT 't' || (g % 50), 'owed' || g, 'sms', 'k', 'ref' || g, $1::timestamptz - g * interval '1 second', '{}'
 	      FROM generate_series(1, 100) g`, b.now); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(`ANALYZE notifications`); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
+			return err
+		}
+		_, err := tx.Exec(`ANALYZE notifications`)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	stx, err := b.db.App.Begin()
@@ -714,20 +699,15 @@ func TestConcurrentBookkeepingAndBatchesNeverDeadlock(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 8; round++ {
-		tx, err := b.db.Owner.Begin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tenant.EnterAllTenants(ctx, tx); err != nil {
-			t.Fatal(err)
-		}
-		for _, id := range shuffled(rng, n) {
-			if _, err := tx.Exec(`UPDATE notifications SET state = 'leased', lease_until = now() + interval '1 hour',
+		if err := tenant.InTxAllTenants(ctx, b.db.Owner, func(tx *sql.Tx) error {
+			for _, id := range shuffled(rng, n) {
+				if _, err := tx.Exec(`UPDATE notifications SET state = 'leased', lease_until = now() + interval '1 hour',
 			        claimed_at = NULL, settled_at = NULL, delivered_at = NULL WHERE id = $1`, id); err != nil {
-				t.Fatal(err)
+					return err
+				}
 			}
-		}
-		if err := tx.Commit(); err != nil {
+			return nil
+		}); err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
@@ -788,6 +768,37 @@ func TestUncertainReleaseFlagsTheNextSend(t *testing.T) {
 		c, err := b.l.ClaimForSend(ctx, "acme", id, p)
 		if err != nil || c.Outcome != ClaimSend || c.PossibleDuplicate != uncertain {
 			t.Errorf("uncertain=%v: reclaim %v possible duplicate=%v (err %v)", uncertain, c.Outcome, c.PossibleDuplicate, err)
+		}
+	}
+}
+
+// Audit summarises every row of one tenant with its sends, and no other
+// tenant's.
+func TestAuditSummarisesATenantsRows(t *testing.T) {
+	b := setup(t)
+	s := mustSchedule(t, b, "acme", row("a", "T-1", b.now), row("b", "T-2", b.now))
+	mustSchedule(t, b, "globex", row("g", "G-1", b.now))
+	if _, err := b.l.ClaimForSend(ctx, "acme", s[0].ID, ClaimParams{DueAt: b.now, LeaseFor: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.l.SettleDelivered(ctx, "acme", s[0].ID, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now,
+		PossibleDuplicate: true}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.l.Audit(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]AuditRow{
+		s[0].ID: {ID: s[0].ID, State: StateDelivered, Accepted: 1, PossibleDuplicate: true},
+		s[1].ID: {ID: s[1].ID, State: StatePending},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("audit returned %+v, want acme's two rows", got)
+	}
+	for _, r := range got {
+		if r != want[r.ID] {
+			t.Errorf("audit row %+v, want %+v", r, want[r.ID])
 		}
 	}
 }

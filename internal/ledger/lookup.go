@@ -96,6 +96,43 @@ func (l *Ledger) Find(ctx context.Context, tenant string, f Filter) ([]Notificat
 	return out, err
 }
 
+// AuditRow is one row as an invariant check reads it: how it ended and how
+// many sends the provider accepted.
+type AuditRow struct {
+	ID        int64
+	State     State
+	ExpiresAt *time.Time
+	// Accepted counts the sends the provider accepted.
+	Accepted int
+	// PossibleDuplicate is set when any send was recorded as a possible
+	// duplicate.
+	PossibleDuplicate bool
+}
+
+// Audit returns every one of tenant's rows with its sends summarised, for
+// the reliability drill's checks.
+func (l *Ledger) Audit(ctx context.Context, tenant string) ([]AuditRow, error) {
+	var out []AuditRow
+	err := l.withTenant(ctx, tenant, func(tx *txn) error {
+		rows, err := tx.Query(qAudit, tenant)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r AuditRow
+			var exp sql.NullTime
+			if err := rows.Scan(&r.ID, &r.State, &exp, &r.Accepted, &r.PossibleDuplicate); err != nil {
+				return err
+			}
+			r.ExpiresAt = timePtr(exp)
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
 // Backlog is what is still owed, across every tenant.
 type Backlog struct {
 	// ByState counts unsettled rows per state.

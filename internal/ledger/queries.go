@@ -267,6 +267,15 @@ SELECT count(*) FILTER (WHERE state = 'delivered'),
        coalesce(max(extract(epoch FROM delivered_at - due_at)) FILTER (WHERE state = 'delivered'), 0)
   FROM notifications WHERE settled_at >= $1`
 
+	// qAudit summarises each of a tenant's rows with its sends.
+	qAudit = `
+SELECT n.id, n.state, n.expires_at,
+       count(a.id) FILTER (WHERE a.outcome = 'accepted'),
+       coalesce(bool_or(a.possible_duplicate), false)
+  FROM notifications n LEFT JOIN notification_attempts a ON a.notification_id = n.id
+ WHERE n.tenant_id = $1
+ GROUP BY n.id`
+
 	// qPossibleDuplicates counts rows with more than one accepted send, and
 	// resends made after a worker died mid-send.
 	qPossibleDuplicates = `
