@@ -258,11 +258,6 @@ func recordAttempt(tx *txn, id int64, a Attempt) error {
 	return err
 }
 
-// RecordAttempt appends a send tried to the row's history and counts it.
-func (l *Ledger) RecordAttempt(ctx context.Context, tenant string, id int64, a Attempt) error {
-	return l.withTenant(ctx, tenant, func(tx *txn) error { return recordAttempt(tx, id, a) })
-}
-
 // SettleDelivered is SettleDeliveredBatch for one row: it records the
 // accepted send and settles the row delivered with the provider's message
 // id, in one transaction. It reports false when the row was already

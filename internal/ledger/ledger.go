@@ -76,10 +76,6 @@ func (s State) Settled() bool {
 	return false
 }
 
-// States lists every state in life order.
-var States = []State{StatePending, StateLeased, StateQueued, StateSending,
-	StateDelivered, StateSkipped, StateExpired, StateFailed, StateCancelled}
-
 // IdempotencyKey derives the key a row's queue message and provider sends
 // carry. It depends on the row alone, never on the attempt or the clock: a
 // retried row keeps its key, and a rescheduled row (new due_at) gets a new one.
