@@ -166,7 +166,7 @@ func once(ctx context.Context, o opts) (result, error) {
 	defer db.Close()
 	fmt.Fprintf(os.Stderr, "bench/e2e: scheduling %d rows…\n", o.rows)
 	due := time.Now().Add(-time.Second)
-	if err := benchutil.Schedule(ctx, ledger.New(db.App), "ref", o.rows, tenants, func(int) time.Time { return due }); err != nil {
+	if err := benchutil.Schedule(ctx, ledger.New(db.App, nil), "ref", o.rows, tenants, func(int) time.Time { return due }); err != nil {
 		return res, err
 	}
 	var elapsed time.Duration
@@ -311,7 +311,7 @@ func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *s
 			return 0, nil, err
 		}
 		paces := worker.Paces(pool, pace.Unlimited)
-		w, err := worker.New(worker.Options{Ledger: ledger.New(pool), Queue: q, Log: zerolog.Nop(),
+		w, err := worker.New(worker.Options{Ledger: ledger.New(pool, nil), Queue: q, Log: zerolog.Nop(),
 			Route: func(string) (provider.Sender, error) { return sender, nil }, Pace: paces,
 			Concurrency: o.concurrency, ShutdownTimeout: 10 * time.Second})
 		if err != nil {
@@ -323,7 +323,7 @@ func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *s
 	if err != nil {
 		return 0, nil, err
 	}
-	sw, err := sweep.New(ledger.New(db.App), sq, sweep.Config{Batch: 500, Budget: 50 * time.Second, PublishAhead: time.Minute,
+	sw, err := sweep.New(ledger.New(db.App, nil), sq, sweep.Config{Batch: 500, Budget: 50 * time.Second, PublishAhead: time.Minute,
 		RequeueAfter: 10 * time.Minute, KeyPrefix: "owed-"}, zerolog.Nop())
 	if err != nil {
 		return 0, nil, err

@@ -60,7 +60,7 @@ func run() error {
 	// The first row is due a second from now, so none is overdue when it
 	// is scheduled.
 	step := *window / time.Duration(*rows)
-	if err := benchutil.Schedule(ctx, ledger.New(db.App), "lag", *rows, 20, func(i int) time.Time {
+	if err := benchutil.Schedule(ctx, ledger.New(db.App, nil), "lag", *rows, 20, func(i int) time.Time {
 		return start.Add(time.Second + time.Duration(i)*step)
 	}); err != nil {
 		return err

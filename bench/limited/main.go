@@ -85,7 +85,7 @@ func workerRun(ctx context.Context, duration, warmup time.Duration, workers, con
 	// The backlog outlasts the run by half a minute of sends.
 	n := rate * int((warmup + duration + 30*time.Second).Seconds())
 	due := time.Now().Add(-time.Second)
-	if err := benchutil.Schedule(ctx, ledger.New(db.App), "lim", n, 20, func(int) time.Time { return due }); err != nil {
+	if err := benchutil.Schedule(ctx, ledger.New(db.App, nil), "lim", n, 20, func(int) time.Time { return due }); err != nil {
 		return nil, err
 	}
 	st, err := stack.Start(ctx, stack.Config{DB: db, Bin: bin, Workers: workers, Concurrency: concurrency,

@@ -85,7 +85,7 @@ func once(ctx context.Context, n int, outage time.Duration, workers, concurrency
 	// waits for, reports an old owed backlog as not ready.
 	now := time.Now()
 	step := outage / time.Duration(n)
-	if err := benchutil.Schedule(ctx, ledger.New(db.App), "rec", n, 20, func(i int) time.Time {
+	if err := benchutil.Schedule(ctx, ledger.New(db.App, nil), "rec", n, 20, func(i int) time.Time {
 		return now.Add(-outage + time.Duration(i)*step)
 	}); err != nil {
 		return 0, 0, 0, err

@@ -66,7 +66,7 @@ func run() error {
 		return err
 	}
 	defer db.Close()
-	l := ledger.New(db.App)
+	l := ledger.New(db.App, nil)
 
 	ecfg := emulator.DefaultConfig()
 	ecfg.Token, ecfg.DatabaseURL = queueToken, db.OwnerURL

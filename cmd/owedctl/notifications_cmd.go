@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,7 +47,9 @@ func ledgerDatabaseFlag(fs *flag.FlagSet) *string {
 	return databaseFlag(fs, "the owed database; the application role suffices")
 }
 
-func openLedger(dbURL string) (*ledger.Ledger, func(), error) { return openWith(dbURL, ledger.New) }
+func openLedger(dbURL string) (*ledger.Ledger, func(), error) {
+	return openWith(dbURL, func(db *sql.DB) *ledger.Ledger { return ledger.New(db, nil) })
+}
 
 func notificationsShow(ctx context.Context, out io.Writer, args []string) error {
 	fs := newFlags("notifications show", "notifications show ID [--json] [--database-url URL]",

@@ -27,7 +27,7 @@ func setupLookup(t *testing.T) lookupFixture {
 	t.Helper()
 	ctx := context.Background()
 	db := testdb.New(t)
-	l := ledger.New(db.App)
+	l := ledger.New(db.App, nil)
 	due := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
 	row := func(recipient, ref string) ledger.NewNotification {
 		return ledger.NewNotification{Recipient: recipient, Channel: "email", Kind: "reminder", RefID: ref,

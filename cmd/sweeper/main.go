@@ -29,7 +29,7 @@ func run() error {
 		return err
 	}
 	clk := clock.Real()
-	srv, err := sweeper.New(cfg, ledger.New(p.DB), q, p.Log, clk)
+	srv, err := sweeper.New(cfg, ledger.New(p.DB, clk), q, p.Log, clk)
 	if err != nil {
 		return err
 	}

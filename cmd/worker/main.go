@@ -42,8 +42,8 @@ func run() error {
 	paces := worker.Paces(db, cfg.ProviderRate)
 	reg := worker.NewRegistry()
 	o := cfg.Options()
-	o.Ledger, o.Queue, o.Route, o.Pace, o.Log = ledger.New(db), q, router.For, paces, log
-	o.Clock = clock.Real()
+	clk := clock.Real()
+	o.Ledger, o.Queue, o.Route, o.Pace, o.Log, o.Clock = ledger.New(db, clk), q, router.For, paces, log, clk
 	o.Metrics = worker.NewMetrics(reg)
 	if cfg.Resolver == "sql" {
 		o.Resolver = resolve.NewSQL(db)

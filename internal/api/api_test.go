@@ -37,8 +37,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	t.Parallel()
 	b := &bundle{db: testdb.New(t), clk: clock.NewStub(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), logs: &bytes.Buffer{}}
-	b.ledger = ledger.New(b.db.App)
-	b.ledger.Clock = b.clk.Now
+	b.ledger = ledger.New(b.db.App, b.clk)
 	b.tokens = NewTokens(b.db.App, b.clk)
 	var err error
 	if b.acme, _, err = b.tokens.Create(ctx, "acme", "acme backend"); err != nil {

@@ -343,7 +343,7 @@ func (s *Stack) Start(ctx context.Context) (err error) {
 	if s.appDB, err = sql.Open("postgres", appURL); err != nil {
 		return fmt.Errorf("open the application database: %w", err)
 	}
-	s.ledger = ledger.New(s.appDB)
+	s.ledger = ledger.New(s.appDB, nil)
 	if err := s.startChildren(ctx, bins, ownerURL, appURL); err != nil {
 		return err
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/owedhq/owed/internal/ledger"
 )
 
 // The seeded workload, shaped like the real ones.
@@ -109,20 +111,18 @@ func (s *seeder) err() string {
 	return s.lastErr
 }
 
-// notification is one row of POST /v1/notifications.
-type notification struct {
-	Recipient string     `json:"recipient"`
-	Channel   string     `json:"channel"`
-	Kind      string     `json:"kind"`
-	RefID     string     `json:"ref_id"`
-	DueAt     time.Time  `json:"due_at"`
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	Payload   payload    `json:"payload"`
-}
+// notification is one row of POST /v1/notifications, whose JSON is the
+// ledger's row.
+type notification = ledger.NewNotification
 
 type payload struct {
 	Subject string `json:"subject,omitempty"`
 	Text    string `json:"text"`
+}
+
+func (p payload) json() json.RawMessage {
+	b, _ := json.Marshal(p)
+	return b
 }
 
 type scheduled struct {
@@ -157,7 +157,7 @@ func (s *seeder) seedInitial(ctx context.Context) error {
 		expires := now.Add(-time.Duration(i+1) * time.Minute)
 		rows = append(rows, notification{Recipient: fmt.Sprintf("late-%d@example.com", i+1), Channel: "email",
 			Kind: "meeting_soon", RefID: fmt.Sprintf("CAL-PAST-%d", i+1), DueAt: expires.Add(-10 * time.Minute),
-			ExpiresAt: &expires, Payload: payload{Subject: "Starting soon", Text: "Your meeting starts in 10 minutes."}})
+			ExpiresAt: &expires, Payload: payload{Subject: "Starting soon", Text: "Your meeting starts in 10 minutes."}.json()})
 	}
 	expired, err := s.schedule(ctx, rows)
 	if err != nil {
@@ -215,7 +215,7 @@ func (s *seeder) followUp(due time.Time) notification {
 	s.mu.Unlock()
 	return notification{Recipient: fmt.Sprintf("customer-%d@example.com", n), Channel: "email", Kind: "follow_up",
 		RefID: fmt.Sprintf("TCK-%d", n), DueAt: due,
-		Payload: payload{Subject: fmt.Sprintf("Ticket %d", n), Text: "Any news on your ticket? Reply to this email and we will pick it up."}}
+		Payload: payload{Subject: fmt.Sprintf("Ticket %d", n), Text: "Any news on your ticket? Reply to this email and we will pick it up."}.json()}
 }
 
 // shipmentException fans one exception out to the buyer, the merchant's

@@ -16,6 +16,7 @@ import (
 
 	"github.com/owedhq/owed/internal/devstack"
 	"github.com/owedhq/owed/internal/envelope"
+	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue"
 )
@@ -101,37 +102,15 @@ func countOwed(ctx context.Context, db *sql.DB) (n int, err error) {
 	return n, err
 }
 
-const qRows = `
-SELECT n.id, n.state, n.expires_at,
-       count(a.id) FILTER (WHERE a.outcome = 'accepted'),
-       coalesce(bool_or(a.possible_duplicate), false)
-FROM notifications n LEFT JOIN notification_attempts a ON a.notification_id = n.id
-GROUP BY n.id`
-
 func readLedger(ctx context.Context, db *sql.DB) (map[int64]ledgerRow, error) {
-	out := map[int64]ledgerRow{}
-	err := inTenant(ctx, db, func(tx *sql.Tx) error {
-		rs, err := tx.QueryContext(ctx, qRows)
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		for rs.Next() {
-			var id int64
-			var r ledgerRow
-			var exp sql.NullTime
-			if err := rs.Scan(&id, &r.state, &exp, &r.accepted, &r.possibleDup); err != nil {
-				return err
-			}
-			if exp.Valid {
-				r.expiresAt = &exp.Time
-			}
-			out[id] = r
-		}
-		return rs.Err()
-	})
+	rows, err := ledger.New(db, nil).Audit(ctx, devstack.Tenant)
 	if err != nil {
 		return nil, fmt.Errorf("read the ledger: %w", err)
+	}
+	out := make(map[int64]ledgerRow, len(rows))
+	for _, r := range rows {
+		out[r.ID] = ledgerRow{state: string(r.State), expiresAt: r.ExpiresAt, accepted: r.Accepted,
+			possibleDup: r.PossibleDuplicate}
 	}
 	return out, nil
 }

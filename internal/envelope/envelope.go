@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/owedhq/owed/internal/tenant"
 )
 
 // Version is the envelope format this build writes and reads.
@@ -66,9 +68,10 @@ func Decode(b []byte) (Envelope, error) {
 }
 
 func (e Envelope) validate() error {
+	if err := tenant.Validate(e.Tenant); err != nil {
+		return fmt.Errorf("envelope: %w", err)
+	}
 	switch {
-	case e.Tenant == "" || len(e.Tenant) > 128:
-		return errors.New("envelope: tenant_id must be 1 to 128 bytes")
 	case e.ID <= 0:
 		return fmt.Errorf("envelope: id must be a positive row id, got %d", e.ID)
 	case e.DueAt.IsZero():

@@ -71,29 +71,16 @@ type ClaimParams struct {
 	EarlyTolerance time.Duration
 }
 
-// ClaimForSend is the worker's claim on one row before a send, inside the
-// tenant's scope: a row of another tenant is invisible and reported as
-// ErrNotFound. Only ClaimSend changes the row to sending; ClaimExpired
-// settles it expired.
+// ClaimForSend is ClaimForSendBatch for one row: the claim on one row
+// before a send, inside the tenant's scope. A row of another tenant is
+// invisible and reported as ErrNotFound. Only ClaimSend changes the row to
+// sending; ClaimExpired settles it expired.
 func (l *Ledger) ClaimForSend(ctx context.Context, tenant string, id int64, p ClaimParams) (Claim, error) {
-	if p.LeaseFor <= 0 {
-		return Claim{}, fmt.Errorf("ledger: claim lease must be above zero, got %s", p.LeaseFor)
-	}
-	now := l.now()
-	due := p.DueAt.UTC().Truncate(time.Microsecond)
-	if err := ValidateTenant(tenant); err != nil {
-		return Claim{}, err
-	}
-	var took bool
-	row, err := scanNotification(l.queryRow(ctx, qClaim, tenant, id, now, now.Add(p.LeaseFor), due,
-		now.Add(p.EarlyTolerance)), &took)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Claim{}, ErrNotFound
-	}
+	claims, errs, err := l.ClaimForSendBatch(ctx, []ClaimRequest{{Tenant: tenant, ID: id, DueAt: p.DueAt}}, p)
 	if err != nil {
 		return Claim{}, err
 	}
-	return l.decide(ctx, row, took, due, now, p.EarlyTolerance)
+	return claims[0], errs[0]
 }
 
 // decide says why a claim statement took the row or did not, from the row
@@ -112,6 +99,7 @@ func (l *Ledger) decide(ctx context.Context, row Notification, took bool, due, n
 	case row.ExpiresAt != nil && !row.ExpiresAt.After(now):
 		c.Outcome = ClaimExpired
 		if row.State != StateFailed {
+			// Settled at the instant the claim judged it expired.
 			err = l.withTenant(ctx, row.Tenant, func(tx *txn) error {
 				_, err := tx.Exec(qSettleExpired, row.ID, now)
 				return err
@@ -153,9 +141,10 @@ type claimJSON struct {
 	DueAt  time.Time `json:"due_at"`
 }
 
-// ClaimForSendBatch is ClaimForSend for many rows, possibly of many
-// tenants, in one statement and one commit; p.DueAt is ignored in favour of
-// each request's. It returns a Claim or an error (ErrNotFound for a row not
+// ClaimForSendBatch is the worker's claim on many rows, possibly of many
+// tenants, before their sends: one statement and one commit, each row in its
+// own tenant's scope (see qClaimBatch); p.DueAt is ignored in favour of each
+// request's. It returns a Claim or an error (ErrNotFound for a row not
 // visible in its tenant's scope) per request, in input order; the error
 // return is for the batch as a whole.
 func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p ClaimParams) ([]Claim, []error, error) {
@@ -169,31 +158,24 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 		}
 		in[i] = claimJSON{Idx: i, Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt.UTC().Truncate(time.Microsecond)}
 	}
-	doc, err := json.Marshal(in)
-	if err != nil {
-		return nil, nil, err
-	}
-	now := l.now()
-	s, err := l.prepared(ctx, qClaimBatch)
-	if err != nil {
-		return nil, nil, err
-	}
-	res, err := s.QueryContext(ctx, string(doc), now, now.Add(p.LeaseFor), now.Add(p.EarlyTolerance))
+	res, err := l.queryBatch(ctx, qClaimBatch, in, l.now(), seconds(p.LeaseFor), seconds(p.EarlyTolerance))
 	if err != nil {
 		return nil, nil, err
 	}
 	type answer struct {
 		row  Notification
 		took bool
+		now  time.Time
 	}
 	answers := make(map[int]answer, len(reqs))
 	for res.Next() {
 		var idx int
 		var a answer
-		if a.row, err = scanNotification(prefixed{res, &idx}, &a.took); err != nil {
+		if a.row, err = scanNotification(prefixed{res, &idx}, &a.took, &a.now); err != nil {
 			res.Close()
 			return nil, nil, err
 		}
+		a.now = a.now.UTC()
 		answers[idx] = a
 	}
 	res.Close()
@@ -208,9 +190,24 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 			errs[i] = ErrNotFound
 			continue
 		}
-		claims[i], errs[i] = l.decide(ctx, a.row, a.took, in[i].DueAt, now, p.EarlyTolerance)
+		claims[i], errs[i] = l.decide(ctx, a.row, a.took, in[i].DueAt, a.now, p.EarlyTolerance)
 	}
 	return claims, errs, nil
+}
+
+// queryBatch runs one of the worker's batch statements with batch as its
+// JSON $1 and args after it. It needs no transaction: the SQL functions
+// scope each row to its tenant themselves.
+func (l *Ledger) queryBatch(ctx context.Context, query string, batch any, args ...any) (*sql.Rows, error) {
+	doc, err := json.Marshal(batch)
+	if err != nil {
+		return nil, err
+	}
+	s, err := l.prepared(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return s.QueryContext(ctx, append([]any{string(doc)}, args...)...)
 }
 
 // prefixed scans one leading column into first, then the rest as asked.
@@ -245,9 +242,11 @@ type Attempt struct {
 	PossibleDuplicate bool           `json:"possible_duplicate,omitempty"`
 }
 
+var errAttemptTimes = errors.New("ledger: an attempt needs its start and finish times")
+
 func recordAttempt(tx *txn, id int64, a Attempt) error {
 	if a.StartedAt.IsZero() || a.FinishedAt.IsZero() {
-		return errors.New("ledger: an attempt needs its start and finish times")
+		return errAttemptTimes
 	}
 	var n int
 	err := tx.QueryRow(qRecordAttempt, id, a.Provider, a.StartedAt.UTC(), a.FinishedAt.UTC(),
@@ -259,33 +258,23 @@ func recordAttempt(tx *txn, id int64, a Attempt) error {
 	return err
 }
 
-// RecordAttempt appends a send tried to the row's history and counts it.
-func (l *Ledger) RecordAttempt(ctx context.Context, tenant string, id int64, a Attempt) error {
-	return l.withTenant(ctx, tenant, func(tx *txn) error { return recordAttempt(tx, id, a) })
-}
-
-// SettleDelivered records the accepted send and settles the row delivered
-// with the provider's message id, in one transaction. It reports false when
-// the row was already delivered (a duplicate the provider accepted anyway;
-// the attempt is still recorded, since it happened).
+// SettleDelivered is SettleDeliveredBatch for one row: it records the
+// accepted send and settles the row delivered with the provider's message
+// id, in one transaction. It reports false when the row was already
+// delivered (a duplicate the provider accepted anyway; the attempt is still
+// recorded, since it happened).
 func (l *Ledger) SettleDelivered(ctx context.Context, tenant string, id int64, a Attempt) (bool, error) {
 	if a.StartedAt.IsZero() || a.FinishedAt.IsZero() {
-		return false, errors.New("ledger: an attempt needs its start and finish times")
+		return false, errAttemptTimes
 	}
-	if err := ValidateTenant(tenant); err != nil {
-		return false, err
-	}
-	var changed sql.NullBool
-	err := l.queryRow(ctx, qSettleDelivered, tenant, id, a.Provider, a.StartedAt.UTC(), l.now(),
-		nullString(a.ProviderMessageID), sql.NullInt64{Int64: int64(a.HTTPStatus), Valid: a.HTTPStatus != 0},
-		a.PossibleDuplicate).Scan(&changed)
+	changed, errs, err := l.SettleDeliveredBatch(ctx, []Delivered{{Tenant: tenant, ID: id, Attempt: a}})
 	if err != nil {
 		return false, err
 	}
-	if !changed.Valid {
-		return false, ErrNotFound
+	if errs != nil && errs[0] != nil {
+		return false, errs[0]
 	}
-	return changed.Bool, nil
+	return changed[0], nil
 }
 
 // Delivered is one accepted send to settle in a batch.
@@ -306,8 +295,10 @@ type deliveredJSON struct {
 	PossibleDuplicate bool      `json:"possible_duplicate"`
 }
 
-// SettleDeliveredBatch is SettleDelivered for many rows, possibly of many
-// tenants, in one statement and one commit. It reports, in input order,
+// SettleDeliveredBatch records many accepted sends and settles their rows
+// delivered, possibly of many tenants, in one statement and one commit (see
+// qSettleDeliveredBatch); each attempt finishes at the ledger's now, when
+// it is recorded. It reports, in input order,
 // whether each row changed; a row not visible in its tenant's scope is
 // reported as ErrNotFound in errs (nil errs when every row was found).
 func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (changed []bool, errs []error, err error) {
@@ -328,15 +319,7 @@ func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (ch
 			in[i].HTTPStatus = &st
 		}
 	}
-	doc, err := json.Marshal(in)
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := l.prepared(ctx, qSettleDeliveredBatch)
-	if err != nil {
-		return nil, nil, err
-	}
-	res, err := s.QueryContext(ctx, string(doc), l.now())
+	res, err := l.queryBatch(ctx, qSettleDeliveredBatch, in, l.now())
 	if err != nil {
 		return nil, nil, err
 	}

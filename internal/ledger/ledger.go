@@ -3,9 +3,8 @@
 // writes them. Nothing outside this package writes SQL against the ledger.
 //
 // Row-level security is forced on both tables. Every statement runs inside a
-// transaction that names its tenant (set_config('owed.tenant_id', …, true)),
-// except exactly these cross-tenant statements, which set the
-// transaction-local bypass flag owed.bypass_rls instead:
+// transaction scoped to its tenant by tenant.Enter, except exactly these
+// cross-tenant statements, scoped by tenant.EnterAllTenants instead:
 //
 //   - Lease, ExpireOverdue, MarkQueued and ReleaseLeased: the sweeper's claim
 //     over every tenant's owed rows and its bookkeeping of that claim
@@ -14,14 +13,24 @@
 //     aggregates and look-ups.
 //
 // The worker's claim and its delivered settle, the two statements every
-// delivery runs, call the SQL functions owed_claim and owed_settle_delivered
-// (migrations/00007_ledger_functions.sql). They set the tenant scope
-// themselves, so each costs one round trip; they are the only ledger SQL
-// kept outside this package, and only this package calls them.
+// delivery runs, are ClaimForSendBatch and SettleDeliveredBatch. They call
+// the SQL functions owed_claim_batch and owed_settle_delivered_batch
+// (migrations/00008_worker_batches.sql), which run owed_claim and
+// owed_settle_delivered (migrations/00007_ledger_functions.sql) once per row
+// under that row's own tenant scope, so a batch of many tenants' rows costs
+// one round trip and one commit. ClaimForSend and SettleDelivered are the
+// same statements for a batch of one. These four functions are the only
+// ledger SQL kept outside this package, and only this package calls them.
 //
-// Both settings are transaction-local, so a pooled connection never carries
-// one request's tenant into the next. A statement run with neither setting
-// matches no row at all: an unscoped read is empty, not global.
+// Both scopes are transaction-local, so a pooled connection never carries
+// one request's tenant into the next. A statement run with neither matches
+// no row at all: an unscoped read is empty, not global.
+//
+// The Ledger's clock (clock.Clock, given to New) decides "now" for every
+// statement: in production it leaves the instant to the database
+// (coalesce($n, now())), so every process stamps leases and settles by one
+// clock; a test's stub fixes it. The package never reads the wall clock for
+// a row's times.
 //
 // The package never marks a row delivered before the provider accepted it:
 // claimed_at records that a worker took the row, delivered_at that the
@@ -36,6 +45,9 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/tenant"
 )
 
 // State is a ledger row's place in its life.
@@ -64,13 +76,6 @@ func (s State) Settled() bool {
 	return false
 }
 
-// States lists every state in life order.
-var States = []State{StatePending, StateLeased, StateQueued, StateSending,
-	StateDelivered, StateSkipped, StateExpired, StateFailed, StateCancelled}
-
-// DefaultIdempotencyPrefix starts every idempotency key unless configured.
-const DefaultIdempotencyPrefix = "owed-"
-
 // IdempotencyKey derives the key a row's queue message and provider sends
 // carry. It depends on the row alone, never on the attempt or the clock: a
 // retried row keeps its key, and a rescheduled row (new due_at) gets a new one.
@@ -82,60 +87,52 @@ func IdempotencyKey(prefix string, id int64, dueAt time.Time) string {
 // the application role.
 type Ledger struct {
 	db *sql.DB
+	// clk decides "now" for every statement (see the package doc).
+	clk clock.Clock
 	// stmts caches prepared statements by query text. A prepared statement
 	// costs one round trip per execution instead of two, and Postgres plans
 	// it once per connection instead of on every call: on the worker's hot
 	// path that is most of the ledger's cost.
 	stmts sync.Map
-	// Clock returns the current time. Tests replace it to say "an hour has
-	// passed" without waiting an hour.
-	Clock func() time.Time
 }
 
-// New returns a Ledger using db.
-func New(db *sql.DB) *Ledger {
-	return &Ledger{db: db, Clock: time.Now}
+// New returns a Ledger using db, telling the time by clk (nil: clock.Real).
+func New(db *sql.DB, clk clock.Clock) *Ledger {
+	if clk == nil {
+		clk = clock.Real()
+	}
+	return &Ledger{db: db, clk: clk}
 }
 
 // DB returns the underlying pool (for health checks).
 func (l *Ledger) DB() *sql.DB { return l.db }
 
-func (l *Ledger) now() time.Time {
-	// Postgres keeps microseconds; rounding here makes a value read back
-	// compare equal to the one written.
-	return l.Clock().UTC().Truncate(time.Microsecond)
-}
+// now is the $n of every coalesce($n::timestamptz, now()): nil in
+// production, so the database's clock decides.
+func (l *Ledger) now() *time.Time { return l.clk.NowOrNil() }
 
 // ErrNotFound is returned when a row does not exist in the caller's scope.
 var ErrNotFound = errors.New("ledger: notification not found")
 
-// withTenant runs fn in a transaction scoped to tenant.
-func (l *Ledger) withTenant(ctx context.Context, tenant string, fn func(*txn) error) error {
-	if tenant == "" {
-		return errors.New("ledger: tenant is required")
-	}
-	return l.inTx(ctx, qSetTenant, tenant, fn)
+// withTenant runs fn in a transaction scoped to id.
+func (l *Ledger) withTenant(ctx context.Context, id string, fn func(*txn) error) error {
+	return l.inTx(ctx, func(tx *txn) error { return tenant.Enter(ctx, tx, id) }, fn)
 }
 
-// withBypass runs fn in a transaction that may see every tenant. Only the
-// statements listed in the package doc use it.
-func (l *Ledger) withBypass(ctx context.Context, fn func(*txn) error) error {
-	return l.inTx(ctx, qSetBypass, nil, fn)
+// withAllTenants runs fn in a transaction that may see every tenant. Only
+// the statements listed in the package doc use it.
+func (l *Ledger) withAllTenants(ctx context.Context, fn func(*txn) error) error {
+	return l.inTx(ctx, func(tx *txn) error { return tenant.EnterAllTenants(ctx, tx) }, fn)
 }
 
-func (l *Ledger) inTx(ctx context.Context, scope string, arg any, fn func(*txn) error) error {
+func (l *Ledger) inTx(ctx context.Context, enter, fn func(*txn) error) error {
 	sqlTx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer sqlTx.Rollback()
 	tx := &txn{ctx: ctx, tx: sqlTx, l: l}
-	if arg != nil {
-		_, err = tx.Exec(scope, arg)
-	} else {
-		_, err = tx.Exec(scope)
-	}
-	if err != nil {
+	if err := enter(tx); err != nil {
 		return err
 	}
 	if err := fn(tx); err != nil {
@@ -160,44 +157,42 @@ func (l *Ledger) prepared(ctx context.Context, query string) (*sql.Stmt, error) 
 	return s, nil
 }
 
-// queryRow runs one prepared statement outside a transaction: the
-// functions owed_claim and owed_settle_delivered scope themselves.
-func (l *Ledger) queryRow(ctx context.Context, query string, args ...any) scanner {
-	s, err := l.prepared(ctx, query)
-	if err != nil {
-		return errScanner{err}
-	}
-	return s.QueryRowContext(ctx, args...)
-}
-
 // txn is one ledger transaction; its statements are prepared once per
-// connection and reused.
+// connection and reused. It is the tenant.Execer its scope is entered
+// through, so the scope statement is prepared like the rest.
 type txn struct {
 	ctx context.Context
 	tx  *sql.Tx
 	l   *Ledger
 }
 
-func (t *txn) stmt(query string) (*sql.Stmt, error) {
-	s, err := t.l.prepared(t.ctx, query)
+var _ tenant.Execer = (*txn)(nil)
+
+func (t *txn) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	s, err := t.l.prepared(ctx, query)
 	if err != nil {
 		return nil, err
 	}
 	// The transaction's copy is closed with the transaction; database/sql
 	// reuses the connection's existing preparation.
-	return t.tx.StmtContext(t.ctx, s), nil
+	return t.tx.StmtContext(ctx, s), nil
 }
 
-func (t *txn) Exec(query string, args ...any) (sql.Result, error) {
-	s, err := t.stmt(query)
+// ExecContext runs one prepared statement in the transaction.
+func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	s, err := t.stmt(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	return s.ExecContext(t.ctx, args...)
+	return s.ExecContext(ctx, args...)
+}
+
+func (t *txn) Exec(query string, args ...any) (sql.Result, error) {
+	return t.ExecContext(t.ctx, query, args...)
 }
 
 func (t *txn) Query(query string, args ...any) (*sql.Rows, error) {
-	s, err := t.stmt(query)
+	s, err := t.stmt(t.ctx, query)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +201,7 @@ func (t *txn) Query(query string, args ...any) (*sql.Rows, error) {
 
 // QueryRow returns a scanner; a preparation error surfaces from Scan.
 func (t *txn) QueryRow(query string, args ...any) scanner {
-	s, err := t.stmt(query)
+	s, err := t.stmt(t.ctx, query)
 	if err != nil {
 		return errScanner{err}
 	}
@@ -219,27 +214,23 @@ func (e errScanner) Scan(...any) error { return e.err }
 
 // Notification is one ledger row.
 type Notification struct {
-	ID                int64           `json:"id"`
-	Tenant            string          `json:"tenant_id"`
-	Recipient         string          `json:"recipient"`
-	Channel           string          `json:"channel"`
-	Kind              string          `json:"kind"`
-	RefID             string          `json:"ref_id"`
-	DueAt             time.Time       `json:"due_at"`
-	ExpiresAt         *time.Time      `json:"expires_at,omitempty"`
-	Payload           json.RawMessage `json:"payload"`
-	State             State           `json:"state"`
-	Attempts          int             `json:"attempts"`
-	LeaseUntil        *time.Time      `json:"lease_until,omitempty"`
-	ClaimedAt         *time.Time      `json:"claimed_at,omitempty"`
-	PublishedAt       *time.Time      `json:"published_at,omitempty"`
-	DeliveredAt       *time.Time      `json:"delivered_at,omitempty"`
-	SettledAt         *time.Time      `json:"settled_at,omitempty"`
-	Provider          string          `json:"provider,omitempty"`
-	ProviderMessageID string          `json:"provider_message_id,omitempty"`
-	LastError         string          `json:"last_error,omitempty"`
-	CreatedAt         time.Time       `json:"created_at"`
-	UpdatedAt         time.Time       `json:"updated_at"`
+	ID     int64  `json:"id"`
+	Tenant string `json:"tenant_id"`
+	// NewNotification is what was scheduled; the fields below are the
+	// row's life since.
+	NewNotification
+	State             State      `json:"state"`
+	Attempts          int        `json:"attempts"`
+	LeaseUntil        *time.Time `json:"lease_until,omitempty"`
+	ClaimedAt         *time.Time `json:"claimed_at,omitempty"`
+	PublishedAt       *time.Time `json:"published_at,omitempty"`
+	DeliveredAt       *time.Time `json:"delivered_at,omitempty"`
+	SettledAt         *time.Time `json:"settled_at,omitempty"`
+	Provider          string     `json:"provider,omitempty"`
+	ProviderMessageID string     `json:"provider_message_id,omitempty"`
+	LastError         string     `json:"last_error,omitempty"`
+	CreatedAt         time.Time  `json:"created_at"`
+	UpdatedAt         time.Time  `json:"updated_at"`
 }
 
 type scanner interface{ Scan(...any) error }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,32 +12,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/tenant"
 	"github.com/owedhq/owed/internal/testdb"
 )
 
+// bundle is one test's ledger, on a stubbed clock that reads now.
 type bundle struct {
 	db  *testdb.DB
 	l   *Ledger
+	clk *clock.Stub
 	now time.Time
-	mu  sync.Mutex
 }
 
-func (b *bundle) advance(d time.Duration) {
-	b.mu.Lock()
-	b.now = b.now.Add(d)
-	b.mu.Unlock()
-}
+// advance moves the ledger's clock, and now, by d.
+func (b *bundle) advance(d time.Duration) { b.now = b.clk.Advance(d) }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	t.Parallel()
 	b := &bundle{db: testdb.New(t), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	b.l = New(b.db.App)
-	b.l.Clock = func() time.Time {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.now
-	}
+	b.clk = clock.NewStub(b.now)
+	b.l = New(b.db.App, b.clk)
 	return b
 }
 
@@ -160,7 +157,7 @@ func TestTenantIsolation(t *testing.T) {
 	if err := b.db.App.QueryRow(`SELECT count(*) FROM notifications`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("unscoped read sees %d rows (err %v), want 0", n, err)
 	}
-	rows, err := b.db.App.Query(qLease, b.now, b.now.Add(time.Minute), b.now, 100)
+	rows, err := b.db.App.Query(qLease, b.now, time.Minute.Seconds(), 0.0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +203,7 @@ func TestTenantIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.Exec(qSetTenant, "tenant-b"); err != nil {
+	if err := tenant.Enter(ctx, tx, "tenant-b"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at)
@@ -264,19 +261,11 @@ func TestConcurrentLeasesNeverShareARow(t *testing.T) {
 // owner connection under the bypass (fixtures only).
 func seedOwed(t *testing.T, b *bundle, n int, due time.Time) {
 	t.Helper()
-	tx, err := b.db.Owner.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.Exec(qSetBypass); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
-	    SELECT 'bulk', 'r' || g, 'sms', 'k', 'ref' || g, $2, '{"text":"x"}' FROM generate_series(1, $1) g`, n, due); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
+	if err := tenant.InTxAllTenants(ctx, b.db.Owner, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
+	    SELECT 'bulk', 'r' || g, 'sms', 'k', 'ref' || g, $2, '{"text":"x"}' FROM generate_series(1, $1) g`, n, due)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -422,7 +411,7 @@ func TestClaimOutcomes(t *testing.T) {
 		t.Errorf("row after expired claim is %s", d.State)
 	}
 	// A message published for an earlier due time is stale after a reschedule.
-	b.now = b.now.Add(-2 * time.Minute)
+	b.advance(-2 * time.Minute)
 	if c, _ := b.l.ClaimForSend(ctx, "acme", s[2].ID, ClaimParams{DueAt: b.now, LeaseFor: time.Minute}); c.Outcome != ClaimStale {
 		t.Errorf("claim with the wrong due time: %v, want stale", c.Outcome)
 	}
@@ -559,27 +548,21 @@ func TestMarkQueuedAndRelease(t *testing.T) {
 // the rows owed rather than the size of the ledger.
 func TestLeaseUsesThePartialIndex(t *testing.T) {
 	b := setup(t)
-	tx, err := b.db.Owner.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	tx.Exec(qSetBypass)
-	if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, state,
+	if err := tenant.InTxAllTenants(ctx, b.db.Owner, func(tx *sql.Tx) error {
+		if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, state,
 	        settled_at, delivered_at, payload)
 	    SELECT 't' || (g % 50), 'r' || g, 'sms', 'k', 'ref' || g, $1::timestamptz - g * interval '1 second', 'delivered', $1, $1, '{}'
 	      FROM generate_series(1, 200000) g`, b.now); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
+			return err
+		}
+		if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
 	    SELECT 't' || (g % 50), 'owed' || g, 'sms', 'k', 'ref' || g, $1::timestamptz - g * interval '1 second', '{}'
 	      FROM generate_series(1, 100) g`, b.now); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(`ANALYZE notifications`); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
+			return err
+		}
+		_, err := tx.Exec(`ANALYZE notifications`)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	stx, err := b.db.App.Begin()
@@ -587,8 +570,10 @@ func TestLeaseUsesThePartialIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stx.Rollback()
-	stx.Exec(qSetBypass)
-	rows, err := stx.Query(`EXPLAIN `+qLease, b.now, b.now.Add(time.Minute), b.now.Add(time.Minute), 500)
+	if err := tenant.EnterAllTenants(ctx, stx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := stx.Query(`EXPLAIN `+qLease, b.now, time.Minute.Seconds(), time.Minute.Seconds(), 500)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -695,7 +680,7 @@ func TestClaimForSendBatch(t *testing.T) {
 // and settle shuffled batches of the same rows.
 func TestConcurrentBookkeepingAndBatchesNeverDeadlock(t *testing.T) {
 	b := setup(t)
-	b.l.Clock = time.Now
+	b.l = New(b.db.App, clock.Real())
 	const n = 400
 	due := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
 	seedOwed(t, b, n, due)
@@ -714,18 +699,15 @@ func TestConcurrentBookkeepingAndBatchesNeverDeadlock(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 8; round++ {
-		tx, err := b.db.Owner.Begin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tx.Exec(qSetBypass)
-		for _, id := range shuffled(rng, n) {
-			if _, err := tx.Exec(`UPDATE notifications SET state = 'leased', lease_until = now() + interval '1 hour',
+		if err := tenant.InTxAllTenants(ctx, b.db.Owner, func(tx *sql.Tx) error {
+			for _, id := range shuffled(rng, n) {
+				if _, err := tx.Exec(`UPDATE notifications SET state = 'leased', lease_until = now() + interval '1 hour',
 			        claimed_at = NULL, settled_at = NULL, delivered_at = NULL WHERE id = $1`, id); err != nil {
-				t.Fatal(err)
+					return err
+				}
 			}
-		}
-		if err := tx.Commit(); err != nil {
+			return nil
+		}); err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
@@ -786,6 +768,37 @@ func TestUncertainReleaseFlagsTheNextSend(t *testing.T) {
 		c, err := b.l.ClaimForSend(ctx, "acme", id, p)
 		if err != nil || c.Outcome != ClaimSend || c.PossibleDuplicate != uncertain {
 			t.Errorf("uncertain=%v: reclaim %v possible duplicate=%v (err %v)", uncertain, c.Outcome, c.PossibleDuplicate, err)
+		}
+	}
+}
+
+// Audit summarises every row of one tenant with its sends, and no other
+// tenant's.
+func TestAuditSummarisesATenantsRows(t *testing.T) {
+	b := setup(t)
+	s := mustSchedule(t, b, "acme", row("a", "T-1", b.now), row("b", "T-2", b.now))
+	mustSchedule(t, b, "globex", row("g", "G-1", b.now))
+	if _, err := b.l.ClaimForSend(ctx, "acme", s[0].ID, ClaimParams{DueAt: b.now, LeaseFor: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.l.SettleDelivered(ctx, "acme", s[0].ID, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now,
+		PossibleDuplicate: true}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.l.Audit(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]AuditRow{
+		s[0].ID: {ID: s[0].ID, State: StateDelivered, Accepted: 1, PossibleDuplicate: true},
+		s[1].ID: {ID: s[1].ID, State: StatePending},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("audit returned %+v, want acme's two rows", got)
+	}
+	for _, r := range got {
+		if r != want[r.ID] {
+			t.Errorf("audit row %+v, want %+v", r, want[r.ID])
 		}
 	}
 }

@@ -24,7 +24,7 @@ func (l *Ledger) Get(ctx context.Context, tenant string, id int64) (Detail, erro
 // GetAny returns a row of any tenant, for operators (owedctl).
 func (l *Ledger) GetAny(ctx context.Context, id int64) (Detail, error) {
 	var d Detail
-	err := l.withBypass(ctx, func(tx *txn) error { return getDetail(tx, id, &d) })
+	err := l.withAllTenants(ctx, func(tx *txn) error { return getDetail(tx, id, &d) })
 	return d, err
 }
 
@@ -96,6 +96,43 @@ func (l *Ledger) Find(ctx context.Context, tenant string, f Filter) ([]Notificat
 	return out, err
 }
 
+// AuditRow is one row as an invariant check reads it: how it ended and how
+// many sends the provider accepted.
+type AuditRow struct {
+	ID        int64
+	State     State
+	ExpiresAt *time.Time
+	// Accepted counts the sends the provider accepted.
+	Accepted int
+	// PossibleDuplicate is set when any send was recorded as a possible
+	// duplicate.
+	PossibleDuplicate bool
+}
+
+// Audit returns every one of tenant's rows with its sends summarised, for
+// the reliability drill's checks.
+func (l *Ledger) Audit(ctx context.Context, tenant string) ([]AuditRow, error) {
+	var out []AuditRow
+	err := l.withTenant(ctx, tenant, func(tx *txn) error {
+		rows, err := tx.Query(qAudit, tenant)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r AuditRow
+			var exp sql.NullTime
+			if err := rows.Scan(&r.ID, &r.State, &exp, &r.Accepted, &r.PossibleDuplicate); err != nil {
+				return err
+			}
+			r.ExpiresAt = timePtr(exp)
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
 // Backlog is what is still owed, across every tenant.
 type Backlog struct {
 	// ByState counts unsettled rows per state.
@@ -113,10 +150,10 @@ type Backlog struct {
 // A growing OldestOwedAge while sweeps report nothing leased is the silent
 // failure the design warns about: a claim that matches nothing.
 func (l *Ledger) Backlog(ctx context.Context) (Backlog, error) {
-	now := l.now()
+	var now time.Time
 	b := Backlog{ByState: map[State]int64{}}
-	err := l.withBypass(ctx, func(tx *txn) error {
-		rows, err := tx.Query(qBacklog, now)
+	err := l.withAllTenants(ctx, func(tx *txn) error {
+		rows, err := tx.Query(qBacklog, l.now())
 		if err != nil {
 			return err
 		}
@@ -125,7 +162,7 @@ func (l *Ledger) Backlog(ctx context.Context) (Backlog, error) {
 			var s State
 			var n int64
 			var oldest sql.NullTime
-			if err := rows.Scan(&s, &n, &oldest); err != nil {
+			if err := rows.Scan(&s, &n, &oldest, &now); err != nil {
 				return err
 			}
 			b.ByState[s] = n
@@ -164,7 +201,7 @@ type Stats struct {
 // Stats reads delivery figures since since, across every tenant.
 func (l *Ledger) Stats(ctx context.Context, since time.Time) (Stats, error) {
 	s := Stats{Since: since.UTC()}
-	err := l.withBypass(ctx, func(tx *txn) error {
+	err := l.withAllTenants(ctx, func(tx *txn) error {
 		var p50, p95, max float64
 		if err := tx.QueryRow(qStats, since).Scan(&s.Delivered, &s.Expired, &s.Failed, &s.Skipped,
 			&s.Cancelled, &p50, &p95, &max); err != nil {
@@ -181,10 +218,10 @@ func secondsToDuration(s float64) time.Duration { return time.Duration(s * float
 // OldestOwedAge is how long the oldest unsettled, already due row has been
 // owed, across every tenant; zero when nothing due is owed.
 func (l *Ledger) OldestOwedAge(ctx context.Context) (time.Duration, error) {
-	now := l.now()
 	var oldest sql.NullTime
-	err := l.withBypass(ctx, func(tx *txn) error {
-		return tx.QueryRow(qOldestOwed, now).Scan(&oldest)
+	var now time.Time
+	err := l.withAllTenants(ctx, func(tx *txn) error {
+		return tx.QueryRow(qOldestOwed, l.now()).Scan(&oldest, &now)
 	})
 	if err != nil || !oldest.Valid {
 		return 0, err
@@ -196,10 +233,9 @@ func (l *Ledger) OldestOwedAge(ctx context.Context) (time.Duration, error) {
 // when a sweep leased nothing but this is true, the claim is broken (the
 // silent zero), not idle.
 func (l *Ledger) Leasable(ctx context.Context, ahead time.Duration) (bool, error) {
-	now := l.now()
 	var ok bool
-	err := l.withBypass(ctx, func(tx *txn) error {
-		return tx.QueryRow(qLeasableExists, now, now.Add(ahead)).Scan(&ok)
+	err := l.withAllTenants(ctx, func(tx *txn) error {
+		return tx.QueryRow(qLeasableExists, l.now(), seconds(ahead)).Scan(&ok)
 	})
 	return ok, err
 }

@@ -1,13 +1,15 @@
 package ledger
 
-// Every statement the ledger runs, named for what it does. Times are passed
-// in as parameters ($now) rather than read from now() so tests control the
-// clock and every statement in a transaction agrees on the instant.
+// Every statement the ledger runs, named for what it does.
+//
+// "Now" is always written coalesce($n::timestamptz, now()) with the Ledger
+// clock's NowOrNil as $n: nil in production, so the database's clock decides
+// (now() is the transaction's start, so every statement of one transaction
+// agrees on the instant), or a test's stubbed instant. A time derived from
+// now (a lease's end, a publish-ahead horizon) is computed here from that
+// same expression and a duration in seconds, never in Go from another clock.
 
 const (
-	qSetTenant = `SELECT set_config('owed.tenant_id', $1, true)`
-	qSetBypass = `SELECT set_config('owed.bypass_rls', 'on', true)`
-
 	notificationColumns = `id, tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
 		payload, state, attempts, lease_until, claimed_at, published_at, delivered_at, settled_at,
 		provider, provider_message_id, last_error, created_at, updated_at`
@@ -23,7 +25,8 @@ WITH input AS (
 ), ins AS (
     INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
                                payload, created_at, updated_at)
-    SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload, $3, $3
+    SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload,
+           coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now())
       FROM input ORDER BY idx
     ON CONFLICT ON CONSTRAINT notifications_schedule_key DO NOTHING
     RETURNING id, recipient, kind, ref_id, due_at
@@ -41,44 +44,43 @@ SELECT i.idx, coalesce(ins.id, n.id), ins.id IS NOT NULL, coalesce(n.state, 'pen
 SELECT id, state FROM notifications
  WHERE tenant_id = $1 AND recipient = $2 AND kind = $3 AND ref_id = $4 AND due_at = $5`
 
-	// qCancel settles open rows of one subject. A row a worker is sending
-	// right now is left alone: its outcome is the truth.
+	// subjectOpenRows picks the open rows of one subject ($1 tenant, $2
+	// kind, $3 ref_id; $4 is now) for qCancel and qReschedule. A row a
+	// worker is sending right now is left alone: its outcome is the truth.
 	//
-	// Its rows are locked in id order first, as every multi-row update a
+	// The rows are locked in id order first, as every multi-row update a
 	// worker may race is (see qMarkQueued).
-	qCancel = `
-UPDATE notifications n
-   SET state = 'cancelled', settled_at = $4, lease_until = NULL, updated_at = $4,
-       last_error = 'cancelled'
+	subjectOpenRows = `
   FROM (SELECT id FROM notifications
          WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3 AND settled_at IS NULL
          ORDER BY id FOR UPDATE) l
  WHERE n.id = l.id
    AND n.settled_at IS NULL
-   AND (n.state <> 'sending' OR n.lease_until <= $4)`
+   AND (n.state <> 'sending' OR n.lease_until <= coalesce($4::timestamptz, now()))`
+
+	// qCancel settles the open rows of one subject.
+	qCancel = `
+UPDATE notifications n
+   SET state = 'cancelled', settled_at = coalesce($4::timestamptz, now()), lease_until = NULL,
+       updated_at = coalesce($4::timestamptz, now()), last_error = 'cancelled'` + subjectOpenRows
 
 	// qCountInFlight counts rows of one subject that are being sent now.
 	qCountInFlight = `
 SELECT count(*) FROM notifications
  WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3
-   AND state = 'sending' AND lease_until > $4`
+   AND state = 'sending' AND lease_until > coalesce($4::timestamptz, now())`
 
-	// qReschedule moves open rows to a new due time, shifting an expiry by
-	// the same amount so the window a nudge is worth sending in keeps its
-	// length. The new due_at gives the row a new idempotency key; a message
-	// already published under the old one is recognised as stale by the
-	// worker. published_at is cleared because the new key was never published.
+	// qReschedule moves the open rows of one subject to a new due time ($5),
+	// shifting an expiry by the same amount so the window a nudge is worth
+	// sending in keeps its length. The new due_at gives the row a new
+	// idempotency key; a message already published under the old one is
+	// recognised as stale by the worker. published_at is cleared because the
+	// new key was never published.
 	qReschedule = `
 UPDATE notifications n
-   SET due_at = $4, expires_at = n.expires_at + ($4 - n.due_at),
+   SET due_at = $5, expires_at = n.expires_at + ($5 - n.due_at),
        state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
-       updated_at = $5
-  FROM (SELECT id FROM notifications
-         WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3 AND settled_at IS NULL
-         ORDER BY id FOR UPDATE) l
- WHERE n.id = l.id
-   AND n.settled_at IS NULL
-   AND (n.state <> 'sending' OR n.lease_until <= $5)`
+       updated_at = coalesce($4::timestamptz, now())` + subjectOpenRows
 
 	// qLease is the sweeper's claim, in one statement: the inner select is
 	// exactly the partial index notifications_owed_due plus the lease test,
@@ -86,15 +88,17 @@ UPDATE notifications n
 	// instead of queueing behind them, and the LIMIT bounds the run. There is
 	// no lower bound on due_at: after a pause, the oldest owed rows go first.
 	// RETURNING shows published_at before this statement (it is not set
-	// here), which tells a republish from a first publish.
+	// here), which tells a republish from a first publish. $2 is the lease
+	// and $3 the publish-ahead window, in seconds from now.
 	qLease = `
 UPDATE notifications n
-   SET state = 'leased', lease_until = $2, updated_at = $1
+   SET state = 'leased', lease_until = coalesce($1::timestamptz, now()) + make_interval(secs => $2),
+       updated_at = coalesce($1::timestamptz, now())
   FROM (SELECT id FROM notifications
          WHERE settled_at IS NULL
-           AND due_at <= $3
-           AND (expires_at IS NULL OR expires_at > $1)
-           AND (state = 'pending' OR lease_until <= $1)
+           AND due_at <= coalesce($1::timestamptz, now()) + make_interval(secs => $3)
+           AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))
+           AND (state = 'pending' OR lease_until <= coalesce($1::timestamptz, now()))
          ORDER BY due_at
          LIMIT $4
          FOR UPDATE SKIP LOCKED) owed
@@ -106,12 +110,12 @@ RETURNING n.id, n.tenant_id, n.due_at, n.published_at IS NOT NULL`
 	// expiry when it claimed the row.
 	qExpireOverdue = `
 UPDATE notifications n
-   SET state = 'expired', settled_at = $1, lease_until = NULL, updated_at = $1,
-       last_error = 'expired before it was sent'
+   SET state = 'expired', settled_at = coalesce($1::timestamptz, now()), lease_until = NULL,
+       updated_at = coalesce($1::timestamptz, now()), last_error = 'expired before it was sent'
   FROM (SELECT id FROM notifications
          WHERE settled_at IS NULL
-           AND expires_at <= $1
-           AND (state <> 'sending' OR lease_until <= $1)
+           AND expires_at <= coalesce($1::timestamptz, now())
+           AND (state <> 'sending' OR lease_until <= coalesce($1::timestamptz, now()))
          ORDER BY expires_at
          LIMIT $2
          FOR UPDATE SKIP LOCKED) overdue
@@ -130,63 +134,71 @@ UPDATE notifications n
 	// each other instead of deadlocking.
 	qMarkQueued = `
 UPDATE notifications n
-   SET state = 'queued', published_at = $2,
-       lease_until = greatest($2, n.due_at) + make_interval(secs => $3), updated_at = $2
-  FROM (SELECT id FROM notifications WHERE id = ANY($1) AND state = 'leased' ORDER BY id FOR UPDATE) l
- WHERE n.id = l.id AND n.state = 'leased'`
+   SET state = 'queued', published_at = coalesce($2::timestamptz, now()),
+       lease_until = greatest(coalesce($2::timestamptz, now()), n.due_at) + make_interval(secs => $3),
+       updated_at = coalesce($2::timestamptz, now())` + leasedRows
 
 	// qReleaseLeased hands back leased rows whose messages were not
 	// accepted, so the next sweep takes them at once.
 	qReleaseLeased = `
 UPDATE notifications n
-   SET state = 'pending', lease_until = NULL, updated_at = $2
+   SET state = 'pending', lease_until = NULL, updated_at = coalesce($2::timestamptz, now())` + leasedRows
+
+	// leasedRows picks, for qMarkQueued and qReleaseLeased, the rows of
+	// $1 (ids) that are still leased, locked in id order.
+	leasedRows = `
   FROM (SELECT id FROM notifications WHERE id = ANY($1) AND state = 'leased' ORDER BY id FOR UPDATE) l
  WHERE n.id = l.id AND n.state = 'leased'`
 
-	// qClaim is the worker's claim in one round trip, through the function
-	// owed_claim (migrations/00007): set the tenant scope, lock the row, take
-	// it for one send only if it is owed, due (within the early tolerance,
-	// $6), for the due time the message names ($5), unexpired and not held by
-	// a live worker, and return the row as it was plus whether it was taken.
-	// The caller reads the old row to say why a claim took nothing.
-	// settled_at is cleared for the one settled state a claim may reopen: a
-	// failed row an operator redrove.
-	qClaim = `SELECT * FROM owed_claim($1, $2, $3, $4, $5, $6)`
-
 	qSettleExpired = `
 UPDATE notifications
-   SET state = 'expired', settled_at = $2, lease_until = NULL, updated_at = $2,
-       last_error = 'expired before it was sent'
+   SET state = 'expired', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL,
+       updated_at = coalesce($2::timestamptz, now()), last_error = 'expired before it was sent'
  WHERE id = $1 AND settled_at IS NULL`
 
-	// qSettleDelivered records the accepted send and settles the row in one
-	// round trip, through owed_settle_delivered (migrations/00007).
-	// delivered_at is stamped only on a row not delivered yet, so a row has
-	// one delivered_at however many copies of its message arrive (a failed
-	// row may be delivered by an operator's redrive); the attempt is
-	// recorded either way, because it happened. It answers NULL when the row
-	// is not visible in the tenant's scope.
-	qSettleDelivered = `SELECT owed_settle_delivered($1, $2, $3, $4, $5, $6, $7, $8)`
+	// qClaimBatch is the worker's claim of many rows, possibly of many
+	// tenants, in one statement and one commit: owed_claim_batch
+	// (migrations/00008) runs owed_claim (migrations/00007) for each row in
+	// id order under the row's own tenant scope. For each row owed_claim
+	// locks it and takes it for one send only if it is owed, due (within the
+	// early tolerance, $4 seconds), for the due time the message names,
+	// unexpired and not held by a live worker; it returns the row as it was
+	// plus whether it was taken, and the caller reads the old row to say why
+	// a claim took nothing. settled_at is cleared for the one settled state
+	// a claim may reopen: a failed row an operator redrove. A row not
+	// visible in its tenant's scope answers nothing for its idx.
+	//
+	// The claim's instant comes back as the last column, so the caller
+	// judges the rows by the instant that took them, and the lease ($3
+	// seconds) runs from it.
+	qClaimBatch = `
+SELECT c.*, t.now
+  FROM (SELECT coalesce($2::timestamptz, now()) AS now) t,
+       owed_claim_batch($1::jsonb, t.now, t.now + make_interval(secs => $3),
+                        t.now + make_interval(secs => $4)) c`
 
-	// qSettleDeliveredBatch settles many accepted sends in one statement
-	// (owed_settle_delivered_batch, migrations/00008_worker_batches.sql):
-	// each row under its own tenant's scope, all in one commit. A row not visible in its
-	// tenant's scope answers a NULL changed.
-	qSettleDeliveredBatch = `SELECT idx, changed FROM owed_settle_delivered_batch($1::jsonb, $2)`
-
-	// qClaimBatch is qClaim for many rows, possibly of many tenants, in one
-	// statement and one commit (owed_claim_batch, migrations/00008). A row
-	// not visible in its tenant's scope answers nothing for its idx.
-	qClaimBatch = `SELECT * FROM owed_claim_batch($1::jsonb, $2, $3, $4)`
+	// qSettleDeliveredBatch records accepted sends and settles their rows
+	// in one statement and one commit: owed_settle_delivered_batch
+	// (migrations/00008) runs owed_settle_delivered (migrations/00007) for
+	// each row in id order under the row's own tenant scope. delivered_at is
+	// stamped only on a row not delivered yet, so a row has one delivered_at
+	// however many copies of its message arrive (a failed row may be
+	// delivered by an operator's redrive); the attempt is recorded either
+	// way, because it happened. A row not visible in its tenant's scope
+	// answers a NULL changed.
+	qSettleDeliveredBatch = `
+SELECT idx, changed FROM owed_settle_delivered_batch($1::jsonb, coalesce($2::timestamptz, now()))`
 
 	qSettleSkipped = `
 UPDATE notifications
-   SET state = 'skipped', settled_at = $2, lease_until = NULL, last_error = $3, updated_at = $2
+   SET state = 'skipped', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL, last_error = $3,
+       updated_at = coalesce($2::timestamptz, now())
  WHERE id = $1 AND (settled_at IS NULL OR state = 'failed')`
 
 	qSettleFailed = `
 UPDATE notifications
-   SET state = 'failed', settled_at = $2, lease_until = NULL, last_error = $3, updated_at = $2
+   SET state = 'failed', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL, last_error = $3,
+       updated_at = coalesce($2::timestamptz, now())
  WHERE id = $1 AND settled_at IS NULL`
 
 	// qReleaseClaim returns a row a worker could not send now (rate limited,
@@ -201,7 +213,7 @@ UPDATE notifications
 	qReleaseClaim = `
 UPDATE notifications
    SET state = 'queued', claimed_at = CASE WHEN $5 THEN claimed_at END, lease_until = $2, last_error = $3,
-       updated_at = $4
+       updated_at = coalesce($4::timestamptz, now())
  WHERE id = $1 AND state = 'sending'`
 
 	// qRecordAttempt appends one send tried and counts it on the row.
@@ -234,9 +246,11 @@ SELECT attempt, provider, started_at, finished_at, outcome, provider_message_id,
  LIMIT $5`
 
 	// qBacklog counts owed rows by state; it reads only the partial index's
-	// rows, so its cost follows the backlog, not the ledger.
+	// rows, so its cost follows the backlog, not the ledger. Its instant
+	// comes back with each group, so the caller measures ages from it.
 	qBacklog = `
-SELECT state, count(*), min(due_at) FILTER (WHERE due_at <= $1)
+SELECT state, count(*), min(due_at) FILTER (WHERE due_at <= coalesce($1::timestamptz, now())),
+       coalesce($1::timestamptz, now())
   FROM notifications WHERE settled_at IS NULL GROUP BY state`
 
 	// qStats summarises settled rows since a point in time for operators.
@@ -253,6 +267,15 @@ SELECT count(*) FILTER (WHERE state = 'delivered'),
        coalesce(max(extract(epoch FROM delivered_at - due_at)) FILTER (WHERE state = 'delivered'), 0)
   FROM notifications WHERE settled_at >= $1`
 
+	// qAudit summarises each of a tenant's rows with its sends.
+	qAudit = `
+SELECT n.id, n.state, n.expires_at,
+       count(a.id) FILTER (WHERE a.outcome = 'accepted'),
+       coalesce(bool_or(a.possible_duplicate), false)
+  FROM notifications n LEFT JOIN notification_attempts a ON a.notification_id = n.id
+ WHERE n.tenant_id = $1
+ GROUP BY n.id`
+
 	// qPossibleDuplicates counts rows with more than one accepted send, and
 	// resends made after a worker died mid-send.
 	qPossibleDuplicates = `
@@ -263,15 +286,18 @@ SELECT (SELECT count(*) FROM (SELECT notification_id FROM notification_attempts
 )
 
 const (
-	// qOldestOwed is the due time of the oldest unsettled row already due:
-	// one step down the partial index.
-	qOldestOwed = `SELECT min(due_at) FROM notifications WHERE settled_at IS NULL AND due_at <= $1`
+	// qOldestOwed is the due time of the oldest unsettled row already due
+	// (one step down the partial index), and the instant it was asked at.
+	qOldestOwed = `
+SELECT min(due_at), coalesce($1::timestamptz, now())
+  FROM notifications WHERE settled_at IS NULL AND due_at <= coalesce($1::timestamptz, now())`
 
 	// qLeasableExists tells whether a lease could have returned something:
 	// the check behind "a sweep that leased nothing while rows are owed".
 	qLeasableExists = `
 SELECT EXISTS (SELECT 1 FROM notifications
-                WHERE settled_at IS NULL AND due_at <= $2
-                  AND (expires_at IS NULL OR expires_at > $1)
-                  AND (state = 'pending' OR lease_until <= $1))`
+                WHERE settled_at IS NULL
+                  AND due_at <= coalesce($1::timestamptz, now()) + make_interval(secs => $2)
+                  AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))
+                  AND (state = 'pending' OR lease_until <= coalesce($1::timestamptz, now())))`
 )

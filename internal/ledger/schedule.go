@@ -12,14 +12,14 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/tenant"
 )
 
 // Limits on scheduled rows. The database enforces the same bounds; checking
 // here gives the caller an error that names the field instead of a
-// constraint name.
+// constraint name. The tenant id's rules are tenant.Validate's.
 const (
 	MaxScheduleBatch = 1000
-	maxTenantLen     = 128
 	maxRecipientLen  = 512
 	maxKindLen       = 128
 	maxRefLen        = 256
@@ -89,17 +89,31 @@ func checkText(v *ValidationError, idx int, field, value string, max int) {
 	}
 }
 
-// ValidateTenant checks a tenant id.
-func ValidateTenant(tenant string) error {
+// checkTenant reports a tenant id tenant.Validate refuses, in the wording of
+// the other fields ("tenant_id: required").
+func checkTenant(v *ValidationError, id string) {
+	if id == "" {
+		v.add(-1, "tenant_id", "required")
+		return
+	}
+	if err := tenant.Validate(id); err != nil {
+		// tenant.Validate names the field; the FieldError names it once.
+		v.add(-1, "tenant_id", "%s", strings.TrimPrefix(err.Error(), "tenant_id "))
+	}
+}
+
+// ValidateTenant checks a tenant id by tenant.Validate's rules, as a
+// *ValidationError naming the field tenant_id.
+func ValidateTenant(id string) error {
 	v := &ValidationError{}
-	checkText(v, -1, "tenant_id", tenant, maxTenantLen)
+	checkTenant(v, id)
 	return v.orNil()
 }
 
 // Validate checks a batch without writing it. Every bad field is reported.
 func Validate(tenant string, rows []NewNotification) error {
 	v := &ValidationError{}
-	checkText(v, -1, "tenant_id", tenant, maxTenantLen)
+	checkTenant(v, tenant)
 	switch {
 	case len(rows) == 0:
 		v.add(-1, "notifications", "at least one row is required")
@@ -137,15 +151,11 @@ func Validate(tenant string, rows []NewNotification) error {
 	return v.orNil()
 }
 
+// scheduleInput is one element of qSchedule's JSON array: the row and its
+// place in the batch.
 type scheduleInput struct {
-	Idx       int             `json:"idx"`
-	Recipient string          `json:"recipient"`
-	Channel   string          `json:"channel"`
-	Kind      string          `json:"kind"`
-	RefID     string          `json:"ref_id"`
-	DueAt     time.Time       `json:"due_at"`
-	ExpiresAt *time.Time      `json:"expires_at"`
-	Payload   json.RawMessage `json:"payload"`
+	Idx int `json:"idx"`
+	NewNotification
 }
 
 // Schedule inserts rows for tenant idempotently: a row whose (recipient,
@@ -157,8 +167,8 @@ func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotifica
 	}
 	in := make([]scheduleInput, len(rows))
 	for i, r := range rows {
-		in[i] = scheduleInput{Idx: i, Recipient: r.Recipient, Channel: r.Channel, Kind: r.Kind, RefID: r.RefID,
-			DueAt: r.DueAt.UTC().Truncate(time.Microsecond), Payload: r.Payload}
+		in[i] = scheduleInput{Idx: i, NewNotification: r}
+		in[i].DueAt = r.DueAt.UTC().Truncate(time.Microsecond)
 		if r.ExpiresAt != nil {
 			e := r.ExpiresAt.UTC().Truncate(time.Microsecond)
 			in[i].ExpiresAt = &e
@@ -227,7 +237,7 @@ type ChangeResult struct {
 
 func validateSubject(tenant, kind, ref string) *ValidationError {
 	v := &ValidationError{}
-	checkText(v, -1, "tenant_id", tenant, maxTenantLen)
+	checkTenant(v, tenant)
 	checkText(v, -1, "kind", kind, maxKindLen)
 	checkText(v, -1, "ref_id", ref, maxRefLen)
 	return v
@@ -264,13 +274,14 @@ func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDu
 	return res, err
 }
 
+// changeSubject runs query (qCancel or qReschedule: $1 to $3 name the
+// subject, $4 is now, extra follow) and counts what it left in flight, both
+// at the one instant of its transaction.
 func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref, query string, extra ...any) (ChangeResult, error) {
 	var res ChangeResult
 	now := l.now()
 	err := l.withTenant(ctx, tenant, func(tx *txn) error {
-		args := append([]any{tenant, kind, ref}, extra...)
-		args = append(args, now)
-		r, err := tx.Exec(query, args...)
+		r, err := tx.Exec(query, append([]any{tenant, kind, ref, now}, extra...)...)
 		if err != nil {
 			return err
 		}

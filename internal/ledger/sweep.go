@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+
+	"github.com/owedhq/owed/internal/tenant"
 )
 
 // Leased is one row the sweeper holds and must publish.
@@ -53,10 +55,9 @@ func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
-	now := l.now()
 	var out []Leased
-	err := l.withBypass(ctx, func(tx *txn) error {
-		rows, err := tx.Query(qLease, now, now.Add(p.For), now.Add(p.Ahead), p.Limit)
+	err := l.withAllTenants(ctx, func(tx *txn) error {
+		rows, err := tx.Query(qLease, l.now(), seconds(p.For), seconds(p.Ahead), p.Limit)
 		if err != nil {
 			return err
 		}
@@ -90,16 +91,7 @@ func (l *Ledger) ExpireOverdue(ctx context.Context, limit int) (int64, error) {
 	if limit <= 0 {
 		return 0, fmt.Errorf("ledger: expiry limit must be above zero, got %d", limit)
 	}
-	var n int64
-	err := l.withBypass(ctx, func(tx *txn) error {
-		res, err := tx.Exec(qExpireOverdue, l.now(), limit)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	return n, err
+	return l.execAllTenants(ctx, qExpireOverdue, l.now(), limit)
 }
 
 // MarkQueued records that the queue accepted the messages of rows ids. A
@@ -109,16 +101,7 @@ func (l *Ledger) MarkQueued(ctx context.Context, ids []int64, requeueAfter time.
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	var n int64
-	err := l.withBypass(ctx, func(tx *txn) error {
-		res, err := tx.Exec(qMarkQueued, pq.Array(ids), l.now(), seconds(requeueAfter))
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	return n, err
+	return l.execAllTenants(ctx, qMarkQueued, pq.Array(ids), l.now(), seconds(requeueAfter))
 }
 
 // ReleaseLeased hands back leased rows whose messages the queue did not
@@ -127,9 +110,15 @@ func (l *Ledger) ReleaseLeased(ctx context.Context, ids []int64) (int64, error) 
 	if len(ids) == 0 {
 		return 0, nil
 	}
+	return l.execAllTenants(ctx, qReleaseLeased, pq.Array(ids), l.now())
+}
+
+// execAllTenants runs one of the sweeper's cross-tenant updates and returns
+// how many rows it changed.
+func (l *Ledger) execAllTenants(ctx context.Context, query string, args ...any) (int64, error) {
 	var n int64
-	err := l.withBypass(ctx, func(tx *txn) error {
-		res, err := tx.Exec(qReleaseLeased, pq.Array(ids), l.now())
+	err := l.withAllTenants(ctx, func(tx *txn) error {
+		res, err := tx.Exec(query, args...)
 		if err != nil {
 			return err
 		}
@@ -148,17 +137,16 @@ func (l *Ledger) ExplainLease(ctx context.Context, p LeaseParams) (plan string, 
 	if err := p.validate(); err != nil {
 		return "", 0, err
 	}
-	now := l.now()
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return "", 0, err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, qSetBypass); err != nil {
+	if err := tenant.EnterAllTenants(ctx, tx); err != nil {
 		return "", 0, err
 	}
 	rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+qLease,
-		now, now.Add(p.For), now.Add(p.Ahead), p.Limit)
+		l.now(), seconds(p.For), seconds(p.Ahead), p.Limit)
 	if err != nil {
 		return "", 0, err
 	}

@@ -9,6 +9,11 @@
 // every input to a row's schedule key comes from the item itself, never from
 // the clock. The package never writes a row for an item that has already
 // started.
+//
+// Its one clock (clock.Clock, given to New) says when a run looks from; the
+// ledger stamps the rows it writes by its own. The cross-tenant read of
+// owed_items (SQLSource) is entered through tenant.EnterAllTenants; the rows
+// are written back through the ledger in each item's own tenant scope.
 package materialise
 
 import (
@@ -20,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 )
 
@@ -86,17 +92,19 @@ type Source interface {
 
 // Materialiser schedules a Source's upcoming items into the ledger.
 type Materialiser struct {
-	Source      Source
-	Ledger      *ledger.Ledger
-	Lookahead   time.Duration
-	DefaultLead time.Duration
-	// Clock returns the current time; nil means time.Now.
-	Clock func() time.Time
+	source Source
+	ledger *ledger.Ledger
+	cfg    Config
+	clk    clock.Clock
 }
 
-// New returns a Materialiser configured by c.
-func New(src Source, l *ledger.Ledger, c Config) *Materialiser {
-	return &Materialiser{Source: src, Ledger: l, Lookahead: c.Lookahead, DefaultLead: c.DefaultLead, Clock: time.Now}
+// New returns a Materialiser configured by c that tells the time by clk
+// (nil: clock.Real).
+func New(src Source, l *ledger.Ledger, c Config, clk clock.Clock) *Materialiser {
+	if clk == nil {
+		clk = clock.Real()
+	}
+	return &Materialiser{source: src, ledger: l, cfg: c, clk: clk}
 }
 
 // Result reports one run.
@@ -145,13 +153,9 @@ func skip(it Item, reason string) Skipped {
 // A failed batch does not stop the other tenants; Run returns their errors
 // joined, with the counts of what was written.
 func (m *Materialiser) Run(ctx context.Context) (Result, error) {
-	clock := m.Clock
-	if clock == nil {
-		clock = time.Now
-	}
-	now := clock().UTC()
-	res := Result{From: now, To: now.Add(m.Lookahead)}
-	items, err := m.Source.Upcoming(ctx, res.From, res.To)
+	now := m.clk.Now()
+	res := Result{From: now, To: now.Add(m.cfg.Lookahead)}
+	items, err := m.source.Upcoming(ctx, res.From, res.To)
 	if err != nil {
 		return res, fmt.Errorf("materialise: read upcoming items: %w", err)
 	}
@@ -178,7 +182,7 @@ func (m *Materialiser) Run(ctx context.Context) (Result, error) {
 		rows := byTenant[tenant]
 		for start := 0; start < len(rows); start += ledger.MaxScheduleBatch {
 			chunk := rows[start:min(start+ledger.MaxScheduleBatch, len(rows))]
-			out, err := m.Ledger.Schedule(ctx, tenant, chunk)
+			out, err := m.ledger.Schedule(ctx, tenant, chunk)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("materialise: tenant %q: schedule %d rows: %w", tenant, len(chunk), err))
 				continue
@@ -206,7 +210,7 @@ func (m *Materialiser) row(it Item, now time.Time) (ledger.NewNotification, stri
 	if !it.StartsAt.After(now) {
 		return ledger.NewNotification{}, fmt.Sprintf("already started at %s", it.StartsAt.UTC().Format(time.RFC3339))
 	}
-	lead := m.DefaultLead
+	lead := m.cfg.DefaultLead
 	if it.Lead != nil {
 		if *it.Lead < 0 {
 			return ledger.NewNotification{}, fmt.Sprintf("lead %s is negative", *it.Lead)

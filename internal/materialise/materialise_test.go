@@ -10,45 +10,54 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/tenant"
 	"github.com/owedhq/owed/internal/testdb"
 )
 
 var ctx = context.Background()
 
+// bundle is one test's materialiser and ledger, sharing a stubbed clock
+// that reads now.
 type bundle struct {
 	db     *testdb.DB
 	ledger *ledger.Ledger
 	m      *Materialiser
+	clk    *clock.Stub
 	now    time.Time
 }
+
+var config = Config{Lookahead: DefaultLookahead, DefaultLead: DefaultLead}
+
+// advance moves the clock, and now, by d.
+func (b *bundle) advance(d time.Duration) { b.now = b.clk.Advance(d) }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	t.Parallel()
 	b := &bundle{db: testdb.New(t), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	b.ledger = ledger.New(b.db.App)
-	b.ledger.Clock = func() time.Time { return b.now }
-	b.m = &Materialiser{Source: NewSQLSource(b.db.App), Ledger: b.ledger, Lookahead: DefaultLookahead,
-		DefaultLead: DefaultLead, Clock: func() time.Time { return b.now }}
+	b.clk = clock.NewStub(b.now)
+	b.ledger = ledger.New(b.db.App, b.clk)
+	b.m = New(NewSQLSource(b.db.App), b.ledger, config, b.clk)
 	return b
 }
 
 // addItem inserts an item the way an application does: as the application
 // role, in its own tenant's scope.
-func addItem(t *testing.T, db *sql.DB, tenant, recipient, ref string, startsAt time.Time, leadSeconds *int) {
+func addItem(t *testing.T, db *sql.DB, tenantID, recipient, ref string, startsAt time.Time, leadSeconds *int) {
 	t.Helper()
 	tx, err := db.Begin()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.Exec(`SELECT set_config('owed.tenant_id', $1, true)`, tenant); err != nil {
+	if err := tenant.Enter(ctx, tx, tenantID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(`INSERT INTO owed_items (tenant_id, recipient, channel, kind, ref_id, starts_at, lead_seconds, payload)
 		VALUES ($1, $2, 'sms', 'meeting_soon', $3, $4, $5, '{"text":"Your meeting starts soon"}')`,
-		tenant, recipient, ref, startsAt, leadSeconds); err != nil {
+		tenantID, recipient, ref, startsAt, leadSeconds); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -138,7 +147,7 @@ func TestWindowBounds(t *testing.T) {
 		t.Fatal("the window is (now, now+lookahead]: only INSIDE may be scheduled")
 	}
 	// Once time moves on, the item that was beyond the window is in it.
-	b.now = b.now.Add(15 * time.Minute)
+	b.advance(15 * time.Minute)
 	if res := b.run(t); res.Scheduled != 1 || res.Existing != 1 {
 		t.Fatalf("later run %+v, want BEYOND scheduled and INSIDE existing", res)
 	}
@@ -157,7 +166,7 @@ func TestPassedFireTimeKeepsItsDueTime(t *testing.T) {
 		t.Fatalf("rows %+v, want one row due at starts_at − 1h (already past), expiring at starts_at", rows)
 	}
 	// A later run computes the same due time, so it is the same row.
-	b.now = b.now.Add(15 * time.Minute)
+	b.advance(15 * time.Minute)
 	if res := b.run(t); res.Scheduled != 0 || res.Existing != 1 {
 		t.Fatalf("later run %+v, want the row found, not duplicated", res)
 	}
@@ -180,7 +189,7 @@ func TestSkipsStartedAndInvalidItemsWithReasons(t *testing.T) {
 	badChannel.Channel = "fax"
 	badLead := item("LEAD", b.now.Add(time.Hour))
 	badLead.Lead = &negative
-	b.m.Source = staticSource{started, badChannel, item("GOOD", b.now.Add(time.Hour)), badLead}
+	b.m = New(staticSource{started, badChannel, item("GOOD", b.now.Add(time.Hour)), badLead}, b.ledger, config, b.clk)
 	res := b.run(t)
 	if res.Scheduled != 1 || len(res.Skipped) != 3 {
 		t.Fatalf("run %+v, want GOOD scheduled and three skipped", res)
@@ -201,7 +210,7 @@ func TestLargeTenantIsWrittenInBatches(t *testing.T) {
 		items[i] = Item{Tenant: "acme", Recipient: fmt.Sprintf("+1555%07d", i), Channel: "sms", Kind: "meeting_soon",
 			RefID: "ALLHANDS", StartsAt: b.now.Add(time.Hour), Payload: []byte(`{"text":"soon"}`)}
 	}
-	b.m.Source = items
+	b.m = New(items, b.ledger, config, b.clk)
 	if res := b.run(t); res.Scheduled != n {
 		t.Fatalf("run %+v, want %d scheduled", res, n)
 	}
@@ -223,7 +232,7 @@ func TestItemsTableIsTenantScoped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.Exec(`SELECT set_config('owed.tenant_id', 'globex', true)`); err != nil {
+	if err := tenant.Enter(ctx, tx, "globex"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.QueryRow(`SELECT count(*) FROM owed_items`).Scan(&n); err != nil || n != 0 {

@@ -6,16 +6,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/owedhq/owed/internal/tenant"
 )
 
 // SQLSource reads the owed_items table (migrations/00003_items.sql), which
 // applications fill in their own tenant's scope.
 //
 // Its read is a cross-tenant statement: the materialiser serves every tenant
-// in one pass, so it runs in a read-only transaction that sets the
-// transaction-local owed.bypass_rls flag, exactly as the ledger's sweeper
-// statements do. The flag ends with the transaction, so the pooled connection
-// never carries it into another statement. Nothing else in this package reads
+// in one pass, so it runs in a read-only transaction entered with
+// tenant.EnterAllTenants, exactly as the ledger's sweeper statements are. The
+// scope ends with the transaction, so the pooled connection never carries it
+// into another statement. Nothing else in this package reads
 // across tenants; the rows it produces are written back through the ledger in
 // each item's own tenant scope.
 type SQLSource struct {
@@ -27,17 +29,13 @@ func NewSQLSource(db *sql.DB) *SQLSource { return &SQLSource{db: db} }
 
 var _ Source = (*SQLSource)(nil)
 
-const (
-	qSetBypass = `SELECT set_config('owed.bypass_rls', 'on', true)`
-
-	// qUpcoming is a range scan of owed_items_starts_at. The order makes a
-	// run's batches, and so its log, reproducible.
-	qUpcoming = `
+// qUpcoming is a range scan of owed_items_starts_at. The order makes a run's
+// batches, and so its log, reproducible.
+const qUpcoming = `
 SELECT tenant_id, recipient, channel, kind, ref_id, starts_at, lead_seconds, payload
   FROM owed_items
  WHERE starts_at > $1 AND starts_at <= $2
  ORDER BY tenant_id, starts_at, id`
-)
 
 // Upcoming returns every item starting in (from, to], across all tenants.
 func (s *SQLSource) Upcoming(ctx context.Context, from, to time.Time) ([]Item, error) {
@@ -46,7 +44,7 @@ func (s *SQLSource) Upcoming(ctx context.Context, from, to time.Time) ([]Item, e
 		return nil, err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, qSetBypass); err != nil {
+	if err := tenant.EnterAllTenants(ctx, tx); err != nil {
 		return nil, err
 	}
 	rows, err := tx.QueryContext(ctx, qUpcoming, from, to)

@@ -1,7 +1,7 @@
 // Package resolve maps a ledger row's recipient to the address a provider
 // needs, reading the owed_contacts table in the row's tenant scope. It never
-// reads another tenant's contacts: every query runs under the tenant's
-// transaction-local setting, and row-level security enforces it.
+// reads another tenant's contacts: every query runs in a transaction entered
+// with tenant.Enter, and row-level security enforces it.
 package resolve
 
 import (
@@ -9,12 +9,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/owedhq/owed/internal/tenant"
 )
 
-const (
-	qSetTenant = `SELECT set_config('owed.tenant_id', $1, true)`
-	qContact   = `SELECT address, opted_out FROM owed_contacts WHERE tenant_id = $1 AND recipient = $2 AND channel = $3`
-)
+const qContact = `SELECT address, opted_out FROM owed_contacts WHERE tenant_id = $1 AND recipient = $2 AND channel = $3`
 
 // ErrNoContact is returned when a recipient has no address for a channel.
 var ErrNoContact = errors.New("resolve: no contact for this recipient and channel")
@@ -28,18 +27,18 @@ func NewSQL(db *sql.DB) *SQL { return &SQL{db: db} }
 // Resolve returns the contact's address; skip is true when the contact
 // opted out. A missing contact is an error the worker retries, so a contact
 // written just after its row was scheduled is still found.
-func (r *SQL) Resolve(ctx context.Context, tenant, recipient, channel string) (string, bool, error) {
+func (r *SQL) Resolve(ctx context.Context, tenantID, recipient, channel string) (string, bool, error) {
 	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return "", false, err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, qSetTenant, tenant); err != nil {
+	if err := tenant.Enter(ctx, tx, tenantID); err != nil {
 		return "", false, err
 	}
 	var addr string
 	var optedOut bool
-	err = tx.QueryRowContext(ctx, qContact, tenant, recipient, channel).Scan(&addr, &optedOut)
+	err = tx.QueryRowContext(ctx, qContact, tenantID, recipient, channel).Scan(&addr, &optedOut)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, fmt.Errorf("%w (recipient %q, channel %q)", ErrNoContact, recipient, channel)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/owedhq/owed/internal/tenant"
 	"github.com/owedhq/owed/internal/testdb"
 )
 
@@ -15,7 +16,10 @@ func TestResolveIsTenantScoped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx.Exec(`SELECT set_config('owed.bypass_rls', 'on', true)`)
+	ctx := context.Background()
+	if err := tenant.EnterAllTenants(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := tx.Exec(`INSERT INTO owed_contacts (tenant_id, recipient, channel, address, opted_out) VALUES
 	    ('a', 'user-1', 'sms', '+15550001', false),
 	    ('a', 'user-2', 'sms', '+15550002', true),
@@ -26,7 +30,6 @@ func TestResolveIsTenantScoped(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := NewSQL(d.App)
-	ctx := context.Background()
 	if addr, skip, err := r.Resolve(ctx, "a", "user-1", "sms"); err != nil || skip || addr != "+15550001" {
 		t.Errorf("user-1: %q skip=%v err=%v", addr, skip, err)
 	}

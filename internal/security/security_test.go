@@ -22,6 +22,7 @@ import (
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/sweeper"
+	scope "github.com/owedhq/owed/internal/tenant"
 )
 
 const (
@@ -87,7 +88,7 @@ func rows(t *testing.T, f fixture) int {
 	}
 	defer tx.Rollback()
 	var n int
-	if _, err := tx.Exec(`SELECT set_config('owed.bypass_rls', 'on', true)`); err != nil {
+	if err := scope.EnterAllTenants(context.Background(), tx); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.QueryRow(`SELECT count(*) FROM notifications`).Scan(&n); err != nil {

@@ -51,7 +51,7 @@ type Options struct {
 func New(t testing.TB, o Options) *Stack {
 	t.Helper()
 	s := &Stack{DB: testdb.New(t)}
-	s.Ledger = ledger.New(s.DB.App)
+	s.Ledger = ledger.New(s.DB.App, nil)
 
 	ecfg := emulator.DefaultConfig()
 	ecfg.Token = QueueToken

@@ -34,7 +34,7 @@ func setup(t *testing.T, o stacktest.Options) *bundle {
 	t.Parallel()
 	s := stacktest.New(t, o)
 	b := &bundle{Stack: s, clk: clock.NewStub(time.Now().Truncate(time.Second))}
-	s.Ledger.Clock = b.clk.Now
+	s.Ledger = ledger.New(s.DB.App, b.clk)
 	cfg := testConfig
 	cfg.Clock = b.clk
 	sw, err := New(s.Ledger, s.Queue, cfg, zerolog.Nop())

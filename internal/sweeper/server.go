@@ -64,7 +64,7 @@ func New(cfg Config, l *ledger.Ledger, q *queue.Client, log zerolog.Logger, clk 
 		NewBacklogCollector(l), NewQueueCollector(q.Stats))
 	s := &Server{cfg: cfg, clock: clk, ledger: l, queue: q, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
 		cronSecret: service.NewBearer(cfg.CronSecret), log: log,
-		mux: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise)}
+		mux: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise, clk)}
 	s.mux.HandleFunc("/cron/sweep", s.cron(s.handleSweep))
 	s.mux.HandleFunc("/cron/materialise", s.cron(s.handleMaterialise))
 	s.mux.Handle("/v1/", api.New(api.Options{Ledger: l, Tokens: api.NewTokens(l.DB(), clk), ServiceToken: cfg.APIToken,

@@ -241,7 +241,7 @@ func TestExpiredRowIsNeverSent(t *testing.T) {
 	// The row expires while its message sits in the queue: an hour passes
 	// for the ledger and the worker alike.
 	ahead := clock.Offset(time.Hour)
-	b.Ledger.Clock = ahead.Now
+	b.Ledger = ledger.New(b.DB.App, ahead)
 	b.start(t, func(o *worker.Options) { o.Clock = ahead })
 	b.waitSettled(t, 30*time.Second)
 	d, _ := b.Ledger.Get(bg, "acme", rows[0].ID)
@@ -408,7 +408,7 @@ func TestTwoProcessesShareTheProvidersPace(t *testing.T) {
 		}
 		paces := worker.Paces(db, rate)
 		b.start(t, func(o *worker.Options) {
-			o.Ledger, o.Pace = ledger.New(db), paces
+			o.Ledger, o.Pace = ledger.New(db, nil), paces
 		})
 	}
 	b.waitSettled(t, 60*time.Second)

@@ -185,7 +185,7 @@ func Schedule(ctx context.Context, l *ledger.Ledger, prefix string, n, tenants i
 // and returns when that was first seen. It reads through its own pool, as
 // the owner role, so its statements are not counted as the app role's.
 func (d *DB) WaitSettled(ctx context.Context, every time.Duration) (time.Time, error) {
-	l := ledger.New(d.Owner)
+	l := ledger.New(d.Owner, nil)
 	for {
 		bl, err := l.Backlog(ctx)
 		if err != nil {
