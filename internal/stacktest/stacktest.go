@@ -1,7 +1,8 @@
 // Package stacktest assembles, for tests, the pieces one delivery crosses: a
 // fresh ledger database (as the application role), the queue emulator and
 // the sandbox provider, each served over HTTP on loopback so tests exercise
-// the real clients. It is imported only by tests.
+// the real clients. It takes any testing.TB, so a benchmark assembles its
+// stack here too. It is imported only by tests.
 package stacktest
 
 import (
@@ -47,7 +48,7 @@ type Options struct {
 }
 
 // New starts a stack whose parts are stopped when the test ends.
-func New(t *testing.T, o Options) *Stack {
+func New(t testing.TB, o Options) *Stack {
 	t.Helper()
 	s := &Stack{DB: testdb.New(t)}
 	s.Ledger = ledger.New(s.DB.App)
@@ -105,7 +106,7 @@ func New(t *testing.T, o Options) *Stack {
 
 // Schedule inserts n rows for tenant due at due, each with its own
 // recipient (r0, r1, …) and ref.
-func (s *Stack) Schedule(t *testing.T, tenant string, n int, due time.Time, change func(i int, r *ledger.NewNotification)) []ledger.Scheduled {
+func (s *Stack) Schedule(t testing.TB, tenant string, n int, due time.Time, change func(i int, r *ledger.NewNotification)) []ledger.Scheduled {
 	t.Helper()
 	var out []ledger.Scheduled
 	for start := 0; start < n; start += ledger.MaxScheduleBatch {
