@@ -1,7 +1,6 @@
 package devstack
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,16 +8,14 @@ import (
 	"net"
 	"net/http"
 	neturl "net/url"
-	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/owedhq/owed/internal/devstack/devstacktest"
 	"github.com/owedhq/owed/internal/envelope"
+	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue"
 )
@@ -35,7 +32,7 @@ func TestStack(t *testing.T) {
 	tmp := devstacktest.TempDir(t, "owed-devstack-")
 	bin := devstacktest.BuildBinaries(t, tmp)
 	ports := freePorts(t, 5)
-	out := &lockedBuffer{}
+	out := &devstacktest.Buffer{}
 	s, err := New(Config{Dir: filepath.Join(tmp, "dev"), BinDir: bin, Tick: 2 * time.Second, Rate: "600/m",
 		SweeperPort: ports[0], QueuePort: ports[1], SandboxPort: ports[2], WorkerPorts: ports[3:], Out: out})
 	if err != nil {
@@ -48,7 +45,7 @@ func TestStack(t *testing.T) {
 		if t.Failed() {
 			t.Logf("owedctl dev output:\n%s", out.String())
 			for _, name := range []string{"sweeper", "worker-1", "scheduler"} {
-				t.Logf("end of %s.log:\n%s", name, tail(filepath.Join(s.logDir(), name+".log"), 15))
+				t.Logf("end of %s.log:\n%s", name, launch.Tail(filepath.Join(s.logDir(), name+".log"), 15))
 			}
 		}
 	})
@@ -119,19 +116,19 @@ func TestStack(t *testing.T) {
 	// are gone.
 	pids := []int{s.cluster.pid()}
 	for _, p := range s.procs {
-		pids = append(pids, p.pid())
+		pids = append(pids, p.Pid())
 	}
 	if err := s.Stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 	for _, pid := range pids {
-		if alive(pid) {
+		if devstacktest.Alive(pid) {
 			t.Errorf("process %d is still running after Stop", pid)
 		}
 	}
 	for _, p := range s.procs {
-		if err := syscall.Kill(-p.pid(), 0); !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("process group of %s (%d) still has members: %v", p.name, p.pid(), err)
+		if err := syscall.Kill(-p.Pid(), 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("process group of %s (%d) still has members: %v", p.Name(), p.Pid(), err)
 		}
 	}
 }
@@ -157,29 +154,33 @@ func freePorts(t *testing.T, n int) []int {
 // rowState reads a row through the scheduling API as the seeded tenant.
 func rowState(t *testing.T, ctx context.Context, s *Stack, id int64) string {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/notifications/%d", s.ep.API, id), nil)
-	req.Header.Set("Authorization", "Bearer "+s.ep.TenantToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	var row struct {
+		State string `json:"state"`
 	}
-	defer resp.Body.Close()
-	var body struct {
-		Data struct {
-			State string `json:"state"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET notification %d: HTTP %d, %v", id, resp.StatusCode, err)
-	}
-	return body.Data.State
+	getData(t, ctx, s, fmt.Sprintf("%s/v1/notifications/%d", s.ep.API, id), &row)
+	return row.State
 }
 
 // calendarState is the state of the reminder the materialiser scheduled for
 // the first calendar item, or "" while there is none.
 func calendarState(t *testing.T, ctx context.Context, s *Stack) string {
 	t.Helper()
-	u := fmt.Sprintf("%s/v1/notifications?kind=meeting_soon&recipient=%s", s.ep.API, neturl.QueryEscape(calendarRecipient(0)))
+	var page struct {
+		Notifications []struct {
+			State string `json:"state"`
+		} `json:"notifications"`
+	}
+	getData(t, ctx, s, fmt.Sprintf("%s/v1/notifications?kind=meeting_soon&recipient=%s", s.ep.API, neturl.QueryEscape(calendarRecipient(0))), &page)
+	if len(page.Notifications) == 0 {
+		return ""
+	}
+	return page.Notifications[0].State
+}
+
+// getData GETs u as the seeded tenant and decodes the answer's data into
+// out, failing the test unless it is a 200.
+func getData(t *testing.T, ctx context.Context, s *Stack, u string, out any) {
+	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	req.Header.Set("Authorization", "Bearer "+s.ep.TenantToken)
 	resp, err := http.DefaultClient.Do(req)
@@ -187,20 +188,12 @@ func calendarState(t *testing.T, ctx context.Context, s *Stack) string {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var body struct {
-		Data struct {
-			Notifications []struct {
-				State string `json:"state"`
-			} `json:"notifications"`
-		} `json:"data"`
-	}
+	body := struct {
+		Data any `json:"data"`
+	}{Data: out}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: HTTP %d, %v", u, resp.StatusCode, err)
 	}
-	if len(body.Data.Notifications) == 0 {
-		return ""
-	}
-	return body.Data.Notifications[0].State
 }
 
 // deadLetteredRows returns the ledger ids of the queue's dead letters.
@@ -219,39 +212,4 @@ func deadLetteredRows(t *testing.T, ctx context.Context, q *queue.Client) map[in
 		ids[e.ID] = true
 	}
 	return ids
-}
-
-// alive reports whether pid runs; a zombie waiting for a parent that does
-// not reap (PID 1 in some containers) has stopped running and counts as
-// gone.
-func alive(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command name in parentheses: "pid (comm) S ...".
-	_, rest, _ := strings.Cut(string(b), ") ")
-	return !strings.HasPrefix(rest, "Z")
-}
-
-// lockedBuffer collects the stack's output; the panel writes from its own
-// goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
