@@ -27,12 +27,7 @@ const (
 	rate   = 40 // per scaled minute, i.e. per wall second
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/recovery:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchutil.Main("bench/recovery", run) }
 
 func run() error {
 	outage := flag.Duration("outage", 70*time.Minute, "how long no sweep ran (real-world minutes)")

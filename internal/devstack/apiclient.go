@@ -14,8 +14,10 @@ import (
 // maxAnswer bounds how much of an answer the client reads.
 const maxAnswer = 4 << 20
 
-// APIClient calls the scheduling API as one tenant, as an application does.
-// The dev seeder and the drill schedule their workloads through it.
+// APIClient posts JSON to one of the stack's HTTP APIs with a bearer token:
+// the scheduling API as one tenant, as an application does (the dev seeder
+// and the drill schedule their workloads through it), or the queue
+// emulator's admin endpoint.
 type APIClient struct {
 	url, token string
 	// timeout bounds one call.
@@ -23,8 +25,8 @@ type APIClient struct {
 	hc      *http.Client
 }
 
-// NewAPIClient returns a client of the API at url (the sweeper's) holding
-// the tenant's token; timeout bounds one call.
+// NewAPIClient returns a client of the API at url holding token; timeout
+// bounds one call.
 func NewAPIClient(url, token string, timeout time.Duration) *APIClient {
 	return &APIClient{url: url, token: token, timeout: timeout, hc: &http.Client{Timeout: timeout}}
 }

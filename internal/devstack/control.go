@@ -1,12 +1,8 @@
 package devstack
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"time"
 
 	"github.com/owedhq/owed/internal/launch"
@@ -19,6 +15,9 @@ import (
 // kill -9 a child and start it again, restart PostgreSQL, pause the
 // scheduler, and set the queue's and the sandbox's injected faults. `owedctl
 // dev` never calls them, and never sets Tuning.
+
+// queueAdminTimeout bounds a call of the emulator's admin endpoint.
+const queueAdminTimeout = 10 * time.Second
 
 // Tuning holds the settings only a fault drill changes; zero fields keep
 // the dev stack's own.
@@ -114,24 +113,8 @@ func (s *Stack) ResumeScheduler() { s.sched.paused.Store(false) }
 // SetQueueFaults replaces the queue emulator's injected faults through its
 // token-guarded POST /admin/faults, and remembers them for a restart.
 func (s *Stack) SetQueueFaults(ctx context.Context, f emulator.Faults) error {
-	body, err := json.Marshal(f)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.ep.QueueURL+"/admin/faults", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+s.ep.QueueToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-	if err != nil {
+	if err := NewAPIClient(s.ep.QueueURL, s.ep.QueueToken, queueAdminTimeout).Post(ctx, "/admin/faults", f, nil); err != nil {
 		return fmt.Errorf("set the queue faults: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return fmt.Errorf("set the queue faults: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
 	}
 	s.queueFaultsMu.Lock()
 	s.queueFaults = &f
