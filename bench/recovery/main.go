@@ -76,8 +76,8 @@ func once(ctx context.Context, n int, outage time.Duration, workers, concurrency
 	}
 	defer st.Stop()
 	// The rows fell due evenly over the outage, which ended now. They are
-	// scheduled after the start: the sweeper's /readyz, which the launcher
-	// waits for, reports an old owed backlog as not ready.
+	// scheduled after the start, so the start-up checks (each process's
+	// /healthz, the sweeper's /readyz) see an empty ledger.
 	now := time.Now()
 	step := outage / time.Duration(n)
 	if err := benchutil.Schedule(ctx, ledger.New(db.App), "rec", n, 20, func(i int) time.Time {

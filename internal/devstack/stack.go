@@ -13,12 +13,14 @@
 // not create beyond migrating it and seeding it through the public API and
 // the documented owed_items table.
 //
-// The files: config.go (Config and its defaults), stack.go (the lifecycle),
-// children.go (the processes), postgres.go (the cluster), folder.go (the
-// folder, the env file and this run's secrets), output.go and status.go
-// (what the user sees), seed.go and scheduler.go (the workload and the
-// cron), control.go (what only a fault drill does), apiclient.go (the
-// scheduling API as a tenant calls it).
+// The files: config.go (Config and its defaults, Go constants only),
+// stack.go (the lifecycle), children.go (the services' processes),
+// postgres.go (the cluster), folder.go (Dir and --fresh), secrets.go (this
+// run's secrets and the env file that holds them), output.go and status.go
+// (the start-up line, the first screen, the panel), seed.go and
+// scheduler.go (the workload and the cron), control.go (Tuning and the
+// controls only a fault drill uses), apiclient.go (the stack's HTTP APIs as
+// a client with a token calls them).
 package devstack
 
 import (
