@@ -68,12 +68,7 @@ type result struct {
 	rss                           map[string]float64
 }
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/e2e:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchutil.Main("bench/e2e", run) }
 
 func run() error {
 	var o opts

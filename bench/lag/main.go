@@ -28,12 +28,7 @@ const (
 	targetP99       = 1.0
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/lag:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchutil.Main("bench/lag", run) }
 
 func run() error {
 	rows := flag.Int("rows", 1000, "rows due over the window")

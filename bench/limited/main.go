@@ -48,12 +48,7 @@ const (
 	inlineCap = 900 * time.Second
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/limited:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchutil.Main("bench/limited", run) }
 
 func run() error {
 	duration := flag.Duration("duration", 2*time.Minute, "measured stretch (wall time) of the worker run")

@@ -10,9 +10,8 @@
 //
 //	scripts/with-postgres.sh go run ./bench/pace
 //
-// It migrates the database named by OWED_TEST_DATABASE_URL (as its owner)
-// and reserves as the application role (OWED_TEST_APP_USER), under an
-// account name unique to the run.
+// It reserves in a database of its own on the server named by
+// OWED_TEST_DATABASE_URL (benchutil.NewDB), as the application role.
 package main
 
 import (
@@ -20,7 +19,6 @@ import (
 	"database/sql"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"slices"
 	"sync"
@@ -30,7 +28,6 @@ import (
 
 	"github.com/owedhq/owed/bench/internal/benchutil"
 	"github.com/owedhq/owed/internal/clock"
-	"github.com/owedhq/owed/internal/migrate"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 )
@@ -53,12 +50,7 @@ const (
 	defaultRetryAfterResolution = time.Second
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/pace:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchutil.Main("bench/pace", run) }
 
 func run() error {
 	var (
@@ -88,23 +80,12 @@ func run() error {
 		return fmt.Errorf("-rate and -pace-rate must be limited, -processes, -workers and -burst at least 1, " +
 			"-duration longer than -warmup, -retry-after-resolution positive")
 	}
-	ownerURL := os.Getenv("OWED_TEST_DATABASE_URL")
-	if ownerURL == "" {
-		return fmt.Errorf("OWED_TEST_DATABASE_URL is not set: run under scripts/with-postgres.sh")
-	}
-	appURL, err := asRole(ownerURL, os.Getenv("OWED_TEST_APP_USER"))
-	if err != nil {
-		return err
-	}
 	ctx := context.Background()
-	owner, err := sql.Open("postgres", ownerURL)
+	bdb, err := benchutil.NewDB(ctx)
 	if err != nil {
 		return err
 	}
-	defer owner.Close()
-	if _, err := migrate.Up(ctx, owner); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
+	defer bdb.Close()
 
 	account := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 	prov := newProvider(rate, *burst, *resolution)
@@ -116,7 +97,7 @@ func run() error {
 
 	var wg sync.WaitGroup
 	for range *processes {
-		db, err := sql.Open("postgres", appURL)
+		db, err := sql.Open("postgres", bdb.AppURL)
 		if err != nil {
 			return err
 		}
@@ -223,27 +204,24 @@ type stats struct {
 }
 
 func (s *stats) reserved(latency time.Duration, granted bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.latencies = append(s.latencies, latency)
-	if granted {
-		s.granted++
-	} else {
-		s.notGranted++
-	}
+	s.record(&s.latencies, latency, granted, &s.granted, &s.notGranted)
 }
 
 func (s *stats) sent(measured, ok bool, late time.Duration) {
-	if !measured {
-		return
+	if measured {
+		s.record(&s.lateness, late, ok, &s.accepted, &s.refused429)
 	}
+}
+
+// record adds d to samples and counts one into yes or no.
+func (s *stats) record(samples *[]time.Duration, d time.Duration, ok bool, yes, no *int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.lateness = append(s.lateness, late)
+	*samples = append(*samples, d)
 	if ok {
-		s.accepted++
+		*yes++
 	} else {
-		s.refused429++
+		*no++
 	}
 }
 
@@ -288,18 +266,4 @@ func report(s *stats, rate, paceRate pace.Rate, processes, workers, burst int, m
 			Target: "≤ 1", Pass: benchutil.Check(r429 <= 0.01)},
 	})
 	return nil
-}
-
-// asRole rewrites a connection URL to log in as role, or returns it as is
-// when role is empty.
-func asRole(raw, role string) (string, error) {
-	if role == "" {
-		return raw, nil
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", fmt.Errorf("OWED_TEST_DATABASE_URL: %w", err)
-	}
-	u.User = url.User(role)
-	return u.String(), nil
 }

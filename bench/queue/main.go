@@ -33,12 +33,7 @@ import (
 	"github.com/owedhq/owed/internal/queue/emulator"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/queue:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchutil.Main("bench/queue", run) }
 
 func run() error {
 	runs := flag.Int("runs", 3, "how many times to measure each phase")
@@ -118,40 +113,30 @@ func run() error {
 // messages per second.
 func publish(ctx context.Context, c *queue.Client, payload json.RawMessage, n, batch, workers int) (float64, error) {
 	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
 	start := time.Now()
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			msgs := make([]queue.Message, 0, batch)
-			for {
-				first := int(next.Add(int64(batch))) - batch
-				if first >= n {
-					return
-				}
-				msgs = msgs[:0]
-				for i := first; i < min(first+batch, n); i++ {
-					msgs = append(msgs, queue.Message{Payload: payload, IdempotencyKey: fmt.Sprintf("bench-%d", i)})
-				}
-				res, err := c.PublishBatch(ctx, msgs)
-				if err != nil {
-					errs <- err
-					return
-				}
-				for _, r := range res {
-					if r.Status != queue.StatusCreated {
-						errs <- fmt.Errorf("publish: entry %+v", r)
-						return
-					}
+	err := parallel(workers, func() error {
+		msgs := make([]queue.Message, 0, batch)
+		for {
+			first := int(next.Add(int64(batch))) - batch
+			if first >= n {
+				return nil
+			}
+			msgs = msgs[:0]
+			for i := first; i < min(first+batch, n); i++ {
+				msgs = append(msgs, queue.Message{Payload: payload, IdempotencyKey: fmt.Sprintf("bench-%d", i)})
+			}
+			res, err := c.PublishBatch(ctx, msgs)
+			if err != nil {
+				return err
+			}
+			for _, r := range res {
+				if r.Status != queue.StatusCreated {
+					return fmt.Errorf("publish: entry %+v", r)
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+		}
+	})
+	if err != nil {
 		return 0, err
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
@@ -161,44 +146,52 @@ func publish(ctx context.Context, c *queue.Client, payload json.RawMessage, n, b
 // messages per second.
 func consume(ctx context.Context, c *queue.Client, n, workers, max int) (float64, error) {
 	var done atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
 	start := time.Now()
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ids := make([]string, 0, max)
-			for done.Load() < int64(n) {
-				msgs, err := c.Consume(ctx, queue.ConsumeOptions{MaxMessages: max, Wait: time.Second, VisibilityTimeout: time.Minute})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if len(msgs) == 0 {
-					continue
-				}
-				ids = ids[:0]
-				for _, m := range msgs {
-					ids = append(ids, m.MessageID)
-				}
-				if _, err := c.Ack(ctx, ids...); err != nil {
-					errs <- err
-					return
-				}
-				done.Add(int64(len(msgs)))
+	err := parallel(workers, func() error {
+		ids := make([]string, 0, max)
+		for done.Load() < int64(n) {
+			msgs, err := c.Consume(ctx, queue.ConsumeOptions{MaxMessages: max, Wait: time.Second, VisibilityTimeout: time.Minute})
+			if err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+			if len(msgs) == 0 {
+				continue
+			}
+			ids = ids[:0]
+			for _, m := range msgs {
+				ids = append(ids, m.MessageID)
+			}
+			if _, err := c.Ack(ctx, ids...); err != nil {
+				return err
+			}
+			done.Add(int64(len(msgs)))
+		}
+		return nil
+	})
+	if err != nil {
 		return 0, err
 	}
 	if got := done.Load(); got != int64(n) {
 		return 0, fmt.Errorf("consumed %d messages, published %d", got, n)
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// parallel runs fn on workers goroutines at once and returns the first
+// error any of them returned.
+func parallel(workers int, fn func() error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Go(func() {
+			if err := fn(); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 func onOff(b bool) string {

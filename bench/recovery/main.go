@@ -27,12 +27,7 @@ const (
 	rate   = 40 // per scaled minute, i.e. per wall second
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/recovery:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchutil.Main("bench/recovery", run) }
 
 func run() error {
 	outage := flag.Duration("outage", 70*time.Minute, "how long no sweep ran (real-world minutes)")
@@ -81,8 +76,8 @@ func once(ctx context.Context, n int, outage time.Duration, workers, concurrency
 	}
 	defer st.Stop()
 	// The rows fell due evenly over the outage, which ended now. They are
-	// scheduled after the start: the sweeper's /readyz, which the launcher
-	// waits for, reports an old owed backlog as not ready.
+	// scheduled after the start, so the start-up checks (each process's
+	// /healthz, the sweeper's /readyz) see an empty ledger.
 	now := time.Now()
 	step := outage / time.Duration(n)
 	if err := benchutil.Schedule(ctx, ledger.New(db.App, nil), "rec", n, 20, func(i int) time.Time {

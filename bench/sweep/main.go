@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -32,6 +33,7 @@ import (
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
 	"github.com/owedhq/owed/internal/sweep"
+	"github.com/owedhq/owed/internal/tenant"
 )
 
 const (
@@ -40,12 +42,7 @@ const (
 	queueToken = "bench-queue-token-0123456789"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/sweep:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchutil.Main("bench/sweep", run) }
 
 func run() error {
 	sizesFlag := flag.String("sizes", "10000,1000000,5000000", "settled ledger sizes to measure the idle lease at")
@@ -208,37 +205,25 @@ func scheduleOwed(ctx context.Context, l *ledger.Ledger, n int, prefix string, d
 // benchmark as the owner; owed itself never runs them.
 
 func settleAll(ctx context.Context, db *benchutil.DB) error {
-	tx, err := db.Owner.BeginTx(ctx, nil)
-	if err != nil {
+	return tenant.InTxAllTenants(ctx, db.Owner, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE notifications SET state = 'delivered', delivered_at = now(),
+		    settled_at = now(), lease_until = NULL WHERE settled_at IS NULL AND due_at < now()`)
 		return err
-	}
-	defer tx.Rollback()
-	tx.ExecContext(ctx, `SELECT set_config('owed.bypass_rls', 'on', true)`)
-	if _, err := tx.ExecContext(ctx, `UPDATE notifications SET state = 'delivered', delivered_at = now(),
-	    settled_at = now(), lease_until = NULL WHERE settled_at IS NULL AND due_at < now()`); err != nil {
-		return err
-	}
-	return tx.Commit()
+	})
 }
 
 func addSettled(ctx context.Context, db *benchutil.DB, from, to int) error {
 	for lo := from; lo < to; lo += 500000 {
 		hi := min(to, lo+500000)
-		tx, err := db.Owner.BeginTx(ctx, nil)
-		if err != nil {
+		if err := tenant.InTxAllTenants(ctx, db.Owner, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at,
+			        payload, state, attempts, delivered_at, settled_at, provider, provider_message_id)
+			    SELECT 'tenant-' || (g % $3), 'settled-r' || g, 'sms', 'reminder', 'settled-' || g,
+			           now() - interval '1 day' - g * interval '1 second', '{"text":"hi"}', 'delivered', 1,
+			           now() - interval '1 day', now() - interval '1 day', 'sandbox', 'm' || g
+			      FROM generate_series($1::bigint, $2::bigint - 1) g`, lo, hi, tenants)
 			return err
-		}
-		tx.ExecContext(ctx, `SELECT set_config('owed.bypass_rls', 'on', true)`)
-		if _, err := tx.ExecContext(ctx, `INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at,
-		        payload, state, attempts, delivered_at, settled_at, provider, provider_message_id)
-		    SELECT 'tenant-' || (g % $3), 'settled-r' || g, 'sms', 'reminder', 'settled-' || g,
-		           now() - interval '1 day' - g * interval '1 second', '{"text":"hi"}', 'delivered', 1,
-		           now() - interval '1 day', now() - interval '1 day', 'sandbox', 'm' || g
-		      FROM generate_series($1::bigint, $2::bigint - 1) g`, lo, hi, tenants); err != nil {
-			tx.Rollback()
-			return err
-		}
-		if err := tx.Commit(); err != nil {
+		}); err != nil {
 			return err
 		}
 	}
@@ -252,32 +237,28 @@ func naiveScan(ctx context.Context, db *benchutil.DB) (int, error) {
 	now := time.Now()
 	due := 0
 	for t := 0; t < tenants; t++ {
-		tx, err := db.App.BeginTx(ctx, nil)
-		if err != nil {
+		id := fmt.Sprintf("tenant-%d", t)
+		if err := tenant.InTx(ctx, db.App, id, func(tx *sql.Tx) error {
+			rows, err := tx.QueryContext(ctx, `SELECT due_at, settled_at IS NOT NULL, payload FROM notifications WHERE tenant_id = $1`, id)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var d time.Time
+				var settled bool
+				var payload []byte
+				if err := rows.Scan(&d, &settled, &payload); err != nil {
+					return err
+				}
+				if !settled && !d.After(now) {
+					due++
+				}
+			}
+			return rows.Err()
+		}); err != nil {
 			return 0, err
 		}
-		tx.ExecContext(ctx, `SELECT set_config('owed.tenant_id', $1, true)`, fmt.Sprintf("tenant-%d", t))
-		rows, err := tx.QueryContext(ctx, `SELECT due_at, settled_at IS NOT NULL, payload FROM notifications WHERE tenant_id = $1`,
-			fmt.Sprintf("tenant-%d", t))
-		if err != nil {
-			tx.Rollback()
-			return 0, err
-		}
-		for rows.Next() {
-			var d time.Time
-			var settled bool
-			var payload []byte
-			if err := rows.Scan(&d, &settled, &payload); err != nil {
-				rows.Close()
-				tx.Rollback()
-				return 0, err
-			}
-			if !settled && !d.After(now) {
-				due++
-			}
-		}
-		rows.Close()
-		tx.Rollback()
 	}
 	return due, nil
 }

@@ -26,7 +26,7 @@ func devCmd(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.SweeperPort, "sweeper-port", devstack.DefaultSweeperPort, "sweeper (scheduling API, /cron, /metrics) port")
 	fs.IntVar(&cfg.QueuePort, "queue-port", devstack.DefaultQueuePort, "queue emulator port")
 	fs.IntVar(&cfg.SandboxPort, "sandbox-port", devstack.DefaultSandboxPort, "sandbox provider port")
-	workerPorts := fs.String("worker-ports", joinPorts(devstack.DefaultWorkerPorts), "comma-separated metrics ports, one worker process each")
+	workerPorts := fs.String("worker-ports", joinPorts(devstack.DefaultWorkerPorts()), "comma-separated metrics ports, one worker process each")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -1,16 +1,11 @@
 package devstack
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
-	"syscall"
 	"time"
 
+	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
@@ -19,7 +14,27 @@ import (
 // The controls below let a fault drill break the running stack on purpose:
 // kill -9 a child and start it again, restart PostgreSQL, pause the
 // scheduler, and set the queue's and the sandbox's injected faults. `owedctl
-// dev` never calls them.
+// dev` never calls them, and never sets Tuning.
+
+// queueAdminTimeout bounds a call of the emulator's admin endpoint.
+const queueAdminTimeout = 10 * time.Second
+
+// Tuning holds the settings only a fault drill changes; zero fields keep
+// the dev stack's own.
+type Tuning struct {
+	// WorkerConcurrency is each worker's OWED_WORKER_CONCURRENCY; a small
+	// pool (4) when zero, because the pace, not the pool, limits a 40/m
+	// provider. A drill raises it to keep many sends in flight.
+	WorkerConcurrency int
+	// SecondSweeperPort, when set, runs a second sweeper process
+	// ("sweeper-2") there. The scheduler calls both every tick, so their
+	// sweeps overlap, which the sweeper's lease makes safe.
+	SecondSweeperPort int
+	// SweeperEnv and WorkerEnv add OWED_ settings to every sweeper and
+	// worker: a drill shortens leases and timeouts so healing fits a short
+	// run.
+	SweeperEnv, WorkerEnv map[string]string
+}
 
 // Children returns the names of the running children in start order:
 // queue, sandbox, sweeper[, sweeper-2], worker-1, ….
@@ -28,16 +43,16 @@ func (s *Stack) Children() []string {
 	defer s.procMu.Unlock()
 	names := make([]string, len(s.procs))
 	for i, p := range s.procs {
-		names[i] = p.name
+		names[i] = p.Name()
 	}
 	return names
 }
 
-func (s *Stack) child(name string) (int, *proc, error) {
+func (s *Stack) child(name string) (int, *launch.Process, error) {
 	s.procMu.Lock()
 	defer s.procMu.Unlock()
 	for i, p := range s.procs {
-		if p.name == name {
+		if p.Name() == name {
 			return i, p, nil
 		}
 	}
@@ -54,28 +69,18 @@ func (s *Stack) Kill(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	p.stopping.Store(true)
-	if err := syscall.Kill(-p.pid(), syscall.SIGKILL); err != nil && err != syscall.ESRCH {
-		return fmt.Errorf("kill -9 %s: %w", name, err)
-	}
-	<-p.done
-	return s.restart(ctx, i, p)
-}
-
-// restart starts the child at index i again, appending to its log.
-func (s *Stack) restart(ctx context.Context, i int, old *proc) error {
-	bins, err := s.binaries()
-	if err != nil {
+	if err := p.Kill(); err != nil {
 		return err
 	}
-	np, err := s.launch(ctx, old.spec, bins.worker, os.O_APPEND)
+	np, err := p.Restart(ctx)
 	if err != nil {
-		return fmt.Errorf("restart %s: %w", old.name, err)
+		return fmt.Errorf("restart %s: %w", name, err)
 	}
+	s.watch(np)
 	s.procMu.Lock()
 	s.procs[i] = np
 	s.procMu.Unlock()
-	if old.name == "queue" {
+	if name == "queue" {
 		s.queueFaultsMu.Lock()
 		f := s.queueFaults
 		s.queueFaultsMu.Unlock()
@@ -86,8 +91,9 @@ func (s *Stack) restart(ctx context.Context, i int, old *proc) error {
 	return nil
 }
 
-// RestartPostgres restarts the local cluster with `pg_ctl restart -m fast`:
-// every open session is ended, as a failover or a maintenance restart does.
+// RestartPostgres restarts the local cluster in fast mode, as `pg_ctl
+// restart -m fast` does: every open session is ended, as a failover or a
+// maintenance restart does.
 // It needs the local cluster (not --database-url).
 func (s *Stack) RestartPostgres(ctx context.Context) error {
 	if s.cluster == nil {
@@ -107,24 +113,8 @@ func (s *Stack) ResumeScheduler() { s.sched.paused.Store(false) }
 // SetQueueFaults replaces the queue emulator's injected faults through its
 // token-guarded POST /admin/faults, and remembers them for a restart.
 func (s *Stack) SetQueueFaults(ctx context.Context, f emulator.Faults) error {
-	body, err := json.Marshal(f)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.ep.QueueURL+"/admin/faults", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+s.ep.QueueToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-	if err != nil {
+	if err := NewAPIClient(s.ep.QueueURL, s.ep.QueueToken, queueAdminTimeout).Post(ctx, "/admin/faults", f, nil); err != nil {
 		return fmt.Errorf("set the queue faults: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return fmt.Errorf("set the queue faults: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
 	}
 	s.queueFaultsMu.Lock()
 	s.queueFaults = &f

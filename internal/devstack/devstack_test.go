@@ -1,7 +1,6 @@
 package devstack
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,14 +10,16 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/owedhq/owed/internal/devstack/devstacktest"
 	"github.com/owedhq/owed/internal/envelope"
+	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue"
 )
@@ -29,13 +30,8 @@ import (
 // refused rows end failed and dead-lettered, nothing is sent twice, and
 // nothing is left running afterwards.
 func TestStack(t *testing.T) {
-	if _, err := FindPostgres(); err != nil {
-		t.Skipf("skipping: %v", err)
-	}
-	tmp := devstacktest.TempDir(t, "owed-devstack-")
-	bin := devstacktest.BuildBinaries(t, tmp)
-	ports := freePorts(t, 5)
-	out := &lockedBuffer{}
+	tmp, bin, ports := setup(t)
+	out := &devstacktest.Buffer{}
 	s, err := New(Config{Dir: filepath.Join(tmp, "dev"), BinDir: bin, Tick: 2 * time.Second, Rate: "600/m",
 		SweeperPort: ports[0], QueuePort: ports[1], SandboxPort: ports[2], WorkerPorts: ports[3:], Out: out})
 	if err != nil {
@@ -48,7 +44,7 @@ func TestStack(t *testing.T) {
 		if t.Failed() {
 			t.Logf("owedctl dev output:\n%s", out.String())
 			for _, name := range []string{"sweeper", "worker-1", "scheduler"} {
-				t.Logf("end of %s.log:\n%s", name, tail(filepath.Join(s.logDir(), name+".log"), 15))
+				t.Logf("end of %s.log:\n%s", name, launch.Tail(filepath.Join(s.logDir(), name+".log"), 15))
 			}
 		}
 	})
@@ -119,21 +115,89 @@ func TestStack(t *testing.T) {
 	// are gone.
 	pids := []int{s.cluster.pid()}
 	for _, p := range s.procs {
-		pids = append(pids, p.pid())
+		pids = append(pids, p.Pid())
 	}
 	if err := s.Stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 	for _, pid := range pids {
-		if alive(pid) {
+		if devstacktest.Alive(pid) {
 			t.Errorf("process %d is still running after Stop", pid)
 		}
 	}
 	for _, p := range s.procs {
-		if err := syscall.Kill(-p.pid(), 0); !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("process group of %s (%d) still has members: %v", p.name, p.pid(), err)
+		if err := syscall.Kill(-p.Pid(), 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("process group of %s (%d) still has members: %v", p.Name(), p.Pid(), err)
 		}
 	}
+}
+
+// TestChildrenDieWithOwedctl starts `owedctl dev` itself, kills it with
+// SIGKILL, which gives it no chance to stop anything, and checks that every
+// process it started is gone all the same: the services, PostgreSQL's
+// postmaster and its backends. The kernel's parent-death signal ends the
+// children (internal/launch), and the backends end when their postmaster
+// does.
+func TestChildrenDieWithOwedctl(t *testing.T) {
+	tmp, bin, ports := setup(t)
+	dir := filepath.Join(tmp, "dev")
+	env := filepath.Join(dir, "env")
+	p, err := launch.Start(context.Background(), launch.Spec{Name: "owedctl dev", Path: filepath.Join(bin, "owedctl"),
+		Args: []string{"dev", "--dir", dir, "--no-seed", "--sweeper-port", strconv.Itoa(ports[0]), "--queue-port", strconv.Itoa(ports[1]),
+			"--sandbox-port", strconv.Itoa(ports[2]), "--worker-ports", strconv.Itoa(ports[3]) + "," + strconv.Itoa(ports[4])},
+		Env: launch.Environ(), Log: filepath.Join(tmp, "owedctl.log"), ReadyTimeout: 2 * time.Minute,
+		// The env file is written once every child answered its health
+		// check.
+		Ready: func(context.Context) error {
+			_, err := os.Stat(env)
+			return err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := devstacktest.Descendants(t, p.Pid())
+	t.Cleanup(func() {
+		// Only when the test failed is anything left to end.
+		for _, pid := range children {
+			if devstacktest.Alive(pid) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	postmaster := pidFile(t, filepath.Join(dir, "pg", "data", "postmaster.pid"))
+	// queue, sandbox, sweeper, two workers, the postmaster and its helpers.
+	if len(children) < 7 || !slices.Contains(children, postmaster) {
+		t.Fatalf("owedctl dev runs %v, want at least 7 processes with the postmaster %d among them", children, postmaster)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	devstacktest.WaitGone(t, children, time.Minute)
+}
+
+// pidFile reads the process id on the first line of path.
+func pidFile(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(first)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return pid
+}
+
+// setup skips a test without PostgreSQL and returns a folder, the binaries
+// built into it, and five free ports.
+func setup(t *testing.T) (tmp, bin string, ports []int) {
+	if _, err := FindPostgres(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	tmp = devstacktest.TempDir(t, "owed-devstack-")
+	return tmp, devstacktest.BuildBinaries(t, tmp), freePorts(t, 5)
 }
 
 // freePorts returns n loopback ports free a moment ago.
@@ -157,29 +221,33 @@ func freePorts(t *testing.T, n int) []int {
 // rowState reads a row through the scheduling API as the seeded tenant.
 func rowState(t *testing.T, ctx context.Context, s *Stack, id int64) string {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/notifications/%d", s.ep.API, id), nil)
-	req.Header.Set("Authorization", "Bearer "+s.ep.TenantToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	var row struct {
+		State string `json:"state"`
 	}
-	defer resp.Body.Close()
-	var body struct {
-		Data struct {
-			State string `json:"state"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET notification %d: HTTP %d, %v", id, resp.StatusCode, err)
-	}
-	return body.Data.State
+	getData(t, ctx, s, fmt.Sprintf("%s/v1/notifications/%d", s.ep.API, id), &row)
+	return row.State
 }
 
 // calendarState is the state of the reminder the materialiser scheduled for
 // the first calendar item, or "" while there is none.
 func calendarState(t *testing.T, ctx context.Context, s *Stack) string {
 	t.Helper()
-	u := fmt.Sprintf("%s/v1/notifications?kind=meeting_soon&recipient=%s", s.ep.API, neturl.QueryEscape(calendarRecipient(0)))
+	var page struct {
+		Notifications []struct {
+			State string `json:"state"`
+		} `json:"notifications"`
+	}
+	getData(t, ctx, s, fmt.Sprintf("%s/v1/notifications?kind=meeting_soon&recipient=%s", s.ep.API, neturl.QueryEscape(calendarRecipient(0))), &page)
+	if len(page.Notifications) == 0 {
+		return ""
+	}
+	return page.Notifications[0].State
+}
+
+// getData GETs u as the seeded tenant and decodes the answer's data into
+// out, failing the test unless it is a 200.
+func getData(t *testing.T, ctx context.Context, s *Stack, u string, out any) {
+	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	req.Header.Set("Authorization", "Bearer "+s.ep.TenantToken)
 	resp, err := http.DefaultClient.Do(req)
@@ -187,20 +255,12 @@ func calendarState(t *testing.T, ctx context.Context, s *Stack) string {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var body struct {
-		Data struct {
-			Notifications []struct {
-				State string `json:"state"`
-			} `json:"notifications"`
-		} `json:"data"`
-	}
+	body := struct {
+		Data any `json:"data"`
+	}{Data: out}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: HTTP %d, %v", u, resp.StatusCode, err)
 	}
-	if len(body.Data.Notifications) == 0 {
-		return ""
-	}
-	return body.Data.Notifications[0].State
 }
 
 // deadLetteredRows returns the ledger ids of the queue's dead letters.
@@ -219,39 +279,4 @@ func deadLetteredRows(t *testing.T, ctx context.Context, q *queue.Client) map[in
 		ids[e.ID] = true
 	}
 	return ids
-}
-
-// alive reports whether pid runs; a zombie waiting for a parent that does
-// not reap (PID 1 in some containers) has stopped running and counts as
-// gone.
-func alive(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command name in parentheses: "pid (comm) S ...".
-	_, rest, _ := strings.Cut(string(b), ") ")
-	return !strings.HasPrefix(rest, "Z")
-}
-
-// lockedBuffer collects the stack's output; the panel writes from its own
-// goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

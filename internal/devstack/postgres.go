@@ -14,6 +14,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/owedhq/owed/internal/launch"
+	"github.com/owedhq/owed/internal/migrate"
 )
 
 // The roles the migrations and services expect: the owner runs migrations
@@ -30,12 +33,12 @@ const (
 	// maxSocketPath is the longest unix socket path the kernel accepts
 	// (sun_path is 108 bytes with its terminating NUL).
 	maxSocketPath = 107
-	// pgctlTimeout bounds a pg_ctl start or stop.
-	pgctlTimeout = 60 * time.Second
+	// pgTimeout bounds PostgreSQL's start, its stop and a pg_ctl call.
+	pgTimeout = 60 * time.Second
 )
 
-// FindPostgres returns the folder holding initdb and pg_ctl: from PATH, else
-// the newest /usr/lib/postgresql/*/bin.
+// FindPostgres returns the folder holding initdb, postgres and pg_ctl: from
+// PATH, else the newest /usr/lib/postgresql/*/bin.
 func FindPostgres() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
 		// A symlink on PATH (Debian's /usr/local/bin) leads to the folder
@@ -60,7 +63,9 @@ func pgVersion(path string) int {
 }
 
 // cluster is the throwaway PostgreSQL in Dir/pg, the Go form of
-// scripts/with-postgres.sh.
+// scripts/with-postgres.sh. The server is a supervised child (postgres
+// itself, not pg_ctl, which would leave it parentless), so it dies with
+// owedctl like every other child.
 type cluster struct {
 	bin  string
 	dir  string // Dir/pg, owned by the postgres OS user when we are root
@@ -70,11 +75,12 @@ type cluster struct {
 	// dir's path is too long for a socket.
 	sock    string
 	tmpSock bool
-	// asPostgres runs initdb and pg_ctl as the postgres OS user: they
+	// postgres, when set, runs the programs as the postgres OS user: they
 	// refuse to run as root.
-	asPostgres bool
-	uid, gid   int
-	started    bool
+	postgres *user.User
+	cred     *syscall.Credential
+	// server is the running postmaster.
+	server *launch.Process
 }
 
 func newCluster(dir, logDir string) (*cluster, error) {
@@ -89,49 +95,59 @@ func newCluster(dir, logDir string) (*cluster, error) {
 		if err != nil {
 			return nil, errors.New("running as root, PostgreSQL needs the postgres OS user, which does not exist: create it (useradd --system postgres) or run as another user")
 		}
-		c.asPostgres = true
-		c.uid, _ = strconv.Atoi(u.Uid)
-		c.gid, _ = strconv.Atoi(u.Gid)
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		c.postgres, c.cred = u, &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
 	return c, nil
 }
 
-// command runs one of the PostgreSQL programs, as the postgres user when we
-// are root, in its own process group so a terminal's Ctrl-C never reaches
-// the server it starts: the server is stopped by pg_ctl, in order.
-func (c *cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	path := filepath.Join(c.bin, name)
-	var cmd *exec.Cmd
-	if c.asPostgres {
-		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", "postgres", "--", path}, args...)...)
-	} else {
-		cmd = exec.CommandContext(ctx, path, args...)
+// env and workDir are the programs' environment and working folder: the
+// postgres user's own when we are root (the current folder may be closed
+// to it), ours otherwise.
+func (c *cluster) env() []string {
+	if c.postgres == nil {
+		return launch.Environ()
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	return cmd
+	return launch.Environ(map[string]string{"HOME": c.postgres.HomeDir, "USER": "postgres", "LOGNAME": "postgres"})
 }
 
-func (c *cluster) run(ctx context.Context, name string, args ...string) error {
-	out, err := c.command(ctx, name, args...).CombinedOutput()
+func (c *cluster) workDir() string {
+	if c.postgres == nil {
+		return ""
+	}
+	return "/"
+}
+
+// run runs a short-lived program (initdb, pg_ctl, test) to completion, as
+// the postgres user when we are root, through launch.Output.
+func (c *cluster) run(ctx context.Context, path string, args ...string) error {
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(c.bin, path)
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env, cmd.Dir = c.env(), c.workDir()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	out, err := launch.Output(cmd)
 	if err != nil {
-		return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s %s: %v\n%s", filepath.Base(path), strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
 
 // chown gives path to the postgres user when the cluster runs as it.
 func (c *cluster) chown(path string) error {
-	if !c.asPostgres {
+	if c.cred == nil {
 		return nil
 	}
-	if err := os.Chown(path, c.uid, c.gid); err != nil {
+	if err := os.Chown(path, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
 		return fmt.Errorf("give %s to the postgres user: %w", path, err)
 	}
 	return nil
 }
 
-// start creates the cluster on first use, starts it, and creates the roles
-// and the database when missing.
+// start creates the cluster on first use, starts the server, and creates
+// the roles and the database when missing.
 func (c *cluster) start(ctx context.Context) error {
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", c.dir, err)
@@ -139,12 +155,16 @@ func (c *cluster) start(ctx context.Context) error {
 	if err := c.chown(c.dir); err != nil {
 		return err
 	}
-	if c.asPostgres {
+	if c.postgres != nil {
 		// The postgres user must reach the folder through every parent; a
 		// repository under /root, say, is closed to it.
-		if out, err := exec.CommandContext(ctx, "runuser", "-u", "postgres", "--", "test", "-w", c.dir).CombinedOutput(); err != nil {
-			return fmt.Errorf("the postgres OS user cannot write %s (a parent folder is closed to it: %v %s); pass --dir under /tmp, or set OWED_DATABASE_URL",
-				c.dir, err, strings.TrimSpace(string(out)))
+		test, err := exec.LookPath("test")
+		if err == nil {
+			err = c.run(ctx, test, "-w", c.dir)
+		}
+		if err != nil {
+			return fmt.Errorf("the postgres OS user cannot write %s (a parent folder is closed to it: %v); pass --dir under /tmp, or set OWED_DATABASE_URL",
+				c.dir, err)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(c.data, "PG_VERSION")); err != nil {
@@ -168,23 +188,28 @@ func (c *cluster) start(ctx context.Context) error {
 			return err
 		}
 	}
-	// pg_ctl -l appends; the file must be the postgres user's to write.
-	f, err := os.OpenFile(c.log, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	server, err := launch.Start(ctx, launch.Spec{Name: "postgres", Path: filepath.Join(c.bin, "postgres"),
+		Args: []string{"-D", c.data, "-k", c.sock, "-p", strconv.Itoa(pgPort)},
+		Env:  c.env(), Dir: c.workDir(), Credential: c.cred, Log: c.log,
+		Ready: c.ready, ReadyTimeout: pgTimeout,
+		// SIGINT is PostgreSQL's fast shutdown (pg_ctl -m fast): sessions
+		// are ended, the data is checkpointed.
+		StopSignal: syscall.SIGINT})
 	if err != nil {
-		return fmt.Errorf("create %s: %w", c.log, err)
+		return fmt.Errorf("start PostgreSQL: %w", err)
 	}
-	f.Close()
-	if err := c.chown(c.log); err != nil {
+	c.server = server
+	return c.createRoles(ctx)
+}
+
+// ready is nil once the server accepts a connection.
+func (c *cluster) ready(ctx context.Context) error {
+	db, err := sql.Open("postgres", c.superuserURL())
+	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, pgctlTimeout)
-	defer cancel()
-	opts := fmt.Sprintf("-k '%s' -p %d", c.sock, pgPort)
-	if err := c.run(sctx, "pg_ctl", "-D", c.data, "-l", c.log, "-w", "-o", opts, "start"); err != nil {
-		return fmt.Errorf("start PostgreSQL (log %s): %w", c.log, err)
-	}
-	c.started = true
-	return c.createRoles(ctx)
+	defer db.Close()
+	return db.PingContext(ctx)
 }
 
 // initdb creates the cluster: trust authentication is safe because it
@@ -205,13 +230,14 @@ func (c *cluster) initdb(ctx context.Context) error {
 	return err
 }
 
-// stopLeftover stops a server an earlier run left running (owedctl was
-// killed), so this run starts its own.
+// stopLeftover stops a server an earlier run left running (an owedctl from
+// before the server died with it, or one started by hand), so this run
+// starts its own.
 func (c *cluster) stopLeftover(ctx context.Context) {
 	if _, err := os.Stat(filepath.Join(c.data, "postmaster.pid")); err != nil {
 		return
 	}
-	if c.command(ctx, "pg_ctl", "-D", c.data, "status").Run() == nil {
+	if c.run(ctx, "pg_ctl", "-D", c.data, "status") == nil {
 		c.run(ctx, "pg_ctl", "-D", c.data, "-m", "fast", "-w", "stop")
 	}
 }
@@ -220,10 +246,14 @@ func (c *cluster) url(role string) string {
 	return fmt.Sprintf("postgres://%s@/%s?host=%s&port=%d&sslmode=disable", role, dbName, c.sock, pgPort)
 }
 
+func (c *cluster) superuserURL() string {
+	return fmt.Sprintf("postgres://postgres@/postgres?host=%s&port=%d&sslmode=disable", c.sock, pgPort)
+}
+
 // createRoles creates the two roles before migrating: the migrations grant
 // the application role its rights only when it exists.
 func (c *cluster) createRoles(ctx context.Context) error {
-	su, err := sql.Open("postgres", fmt.Sprintf("postgres://postgres@/postgres?host=%s&port=%d&sslmode=disable", c.sock, pgPort))
+	su, err := sql.Open("postgres", c.superuserURL())
 	if err != nil {
 		return err
 	}
@@ -258,47 +288,78 @@ $$`
 	qDatabaseExists = `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`
 )
 
-// restart restarts the server with pg_ctl's fast mode: open sessions are
-// ended and every client must reconnect, as after a failover.
+// restart stops the server in fast mode and starts it again, as `pg_ctl
+// restart -m fast` does: open sessions are ended and every client must
+// reconnect, as after a failover.
 func (c *cluster) restart(ctx context.Context) error {
-	if !c.started {
+	if c.server == nil {
 		return errors.New("restart PostgreSQL: the cluster is not running")
 	}
-	ctx, cancel := context.WithTimeout(ctx, pgctlTimeout)
-	defer cancel()
-	opts := fmt.Sprintf("-k '%s' -p %d", c.sock, pgPort)
-	if err := c.run(ctx, "pg_ctl", "-D", c.data, "-l", c.log, "-w", "-m", "fast", "-o", opts, "restart"); err != nil {
-		return fmt.Errorf("restart PostgreSQL (log %s): %w", c.log, err)
+	if err := c.server.Stop(pgTimeout, nil); err != nil {
+		return fmt.Errorf("restart PostgreSQL: %w", err)
 	}
+	server, err := c.server.Restart(ctx)
+	if err != nil {
+		return fmt.Errorf("restart PostgreSQL: %w", err)
+	}
+	c.server = server
 	return nil
 }
 
 // pid is the postmaster's process id, or 0 when it is not running.
 func (c *cluster) pid() int {
-	b, err := os.ReadFile(filepath.Join(c.data, "postmaster.pid"))
-	if err != nil {
+	if c.server == nil {
 		return 0
 	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	pid, _ := strconv.Atoi(strings.TrimSpace(first))
-	return pid
+	return c.server.Pid()
 }
 
-// stop stops the server with pg_ctl's fast mode (open sessions are ended,
-// the data is checkpointed) and removes a temporary socket folder.
-func (c *cluster) stop() error {
-	if !c.started {
+// stop stops the server in fast mode (open sessions are ended, the data is
+// checkpointed), or at once when force closes, and removes a temporary
+// socket folder.
+func (c *cluster) stop(force <-chan struct{}) error {
+	if c.server == nil {
 		return nil
 	}
-	c.started = false
-	ctx, cancel := context.WithTimeout(context.Background(), pgctlTimeout)
-	defer cancel()
-	err := c.run(ctx, "pg_ctl", "-D", c.data, "-m", "fast", "-w", "stop")
+	err := c.server.Stop(pgTimeout, force)
+	c.server = nil
 	if c.tmpSock {
 		os.RemoveAll(c.sock)
 	}
 	if err != nil {
 		return fmt.Errorf("stop PostgreSQL: %w", err)
 	}
+	return nil
+}
+
+// database starts or reuses the local cluster, or takes cfg.DatabaseURL, and
+// returns the owner's and the application role's URLs.
+func (s *Stack) database(ctx context.Context) (ownerURL, appURL string, err error) {
+	if s.cfg.DatabaseURL != "" {
+		return s.cfg.DatabaseURL, s.cfg.DatabaseURL, nil
+	}
+	c, err := newCluster(s.cfg.Dir, s.logDir())
+	if err != nil {
+		return "", "", err
+	}
+	s.cluster = c
+	if err := c.start(ctx); err != nil {
+		return "", "", err
+	}
+	s.progress("postgres")
+	return c.url(ownerRole), c.url(appRole), nil
+}
+
+func (s *Stack) migrate(ctx context.Context, ownerURL string) error {
+	db, err := sql.Open("postgres", ownerURL)
+	if err != nil {
+		return fmt.Errorf("open the database as its owner: %w", err)
+	}
+	defer db.Close()
+	applied, err := migrate.Up(ctx, db)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	s.progress(fmt.Sprintf("migrated(%d applied)", len(applied)))
 	return nil
 }

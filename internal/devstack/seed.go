@@ -1,18 +1,15 @@
 package devstack
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/tenant"
 )
 
 // The seeded workload, shaped like the real ones.
@@ -81,9 +78,8 @@ type Row struct {
 // seeder schedules the workload through the public API as tenant Tenant,
 // and the calendar items through the documented owed_items table.
 type seeder struct {
-	api, token string
-	db         *sql.DB
-	hc         *http.Client
+	api *APIClient
+	db  *sql.DB
 
 	mu       sync.Mutex
 	seeded   Seeded
@@ -92,8 +88,8 @@ type seeder struct {
 	lastErr  string
 }
 
-func newSeeder(api, token string, db *sql.DB) *seeder {
-	return &seeder{api: api, token: token, db: db, hc: &http.Client{Timeout: seedTimeout}, ticket: 1000, shipment: 880}
+func newSeeder(api *APIClient, db *sql.DB) *seeder {
+	return &seeder{api: api, db: db, ticket: 1000, shipment: 880}
 }
 
 func (s *seeder) snapshot() Seeded {
@@ -237,7 +233,7 @@ func (s *seeder) shipmentException(ctx context.Context, occurred time.Time) erro
 		},
 	}
 	var out scheduled
-	if err := s.post(ctx, "/v1/events", body, &out); err != nil {
+	if err := s.api.Post(ctx, "/v1/events", body, &out); err != nil {
 		return fmt.Errorf("shipment exception %s: %w", ref, err)
 	}
 	s.mu.Lock()
@@ -249,7 +245,7 @@ func (s *seeder) shipmentException(ctx context.Context, occurred time.Time) erro
 // schedule posts rows and returns them with their ids, in input order.
 func (s *seeder) schedule(ctx context.Context, rows []notification) ([]Row, error) {
 	var out scheduled
-	if err := s.post(ctx, "/v1/notifications", map[string]any{"notifications": rows}, &out); err != nil {
+	if err := s.api.Post(ctx, "/v1/notifications", map[string]any{"notifications": rows}, &out); err != nil {
 		return nil, err
 	}
 	if len(out.Notifications) != len(rows) {
@@ -265,57 +261,25 @@ func (s *seeder) schedule(ctx context.Context, rows []notification) ([]Row, erro
 	return ids, nil
 }
 
-func (s *seeder) post(ctx context.Context, path string, in, out any) error {
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, seedTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.api+path, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+s.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("POST %s: HTTP %d: %s", path, resp.StatusCode, strings.TrimSpace(string(body)))
-	}
-	return json.Unmarshal(body, &struct {
-		Data any `json:"data"`
-	}{Data: out})
-}
-
 // calendar upserts the calendar items as the application does: in its
 // tenant's scope, one row per (tenant, recipient, kind, ref).
 func (s *seeder) calendar(ctx context.Context, now time.Time) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	err := tenant.InTx(ctx, s.db, Tenant, func(tx *sql.Tx) error {
+		for i, it := range calendarItems {
+			var lead sql.NullInt64
+			if it.lead > 0 {
+				lead = sql.NullInt64{Int64: int64(it.lead / time.Second), Valid: true}
+			}
+			p, _ := json.Marshal(payload{Subject: it.title, Text: it.title + " is coming up."})
+			ref := fmt.Sprintf("CAL-%d-%d", now.Unix(), i+1)
+			if _, err := tx.ExecContext(ctx, qUpsertItem, Tenant, calendarRecipient(i), "sms", "meeting_soon",
+				ref, now.Add(it.startsIn), lead, p); err != nil {
+				return fmt.Errorf("calendar item %s: %w", ref, err)
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("calendar items: %w", err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, qSetTenant, Tenant); err != nil {
-		return fmt.Errorf("calendar items: %w", err)
-	}
-	for i, it := range calendarItems {
-		var lead sql.NullInt64
-		if it.lead > 0 {
-			lead = sql.NullInt64{Int64: int64(it.lead / time.Second), Valid: true}
-		}
-		p, _ := json.Marshal(payload{Subject: it.title, Text: it.title + " is coming up."})
-		ref := fmt.Sprintf("CAL-%d-%d", now.Unix(), i+1)
-		if _, err := tx.ExecContext(ctx, qUpsertItem, Tenant, calendarRecipient(i), "sms", "meeting_soon",
-			ref, now.Add(it.startsIn), lead, p); err != nil {
-			return fmt.Errorf("calendar item %s: %w", ref, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("calendar items: %w", err)
 	}
 	s.mu.Lock()
@@ -327,13 +291,11 @@ func (s *seeder) calendar(ctx context.Context, now time.Time) error {
 // calendarRecipient is the phone number of the i-th calendar item.
 func calendarRecipient(i int) string { return fmt.Sprintf("+1555020%04d", i+1) }
 
-// The statements an application runs against owed_items (docs/api.md).
-const (
-	qSetTenant  = `SELECT set_config('owed.tenant_id', $1, true)`
-	qUpsertItem = `
+// qUpsertItem is the statement an application runs against owed_items
+// (docs/api.md), in its tenant's scope.
+const qUpsertItem = `
 INSERT INTO owed_items (tenant_id, recipient, channel, kind, ref_id, starts_at, lead_seconds, payload)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT ON CONSTRAINT owed_items_key DO UPDATE
    SET starts_at = excluded.starts_at, lead_seconds = excluded.lead_seconds,
        payload = excluded.payload, updated_at = now()`
-)

@@ -19,6 +19,7 @@ import (
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/tenant"
 )
 
 // Result is what one drill saw. Violations is empty when every invariant
@@ -83,16 +84,9 @@ type accept struct {
 	at  time.Time
 }
 
+// inTenant reads the ledger in the drill tenant's scope.
 func inTenant(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `SELECT set_config('owed.tenant_id', $1, true)`, devstack.Tenant); err != nil {
-		return err
-	}
-	return fn(tx)
+	return tenant.InTx(ctx, db, devstack.Tenant, fn)
 }
 
 func countOwed(ctx context.Context, db *sql.DB) (n int, err error) {

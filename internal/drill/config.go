@@ -10,6 +10,7 @@
 package drill
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -138,33 +139,15 @@ type Config struct {
 }
 
 func (c *Config) applyDefaults() {
-	if c.Dir == "" {
-		c.Dir = DefaultDir
-	}
-	if c.Rows == 0 {
-		c.Rows = DefaultRows
-	}
-	if c.Tick == 0 {
-		c.Tick = DefaultTick
-	}
-	if c.Rate == "" {
-		c.Rate = DefaultRate
-	}
-	if c.Spread == 0 {
-		c.Spread = max(30*time.Second, time.Duration(c.Rows/100)*time.Second)
-	}
-	if c.DurationLimit == 0 {
-		c.DurationLimit = DefaultDurationLimit
-	}
-	if c.Pause == 0 {
-		c.Pause = DefaultPause
-	}
-	if c.Storm == 0 {
-		c.Storm = DefaultStorm
-	}
-	if c.Seed == 0 {
-		c.Seed = uint64(time.Now().UnixNano())
-	}
+	c.Dir = cmp.Or(c.Dir, DefaultDir)
+	c.Rows = cmp.Or(c.Rows, DefaultRows)
+	c.Tick = cmp.Or(c.Tick, DefaultTick)
+	c.Rate = cmp.Or(c.Rate, DefaultRate)
+	c.Spread = cmp.Or(c.Spread, max(30*time.Second, time.Duration(c.Rows/100)*time.Second))
+	c.DurationLimit = cmp.Or(c.DurationLimit, DefaultDurationLimit)
+	c.Pause = cmp.Or(c.Pause, DefaultPause)
+	c.Storm = cmp.Or(c.Storm, DefaultStorm)
+	c.Seed = cmp.Or(c.Seed, uint64(time.Now().UnixNano()))
 	if c.Out == nil {
 		c.Out = io.Discard
 	}

@@ -54,6 +54,7 @@ const (
 	queuePublish503Rate  = 0.10
 	queueRetryAfterSecs  = 1
 	quiesceLimit         = 20 * time.Second
+	apiTimeout           = time.Minute
 	childRestartAttempts = 10
 )
 
@@ -73,11 +74,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	workers := 2
 	sc := devstack.Config{Dir: cfg.Dir, BinDir: cfg.BinDir, Fresh: true, Tick: cfg.Tick, Rate: cfg.Rate, NoSeed: true,
-		SweeperPort: ports[0], QueuePort: ports[1], SandboxPort: ports[2], WorkerConcurrency: drillWorkerConcurrency,
-		SweeperEnv: drillSweeperEnv, WorkerEnv: drillWorkerEnv}
+		SweeperPort: ports[0], QueuePort: ports[1], SandboxPort: ports[2], Tuning: devstack.Tuning{
+			WorkerConcurrency: drillWorkerConcurrency, SweeperEnv: drillSweeperEnv, WorkerEnv: drillWorkerEnv}}
 	if cfg.has(Scale) {
 		workers = 4
-		sc.SecondSweeperPort = ports[3]
+		sc.Tuning.SecondSweeperPort = ports[3]
 	}
 	sc.WorkerPorts = ports[4 : 4+workers]
 	s, err := devstack.New(sc)
@@ -108,7 +109,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
 	start := time.Now()
 	rows, ins := plan(cfg, start, rng)
-	api := &client{api: ep.API, token: ep.TenantToken, hc: &http.Client{Timeout: time.Minute}}
+	api := &client{devstack.NewAPIClient(ep.API, ep.TenantToken, apiTimeout)}
 	if err := api.schedule(ctx, rows, ins); err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,7 +27,7 @@ func TestDrill(t *testing.T) {
 	}
 	tmp := devstacktest.TempDir(t, "owed-drill-")
 	bin := devstacktest.BuildBinaries(t, tmp)
-	out := &lockedBuffer{}
+	out := &devstacktest.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -95,23 +94,4 @@ func TestParseFaults(t *testing.T) {
 	if _, err := ParseFaults("worker-kil"); err == nil || !strings.Contains(err.Error(), "worker-kill") {
 		t.Errorf("a misspelt fault: %v, want an error listing the faults", err)
 	}
-}
-
-// lockedBuffer collects the drill's progress lines, written from several
-// goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

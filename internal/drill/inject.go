@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/devstack"
 )
 
@@ -65,7 +66,7 @@ func (inj *injector) run(window context.Context, seed uint64) {
 	if inj.cfg.has(WorkerKill) {
 		rng := rngFor(1)
 		inj.goRun(func() {
-			for sleep(window, between(rng, time.Second, 4*time.Second)) {
+			for clock.Sleep(window, between(rng, time.Second, 4*time.Second)) {
 				inj.kill(window, pick(rng, inj.named("worker-")), "worker kill -9")
 			}
 		})
@@ -73,7 +74,7 @@ func (inj *injector) run(window context.Context, seed uint64) {
 	if inj.cfg.has(SweeperKill) {
 		rng := rngFor(2)
 		inj.goRun(func() {
-			for sleep(window, between(rng, 3*time.Second, 8*time.Second)) {
+			for clock.Sleep(window, between(rng, 3*time.Second, 8*time.Second)) {
 				inj.kill(window, pick(rng, inj.named("sweeper")), "sweeper kill -9")
 			}
 		})
@@ -127,14 +128,14 @@ func (inj *injector) run(window context.Context, seed uint64) {
 			fmt.Fprintf(inj.out, "drill: scheduler paused for %s\n", inj.cfg.Pause)
 			inj.s.PauseScheduler()
 			inj.count("scheduler pause")
-			sleep(window, inj.cfg.Pause)
+			clock.Sleep(window, inj.cfg.Pause)
 			inj.s.ResumeScheduler()
 			if inj.cfg.has(SweeperKill) {
 				// The first sweep after the pause leases the rows that fell
 				// due meanwhile and publishes them chunk after chunk; a
 				// kill a moment into it lands between a publish and its
 				// queued mark.
-				if sleep(window, inj.cfg.Tick+between(rng, 50*time.Millisecond, 500*time.Millisecond)) {
+				if clock.Sleep(window, inj.cfg.Tick+between(rng, 50*time.Millisecond, 500*time.Millisecond)) {
 					inj.kill(window, pick(rng, inj.named("sweeper")), "sweeper kill -9 mid-catch-up")
 				}
 			}
@@ -159,7 +160,7 @@ func (inj *injector) kill(window context.Context, name, what string) {
 			inj.count(what)
 			return
 		}
-		time.Sleep(2 * time.Second)
+		clock.Sleep(ctx, 2*time.Second)
 	}
 	inj.fail(fmt.Errorf("%s of %s: %w", what, name, err))
 }
@@ -192,7 +193,7 @@ func (inj *injector) cancelRows(window context.Context, api *client, rows []row)
 			if err = api.cancel(ctx, r.refID); err == nil {
 				break
 			}
-			time.Sleep(time.Second)
+			clock.Sleep(ctx, time.Second)
 		}
 		if err != nil {
 			inj.fail(fmt.Errorf("cancel row %d: %w", r.id, err))
@@ -205,22 +206,7 @@ func (inj *injector) cancelRows(window context.Context, api *client, rows []row)
 // sleepUntil waits until offset into the fault window, and reports whether
 // the window is still open.
 func (inj *injector) sleepUntil(window context.Context, offset time.Duration) bool {
-	return sleep(window, time.Until(inj.start.Add(offset)))
-}
-
-// sleep waits d or until ctx ends, and reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return clock.Sleep(window, time.Until(inj.start.Add(offset)))
 }
 
 func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {

@@ -1,15 +1,13 @@
 package drill
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
-	"strings"
 	"time"
+
+	"github.com/owedhq/owed/internal/devstack"
 )
 
 // rowKind says what a workload row is there to prove.
@@ -117,10 +115,7 @@ func plan(cfg Config, start time.Time, rng *rand.Rand) ([]row, []input) {
 }
 
 // client calls the scheduling API as the drill's tenant.
-type client struct {
-	api, token string
-	hc         *http.Client
-}
+type client struct{ *devstack.APIClient }
 
 // scheduleBatch is how many rows one POST carries: well under the API's
 // 1 MiB body limit.
@@ -135,7 +130,7 @@ func (c *client) schedule(ctx context.Context, rows []row, ins []input) error {
 				ID int64 `json:"id"`
 			} `json:"notifications"`
 		}
-		if err := c.post(ctx, "/v1/notifications", map[string]any{"notifications": ins[lo:hi]}, &out); err != nil {
+		if err := c.Post(ctx, "/v1/notifications", map[string]any{"notifications": ins[lo:hi]}, &out); err != nil {
 			return fmt.Errorf("schedule rows %d to %d: %w", lo, hi, err)
 		}
 		if len(out.Notifications) != hi-lo {
@@ -150,35 +145,5 @@ func (c *client) schedule(ctx context.Context, rows []row, ins []input) error {
 
 // cancel cancels one subject.
 func (c *client) cancel(ctx context.Context, refID string) error {
-	return c.post(ctx, "/v1/notifications/cancel", map[string]string{"kind": workloadKind, "ref_id": refID}, nil)
-}
-
-func (c *client) post(ctx context.Context, path string, in, out any) error {
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.api+path, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("POST %s: HTTP %d: %s", path, resp.StatusCode, strings.TrimSpace(string(body)))
-	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(body, &struct {
-		Data any `json:"data"`
-	}{Data: out})
+	return c.Post(ctx, "/v1/notifications/cancel", map[string]string{"kind": workloadKind, "ref_id": refID}, nil)
 }

@@ -1,7 +1,8 @@
 // Package stacktest assembles, for tests, the pieces one delivery crosses: a
 // fresh ledger database (as the application role), the queue emulator and
 // the sandbox provider, each served over HTTP on loopback so tests exercise
-// the real clients. It is imported only by tests.
+// the real clients. It takes any testing.TB, so a benchmark assembles its
+// stack here too. It is imported only by tests.
 package stacktest
 
 import (

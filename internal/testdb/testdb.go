@@ -1,7 +1,9 @@
-// Package testdb gives each test its own migrated PostgreSQL database on the
-// server named by OWED_TEST_DATABASE_URL (started by scripts/with-postgres.sh,
-// which `make test` runs). Tests connect as the application role, which is
-// not a superuser and has no BYPASSRLS, so row-level security is really
+// Package testdb is owed's one test-database factory: each test (New, for
+// any testing.TB) and each benchmark program (Create) gets its own database,
+// copied from a template migrated to head, on the server named by
+// OWED_TEST_DATABASE_URL (started by scripts/with-postgres.sh, which `make
+// test` and `make bench` run). Tests connect as the application role, which
+// is not a superuser and has no BYPASSRLS, so row-level security is really
 // enforced in every test.
 package testdb
 
@@ -34,11 +36,11 @@ type DB struct {
 	OwnerURL string
 }
 
-var (
-	templateOnce sync.Once
-	templateName string
-	templateErr  error
-)
+// templates caches, per server, the template New copies.
+var templates = struct {
+	sync.Mutex
+	byAdmin map[string]string
+}{byAdmin: map[string]string{}}
 
 // AdminURL returns the owner connection URL of the test server, failing the
 // test when the harness is not running.
@@ -60,59 +62,92 @@ func AppUser() string {
 	return "owed_app"
 }
 
-// New creates a fresh database migrated to head and registers its removal.
-func New(t testing.TB) *DB {
-	t.Helper()
-	admin := AdminURL(t)
-	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(admin) })
-	if templateErr != nil {
-		t.Fatalf("testdb: prepare template: %v", templateErr)
-	}
-	adm, err := sql.Open("postgres", admin)
+// New creates a fresh database migrated to head on the test server and
+// registers its removal.
+func New(tb testing.TB) *DB {
+	tb.Helper()
+	d, drop, err := Create(context.Background(), AdminURL(tb))
 	if err != nil {
-		t.Fatalf("testdb: %v", err)
+		tb.Fatal(err)
 	}
-	defer adm.Close()
-
-	name := "owed_test_" + randomHex(8)
-	if _, err := adm.Exec(fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, templateName)); err != nil {
-		t.Fatalf("testdb: create database: %v", err)
-	}
-	d := &DB{Name: name, OwnerURL: withDB(t, admin, name, "")}
-	d.AppURL = withDB(t, admin, name, AppUser())
-	if d.Owner, err = sql.Open("postgres", d.OwnerURL); err != nil {
-		t.Fatalf("testdb: %v", err)
-	}
-	if d.App, err = sql.Open("postgres", d.AppURL); err != nil {
-		t.Fatalf("testdb: %v", err)
-	}
-	t.Cleanup(func() {
-		d.App.Close()
-		d.Owner.Close()
-		adm, err := sql.Open("postgres", admin)
-		if err != nil {
-			return
-		}
-		defer adm.Close()
-		// WITH (FORCE) ends connections a test left open (a killed process).
-		if _, err := adm.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name)); err != nil {
-			t.Logf("testdb: drop %s: %v", name, err)
+	tb.Cleanup(func() {
+		if err := drop(); err != nil {
+			tb.Logf("%v", err)
 		}
 	})
 	return d
 }
 
+// Create creates a fresh database migrated to head on the server at admin
+// (an owner role that may CREATE DATABASE) and returns it with drop, which
+// closes its pools and drops it. It is New without a test, for the
+// benchmark programs; tests call New.
+func Create(ctx context.Context, admin string) (d *DB, drop func() error, err error) {
+	templates.Lock()
+	tmpl, ok := templates.byAdmin[admin]
+	if !ok {
+		if tmpl, err = ensureTemplate(ctx, admin); err != nil {
+			templates.Unlock()
+			return nil, nil, fmt.Errorf("testdb: prepare template: %w", err)
+		}
+		templates.byAdmin[admin] = tmpl
+	}
+	templates.Unlock()
+	adm, err := sql.Open("postgres", admin)
+	if err != nil {
+		return nil, nil, fmt.Errorf("testdb: %w", err)
+	}
+	defer adm.Close()
+
+	name := "owed_test_" + randomHex(8)
+	if _, err := adm.ExecContext(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, tmpl)); err != nil {
+		return nil, nil, fmt.Errorf("testdb: create database: %w", err)
+	}
+	drop = func() error {
+		if d.App != nil {
+			d.App.Close()
+		}
+		if d.Owner != nil {
+			d.Owner.Close()
+		}
+		adm, err := sql.Open("postgres", admin)
+		if err != nil {
+			return fmt.Errorf("testdb: drop %s: %w", name, err)
+		}
+		defer adm.Close()
+		// WITH (FORCE) ends connections a test left open (a killed process).
+		if _, err := adm.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name)); err != nil {
+			return fmt.Errorf("testdb: drop %s: %w", name, err)
+		}
+		return nil
+	}
+	d = &DB{Name: name}
+	if d.OwnerURL, err = withDB(admin, name, ""); err == nil {
+		d.AppURL, err = withDB(admin, name, AppUser())
+	}
+	if err == nil {
+		d.Owner, err = sql.Open("postgres", d.OwnerURL)
+	}
+	if err == nil {
+		d.App, err = sql.Open("postgres", d.AppURL)
+	}
+	if err != nil {
+		drop()
+		return nil, nil, fmt.Errorf("testdb: %w", err)
+	}
+	return d, drop, nil
+}
+
 // ensureTemplate creates, once per server and schema version, a database
 // migrated to head that New copies. Test binaries run in parallel, so the
 // creation is serialised with an advisory lock.
-func ensureTemplate(admin string) (string, error) {
+func ensureTemplate(ctx context.Context, admin string) (string, error) {
 	name := "owed_tmpl_" + schemaHash()
 	adm, err := sql.Open("postgres", admin)
 	if err != nil {
 		return "", err
 	}
 	defer adm.Close()
-	ctx := context.Background()
 	conn, err := adm.Conn(ctx)
 	if err != nil {
 		return "", err
@@ -176,16 +211,16 @@ func schemaHash() string {
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
-func withDB(t testing.TB, base, db, user string) string {
+func withDB(base, db, user string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil {
-		t.Fatalf("testdb: OWED_TEST_DATABASE_URL: %v", err)
+		return "", fmt.Errorf("the server URL: %w", err)
 	}
 	u.Path = "/" + db
 	if user != "" {
 		u.User = url.User(user)
 	}
-	return u.String()
+	return u.String(), nil
 }
 
 func randomHex(n int) string {

@@ -1,86 +1,65 @@
 // Package benchutil holds what owed's benchmark programs share: a fresh
-// migrated database on the server the harness started, and summary
-// statistics over repeated runs (the machine is shared and noisy, so every
-// figure is a median with its min and max).
+// migrated database on the server the harness started (from testdb, the one
+// test-database factory), the program's main, and summary statistics over
+// repeated runs (the machine is shared and noisy, so every figure is a
+// median with its min and max).
 package benchutil
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"slices"
 	"time"
 
 	_ "github.com/lib/pq" // the postgres driver
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/migrate"
+	"github.com/owedhq/owed/internal/tenant"
+	"github.com/owedhq/owed/internal/testdb"
 )
 
-// DB is a benchmark's own database.
+// DB is a benchmark's own database, made by the one test-database factory
+// (testdb.Create): Owner, App and their URLs are testdb's.
 type DB struct {
-	Owner, App       *sql.DB
-	OwnerURL, AppURL string
-	drop             func()
+	*testdb.DB
+	drop func() error
 }
 
 // Close drops the database.
 func (d *DB) Close() {
-	d.Owner.Close()
-	d.App.Close()
-	d.drop()
+	if err := d.drop(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchutil:", err)
+	}
 }
 
-// NewDB creates and migrates a database on the server named by
+// NewDB creates a database migrated to head on the server named by
 // OWED_BENCH_DATABASE_URL or OWED_TEST_DATABASE_URL (an owner role that may
 // CREATE DATABASE; scripts/with-postgres.sh sets the latter).
 func NewDB(ctx context.Context) (*DB, error) {
-	admin := os.Getenv("OWED_BENCH_DATABASE_URL")
-	if admin == "" {
-		admin = os.Getenv("OWED_TEST_DATABASE_URL")
-	}
+	admin := cmp.Or(os.Getenv("OWED_BENCH_DATABASE_URL"), os.Getenv("OWED_TEST_DATABASE_URL"))
 	if admin == "" {
 		return nil, fmt.Errorf("set OWED_BENCH_DATABASE_URL, or run under scripts/with-postgres.sh (make bench does)")
 	}
-	adm, err := sql.Open("postgres", admin)
+	d, drop, err := testdb.Create(ctx, admin)
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	name := "owed_bench_" + hex.EncodeToString(b)
-	if _, err := adm.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		adm.Close()
-		return nil, fmt.Errorf("create database: %w", err)
+	return &DB{DB: d, drop: drop}, nil
+}
+
+// Main runs a benchmark program's run and, when it fails, prints the error
+// after name ("bench/lag: …") and exits 1.
+func Main(name string, run func() error) {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
 	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		return nil, err
-	}
-	u.Path = "/" + name
-	d := &DB{OwnerURL: u.String(), drop: func() {
-		adm.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
-		adm.Close()
-	}}
-	u.User = url.User(AppUser())
-	d.AppURL = u.String()
-	if d.Owner, err = sql.Open("postgres", d.OwnerURL); err != nil {
-		return nil, err
-	}
-	if _, err := migrate.Up(ctx, d.Owner); err != nil {
-		d.drop()
-		return nil, err
-	}
-	if d.App, err = sql.Open("postgres", d.AppURL); err != nil {
-		return nil, err
-	}
-	return d, nil
 }
 
 // Summary is a median with its spread.
@@ -194,28 +173,10 @@ func (d *DB) WaitSettled(ctx context.Context, every time.Duration) (time.Time, e
 		if bl.Owed == 0 {
 			return time.Now(), nil
 		}
-		select {
-		case <-ctx.Done():
+		if !clock.Sleep(ctx, every) {
 			return time.Time{}, ctx.Err()
-		case <-time.After(every):
 		}
 	}
-}
-
-// InBypass runs fn in a transaction that may read every tenant's rows, as
-// the owner: the ledger is FORCE ROW LEVEL SECURITY even for its owner.
-// Benchmarks use it to read outcomes (lag, states) the ledger's API does not
-// summarise.
-func (d *DB) InBypass(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := d.Owner.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `SELECT set_config('owed.bypass_rls', 'on', true)`); err != nil {
-		return err
-	}
-	return fn(tx)
 }
 
 // PGCounters are the ledger database's cumulative counters.
@@ -252,16 +213,8 @@ func (d *DB) Counters(ctx context.Context) (PGCounters, error) {
 	// Fails when the extension is not loaded; the figure is then absent.
 	db.QueryRowContext(ctx, `SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s
 		JOIN pg_database d ON d.oid = s.dbid JOIN pg_roles r ON r.oid = s.userid
-		WHERE d.datname = $1 AND r.rolname = $2`, name, AppUser()).Scan(&c.Statements)
+		WHERE d.datname = $1 AND r.rolname = $2`, name, testdb.AppUser()).Scan(&c.Statements)
 	return c, nil
-}
-
-// AppUser is the application role's name.
-func AppUser() string {
-	if app := os.Getenv("OWED_TEST_APP_USER"); app != "" {
-		return app
-	}
-	return "owed_app"
 }
 
 // Outcome summarises the ledger after a run: how many rows were delivered,
@@ -276,7 +229,9 @@ type Outcome struct {
 // Outcome reads the run's Outcome from the ledger.
 func (d *DB) Outcome(ctx context.Context) (Outcome, error) {
 	var o Outcome
-	err := d.InBypass(ctx, func(tx *sql.Tx) error {
+	// The ledger is FORCE ROW LEVEL SECURITY even for its owner: the
+	// outcome of every tenant's rows is read in a cross-tenant scope.
+	err := tenant.InTxAllTenants(ctx, d.Owner, func(tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, `
 			SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state <> 'delivered'),
 			       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), 0),

@@ -1,6 +1,7 @@
 // Package stack runs owed as it is deployed, for the benchmarks that need
 // real processes: one bin/sweeper and N bin/worker processes configured only
-// through OWED_* variables, against an in-process queue emulator and sandbox
+// through OWED_* variables and started through internal/launch (so they die
+// with the benchmark), against an in-process queue emulator and sandbox
 // provider on loopback. The benchmark plays the hosted cron: it calls
 // POST /cron/sweep itself, on whatever schedule it measures.
 //
@@ -14,23 +15,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/bench/internal/benchutil"
+	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue/emulator"
@@ -40,7 +39,7 @@ import (
 const (
 	queueToken = "bench-queue-token-0123456789"
 	cronSecret = "bench-cron-secret-0123456789"
-	// startTimeout bounds how long a process may take to answer /readyz.
+	// startTimeout bounds how long a process may take to answer /healthz.
 	startTimeout = 30 * time.Second
 	// stopTimeout is how long a process has to exit after SIGTERM before it
 	// is killed; workers finish in-flight sends first.
@@ -65,8 +64,6 @@ type Config struct {
 	MaxSends     int
 	SweepBatch   int
 	PublishAhead time.Duration
-	// Env adds variables to every process.
-	Env []string
 }
 
 // Stack is a running system.
@@ -76,20 +73,13 @@ type Stack struct {
 	emulator *emulator.Emulator
 	qsrv     *httptest.Server
 	ssrv     *httptest.Server
-	procs    []*proc
+	procs    []*launch.Process
 	sweepURL string
 	http     *http.Client
 }
 
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
 // Start starts the emulator, the sandbox, the sweeper and the workers, and
-// returns once every process answers /readyz.
+// returns once every process answers /healthz and the sweeper its /readyz.
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	s := &Stack{http: &http.Client{Timeout: 5 * time.Minute}}
 	ok := false
@@ -119,20 +109,28 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	s.ssrv = httptest.NewServer(s.Sandbox)
 
-	common := append([]string{
-		"OWED_DATABASE_URL=" + cfg.DB.AppURL,
-		"OWED_QUEUE_URL=" + s.qsrv.URL, "OWED_QUEUE_TOKEN=" + queueToken, "OWED_QUEUE_NAME=bench",
-		"OWED_LOG_LEVEL=info",
-	}, cfg.Env...)
+	for _, name := range []string{"sweeper", "worker"} {
+		if _, err := os.Stat(filepath.Join(cfg.Bin, name)); err != nil {
+			return nil, fmt.Errorf("%w: run `make build` first, or pass the folder holding sweeper and worker", err)
+		}
+	}
+	common := map[string]string{
+		"OWED_DATABASE_URL": cfg.DB.AppURL,
+		"OWED_QUEUE_URL":    s.qsrv.URL, "OWED_QUEUE_TOKEN": queueToken, "OWED_QUEUE_NAME": "bench",
+		"OWED_LOG_LEVEL": "info",
+	}
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	s.sweepURL = "http://" + addr + "/cron/sweep"
-	if err := s.spawn(ctx, filepath.Join(cfg.Bin, "sweeper"), "sweeper", addr, append(common,
-		"OWED_CRON_SECRET="+cronSecret,
-		"OWED_SWEEP_BATCH="+strconv.Itoa(cfg.SweepBatch),
-		"OWED_PUBLISH_AHEAD="+cfg.PublishAhead.String())); err != nil {
+	if err := s.spawn(ctx, filepath.Join(cfg.Bin, "sweeper"), "sweeper", addr, common, map[string]string{
+		"OWED_CRON_SECRET":   cronSecret,
+		"OWED_SWEEP_BATCH":   strconv.Itoa(cfg.SweepBatch),
+		"OWED_PUBLISH_AHEAD": cfg.PublishAhead.String()}); err != nil {
+		return nil, err
+	}
+	if err := s.ready(ctx, "http://"+addr+"/readyz"); err != nil {
 		return nil, err
 	}
 	for i := 0; i < cfg.Workers; i++ {
@@ -140,13 +138,13 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := s.spawn(ctx, filepath.Join(cfg.Bin, "worker"), fmt.Sprintf("worker-%d", i+1), addr, append(common,
-			"OWED_PROVIDER=sandbox", "OWED_SANDBOX_URL="+s.ssrv.URL,
-			"OWED_PROVIDER_RATE="+cfg.ProviderRate,
-			"OWED_WORKER_CONCURRENCY="+strconv.Itoa(cfg.Concurrency),
+		if err := s.spawn(ctx, filepath.Join(cfg.Bin, "worker"), fmt.Sprintf("worker-%d", i+1), addr, common, map[string]string{
+			"OWED_PROVIDER": "sandbox", "OWED_SANDBOX_URL": s.ssrv.URL,
+			"OWED_PROVIDER_RATE":      cfg.ProviderRate,
+			"OWED_WORKER_CONCURRENCY": strconv.Itoa(cfg.Concurrency),
 			// A connection per send in flight, and a few for the pace and
 			// the acker, so the pool is never what the run measures.
-			"OWED_DB_MAX_CONNS="+strconv.Itoa(cfg.Concurrency+4))); err != nil {
+			"OWED_DB_MAX_CONNS": strconv.Itoa(cfg.Concurrency + 4)}); err != nil {
 			return nil, err
 		}
 	}
@@ -154,56 +152,43 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	return s, nil
 }
 
-// spawn starts one process with only the OWED_* variables given (the
-// caller's own OWED_* settings would otherwise leak in) and waits for its
-// /readyz.
-func (s *Stack) spawn(ctx context.Context, path, name, addr string, env []string) error {
+// spawn starts one process through the supervisor with only the OWED_*
+// variables given (the caller's own OWED_* settings would otherwise leak
+// in), logging to a temporary file, and waits for its /healthz.
+func (s *Stack) spawn(ctx context.Context, path, name, addr string, vars ...map[string]string) error {
 	logf, err := os.CreateTemp("", "owed-bench-"+name+"-*.log")
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(path)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "OWED_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
+	logf.Close()
+	p, err := launch.Start(ctx, launch.Spec{Name: name, Path: path,
+		Env: launch.Environ(append(vars, map[string]string{"OWED_LISTEN_ADDR": addr})...),
+		Log: logf.Name(), Ready: launch.Healthz("http://" + addr), ReadyTimeout: startTimeout})
+	if err != nil {
+		return err
 	}
-	cmd.Env = append(cmd.Env, env...)
-	cmd.Env = append(cmd.Env, "OWED_LISTEN_ADDR="+addr)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start %s (run `make build` first): %w", path, err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logf.Name(), done: make(chan struct{})}
-	go func() { cmd.Wait(); logf.Close(); close(p.done) }()
 	s.procs = append(s.procs, p)
+	return nil
+}
 
-	deadline := time.Now().Add(startTimeout)
-	var last string
-	for {
-		resp, err := s.http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = strings.TrimSpace(string(body))
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited at start; its log: %s", name, p.log)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			// A binary built from an older tree than the benchmark reports
-			// the schema as not at head.
-			return fmt.Errorf("%s not ready after %s (%s); its log: %s", name, startTimeout, last, p.log)
-		}
+// ready checks the sweeper's /readyz once: a binary built from an older tree
+// than the benchmark reports the schema as not at head, which would make
+// every figure meaningless.
+func (s *Stack) ready(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
 	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return fmt.Errorf("sweeper not ready (%s): rebuild bin/ from this tree (make build)", strings.TrimSpace(string(body)))
+	}
+	return nil
 }
 
 // Sweep calls POST /cron/sweep as the hosted cron does. An incomplete run
@@ -231,9 +216,9 @@ func (s *Stack) Sweep(ctx context.Context) (sweep.Result, error) {
 func (s *Stack) PeakRSS() (map[string]float64, error) {
 	out := map[string]float64{}
 	for _, p := range s.procs {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p.name, err)
+			return nil, fmt.Errorf("%s: %w", p.Name(), err)
 		}
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
@@ -243,34 +228,18 @@ func (s *Stack) PeakRSS() (map[string]float64, error) {
 				if err != nil {
 					return nil, err
 				}
-				out[p.name] = kb / 1024
+				out[p.Name()] = kb / 1024
 			}
 		}
 	}
 	return out, nil
 }
 
-// Stop terminates the processes (SIGTERM, then SIGKILL after stopTimeout),
-// then the emulator and the sandbox, and drops the queue's database. It is
-// safe to call on a partly started stack, and twice.
+// Stop terminates the processes, all at once (SIGTERM, then SIGKILL after
+// stopTimeout), then the emulator and the sandbox, and drops the queue's
+// database. It is safe to call on a partly started stack, and twice.
 func (s *Stack) Stop() {
-	for _, p := range s.procs {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	var errs []error
-	for _, p := range s.procs {
-		select {
-		case <-p.done:
-			if !p.cmd.ProcessState.Success() {
-				errs = append(errs, fmt.Errorf("%s exited %s; its log: %s", p.name, p.cmd.ProcessState, p.log))
-			}
-		case <-time.After(stopTimeout):
-			p.cmd.Process.Kill()
-			<-p.done
-			errs = append(errs, fmt.Errorf("%s did not stop within %s; its log: %s", p.name, stopTimeout, p.log))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := launch.StopAll(s.procs, stopTimeout, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/stack:", err)
 	}
 	if s.qsrv != nil {

@@ -1,6 +1,7 @@
 // Package devstacktest holds what tests that run the real binaries share:
-// a folder the postgres OS user can reach and the binaries built from this
-// module. It is imported only by tests.
+// a folder the postgres OS user can reach, the binaries built from this
+// module, the process-table reads that prove nothing is left running, and a
+// buffer several goroutines write to. It is imported only by tests.
 package devstacktest
 
 import (
@@ -14,7 +15,7 @@ import (
 // TempDir returns a folder under /tmp that the postgres OS user can reach
 // when the test runs as root (t.TempDir's parents may be closed to it); it
 // is removed when the test ends.
-func TempDir(t *testing.T, prefix string) string {
+func TempDir(t testing.TB, prefix string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", prefix)
 	if err != nil {
@@ -31,7 +32,7 @@ func TempDir(t *testing.T, prefix string) string {
 // dir/bin and returns that folder. They are built without the race
 // detector: the children need not be race builds, and race builds would
 // slow a drill past its budget.
-func BuildBinaries(t *testing.T, dir string) string {
+func BuildBinaries(t testing.TB, dir string) string {
 	t.Helper()
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {

@@ -1,0 +1,112 @@
+package devstack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/owedhq/owed/internal/launch"
+	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue"
+)
+
+// workerPrefix starts every worker's name: worker-1, worker-2, ….
+const workerPrefix = "worker-"
+
+// binaries are the programs the stack runs, next to owedctl.
+type binaries struct{ owedctl, sweeper, worker string }
+
+// binaries finds owedctl, sweeper and worker in the bin folder, or says in
+// one line how to build them.
+func (s *Stack) binaries() (binaries, error) {
+	b := binaries{
+		owedctl: filepath.Join(s.cfg.BinDir, "owedctl"),
+		sweeper: filepath.Join(s.cfg.BinDir, "sweeper"),
+		worker:  filepath.Join(s.cfg.BinDir, "worker"),
+	}
+	for _, p := range []string{b.owedctl, b.sweeper, b.worker} {
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return b, fmt.Errorf("%s is missing: run `make build` (or `make run`, which builds first) so owedctl, sweeper and worker sit in one folder", p)
+		}
+	}
+	return b, nil
+}
+
+// startChildren starts the queue emulator, the sandbox, the sweepers and the
+// workers, in that order (each needs the ones before it), and waits for each
+// to answer /healthz before starting the next.
+func (s *Stack) startChildren(ctx context.Context, b binaries, ownerURL, appURL string) error {
+	cfg := s.cfg
+	s.ep = Endpoints{API: httpURL(cfg.SweeperPort), QueueURL: httpURL(cfg.QueuePort), SandboxURL: httpURL(cfg.SandboxPort),
+		QueueToken: secret(16), CronSecret: secret(16), ServiceToken: secret(16), AppURL: appURL, WebhookSecret: webhookSecret()}
+	queueVars := map[string]string{"OWED_QUEUE_URL": s.ep.QueueURL, "OWED_QUEUE_TOKEN": s.ep.QueueToken}
+
+	children := []launch.Spec{
+		s.childSpec("queue", b.owedctl, []string{"queue", "serve"}, cfg.QueuePort, map[string]string{
+			"OWED_QUEUE_ADDR": addr(cfg.QueuePort), "OWED_QUEUE_TOKEN": s.ep.QueueToken,
+			"OWED_QUEUE_DATABASE_URL": ownerURL}),
+		s.childSpec("sandbox", b.owedctl, []string{"provider", "serve", "--addr", addr(cfg.SandboxPort), "--rate", cfg.Rate,
+			"--permanent-recipient", PermanentRecipient}, cfg.SandboxPort, map[string]string{"OWED_SANDBOX_SECRET": s.ep.WebhookSecret}),
+	}
+	sweeperPorts := []int{cfg.SweeperPort}
+	if cfg.Tuning.SecondSweeperPort != 0 {
+		sweeperPorts = append(sweeperPorts, cfg.Tuning.SecondSweeperPort)
+	}
+	for i, port := range sweeperPorts {
+		// The first sweeper keeps the plain name its log has always had.
+		name := "sweeper"
+		if i > 0 {
+			name = "sweeper-" + strconv.Itoa(i+1)
+		}
+		children = append(children, s.childSpec(name, b.sweeper, nil, port, queueVars, cfg.Tuning.SweeperEnv, map[string]string{
+			"OWED_DATABASE_URL": appURL, "OWED_LISTEN_ADDR": addr(port),
+			"OWED_CRON_SECRET": s.ep.CronSecret, "OWED_API_TOKEN": s.ep.ServiceToken}))
+		s.ep.SweeperURLs = append(s.ep.SweeperURLs, httpURL(port))
+	}
+	for i, port := range cfg.WorkerPorts {
+		children = append(children, s.childSpec(workerPrefix+strconv.Itoa(i+1), b.worker, nil, port, queueVars, cfg.Tuning.WorkerEnv, map[string]string{
+			"OWED_DATABASE_URL": appURL, "OWED_LISTEN_ADDR": addr(port), "OWED_PROVIDER_RATE": cfg.Rate,
+			"OWED_PROVIDER": "sandbox", "OWED_SANDBOX_URL": s.ep.SandboxURL, "OWED_SANDBOX_SECRET": s.ep.WebhookSecret,
+			"OWED_WORKER_CONCURRENCY": strconv.Itoa(cfg.Tuning.WorkerConcurrency),
+			"OWED_SHUTDOWN_TIMEOUT":   workerShutdownTimeout.String()}))
+		s.ep.WorkerURLs = append(s.ep.WorkerURLs, httpURL(port))
+	}
+	for _, spec := range children {
+		p, err := launch.Start(ctx, spec)
+		if err != nil {
+			return err
+		}
+		s.watch(p)
+		s.procMu.Lock()
+		s.procs = append(s.procs, p)
+		s.procMu.Unlock()
+		s.progress(spec.Name)
+	}
+	var err error
+	if s.queue, err = queue.New(queue.Config{URL: s.ep.QueueURL, Token: s.ep.QueueToken, Name: queue.DefaultQueueName}); err != nil {
+		return fmt.Errorf("queue client: %w", err)
+	}
+	s.sandbox = sandbox.NewClient(s.ep.SandboxURL)
+	return nil
+}
+
+// childSpec is how a child is started (and started again by a drill): its
+// environment is this process's without any OWED_ variable, so a variable
+// exported for another purpose never reconfigures the stack, plus vars; its
+// log is Dir/logs/<name>.log; it is ready once it answers /healthz on port.
+func (s *Stack) childSpec(name, path string, args []string, port int, vars ...map[string]string) launch.Spec {
+	return launch.Spec{Name: name, Path: path, Args: args, Env: launch.Environ(vars...),
+		Log: filepath.Join(s.logDir(), name+".log"), Ready: launch.Healthz(httpURL(port)), ReadyTimeout: healthTimeout}
+}
+
+// watch reports p's death, unless it was stopped or killed on purpose.
+func (s *Stack) watch(p *launch.Process) {
+	go func() {
+		<-p.Done()
+		if !p.StopRequested() {
+			s.childDied(fmt.Errorf("%s exited on its own (%v); see %s", p.Name(), p.Err(), p.Log()))
+		}
+	}()
+}

@@ -1,0 +1,94 @@
+package devstack
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// What `owedctl dev` prints before the panel: the start-up line, the mode
+// (fresh or resumed), and the first screen.
+
+// progress adds one step to the start-up line ("starting: postgres
+// migrated queue …"), so a slow step shows where it is.
+func (s *Stack) progress(step string) {
+	if !s.inProgress {
+		io.WriteString(s.cfg.Out, "starting:")
+		s.inProgress = true
+	}
+	io.WriteString(s.cfg.Out, " "+step)
+}
+
+// endProgress ends the start-up line, if one is open.
+func (s *Stack) endProgress(result string) {
+	if s.inProgress {
+		fmt.Fprintf(s.cfg.Out, " — %s\n", result)
+		s.inProgress = false
+	}
+}
+
+// printMode says whether this run resumes or starts fresh, and how to get
+// the other.
+func (s *Stack) printMode() {
+	rel := relPath(s.cfg.Dir)
+	switch {
+	case s.cfg.DatabaseURL != "":
+		fmt.Fprintf(s.cfg.Out, "owed dev: using the database in OWED_DATABASE_URL (--fresh does not wipe it); files in %s\n", rel)
+	case s.resumed:
+		fmt.Fprintf(s.cfg.Out, "owed dev: resuming the ledger kept in %s from the last run (--fresh starts over)\n", rel)
+	default:
+		fmt.Fprintf(s.cfg.Out, "owed dev: fresh ledger in %s (the next run resumes it; --fresh starts over)\n", rel)
+	}
+}
+
+// printIntro prints the first screen: what runs where, the secrets of this
+// run, and the commands to look inside.
+func (s *Stack) printIntro() {
+	ep, cfg := s.ep, s.cfg
+	w := &strings.Builder{}
+	rel := relPath(cfg.Dir)
+	fmt.Fprintf(w, "\n  scheduling API  %s/v1          (docs/api.md)\n", ep.API)
+	fmt.Fprintf(w, "  sweeper         %s/metrics     /readyz\n", ep.API)
+	fmt.Fprintf(w, "  queue emulator  %s\n", ep.QueueURL)
+	fmt.Fprintf(w, "  sandbox         %s/stats       %s/sends   (%s, refuses recipients matching %q)\n",
+		ep.SandboxURL, ep.SandboxURL, cfg.Rate, PermanentRecipient)
+	for i, u := range ep.WorkerURLs {
+		fmt.Fprintf(w, "  worker-%d        %s/metrics\n", i+1, u)
+	}
+	if s.cluster != nil {
+		fmt.Fprintf(w, "  postgres        %s\n", ep.AppURL)
+	}
+	fmt.Fprintf(w, "  scheduler       /cron/sweep every %s, /cron/materialise every %s\n", cfg.Tick, cfg.Tick*MaterialiseEveryTicks)
+	fmt.Fprintf(w, "  logs            %s/logs/\n", rel)
+	if !cfg.NoSeed {
+		fmt.Fprintf(w, "\n  seeded for tenant %q: %d follow-ups owed since before the start, then %d a day; shipment exceptions\n"+
+			"  fanned out to 4 recipients; %d calendar items in owed_items; %d rows already expired; %d to %q recipients.\n"+
+			"  The backlog is sent oldest first at the provider's pace; its catch-up shows in p95 lag until it is drained.\n",
+			Tenant, backlogFollowUps, followUpsPerDay, len(calendarItems), expiredRows, bouncedRows, PermanentRecipient)
+	}
+	fmt.Fprintf(w, "\n  this run's secrets are in %s/env (tenant token, service token, queue token, cron secret). In another shell:\n", rel)
+	fmt.Fprintf(w, "    . %s/env\n", rel)
+	fmt.Fprintf(w, "    bin/owedctl dlq list                       # dead letters (the %q rows land here)\n", PermanentRecipient)
+	fmt.Fprintf(w, "    bin/owedctl queue stats\n")
+	fmt.Fprintf(w, "    curl -s $OWED/metrics | grep '^owed_'\n")
+	fmt.Fprintf(w, "    curl -s -H \"Authorization: Bearer $TOKEN\" \"$OWED/v1/notifications?limit=5\"\n")
+	fmt.Fprintf(w, "    psql \"$OWED_DATABASE_URL\"\n")
+	fmt.Fprintf(w, "\nCtrl-C stops everything.\n\n")
+	io.WriteString(s.cfg.Out, w.String())
+}
+
+// relPath shows dir relative to the current directory when it lies below
+// it, so the commands printed can be pasted as they are.
+func relPath(dir string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return dir
+	}
+	rel, err := filepath.Rel(wd, dir)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return dir
+	}
+	return rel
+}

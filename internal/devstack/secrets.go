@@ -1,0 +1,59 @@
+package devstack
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Endpoints are what a user or a test needs to reach the running stack. The
+// secrets are made for this run only.
+type Endpoints struct {
+	API, QueueURL, SandboxURL string
+	// SweeperURLs lists every sweeper, API first.
+	SweeperURLs               []string
+	WorkerURLs                []string
+	QueueToken, CronSecret    string
+	ServiceToken, TenantToken string
+	// WebhookSecret signs the workers' sends to the sandbox.
+	WebhookSecret string
+	// AppURL is the application role's database URL.
+	AppURL string
+}
+
+// secret returns n random bytes, hex-encoded.
+func secret(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// webhookSecret returns a Standard Webhooks secret for the sandbox and the
+// workers that sign for it.
+func webhookSecret() string {
+	b := make([]byte, 24)
+	rand.Read(b)
+	return "whsec_" + base64.StdEncoding.EncodeToString(b)
+}
+
+// writeEnvFile writes Dir/env, which a second shell sources to use owedctl
+// and curl against this run. It holds this run's secrets, so only the
+// owner may read it.
+func (s *Stack) writeEnvFile() error {
+	ep := s.ep
+	body := fmt.Sprintf("# owedctl dev, started %s. Source it: . %s\n"+
+		"export OWED_QUEUE_URL=%s\nexport OWED_QUEUE_TOKEN=%s\nexport OWED_DATABASE_URL='%s'\n"+
+		"export OWED=%s\nexport TOKEN=%s\nexport OWED_API_TOKEN=%s\nexport OWED_CRON_SECRET=%s\n",
+		s.started.Format(time.RFC3339), s.envPath(), ep.QueueURL, ep.QueueToken, ep.AppURL,
+		ep.API, ep.TenantToken, ep.ServiceToken, ep.CronSecret)
+	if err := os.WriteFile(s.envPath(), []byte(body), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", s.envPath(), err)
+	}
+	return nil
+}
+
+func (s *Stack) envPath() string { return filepath.Join(s.cfg.Dir, "env") }
