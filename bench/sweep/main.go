@@ -206,7 +206,7 @@ func scheduleOwed(ctx context.Context, l *ledger.Ledger, n int, prefix string, d
 
 func settleAll(ctx context.Context, db *benchutil.DB) error {
 	return tenant.InTxAllTenants(ctx, db.Owner, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE notifications SET state = 'delivered', delivered_at = now(),
+		_, err := tx.ExecContext(ctx, `UPDATE owed_notifications SET state = 'delivered', delivered_at = now(),
 		    settled_at = now(), lease_until = NULL WHERE settled_at IS NULL AND due_at < now()`)
 		return err
 	})
@@ -216,7 +216,7 @@ func addSettled(ctx context.Context, db *benchutil.DB, from, to int) error {
 	for lo := from; lo < to; lo += 500000 {
 		hi := min(to, lo+500000)
 		if err := tenant.InTxAllTenants(ctx, db.Owner, func(tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, `INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at,
+			_, err := tx.ExecContext(ctx, `INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at,
 			        payload, state, attempts, delivered_at, settled_at, provider, provider_message_id)
 			    SELECT 'tenant-' || (g % $3), 'settled-r' || g, 'sms', 'reminder', 'settled-' || g,
 			           now() - interval '1 day' - g * interval '1 second', '{"text":"hi"}', 'delivered', 1,
@@ -227,7 +227,7 @@ func addSettled(ctx context.Context, db *benchutil.DB, from, to int) error {
 			return err
 		}
 	}
-	_, err := db.Owner.ExecContext(ctx, `VACUUM ANALYZE notifications`)
+	_, err := db.Owner.ExecContext(ctx, `VACUUM ANALYZE owed_notifications`)
 	return err
 }
 
@@ -239,7 +239,7 @@ func naiveScan(ctx context.Context, db *benchutil.DB) (int, error) {
 	for t := 0; t < tenants; t++ {
 		id := fmt.Sprintf("tenant-%d", t)
 		if err := tenant.InTx(ctx, db.App, id, func(tx *sql.Tx) error {
-			rows, err := tx.QueryContext(ctx, `SELECT due_at, settled_at IS NOT NULL, payload FROM notifications WHERE tenant_id = $1`, id)
+			rows, err := tx.QueryContext(ctx, `SELECT due_at, settled_at IS NOT NULL, payload FROM owed_notifications WHERE tenant_id = $1`, id)
 			if err != nil {
 				return err
 			}

@@ -42,7 +42,7 @@ func tokensCmd(ctx context.Context, args []string) error {
 }
 
 func tokensDatabaseFlag(fs *flag.FlagSet) *string {
-	return databaseFlag(fs, "database holding api_tokens; the application role suffices")
+	return databaseFlag(fs, "database holding owed_api_tokens; the application role suffices")
 }
 
 func openTokens(dbURL string) (*api.Tokens, func(), error) {

@@ -24,7 +24,7 @@ const TokenPrefix = "owed_"
 // is why a plain SHA-256 (not a slow KDF) is enough to store it.
 const tokenEntropyBytes = 32
 
-// maxTokenNameLen matches the api_tokens.name column check.
+// maxTokenNameLen matches the owed_api_tokens.name column check.
 const maxTokenNameLen = 128
 
 // lastUsedResolution is how stale last_used_at may get before a request
@@ -48,7 +48,7 @@ type Token struct {
 	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
 }
 
-// Tokens stores tenant API tokens in the api_tokens table. The table has no
+// Tokens stores tenant API tokens in the owed_api_tokens table. The table has no
 // row-level security (a token is looked up before its tenant is known) and
 // holds only SHA-256 hashes; the plaintext exists once, in Create's return
 // value.
@@ -70,25 +70,25 @@ func NewTokens(db *sql.DB, clk clock.Clock) *Tokens {
 // production, the stubbed instant in tests.
 const (
 	qTokenCreate = `
-INSERT INTO api_tokens (tenant_id, token_hash, name, created_at) VALUES ($1, $2, $3, coalesce($4, now()))
+INSERT INTO owed_api_tokens (tenant_id, token_hash, name, created_at) VALUES ($1, $2, $3, coalesce($4, now()))
 RETURNING id`
 	// qTokenAuthenticate also says whether last_used_at is older than the
 	// resolution ($3 seconds), so a fresh token costs no write.
 	qTokenAuthenticate = `
 SELECT id, tenant_id, last_used_at IS NULL OR last_used_at < coalesce($2, now()) - make_interval(secs => $3)
-  FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL`
+  FROM owed_api_tokens WHERE token_hash = $1 AND revoked_at IS NULL`
 	// qTokenTouch re-checks staleness so concurrent requests write once.
 	qTokenTouch = `
-UPDATE api_tokens SET last_used_at = coalesce($2, now())
+UPDATE owed_api_tokens SET last_used_at = coalesce($2, now())
  WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < coalesce($2, now()) - make_interval(secs => $3))`
 	// qTokenRevoke keeps the first revocation time when revoked twice.
 	qTokenRevokeByID = `
-UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $2, now()) WHERE id = $1
+UPDATE owed_api_tokens SET revoked_at = coalesce(revoked_at, $2, now()) WHERE id = $1
 RETURNING ` + tokenColumns
 	qTokenRevokeByHash = `
-UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $2, now()) WHERE token_hash = $1
+UPDATE owed_api_tokens SET revoked_at = coalesce(revoked_at, $2, now()) WHERE token_hash = $1
 RETURNING ` + tokenColumns
-	qTokenList = `SELECT ` + tokenColumns + ` FROM api_tokens WHERE tenant_id = $1 ORDER BY id`
+	qTokenList = `SELECT ` + tokenColumns + ` FROM owed_api_tokens WHERE tenant_id = $1 ORDER BY id`
 
 	tokenColumns = `id, tenant_id, name, created_at, revoked_at, last_used_at`
 )

@@ -19,7 +19,7 @@ func TestTokensLifecycle(t *testing.T) {
 
 	// Only the hash is stored: nothing in the row equals or contains the token.
 	var row string
-	if err := b.db.Owner.QueryRow(`SELECT t::text FROM api_tokens t WHERE id = $1`, id).Scan(&row); err != nil {
+	if err := b.db.Owner.QueryRow(`SELECT t::text FROM owed_api_tokens t WHERE id = $1`, id).Scan(&row); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(row, plain) || strings.Contains(row, strings.TrimPrefix(plain, TokenPrefix)) {

@@ -91,7 +91,7 @@ func inTenant(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 
 func countOwed(ctx context.Context, db *sql.DB) (n int, err error) {
 	err = inTenant(ctx, db, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, `SELECT count(*) FROM notifications WHERE settled_at IS NULL`).Scan(&n)
+		return tx.QueryRowContext(ctx, `SELECT count(*) FROM owed_notifications WHERE settled_at IS NULL`).Scan(&n)
 	})
 	return n, err
 }

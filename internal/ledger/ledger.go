@@ -1,6 +1,6 @@
 // Package ledger owns the record of what is owed and what was sent: the
-// notifications table, its attempts, and every statement that reads or
-// writes them. Nothing outside this package writes SQL against the ledger.
+// owed_notifications table, its owed_notification_attempts, and every
+// statement that reads or writes them. Nothing outside this package writes SQL against the ledger.
 //
 // Row-level security is forced on both tables. Every statement runs inside a
 // transaction scoped to its tenant by tenant.Enter, except exactly these

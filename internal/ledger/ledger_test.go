@@ -80,7 +80,7 @@ func TestScheduleIsIdempotent(t *testing.T) {
 		t.Errorf("duplicate within a batch: %+v", dup)
 	}
 	var n int
-	if err := b.db.Owner.QueryRow(`SELECT count(*) FROM notifications`).Scan(&n); err != nil {
+	if err := b.db.Owner.QueryRow(`SELECT count(*) FROM owed_notifications`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	// The owner role is subject to FORCE RLS too: without a scope it sees nothing.
@@ -154,7 +154,7 @@ func TestTenantIsolation(t *testing.T) {
 
 	// Unscoped: reads and the lease itself see nothing.
 	var n int
-	if err := b.db.App.QueryRow(`SELECT count(*) FROM notifications`).Scan(&n); err != nil || n != 0 {
+	if err := b.db.App.QueryRow(`SELECT count(*) FROM owed_notifications`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("unscoped read sees %d rows (err %v), want 0", n, err)
 	}
 	rows, err := b.db.App.Query(qLease, b.now, time.Minute.Seconds(), 0.0, 100)
@@ -206,7 +206,7 @@ func TestTenantIsolation(t *testing.T) {
 	if err := tenant.Enter(ctx, tx, "tenant-b"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at)
+	_, err = tx.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at)
 	                  VALUES ('tenant-a', 'mallory', 'sms', 'k', 'r', now())`)
 	if err == nil || !strings.Contains(err.Error(), "row-level security") {
 		t.Errorf("forged cross-tenant insert: got %v, want a row-level security violation", err)
@@ -262,7 +262,7 @@ func TestConcurrentLeasesNeverShareARow(t *testing.T) {
 func seedOwed(t *testing.T, b *bundle, n int, due time.Time) {
 	t.Helper()
 	if err := tenant.InTxAllTenants(ctx, b.db.Owner, func(tx *sql.Tx) error {
-		_, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
+		_, err := tx.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
 	    SELECT 'bulk', 'r' || g, 'sms', 'k', 'ref' || g, $2, '{"text":"x"}' FROM generate_series(1, $1) g`, n, due)
 		return err
 	}); err != nil {
@@ -549,18 +549,18 @@ func TestMarkQueuedAndRelease(t *testing.T) {
 func TestLeaseUsesThePartialIndex(t *testing.T) {
 	b := setup(t)
 	if err := tenant.InTxAllTenants(ctx, b.db.Owner, func(tx *sql.Tx) error {
-		if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, state,
+		if _, err := tx.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, state,
 	        settled_at, delivered_at, payload)
 	    SELECT 't' || (g % 50), 'r' || g, 'sms', 'k', 'ref' || g, $1::timestamptz - g * interval '1 second', 'delivered', $1, $1, '{}'
 	      FROM generate_series(1, 200000) g`, b.now); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(`INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
+		if _, err := tx.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
 	    SELECT 't' || (g % 50), 'owed' || g, 'sms', 'k', 'ref' || g, $1::timestamptz - g * interval '1 second', '{}'
 	      FROM generate_series(1, 100) g`, b.now); err != nil {
 			return err
 		}
-		_, err := tx.Exec(`ANALYZE notifications`)
+		_, err := tx.Exec(`ANALYZE owed_notifications`)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -585,10 +585,10 @@ func TestLeaseUsesThePartialIndex(t *testing.T) {
 	}
 	rows.Close()
 	text := strings.Join(plan, "\n")
-	if !strings.Contains(text, "notifications_owed_due") {
-		t.Errorf("lease plan does not use notifications_owed_due:\n%s", text)
+	if !strings.Contains(text, "owed_notifications_owed_due") {
+		t.Errorf("lease plan does not use owed_notifications_owed_due:\n%s", text)
 	}
-	if strings.Contains(text, "Seq Scan on notifications") {
+	if strings.Contains(text, "Seq Scan on owed_notifications") {
 		t.Errorf("lease plan scans the ledger sequentially:\n%s", text)
 	}
 	got, err := b.l.Lease(ctx, LeaseParams{Limit: 500, For: time.Minute})
@@ -701,7 +701,7 @@ func TestConcurrentBookkeepingAndBatchesNeverDeadlock(t *testing.T) {
 	for round := 0; round < 8; round++ {
 		if err := tenant.InTxAllTenants(ctx, b.db.Owner, func(tx *sql.Tx) error {
 			for _, id := range shuffled(rng, n) {
-				if _, err := tx.Exec(`UPDATE notifications SET state = 'leased', lease_until = now() + interval '1 hour',
+				if _, err := tx.Exec(`UPDATE owed_notifications SET state = 'leased', lease_until = now() + interval '1 hour',
 			        claimed_at = NULL, settled_at = NULL, delivered_at = NULL WHERE id = $1`, id); err != nil {
 					return err
 				}

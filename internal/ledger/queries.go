@@ -23,25 +23,25 @@ WITH input AS (
         idx int, recipient text, channel text, kind text, ref_id text,
         due_at timestamptz, expires_at timestamptz, payload jsonb)
 ), ins AS (
-    INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
+    INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
                                payload, created_at, updated_at)
     SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload,
            coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now())
       FROM input ORDER BY idx
-    ON CONFLICT ON CONSTRAINT notifications_schedule_key DO NOTHING
+    ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING
     RETURNING id, recipient, kind, ref_id, due_at
 )
 SELECT i.idx, coalesce(ins.id, n.id), ins.id IS NOT NULL, coalesce(n.state, 'pending')
   FROM input i
   LEFT JOIN ins ON (ins.recipient, ins.kind, ins.ref_id, ins.due_at) = (i.recipient, i.kind, i.ref_id, i.due_at)
-  LEFT JOIN notifications n ON n.tenant_id = $2
+  LEFT JOIN owed_notifications n ON n.tenant_id = $2
        AND (n.recipient, n.kind, n.ref_id, n.due_at) = (i.recipient, i.kind, i.ref_id, i.due_at)
  ORDER BY i.idx`
 
 	// qFindScheduled looks up rows a concurrent scheduler inserted after
 	// qSchedule's snapshot was taken (ON CONFLICT saw them, the join did not).
 	qFindScheduled = `
-SELECT id, state FROM notifications
+SELECT id, state FROM owed_notifications
  WHERE tenant_id = $1 AND recipient = $2 AND kind = $3 AND ref_id = $4 AND due_at = $5`
 
 	// subjectOpenRows picks the open rows of one subject ($1 tenant, $2
@@ -51,7 +51,7 @@ SELECT id, state FROM notifications
 	// The rows are locked in id order first, as every multi-row update a
 	// worker may race is (see qMarkQueued).
 	subjectOpenRows = `
-  FROM (SELECT id FROM notifications
+  FROM (SELECT id FROM owed_notifications
          WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3 AND settled_at IS NULL
          ORDER BY id FOR UPDATE) l
  WHERE n.id = l.id
@@ -60,13 +60,13 @@ SELECT id, state FROM notifications
 
 	// qCancel settles the open rows of one subject.
 	qCancel = `
-UPDATE notifications n
+UPDATE owed_notifications n
    SET state = 'cancelled', settled_at = coalesce($4::timestamptz, now()), lease_until = NULL,
        updated_at = coalesce($4::timestamptz, now()), last_error = 'cancelled'` + subjectOpenRows
 
 	// qCountInFlight counts rows of one subject that are being sent now.
 	qCountInFlight = `
-SELECT count(*) FROM notifications
+SELECT count(*) FROM owed_notifications
  WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3
    AND state = 'sending' AND lease_until > coalesce($4::timestamptz, now())`
 
@@ -77,13 +77,13 @@ SELECT count(*) FROM notifications
 	// recognised as stale by the worker. published_at is cleared because the
 	// new key was never published.
 	qReschedule = `
-UPDATE notifications n
+UPDATE owed_notifications n
    SET due_at = $5, expires_at = n.expires_at + ($5 - n.due_at),
        state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
        updated_at = coalesce($4::timestamptz, now())` + subjectOpenRows
 
 	// qLease is the sweeper's claim, in one statement: the inner select is
-	// exactly the partial index notifications_owed_due plus the lease test,
+	// exactly the partial index owed_notifications_owed_due plus the lease test,
 	// SKIP LOCKED lets a concurrent sweep step over rows this one holds
 	// instead of queueing behind them, and the LIMIT bounds the run. There is
 	// no lower bound on due_at: after a pause, the oldest owed rows go first.
@@ -91,10 +91,10 @@ UPDATE notifications n
 	// here), which tells a republish from a first publish. $2 is the lease
 	// and $3 the publish-ahead window, in seconds from now.
 	qLease = `
-UPDATE notifications n
+UPDATE owed_notifications n
    SET state = 'leased', lease_until = coalesce($1::timestamptz, now()) + make_interval(secs => $2),
        updated_at = coalesce($1::timestamptz, now())
-  FROM (SELECT id FROM notifications
+  FROM (SELECT id FROM owed_notifications
          WHERE settled_at IS NULL
            AND due_at <= coalesce($1::timestamptz, now()) + make_interval(secs => $3)
            AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))
@@ -109,10 +109,10 @@ RETURNING n.id, n.tenant_id, n.due_at, n.published_at IS NOT NULL`
 	// A row a live worker is sending is skipped: that worker checked the
 	// expiry when it claimed the row.
 	qExpireOverdue = `
-UPDATE notifications n
+UPDATE owed_notifications n
    SET state = 'expired', settled_at = coalesce($1::timestamptz, now()), lease_until = NULL,
        updated_at = coalesce($1::timestamptz, now()), last_error = 'expired before it was sent'
-  FROM (SELECT id FROM notifications
+  FROM (SELECT id FROM owed_notifications
          WHERE settled_at IS NULL
            AND expires_at <= coalesce($1::timestamptz, now())
            AND (state <> 'sending' OR lease_until <= coalesce($1::timestamptz, now()))
@@ -133,7 +133,7 @@ UPDATE notifications n
 	// transactions that lock overlapping rows in the same order wait for
 	// each other instead of deadlocking.
 	qMarkQueued = `
-UPDATE notifications n
+UPDATE owed_notifications n
    SET state = 'queued', published_at = coalesce($2::timestamptz, now()),
        lease_until = greatest(coalesce($2::timestamptz, now()), n.due_at) + make_interval(secs => $3),
        updated_at = coalesce($2::timestamptz, now())` + leasedRows
@@ -141,17 +141,17 @@ UPDATE notifications n
 	// qReleaseLeased hands back leased rows whose messages were not
 	// accepted, so the next sweep takes them at once.
 	qReleaseLeased = `
-UPDATE notifications n
+UPDATE owed_notifications n
    SET state = 'pending', lease_until = NULL, updated_at = coalesce($2::timestamptz, now())` + leasedRows
 
 	// leasedRows picks, for qMarkQueued and qReleaseLeased, the rows of
 	// $1 (ids) that are still leased, locked in id order.
 	leasedRows = `
-  FROM (SELECT id FROM notifications WHERE id = ANY($1) AND state = 'leased' ORDER BY id FOR UPDATE) l
+  FROM (SELECT id FROM owed_notifications WHERE id = ANY($1) AND state = 'leased' ORDER BY id FOR UPDATE) l
  WHERE n.id = l.id AND n.state = 'leased'`
 
 	qSettleExpired = `
-UPDATE notifications
+UPDATE owed_notifications
    SET state = 'expired', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL,
        updated_at = coalesce($2::timestamptz, now()), last_error = 'expired before it was sent'
  WHERE id = $1 AND settled_at IS NULL`
@@ -190,13 +190,13 @@ SELECT c.*, t.now
 SELECT idx, changed FROM owed_settle_delivered_batch($1::jsonb, coalesce($2::timestamptz, now()))`
 
 	qSettleSkipped = `
-UPDATE notifications
+UPDATE owed_notifications
    SET state = 'skipped', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL, last_error = $3,
        updated_at = coalesce($2::timestamptz, now())
  WHERE id = $1 AND (settled_at IS NULL OR state = 'failed')`
 
 	qSettleFailed = `
-UPDATE notifications
+UPDATE owed_notifications
    SET state = 'failed', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL, last_error = $3,
        updated_at = coalesce($2::timestamptz, now())
  WHERE id = $1 AND settled_at IS NULL`
@@ -211,7 +211,7 @@ UPDATE notifications
 	// claimed_at stays, so the next claim flags its send as a possible
 	// duplicate, exactly as after a worker that died mid-send.
 	qReleaseClaim = `
-UPDATE notifications
+UPDATE owed_notifications
    SET state = 'queued', claimed_at = CASE WHEN $5 THEN claimed_at END, lease_until = $2, last_error = $3,
        updated_at = coalesce($4::timestamptz, now())
  WHERE id = $1 AND state = 'sending'`
@@ -219,25 +219,25 @@ UPDATE notifications
 	// qRecordAttempt appends one send tried and counts it on the row.
 	qRecordAttempt = `
 WITH counted AS (
-    UPDATE notifications SET attempts = attempts + 1, updated_at = $4
+    UPDATE owed_notifications SET attempts = attempts + 1, updated_at = $4
      WHERE id = $1
     RETURNING id, tenant_id, attempts
 )
-INSERT INTO notification_attempts (notification_id, tenant_id, attempt, provider, started_at, finished_at,
+INSERT INTO owed_notification_attempts (notification_id, tenant_id, attempt, provider, started_at, finished_at,
                                    outcome, provider_message_id, http_status, error, possible_duplicate)
 SELECT id, tenant_id, attempts, $2, $3, $4, $5, $6, $7, $8, $9 FROM counted
 RETURNING attempt`
 
-	qGet = `SELECT ` + notificationColumns + ` FROM notifications WHERE id = $1`
+	qGet = `SELECT ` + notificationColumns + ` FROM owed_notifications WHERE id = $1`
 
 	qAttempts = `
 SELECT attempt, provider, started_at, finished_at, outcome, provider_message_id, http_status, error,
        possible_duplicate
-  FROM notification_attempts WHERE notification_id = $1 ORDER BY attempt`
+  FROM owed_notification_attempts WHERE notification_id = $1 ORDER BY attempt`
 
 	// qFind lists a tenant's rows for a recipient and/or subject, newest due
 	// first. An empty filter value matches every row.
-	qFind = `SELECT ` + notificationColumns + ` FROM notifications
+	qFind = `SELECT ` + notificationColumns + ` FROM owed_notifications
  WHERE tenant_id = $1
    AND ($2 = '' OR recipient = $2)
    AND ($3 = '' OR ref_id = $3)
@@ -251,7 +251,7 @@ SELECT attempt, provider, started_at, finished_at, outcome, provider_message_id,
 	qBacklog = `
 SELECT state, count(*), min(due_at) FILTER (WHERE due_at <= coalesce($1::timestamptz, now())),
        coalesce($1::timestamptz, now())
-  FROM notifications WHERE settled_at IS NULL GROUP BY state`
+  FROM owed_notifications WHERE settled_at IS NULL GROUP BY state`
 
 	// qStats summarises settled rows since a point in time for operators.
 	qStats = `
@@ -265,24 +265,24 @@ SELECT count(*) FILTER (WHERE state = 'delivered'),
        coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM delivered_at - due_at))
                 FILTER (WHERE state = 'delivered'), 0),
        coalesce(max(extract(epoch FROM delivered_at - due_at)) FILTER (WHERE state = 'delivered'), 0)
-  FROM notifications WHERE settled_at >= $1`
+  FROM owed_notifications WHERE settled_at >= $1`
 
 	// qAudit summarises each of a tenant's rows with its sends.
 	qAudit = `
 SELECT n.id, n.state, n.expires_at,
        count(a.id) FILTER (WHERE a.outcome = 'accepted'),
        coalesce(bool_or(a.possible_duplicate), false)
-  FROM notifications n LEFT JOIN notification_attempts a ON a.notification_id = n.id
+  FROM owed_notifications n LEFT JOIN owed_notification_attempts a ON a.notification_id = n.id
  WHERE n.tenant_id = $1
  GROUP BY n.id`
 
 	// qPossibleDuplicates counts rows with more than one accepted send, and
 	// resends made after a worker died mid-send.
 	qPossibleDuplicates = `
-SELECT (SELECT count(*) FROM (SELECT notification_id FROM notification_attempts
+SELECT (SELECT count(*) FROM (SELECT notification_id FROM owed_notification_attempts
                                WHERE outcome = 'accepted' AND finished_at >= $1
                                GROUP BY notification_id HAVING count(*) > 1) d),
-       (SELECT count(*) FROM notification_attempts WHERE possible_duplicate AND finished_at >= $1)`
+       (SELECT count(*) FROM owed_notification_attempts WHERE possible_duplicate AND finished_at >= $1)`
 )
 
 const (
@@ -290,12 +290,12 @@ const (
 	// (one step down the partial index), and the instant it was asked at.
 	qOldestOwed = `
 SELECT min(due_at), coalesce($1::timestamptz, now())
-  FROM notifications WHERE settled_at IS NULL AND due_at <= coalesce($1::timestamptz, now())`
+  FROM owed_notifications WHERE settled_at IS NULL AND due_at <= coalesce($1::timestamptz, now())`
 
 	// qLeasableExists tells whether a lease could have returned something:
 	// the check behind "a sweep that leased nothing while rows are owed".
 	qLeasableExists = `
-SELECT EXISTS (SELECT 1 FROM notifications
+SELECT EXISTS (SELECT 1 FROM owed_notifications
                 WHERE settled_at IS NULL
                   AND due_at <= coalesce($1::timestamptz, now()) + make_interval(secs => $2)
                   AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))

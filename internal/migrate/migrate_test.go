@@ -55,9 +55,9 @@ func TestTenantIDBoundIsTenantValidates(t *testing.T) {
 		t.Fatal("the fixtures no longer straddle tenant.Validate's bound")
 	}
 	inserts := map[string]string{
-		"notifications": `INSERT INTO notifications (tenant_id, recipient, channel, kind, ref_id, due_at)
+		"owed_notifications": `INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at)
 		                  VALUES ($1, 'r', 'sms', 'k', 'ref', now())`,
-		"api_tokens": `INSERT INTO api_tokens (tenant_id, token_hash) VALUES ($1, sha256(convert_to($1, 'UTF8')))`,
+		"owed_api_tokens": `INSERT INTO owed_api_tokens (tenant_id, token_hash) VALUES ($1, sha256(convert_to($1, 'UTF8')))`,
 		"owed_items": `INSERT INTO owed_items (tenant_id, recipient, channel, kind, ref_id, starts_at)
 		               VALUES ($1, 'r', 'sms', 'k', 'ref', now())`,
 	}

@@ -1,5 +1,5 @@
 // Package pace owns the send rate shared by every worker process that sends
-// through one provider account: the provider_pace table, one row per account,
+// through one provider account: the owed_provider_pace table, one row per account,
 // and every statement that reads or writes it.
 //
 // The pace is GCRA (the generic cell rate algorithm) kept in Postgres. The row
@@ -43,7 +43,7 @@ import (
 	"github.com/owedhq/owed/internal/clock"
 )
 
-// MaxAccountLength is the longest account name the provider_pace table
+// MaxAccountLength is the longest account name the owed_provider_pace table
 // accepts.
 const MaxAccountLength = 128
 
@@ -107,7 +107,7 @@ func WithClock(clk clock.Clock) Option {
 // New returns a Limiter for account, which by convention is the provider's
 // Name() ("sandbox", "sendgrid:acct"): processes sharing an account share its
 // pace. db must be connected as a role allowed to read and write
-// provider_pace; it is never used when rate is unlimited (and may then be
+// owed_provider_pace; it is never used when rate is unlimited (and may then be
 // nil).
 func New(db *sql.DB, account string, rate Rate, opts ...Option) (*Limiter, error) {
 	if account == "" || len(account) > MaxAccountLength {
@@ -174,7 +174,7 @@ func (l *Limiter) Reserve(ctx context.Context, maxWait time.Duration) (Reservati
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return Reservation{}, fmt.Errorf("pace: reserve %q: the account's row is not visible; "+
-			"was it deleted from provider_pace?", l.account)
+			"was it deleted from owed_provider_pace?", l.account)
 	}
 	if err != nil {
 		return Reservation{}, fmt.Errorf("pace: reserve %q: %w", l.account, err)

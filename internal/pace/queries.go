@@ -44,7 +44,7 @@ const (
 	// reservation answers nothing; Reserve then asks again.
 	qReserve = `
 WITH granted AS (
-    INSERT INTO provider_pace AS p (account, tat, updated_at)
+    INSERT INTO owed_provider_pace AS p (account, tat, updated_at)
     VALUES ($1, ` + clockReserve + ` + ` + intervalMicros + `, ` + clockReserve + `)
     ON CONFLICT (account) DO UPDATE
        SET tat = greatest(p.tat, ` + clockReserve + `, p.paused_until) + ` + intervalMicros + `,
@@ -53,7 +53,7 @@ WITH granted AS (
     RETURNING p.tat - ` + intervalMicros + ` AS slot_at, p.updated_at AS now
 ), denied AS (
     SELECT greatest(p.tat, c.now, p.paused_until) AS slot_at, c.now
-      FROM provider_pace p, (SELECT ` + clockReserve + ` AS now) c
+      FROM owed_provider_pace p, (SELECT ` + clockReserve + ` AS now) c
      WHERE p.account = $1 AND NOT EXISTS (SELECT FROM granted)
        FOR UPDATE OF p
 )
@@ -65,15 +65,15 @@ SELECT false, slot_at, now FROM denied`
 	// greatest() keeps a longer pause another process recorded. tat moves to
 	// the pause's end too, so State shows the truth and the slots handed out
 	// after the pause follow one another an interval apart from its end.
-	// The minute is also recorded in provider_limited_minutes, the history
+	// The minute is also recorded in owed_provider_limited_minutes, the history
 	// behind owedctl stats' "minutes the provider limited us".
 	qPause = `
 WITH limited AS (
-    INSERT INTO provider_limited_minutes (account, minute)
+    INSERT INTO owed_provider_limited_minutes (account, minute)
     VALUES ($1, date_trunc('minute', ` + clockPause + `))
     ON CONFLICT DO NOTHING
 )
-INSERT INTO provider_pace AS p (account, tat, paused_until, updated_at)
+INSERT INTO owed_provider_pace AS p (account, tat, paused_until, updated_at)
 VALUES ($1, ` + clockPause + ` + ` + pauseMicros + `, ` + clockPause + ` + ` + pauseMicros + `, ` + clockPause + `)
 ON CONFLICT (account) DO UPDATE
    SET paused_until = greatest(p.paused_until, ` + clockPause + ` + ` + pauseMicros + `),
@@ -85,16 +85,16 @@ ON CONFLICT (account) DO UPDATE
 	qState = `
 SELECT c.now, p.tat, p.paused_until
   FROM (SELECT ` + clockState + ` AS now) c
-  LEFT JOIN provider_pace p ON p.account = $1`
+  LEFT JOIN owed_provider_pace p ON p.account = $1`
 
 	// qRecordLimitedMinute records a 429 of an unlimited account, whose pace
 	// lives in process memory.
 	qRecordLimitedMinute = `
-INSERT INTO provider_limited_minutes (account, minute)
+INSERT INTO owed_provider_limited_minutes (account, minute)
 VALUES ($1, date_trunc('minute', coalesce($2::timestamptz, clock_timestamp())))
 ON CONFLICT DO NOTHING`
 
 	// qLimitedMinutes counts the minutes since $1 in which any account was
 	// refused.
-	qLimitedMinutes = `SELECT count(DISTINCT minute) FROM provider_limited_minutes WHERE minute >= date_trunc('minute', $1::timestamptz)`
+	qLimitedMinutes = `SELECT count(DISTINCT minute) FROM owed_provider_limited_minutes WHERE minute >= date_trunc('minute', $1::timestamptz)`
 )

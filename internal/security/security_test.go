@@ -91,7 +91,7 @@ func rows(t *testing.T, f fixture) int {
 	if err := scope.EnterAllTenants(context.Background(), tx); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.QueryRow(`SELECT count(*) FROM notifications`).Scan(&n); err != nil {
+	if err := tx.QueryRow(`SELECT count(*) FROM owed_notifications`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -16,7 +16,7 @@ func TestAppRoleIsSubjectToRLS(t *testing.T) {
 		t.Fatalf("application role: superuser=%v bypassrls=%v; want both false", super, bypass)
 	}
 	var n int
-	if err := d.App.QueryRow("SELECT count(*) FROM notifications").Scan(&n); err != nil {
+	if err := d.App.QueryRow("SELECT count(*) FROM owed_notifications").Scan(&n); err != nil {
 		t.Fatalf("application role cannot read the ledger: %v", err)
 	}
 }

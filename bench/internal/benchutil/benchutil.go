@@ -237,7 +237,7 @@ func (d *DB) Outcome(ctx context.Context) (Outcome, error) {
 			       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), 0),
 			       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY lag), 0),
 			       coalesce(max(lag), 0), coalesce(min(lag), 0)
-			FROM (SELECT state, extract(epoch FROM delivered_at - due_at)::float8 AS lag FROM notifications) n`).
+			FROM (SELECT state, extract(epoch FROM delivered_at - due_at)::float8 AS lag FROM owed_notifications) n`).
 			Scan(&o.Delivered, &o.Other, &o.LagP50, &o.LagP99, &o.LagMax, &o.LagMin)
 	})
 	return o, err
