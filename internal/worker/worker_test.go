@@ -21,6 +21,7 @@ import (
 	"github.com/owedhq/owed/internal/resolve"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/sweep"
+	"github.com/owedhq/owed/internal/tenant"
 	"github.com/owedhq/owed/internal/worker"
 )
 
@@ -428,16 +429,11 @@ func TestTwoProcessesShareTheProvidersPace(t *testing.T) {
 
 func TestContactsResolveSkipOrFail(t *testing.T) {
 	b := setup(t, stacktest.Options{})
-	tx, err := b.DB.Owner.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx.Exec(`SELECT set_config('owed.bypass_rls', 'on', true)`)
-	if _, err := tx.Exec(`INSERT INTO owed_contacts (tenant_id, recipient, channel, address, opted_out) VALUES
-	    ('acme', 'r0', 'sms', '+15550100', false), ('acme', 'r1', 'sms', '+15550101', true)`); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
+	if err := tenant.InTx(bg, b.DB.Owner, "acme", func(tx *sql.Tx) error {
+		_, err := tx.Exec(`INSERT INTO owed_contacts (tenant_id, recipient, channel, address, opted_out) VALUES
+		    ('acme', 'r0', 'sms', '+15550100', false), ('acme', 'r1', 'sms', '+15550101', true)`)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	rows := b.Schedule(t, "acme", 3, time.Now().Add(-time.Second), nil) // r2 has no contact
