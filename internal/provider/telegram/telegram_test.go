@@ -137,7 +137,7 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 	c, err := New(Config{Token: "t"})
-	if err != nil || !strings.HasPrefix(c.endpoint, DefaultBaseURL+"/bott/") {
+	if err != nil || !strings.HasPrefix(c.ep.URL(), DefaultBaseURL+"/bott/") {
 		t.Fatalf("default base: %v %v", c, err)
 	}
 }
