@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/provider"
 )
 
@@ -45,14 +46,14 @@ type Config struct {
 	BaseURL string `envconfig:"BASE_URL"`
 	// Timeout bounds one send; provider.DefaultTimeout when zero.
 	Timeout time.Duration `ignored:"true"`
+	// Clock dates Retry-After answers; clock.Real when nil.
+	Clock clock.Clock `ignored:"true"`
 }
 
 // Client sends email through one Postmark server.
 type Client struct {
-	cfg      Config
-	endpoint string
-	hc       *http.Client
-	now      func() time.Time
+	cfg Config
+	ep  *provider.Endpoint
 }
 
 var _ provider.Sender = (*Client)(nil)
@@ -72,7 +73,9 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, endpoint: base + "/email", hc: provider.NewHTTPClient(cfg.Timeout), now: time.Now}, nil
+	c := &Client{cfg: cfg}
+	c.ep = provider.NewEndpoint(c.Name(), base+"/email", cfg.Timeout, cfg.Clock, cfg.ServerToken)
+	return c, nil
 }
 
 // Name is "postmark:<sender>"; the token is secret and a sender belongs to
@@ -92,7 +95,7 @@ type request struct {
 
 // Send emails d to the address d.Recipient; the kind becomes the Tag.
 func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
-	body, err := json.Marshal(request{
+	r := request{
 		From: c.cfg.From, To: d.Recipient, Subject: d.Message.Subject,
 		TextBody: d.Message.Text, HTMLBody: d.Message.HTML, Tag: d.Kind, MessageStream: c.cfg.MessageStream,
 		Metadata: map[string]string{
@@ -100,20 +103,12 @@ func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result
 			"owed_notification_id": strconv.FormatInt(d.NotificationID, 10),
 			"owed_tenant":          d.Tenant,
 		},
+	}
+	return c.ep.PostJSON(ctx, r, func(req *http.Request) {
+		req.Header.Set("X-Postmark-Server-Token", c.cfg.ServerToken)
+	}, func(resp provider.Response, now time.Time) (provider.Result, error) {
+		return classify(c.Name(), resp, now, c.cfg.ServerToken)
 	})
-	if err != nil {
-		return provider.Result{}, provider.NewError(c.Name(), provider.Permanent, 0, "", "encode request: "+err.Error())
-	}
-	req, err := provider.NewJSONRequest(ctx, c.endpoint, body)
-	if err != nil {
-		return provider.Result{}, provider.TransportError(c.Name(), err, c.cfg.ServerToken)
-	}
-	req.Header.Set("X-Postmark-Server-Token", c.cfg.ServerToken)
-	resp, err := provider.Do(c.hc, req, c.Name(), c.cfg.ServerToken)
-	if err != nil {
-		return provider.Result{}, err
-	}
-	return classify(c.Name(), resp, c.now(), c.cfg.ServerToken)
 }
 
 type response struct {

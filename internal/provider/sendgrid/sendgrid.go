@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/provider"
 )
 
@@ -33,14 +34,14 @@ type Config struct {
 	BaseURL string `envconfig:"BASE_URL"`
 	// Timeout bounds one send; provider.DefaultTimeout when zero.
 	Timeout time.Duration `ignored:"true"`
+	// Clock dates Retry-After and X-RateLimit-Reset; clock.Real when nil.
+	Clock clock.Clock `ignored:"true"`
 }
 
 // Client sends email through one SendGrid account.
 type Client struct {
-	cfg      Config
-	endpoint string
-	hc       *http.Client
-	now      func() time.Time
+	cfg Config
+	ep  *provider.Endpoint
 }
 
 var _ provider.Sender = (*Client)(nil)
@@ -57,7 +58,9 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, endpoint: base + "/v3/mail/send", hc: provider.NewHTTPClient(cfg.Timeout), now: time.Now}, nil
+	c := &Client{cfg: cfg}
+	c.ep = provider.NewEndpoint(c.Name(), base+"/v3/mail/send", cfg.Timeout, cfg.Clock, cfg.APIKey)
+	return c, nil
 }
 
 // Name is "sendgrid:<sender>": the API key is secret, and one sender maps to
@@ -107,20 +110,11 @@ func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result
 	if d.Message.HTML != "" {
 		r.Content = append(r.Content, content{Type: "text/html", Value: d.Message.HTML})
 	}
-	body, err := json.Marshal(r)
-	if err != nil {
-		return provider.Result{}, provider.NewError(c.Name(), provider.Permanent, 0, "", "encode request: "+err.Error())
-	}
-	req, err := provider.NewJSONRequest(ctx, c.endpoint, body)
-	if err != nil {
-		return provider.Result{}, provider.TransportError(c.Name(), err, c.cfg.APIKey)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
-	resp, err := provider.Do(c.hc, req, c.Name(), c.cfg.APIKey)
-	if err != nil {
-		return provider.Result{}, err
-	}
-	return classify(c.Name(), resp, c.now(), c.cfg.APIKey)
+	return c.ep.PostJSON(ctx, r, func(req *http.Request) {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
+	}, func(resp provider.Response, now time.Time) (provider.Result, error) {
+		return classify(c.Name(), resp, now, c.cfg.APIKey)
+	})
 }
 
 type errorResponse struct {

@@ -1,20 +1,21 @@
 package sendgrid
 
 import (
-	"context"
-	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/message"
 	"github.com/owedhq/owed/internal/provider"
+	"github.com/owedhq/owed/internal/provider/providertest"
 )
 
 const key = "SG.secret-api-key"
+
+// now is the clients' stubbed clock: X-RateLimit-Reset is read against it.
+var now = time.Unix(1_700_000_000, 0).UTC()
 
 func delivery() provider.Delivery {
 	return provider.Delivery{Tenant: "t1", NotificationID: 9, Recipient: "ann@example.com", Channel: message.ChannelEmail,
@@ -22,19 +23,15 @@ func delivery() provider.Delivery {
 		Message: message.Message{Subject: "Invoice due", Text: "Pay it", HTML: "<p>Pay it</p>"}}
 }
 
-func fake(t *testing.T, status int, body string, header map[string]string) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != "/v3/mail/send" {
-			t.Errorf("request %s %s", r.Method, r.URL.Path)
-		}
+// fake answers like Mail Send, after checking that the request is
+// delivery() sent with the API key.
+func fake(t *testing.T) *providertest.Server {
+	return providertest.NewServer(t, "/v3/mail/send", func(t testing.TB, r *providertest.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+key || r.Header.Get("Content-Type") != "application/json" {
 			t.Errorf("headers %v", r.Header)
 		}
 		var req request
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			t.Errorf("body: %v", err)
-		}
+		r.JSON(t, &req)
 		p := req.Personalizations
 		if len(p) != 1 || len(p[0].To) != 1 || p[0].To[0].Email != "ann@example.com" ||
 			p[0].CustomArgs["owed_idempotency_key"] != "k9" || req.From.Email != "owed@example.com" ||
@@ -42,66 +39,38 @@ func fake(t *testing.T, status int, body string, header map[string]string) *http
 			req.Content[0].Type != "text/plain" || req.Content[1].Type != "text/html" {
 			t.Errorf("body %+v", req)
 		}
-		for k, v := range header {
-			w.Header().Set(k, v)
-		}
-		w.WriteHeader(status)
-		w.Write([]byte(body))
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	})
 }
 
 func client(t *testing.T, base string) *Client {
 	t.Helper()
-	c, err := New(Config{APIKey: key, From: "owed@example.com", BaseURL: base})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return providertest.New(t, New, Config{APIKey: key, From: "owed@example.com", BaseURL: base, Clock: clock.NewStub(now)})
 }
 
 func TestSend(t *testing.T) {
 	t.Parallel()
-	srv := fake(t, 202, "", map[string]string{"X-Message-Id": "sg-abc"})
-	res, err := client(t, srv.URL).Send(context.Background(), delivery())
-	if err != nil || res.MessageID != "sg-abc" || res.HTTPStatus != 202 {
-		t.Fatalf("%+v %v", res, err)
-	}
+	srv := fake(t)
+	srv.Reply(202, "", map[string]string{"X-Message-Id": "sg-abc"})
+	providertest.Accept(t, client(t, srv.URL), delivery(), "sg-abc", 202)
 }
 
 func TestClassification(t *testing.T) {
 	t.Parallel()
-	reset := strconv.FormatInt(time.Now().Add(90*time.Second).Unix(), 10)
-	for _, tt := range []struct {
-		name   string
-		status int
-		body   string
-		header map[string]string
-		class  provider.Class
-		min    time.Duration
-		max    time.Duration
-	}{
-		{"rate limited", 429, `{"errors":[{"message":"too many requests"}]}`, map[string]string{"X-RateLimit-Reset": reset}, provider.RateLimited, 88 * time.Second, 90 * time.Second},
-		{"rate limited, retry-after", 429, ``, map[string]string{"Retry-After": "7"}, provider.RateLimited, 7 * time.Second, 7 * time.Second},
-		{"bad request", 400, `{"errors":[{"message":"Does not contain a valid address.","field":"personalizations.0.to.0.email"}]}`, nil, provider.Permanent, 0, 0},
-		{"unauthorized", 401, `{"errors":[{"message":"The provided authorization grant is invalid, expired, or revoked"}]}`, nil, provider.Permanent, 0, 0},
-		{"forbidden", 403, `{"errors":[{"message":"access forbidden ` + key + `"}]}`, nil, provider.Permanent, 0, 0},
-		{"payload too large", 413, ``, nil, provider.Permanent, 0, 0},
-		{"server", 500, `{"errors":[{"message":"internal"}]}`, nil, provider.Transient, 0, 0},
-		{"unavailable", 503, ``, map[string]string{"Retry-After": "3"}, provider.Transient, 3 * time.Second, 3 * time.Second},
-	} {
-		srv := fake(t, tt.status, tt.body, tt.header)
-		_, err := client(t, srv.URL).Send(context.Background(), delivery())
-		pe := provider.Classify(err)
-		if pe == nil || pe.Class != tt.class || pe.RetryAfter < tt.min || pe.RetryAfter > tt.max || pe.HTTPStatus != tt.status {
-			t.Errorf("%s: %#v", tt.name, pe)
-			continue
-		}
-		if strings.Contains(err.Error(), key) {
-			t.Errorf("%s: error leaks the key: %v", tt.name, err)
-		}
-	}
+	reset := strconv.FormatInt(now.Add(90*time.Second).Unix(), 10)
+	srv := fake(t)
+	providertest.CheckClasses(t, srv, client(t, srv.URL), delivery(), key, []providertest.Case{
+		{Name: "rate limited", Status: 429, Body: `{"errors":[{"message":"too many requests"}]}`,
+			Header: map[string]string{"X-RateLimit-Reset": reset}, Class: provider.RateLimited, After: 90 * time.Second},
+		{Name: "rate limited, retry-after", Status: 429, Header: providertest.RetryAfter("7"), Class: provider.RateLimited, After: 7 * time.Second},
+		{Name: "bad request", Status: 400, Body: `{"errors":[{"message":"Does not contain a valid address.","field":"personalizations.0.to.0.email"}]}`,
+			Class: provider.Permanent},
+		{Name: "unauthorized", Status: 401, Body: `{"errors":[{"message":"The provided authorization grant is invalid, expired, or revoked"}]}`,
+			Class: provider.Permanent},
+		{Name: "forbidden", Status: 403, Body: `{"errors":[{"message":"access forbidden ` + key + `"}]}`, Class: provider.Permanent},
+		{Name: "payload too large", Status: 413, Class: provider.Permanent},
+		{Name: "server", Status: 500, Body: `{"errors":[{"message":"internal"}]}`, Class: provider.Transient},
+		{Name: "unavailable", Status: 503, Header: providertest.RetryAfter("3"), Class: provider.Transient, After: 3 * time.Second},
+	})
 }
 
 func TestUntilReset(t *testing.T) {
@@ -127,19 +96,11 @@ func TestUntilReset(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{}, "OWED_SENDGRID_API_KEY"},
-		{Config{APIKey: key}, "OWED_SENDGRID_FROM"},
-		{Config{APIKey: key, From: "a@b", BaseURL: "http://x/?k=1"}, "OWED_SENDGRID_BASE_URL"},
-	} {
-		_, err := New(tt.cfg)
-		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), key) {
-			t.Errorf("%+v: %v", tt.cfg, err)
-		}
-	}
+	providertest.CheckConfigErrors(t, New, []providertest.ConfigCase[Config]{
+		{Config: Config{}, Want: "OWED_SENDGRID_API_KEY"},
+		{Config: Config{APIKey: key}, Want: "OWED_SENDGRID_FROM"},
+		{Config: Config{APIKey: key, From: "a@b", BaseURL: "http://x/?k=1"}, Want: "OWED_SENDGRID_BASE_URL"},
+	}, key)
 }
 
 // FuzzSendGridResponse: the classifier must never panic, never accept a
@@ -152,15 +113,7 @@ func FuzzSendGridResponse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, status int, body []byte, reset string) {
 		h := http.Header{}
 		h.Set("X-RateLimit-Reset", reset)
-		res, err := classify("sendgrid", provider.Response{Status: status, Header: h, Body: body}, time.Now(), key)
-		if err == nil && (status < 200 || status > 299 || res.HTTPStatus != status) {
-			t.Fatalf("accepted status %d", status)
-		}
-		if err != nil {
-			pe := provider.Classify(err)
-			if pe.RetryAfter < 0 || pe.RetryAfter > provider.MaxRetryAfter || strings.Contains(err.Error(), key) {
-				t.Fatalf("bad error: %v", err)
-			}
-		}
+		res, err := classify("sendgrid", provider.Response{Status: status, Header: h, Body: body}, now, key)
+		providertest.CheckOutcome(t, status, providertest.Any2xx, res, err, key)
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/provider"
 )
 
@@ -46,14 +47,14 @@ type Config struct {
 	BaseURL string `envconfig:"BASE_URL"`
 	// Timeout bounds one send; provider.DefaultTimeout when zero.
 	Timeout time.Duration `ignored:"true"`
+	// Clock dates Retry-After answers; clock.Real when nil.
+	Clock clock.Clock `ignored:"true"`
 }
 
 // Client posts Slack messages.
 type Client struct {
-	token    string
-	endpoint string
-	hc       *http.Client
-	now      func() time.Time
+	token string
+	ep    *provider.Endpoint
 }
 
 var _ provider.Sender = (*Client)(nil)
@@ -67,8 +68,8 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{token: cfg.Token, endpoint: base + "/api/chat.postMessage",
-		hc: provider.NewHTTPClient(cfg.Timeout), now: time.Now}, nil
+	return &Client{token: cfg.Token,
+		ep: provider.NewEndpoint(Name, base+"/api/chat.postMessage", cfg.Timeout, cfg.Clock, cfg.Token)}, nil
 }
 
 // Name returns the provider account the client sends as.
@@ -81,22 +82,13 @@ type request struct {
 
 // Send posts d's text to the channel whose id is d.Recipient.
 func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
-	body, err := json.Marshal(request{Channel: d.Recipient, Text: d.Message.Text})
-	if err != nil {
-		return provider.Result{}, provider.NewError(Name, provider.Permanent, 0, "", "encode request: "+err.Error())
-	}
-	req, err := provider.NewJSONRequest(ctx, c.endpoint, body)
-	if err != nil {
-		return provider.Result{}, provider.TransportError(Name, err, c.token)
-	}
-	// Slack warns unless the charset is explicit.
-	req.Header.Set("Content-Type", "application/json; charset=utf-8")
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := provider.Do(c.hc, req, Name, c.token)
-	if err != nil {
-		return provider.Result{}, err
-	}
-	return classify(resp, c.now(), c.token)
+	return c.ep.PostJSON(ctx, request{Channel: d.Recipient, Text: d.Message.Text}, func(req *http.Request) {
+		// Slack warns unless the charset is explicit.
+		req.Header.Set("Content-Type", "application/json; charset=utf-8")
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}, func(resp provider.Response, now time.Time) (provider.Result, error) {
+		return classify(resp, now, c.token)
+	})
 }
 
 type response struct {

@@ -1,16 +1,14 @@
 package slack
 
 import (
-	"context"
-	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/owedhq/owed/internal/message"
 	"github.com/owedhq/owed/internal/provider"
+	"github.com/owedhq/owed/internal/provider/providertest"
 )
 
 const token = "xoxb-secret-slack-token"
@@ -20,95 +18,63 @@ func delivery() provider.Delivery {
 		Kind: "deploy", IdempotencyKey: "k11", Message: message.Message{Text: "Deploy window opens in 5 minutes"}}
 }
 
-func fake(t *testing.T, status int, body string, header map[string]string) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != "/api/chat.postMessage" {
-			t.Errorf("request %s %s", r.Method, r.URL.Path)
-		}
+// fake answers like chat.postMessage, after checking that the request is
+// delivery() sent with the bot token.
+func fake(t *testing.T) *providertest.Server {
+	return providertest.NewServer(t, "/api/chat.postMessage", func(t testing.TB, r *providertest.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+token || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 			t.Errorf("headers %v", r.Header)
 		}
 		var req request
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			t.Errorf("body: %v", err)
-		}
+		r.JSON(t, &req)
 		if req.Channel != "C024BE91L" || req.Text != "Deploy window opens in 5 minutes" {
 			t.Errorf("body %+v", req)
 		}
-		for k, v := range header {
-			w.Header().Set(k, v)
-		}
-		w.WriteHeader(status)
-		w.Write([]byte(body))
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	})
 }
 
 func client(t *testing.T, base string) *Client {
 	t.Helper()
-	c, err := New(Config{Token: token, BaseURL: base})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return providertest.New(t, New, Config{Token: token, BaseURL: base})
 }
 
 func TestSend(t *testing.T) {
 	t.Parallel()
-	srv := fake(t, 200, `{"ok":true,"channel":"C024BE91L","ts":"1503435956.000247","message":{"text":"x"}}`, nil)
-	res, err := client(t, srv.URL).Send(context.Background(), delivery())
-	if err != nil || res.MessageID != "C024BE91L:1503435956.000247" {
-		t.Fatalf("%+v %v", res, err)
-	}
+	srv := fake(t)
+	srv.Reply(200, `{"ok":true,"channel":"C024BE91L","ts":"1503435956.000247","message":{"text":"x"}}`, nil)
+	providertest.Accept(t, client(t, srv.URL), delivery(), "C024BE91L:1503435956.000247", 200)
 }
 
 func TestClassification(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		name   string
-		status int
-		body   string
-		ra     string
-		class  provider.Class
-		after  time.Duration
-		code   string
-	}{
-		{"http 429", 429, ``, "30", provider.RateLimited, 30 * time.Second, ""},
-		{"ratelimited body", 200, `{"ok":false,"error":"ratelimited"}`, "3", provider.RateLimited, 3 * time.Second, "ratelimited"},
-		{"channel_not_found", 200, `{"ok":false,"error":"channel_not_found"}`, "", provider.Permanent, 0, "channel_not_found"},
-		{"not_in_channel", 200, `{"ok":false,"error":"not_in_channel"}`, "", provider.Permanent, 0, "not_in_channel"},
-		{"is_archived", 200, `{"ok":false,"error":"is_archived"}`, "", provider.Permanent, 0, "is_archived"},
-		{"invalid_auth", 200, `{"ok":false,"error":"invalid_auth"}`, "", provider.Permanent, 0, "invalid_auth"},
-		{"account_inactive", 200, `{"ok":false,"error":"account_inactive"}`, "", provider.Permanent, 0, "account_inactive"},
-		{"internal_error", 200, `{"ok":false,"error":"internal_error"}`, "", provider.Transient, 0, "internal_error"},
-		{"fatal_error", 200, `{"ok":false,"error":"fatal_error"}`, "", provider.Transient, 0, "fatal_error"},
-		{"echoed token", 200, `{"ok":false,"error":"` + token + `"}`, "", provider.Transient, 0, "[redacted]"},
-		{"5xx", 503, `{"ok":false,"error":"service_unavailable"}`, "", provider.Transient, 0, "service_unavailable"},
-		{"html 200", 200, `<html>`, "", provider.Transient, 0, ""},
-	} {
-		srv := fake(t, tt.status, tt.body, map[string]string{"Retry-After": tt.ra})
-		_, err := client(t, srv.URL).Send(context.Background(), delivery())
-		pe := provider.Classify(err)
-		if pe == nil || pe.Class != tt.class || pe.RetryAfter != tt.after || pe.Code != tt.code || pe.HTTPStatus != tt.status {
-			t.Errorf("%s: %#v", tt.name, pe)
-			continue
-		}
-		if strings.Contains(err.Error(), token) {
-			t.Errorf("%s: error leaks the token: %v", tt.name, err)
-		}
+	// failed is an HTTP 200 carrying ok:false and slackError.
+	failed := func(name, slackError, retryAfter string, class provider.Class, after time.Duration) providertest.Case {
+		return providertest.Case{Name: name, Status: 200, Body: `{"ok":false,"error":"` + slackError + `"}`,
+			Header: providertest.RetryAfter(retryAfter), Class: class, After: after, Code: slackError}
 	}
+	srv := fake(t)
+	providertest.CheckClasses(t, srv, client(t, srv.URL), delivery(), token, []providertest.Case{
+		{Name: "http 429", Status: 429, Header: providertest.RetryAfter("30"), Class: provider.RateLimited, After: 30 * time.Second},
+		failed("ratelimited body", "ratelimited", "3", provider.RateLimited, 3*time.Second),
+		failed("channel_not_found", "channel_not_found", "", provider.Permanent, 0),
+		failed("not_in_channel", "not_in_channel", "", provider.Permanent, 0),
+		failed("is_archived", "is_archived", "", provider.Permanent, 0),
+		failed("invalid_auth", "invalid_auth", "", provider.Permanent, 0),
+		failed("account_inactive", "account_inactive", "", provider.Permanent, 0),
+		failed("internal_error", "internal_error", "", provider.Transient, 0),
+		failed("fatal_error", "fatal_error", "", provider.Transient, 0),
+		{Name: "echoed token", Status: 200, Body: `{"ok":false,"error":"` + token + `"}`, Class: provider.Transient, Code: "[redacted]"},
+		{Name: "5xx", Status: 503, Body: `{"ok":false,"error":"service_unavailable"}`, Class: provider.Transient, Code: "service_unavailable"},
+		{Name: "html 200", Status: 200, Body: `<html>`, Class: provider.Transient},
+	})
 }
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	if _, err := New(Config{}); err == nil || !strings.Contains(err.Error(), "OWED_SLACK_TOKEN") {
-		t.Errorf("missing token: %v", err)
-	}
-	if _, err := New(Config{Token: token, BaseURL: "slack.com"}); err == nil || !strings.Contains(err.Error(), "OWED_SLACK_BASE_URL") {
-		t.Errorf("bad base: %v", err)
-	}
+	providertest.CheckConfigErrors(t, New, []providertest.ConfigCase[Config]{
+		{Config: Config{}, Want: "OWED_SLACK_TOKEN"},
+		{Config: Config{Token: token, BaseURL: "slack.com"}, Want: "OWED_SLACK_BASE_URL"},
+	}, token)
 }
 
 // FuzzSlackResponse: the classifier must never panic, never accept a
@@ -122,14 +88,6 @@ func FuzzSlackResponse(f *testing.F) {
 		h := http.Header{}
 		h.Set("Retry-After", retryAfter)
 		res, err := classify(provider.Response{Status: status, Header: h, Body: body}, time.Now(), token)
-		if err == nil && (status != 200 || res.HTTPStatus != status) {
-			t.Fatalf("accepted status %d", status)
-		}
-		if err != nil {
-			pe := provider.Classify(err)
-			if pe.RetryAfter < 0 || pe.RetryAfter > provider.MaxRetryAfter || strings.Contains(err.Error(), token) {
-				t.Fatalf("bad error: %v", err)
-			}
-		}
+		providertest.CheckOutcome(t, status, providertest.Only200, res, err, token)
 	})
 }

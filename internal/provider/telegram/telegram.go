@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/provider"
 )
 
@@ -33,14 +34,14 @@ type Config struct {
 	BaseURL string `envconfig:"BASE_URL"`
 	// Timeout bounds one send; provider.DefaultTimeout when zero.
 	Timeout time.Duration `ignored:"true"`
+	// Clock dates Retry-After answers; clock.Real when nil.
+	Clock clock.Clock `ignored:"true"`
 }
 
 // Client sends Telegram messages.
 type Client struct {
-	endpoint string
-	token    string
-	hc       *http.Client
-	now      func() time.Time
+	token string
+	ep    *provider.Endpoint
 }
 
 var _ provider.Sender = (*Client)(nil)
@@ -57,8 +58,8 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{endpoint: base + "/bot" + cfg.Token + "/sendMessage", token: cfg.Token,
-		hc: provider.NewHTTPClient(cfg.Timeout), now: time.Now}, nil
+	return &Client{token: cfg.Token,
+		ep: provider.NewEndpoint(Name, base+"/bot"+cfg.Token+"/sendMessage", cfg.Timeout, cfg.Clock, cfg.Token)}, nil
 }
 
 // Name returns the provider account the client sends as.
@@ -73,19 +74,10 @@ type request struct {
 // Send posts d's text to the chat whose id is d.Recipient. Message.Extras
 // "parse_mode" (MarkdownV2, HTML) is passed through.
 func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
-	body, err := json.Marshal(request{ChatID: d.Recipient, Text: d.Message.Text, ParseMode: d.Message.Extras["parse_mode"]})
-	if err != nil {
-		return provider.Result{}, provider.NewError(Name, provider.Permanent, 0, "", "encode request: "+err.Error())
-	}
-	req, err := provider.NewJSONRequest(ctx, c.endpoint, body)
-	if err != nil {
-		return provider.Result{}, provider.TransportError(Name, err, c.token)
-	}
-	resp, err := provider.Do(c.hc, req, Name, c.token)
-	if err != nil {
-		return provider.Result{}, err
-	}
-	return classify(resp, d.Recipient, c.now(), c.token)
+	r := request{ChatID: d.Recipient, Text: d.Message.Text, ParseMode: d.Message.Extras["parse_mode"]}
+	return c.ep.PostJSON(ctx, r, nil, func(resp provider.Response, now time.Time) (provider.Result, error) {
+		return classify(resp, d.Recipient, now, c.token)
+	})
 }
 
 // response is the Bot API's envelope for every method.

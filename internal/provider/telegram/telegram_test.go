@@ -2,7 +2,7 @@ package telegram
 
 import (
 	"context"
-	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/owedhq/owed/internal/message"
 	"github.com/owedhq/owed/internal/provider"
+	"github.com/owedhq/owed/internal/provider/providertest"
 )
 
 const token = "123456:ABC-secret-token"
@@ -21,99 +22,67 @@ func delivery() provider.Delivery {
 		Message: message.Message{Text: "*standup* in 10 minutes", Extras: map[string]string{"parse_mode": "MarkdownV2"}}}
 }
 
-// fake answers like the Bot API: status and body as given, after checking
-// the request's shape.
-func fake(t *testing.T, status int, body string, header map[string]string) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != "/bot"+token+"/sendMessage" {
-			t.Errorf("request %s %s", r.Method, r.URL.Path)
-		}
+// fake answers like the Bot API, after checking that the request is
+// delivery() sent to the bot's sendMessage.
+func fake(t *testing.T) *providertest.Server {
+	return providertest.NewServer(t, "/bot"+token+"/sendMessage", func(t testing.TB, r *providertest.Request) {
 		if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 			t.Errorf("content type %q", ct)
 		}
 		var req map[string]string
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			t.Errorf("body: %v", err)
-		}
+		r.JSON(t, &req)
 		if req["chat_id"] != "-100123" || req["text"] != "*standup* in 10 minutes" || req["parse_mode"] != "MarkdownV2" {
 			t.Errorf("body %v", req)
 		}
-		for k, v := range header {
-			w.Header().Set(k, v)
-		}
-		w.WriteHeader(status)
-		w.Write([]byte(body))
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	})
 }
 
 func client(t *testing.T, base string) *Client {
 	t.Helper()
-	c, err := New(Config{Token: token, BaseURL: base})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return providertest.New(t, New, Config{Token: token, BaseURL: base})
 }
 
 func TestSend(t *testing.T) {
 	t.Parallel()
-	srv := fake(t, 200, `{"ok":true,"result":{"message_id":991,"chat":{"id":-100123},"text":"x"}}`, nil)
-	res, err := client(t, srv.URL).Send(context.Background(), delivery())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.MessageID != "-100123:991" || res.HTTPStatus != 200 {
-		t.Fatalf("result %+v", res)
-	}
+	srv := fake(t)
+	srv.Reply(200, `{"ok":true,"result":{"message_id":991,"chat":{"id":-100123},"text":"x"}}`, nil)
+	providertest.Accept(t, client(t, srv.URL), delivery(), "-100123:991", 200)
 }
 
 func TestClassification(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		name   string
-		status int
-		body   string
-		class  provider.Class
-		after  time.Duration
-		code   string
-	}{
-		{"flood", 429, `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 35","parameters":{"retry_after":35}}`, provider.RateLimited, 35 * time.Second, "429"},
-		{"blocked", 403, `{"ok":false,"error_code":403,"description":"Forbidden: bot was blocked by the user"}`, provider.Permanent, 0, "403"},
-		{"deactivated", 403, `{"ok":false,"error_code":403,"description":"Forbidden: user is deactivated"}`, provider.Permanent, 0, "403"},
-		{"bad chat", 400, `{"ok":false,"error_code":400,"description":"Bad Request: chat not found"}`, provider.Permanent, 0, "400"},
-		{"bad token", 401, `{"ok":false,"error_code":401,"description":"Unauthorized"}`, provider.Permanent, 0, "401"},
-		{"gateway", 502, `<html>Bad Gateway</html>`, provider.Transient, 0, ""},
-		{"internal", 500, `{"ok":false,"error_code":500,"description":"Internal Server Error"}`, provider.Transient, 0, "500"},
-		{"ok false on 200", 200, `{"ok":false}`, provider.Transient, 0, ""},
-		{"echoed token", 400, `{"ok":false,"error_code":400,"description":"bad bot ` + token + `"}`, provider.Permanent, 0, "400"},
-	} {
-		srv := fake(t, tt.status, tt.body, nil)
-		_, err := client(t, srv.URL).Send(context.Background(), delivery())
-		pe := provider.Classify(err)
-		if pe == nil || pe.Class != tt.class || pe.RetryAfter != tt.after || pe.Code != tt.code || pe.HTTPStatus != tt.status {
-			t.Errorf("%s: %#v", tt.name, pe)
-			continue
-		}
-		if strings.Contains(err.Error(), token) {
-			t.Errorf("%s: error leaks the token: %v", tt.name, err)
-		}
-	}
+	srv := fake(t)
+	providertest.CheckClasses(t, srv, client(t, srv.URL), delivery(), token, []providertest.Case{
+		{Name: "flood", Status: 429, Body: `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 35","parameters":{"retry_after":35}}`,
+			Class: provider.RateLimited, After: 35 * time.Second, Code: "429"},
+		{Name: "blocked", Status: 403, Body: `{"ok":false,"error_code":403,"description":"Forbidden: bot was blocked by the user"}`,
+			Class: provider.Permanent, Code: "403"},
+		{Name: "deactivated", Status: 403, Body: `{"ok":false,"error_code":403,"description":"Forbidden: user is deactivated"}`,
+			Class: provider.Permanent, Code: "403"},
+		{Name: "bad chat", Status: 400, Body: `{"ok":false,"error_code":400,"description":"Bad Request: chat not found"}`,
+			Class: provider.Permanent, Code: "400"},
+		{Name: "bad token", Status: 401, Body: `{"ok":false,"error_code":401,"description":"Unauthorized"}`, Class: provider.Permanent, Code: "401"},
+		{Name: "gateway", Status: 502, Body: `<html>Bad Gateway</html>`, Class: provider.Transient},
+		{Name: "internal", Status: 500, Body: `{"ok":false,"error_code":500,"description":"Internal Server Error"}`,
+			Class: provider.Transient, Code: "500"},
+		{Name: "ok false on 200", Status: 200, Body: `{"ok":false}`, Class: provider.Transient},
+		{Name: "echoed token", Status: 400, Body: `{"ok":false,"error_code":400,"description":"bad bot ` + token + `"}`,
+			Class: provider.Permanent, Code: "400"},
+	})
 }
 
 func TestTransportErrorHidesToken(t *testing.T) {
 	t.Parallel()
+	// The server never answers: it reads the request (so that the client
+	// closing the connection cancels r.Context) and waits for the client to
+	// give up.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(200 * time.Millisecond)
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
 	}))
 	defer srv.Close()
-	c, err := New(Config{Token: token, BaseURL: srv.URL, Timeout: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.Send(context.Background(), delivery())
+	c := providertest.New(t, New, Config{Token: token, BaseURL: srv.URL, Timeout: 20 * time.Millisecond})
+	_, err := c.Send(context.Background(), delivery())
 	if !provider.IsTransient(err) {
 		t.Fatalf("timeout: %v", err)
 	}
@@ -124,20 +93,13 @@ func TestTransportErrorHidesToken(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{}, "OWED_TELEGRAM_TOKEN"},
-		{Config{Token: "a/b"}, "OWED_TELEGRAM_TOKEN"},
-		{Config{Token: "t", BaseURL: "api.telegram.org"}, "OWED_TELEGRAM_BASE_URL"},
-	} {
-		if _, err := New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%+v: %v", tt.cfg, err)
-		}
-	}
+	providertest.CheckConfigErrors(t, New, []providertest.ConfigCase[Config]{
+		{Config: Config{}, Want: "OWED_TELEGRAM_TOKEN"},
+		{Config: Config{Token: "a/b"}, Want: "OWED_TELEGRAM_TOKEN"},
+		{Config: Config{Token: "t", BaseURL: "api.telegram.org"}, Want: "OWED_TELEGRAM_BASE_URL"},
+	})
 	c, err := New(Config{Token: "t"})
-	if err != nil || !strings.HasPrefix(c.endpoint, DefaultBaseURL+"/bott/") {
+	if err != nil || !strings.HasPrefix(c.ep.URL(), DefaultBaseURL+"/bott/") {
 		t.Fatalf("default base: %v %v", c, err)
 	}
 }
@@ -153,17 +115,6 @@ func FuzzTelegramResponse(f *testing.F) {
 	f.Add(500, []byte(`not json`))
 	f.Fuzz(func(t *testing.T, status int, body []byte) {
 		res, err := classify(provider.Response{Status: status, Header: http.Header{}, Body: body}, "1", time.Now(), token)
-		if err == nil && (status != 200 || res.HTTPStatus != status) {
-			t.Fatalf("accepted status %d with id %q", status, res.MessageID)
-		}
-		if err != nil {
-			pe := provider.Classify(err)
-			if pe.RetryAfter < 0 || pe.RetryAfter > provider.MaxRetryAfter {
-				t.Fatalf("retry after %v", pe.RetryAfter)
-			}
-			if strings.Contains(err.Error(), token) {
-				t.Fatalf("token leaked: %v", err)
-			}
-		}
+		providertest.CheckOutcome(t, status, providertest.Only200, res, err, token)
 	})
 }

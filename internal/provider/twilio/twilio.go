@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/provider"
 )
 
@@ -44,14 +45,14 @@ type Config struct {
 	BaseURL string `envconfig:"BASE_URL"`
 	// Timeout bounds one send; provider.DefaultTimeout when zero.
 	Timeout time.Duration `ignored:"true"`
+	// Clock dates Retry-After answers; clock.Real when nil.
+	Clock clock.Clock `ignored:"true"`
 }
 
 // Client sends SMS through one Twilio account.
 type Client struct {
-	cfg      Config
-	endpoint string
-	hc       *http.Client
-	now      func() time.Time
+	cfg Config
+	ep  *provider.Endpoint
 }
 
 var _ provider.Sender = (*Client)(nil)
@@ -71,8 +72,10 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, endpoint: base + "/2010-04-01/Accounts/" + cfg.AccountSID + "/Messages.json",
-		hc: provider.NewHTTPClient(cfg.Timeout), now: time.Now}, nil
+	c := &Client{cfg: cfg}
+	c.ep = provider.NewEndpoint(c.Name(), base+"/2010-04-01/Accounts/"+cfg.AccountSID+"/Messages.json",
+		cfg.Timeout, cfg.Clock, cfg.AuthToken)
+	return c, nil
 }
 
 // Name is "twilio:<account sid>": the rate limit is the account's.
@@ -86,18 +89,11 @@ func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result
 	} else {
 		form.Set("From", c.cfg.From)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, strings.NewReader(form.Encode()))
-	if err != nil {
-		return provider.Result{}, provider.TransportError(c.Name(), err, c.cfg.AuthToken)
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	req.SetBasicAuth(c.cfg.AccountSID, c.cfg.AuthToken)
-	resp, err := provider.Do(c.hc, req, c.Name(), c.cfg.AuthToken)
-	if err != nil {
-		return provider.Result{}, err
-	}
-	return classify(c.Name(), resp, c.now(), c.cfg.AuthToken)
+	return c.ep.Post(ctx, "application/x-www-form-urlencoded", []byte(form.Encode()), func(req *http.Request) {
+		req.SetBasicAuth(c.cfg.AccountSID, c.cfg.AuthToken)
+	}, func(resp provider.Response, now time.Time) (provider.Result, error) {
+		return classify(c.Name(), resp, now, c.cfg.AuthToken)
+	})
 }
 
 type response struct {

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/provider"
 )
 
@@ -64,17 +65,18 @@ type Config struct {
 	EnvPrefix string `ignored:"true"`
 	// Timeout bounds one send; provider.DefaultTimeout when zero.
 	Timeout time.Duration `ignored:"true"`
+	// Clock stamps webhook-timestamp and dates Retry-After answers;
+	// clock.Real when nil.
+	Clock clock.Clock `ignored:"true"`
 }
 
 // Client sends notifications as Standard Webhooks.
 type Client struct {
-	url  string
 	key  []byte
 	name string
 	// secret is kept only to redact it from anything an endpoint echoes.
 	secret string
-	hc     *http.Client
-	now    func() time.Time
+	ep     *provider.Endpoint
 }
 
 var _ provider.Sender = (*Client)(nil)
@@ -101,8 +103,8 @@ func New(cfg Config) (*Client, error) {
 	if name == "" {
 		name = "webhook:" + u.Host
 	}
-	return &Client{url: cfg.URL, key: key, name: name, secret: cfg.Secret,
-		hc: provider.NewHTTPClient(cfg.Timeout), now: time.Now}, nil
+	return &Client{key: key, name: name, secret: cfg.Secret,
+		ep: provider.NewEndpoint(name, cfg.URL, cfg.Timeout, cfg.Clock, cfg.Secret)}, nil
 }
 
 // Name returns the provider account the client sends as.
@@ -138,7 +140,7 @@ func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result
 		// de-duplicate, so this is a caller bug that no retry fixes.
 		return provider.Result{}, provider.NewError(c.name, provider.Permanent, 0, "", "idempotency key is required")
 	}
-	now := c.now()
+	now := c.ep.Now()
 	body, err := json.Marshal(Payload{
 		Type:      d.Kind,
 		Timestamp: now.UTC(),
@@ -152,23 +154,18 @@ func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result
 		// Only invalid JSON in Message.Data fails here, and it fails every time.
 		return provider.Result{}, provider.NewError(c.name, provider.Permanent, 0, "", "encode payload: "+err.Error())
 	}
-	req, err := provider.NewJSONRequest(ctx, c.url, body)
-	if err != nil {
-		return provider.Result{}, provider.TransportError(c.name, err, c.secret)
-	}
 	ts := now.Unix()
-	req.Header.Set(HeaderID, d.IdempotencyKey)
-	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
-	if c.key != nil {
-		req.Header.Set(HeaderSignature, Sign(c.key, d.IdempotencyKey, ts, body))
-	}
-	req.Header.Set(HeaderTenant, d.Tenant)
-	req.Header.Set(HeaderNotificationID, strconv.FormatInt(d.NotificationID, 10))
-	resp, err := provider.Do(c.hc, req, c.name, c.secret)
-	if err != nil {
-		return provider.Result{}, err
-	}
-	return classify(c.name, resp, d.IdempotencyKey, c.now(), c.secret)
+	return c.ep.Post(ctx, "application/json", body, func(req *http.Request) {
+		req.Header.Set(HeaderID, d.IdempotencyKey)
+		req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+		if c.key != nil {
+			req.Header.Set(HeaderSignature, Sign(c.key, d.IdempotencyKey, ts, body))
+		}
+		req.Header.Set(HeaderTenant, d.Tenant)
+		req.Header.Set(HeaderNotificationID, strconv.FormatInt(d.NotificationID, 10))
+	}, func(resp provider.Response, now time.Time) (provider.Result, error) {
+		return classify(c.name, resp, d.IdempotencyKey, now, c.secret)
+	})
 }
 
 // classify turns a response into a Result or a classified error. 2xx is

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -12,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/message"
 	"github.com/owedhq/owed/internal/provider"
+	"github.com/owedhq/owed/internal/provider/providertest"
 )
 
 var testSecret = SecretPrefix + base64.StdEncoding.EncodeToString([]byte("a very secret signing key!"))
@@ -28,48 +29,32 @@ func delivery() provider.Delivery {
 
 func newClient(t *testing.T, url string) *Client {
 	t.Helper()
-	c, err := New(Config{URL: url, Secret: testSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return providertest.New(t, New, Config{URL: url, Secret: testSecret})
 }
 
 func TestSendSignsAndDescribes(t *testing.T) {
 	t.Parallel()
-	var got *http.Request
-	var gotBody []byte
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = r
-		gotBody, _ = io.ReadAll(r.Body)
-		if err := Verify(testSecret, r.Header, gotBody, time.Now(), 0); err != nil {
+	now := time.Unix(1_700_000_000, 0).UTC()
+	srv := providertest.NewServer(t, "/hooks", func(t testing.TB, r *providertest.Request) {
+		if err := Verify(testSecret, r.Header, r.Body, now, 0); err != nil {
 			t.Errorf("Verify: %v", err)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"id":"msg_1"}`))
-	}))
-	defer srv.Close()
-	c := newClient(t, srv.URL+"/hooks")
-	res, err := c.Send(context.Background(), delivery())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.MessageID != "msg_1" || res.HTTPStatus != 200 {
-		t.Fatalf("result %+v", res)
-	}
-	if got.Method != http.MethodPost || got.URL.Path != "/hooks" {
-		t.Fatalf("request %s %s", got.Method, got.URL.Path)
-	}
+	})
+	srv.Reply(200, `{"id":"msg_1"}`, map[string]string{"Content-Type": "application/json"})
+	c := providertest.New(t, New, Config{URL: srv.URL + "/hooks", Secret: testSecret, Clock: clock.NewStub(now)})
+	providertest.Accept(t, c, delivery(), "msg_1", 200)
+	got := srv.Last(t)
 	if got.Header.Get(HeaderID) != "n42-1700000000" || got.Header.Get(HeaderTenant) != "t1" ||
-		got.Header.Get(HeaderNotificationID) != "42" || got.Header.Get("Content-Type") != "application/json" {
+		got.Header.Get(HeaderNotificationID) != "42" || got.Header.Get("Content-Type") != "application/json" ||
+		got.Header.Get(HeaderTimestamp) != strconv.FormatInt(now.Unix(), 10) {
 		t.Fatalf("headers %v", got.Header)
 	}
 	var p Payload
-	if err := json.Unmarshal(gotBody, &p); err != nil {
+	if err := json.Unmarshal(got.Body, &p); err != nil {
 		t.Fatal(err)
 	}
 	if p.Type != "invoice.due" || p.Data.NotificationID != 42 || p.Data.Recipient != "ops@example.com" ||
-		string(p.Data.Payload) != `{"invoice":"INV-1"}` {
+		string(p.Data.Payload) != `{"invoice":"INV-1"}` || !p.Timestamp.Equal(now) {
 		t.Fatalf("payload %+v", p)
 	}
 	if c.Name() != "webhook:"+strings.TrimPrefix(srv.URL, "http://") {
@@ -79,6 +64,8 @@ func TestSendSignsAndDescribes(t *testing.T) {
 
 func TestMessageIDFallbacks(t *testing.T) {
 	t.Parallel()
+	srv := providertest.NewServer(t, "", nil)
+	c := newClient(t, srv.URL)
 	for _, tt := range []struct {
 		header, body, want string
 	}{
@@ -87,61 +74,38 @@ func TestMessageIDFallbacks(t *testing.T) {
 		{"hdr_1", `{"id":"body_1"}`, "body_1"},
 		{"", "<html>ok</html>", "n42-1700000000"},
 	} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if tt.header != "" {
-				w.Header().Set("X-Message-Id", tt.header)
-			}
-			w.WriteHeader(http.StatusAccepted)
-			w.Write([]byte(tt.body))
-		}))
-		res, err := newClient(t, srv.URL).Send(context.Background(), delivery())
-		srv.Close()
-		if err != nil || res.MessageID != tt.want {
-			t.Errorf("header %q body %q: %+v %v; want %q", tt.header, tt.body, res, err, tt.want)
+		var h map[string]string
+		if tt.header != "" {
+			h = map[string]string{"X-Message-Id": tt.header}
 		}
+		srv.Reply(http.StatusAccepted, tt.body, h)
+		providertest.Accept(t, c, delivery(), tt.want, http.StatusAccepted)
 	}
 }
 
 func TestClassification(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		status int
-		ra     string
-		class  provider.Class
-		after  time.Duration
-	}{
-		{429, "12", provider.RateLimited, 12 * time.Second},
-		{502, "3", provider.Transient, 3 * time.Second},
-		{503, "", provider.Transient, 0},
-		{504, "", provider.Transient, 0},
-		{500, "", provider.Transient, 0},
-		{410, "", provider.Permanent, 0},
-		{400, "", provider.Permanent, 0},
-		{401, "", provider.Permanent, 0},
-		{422, "", provider.Permanent, 0},
-		{302, "", provider.Permanent, 0},
-	} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if tt.ra != "" {
-				w.Header().Set("Retry-After", tt.ra)
-			}
-			if tt.status == 302 {
-				w.Header().Set("Location", "http://example.invalid/")
-			}
-			w.WriteHeader(tt.status)
-			w.Write([]byte(`{"error":"nope ` + testSecret + `"}`))
-		}))
-		_, err := newClient(t, srv.URL).Send(context.Background(), delivery())
-		srv.Close()
-		pe := provider.Classify(err)
-		if pe == nil || pe.Class != tt.class || pe.RetryAfter != tt.after || pe.HTTPStatus != tt.status {
-			t.Errorf("%d: %#v; want %v after %v", tt.status, pe, tt.class, tt.after)
-			continue
-		}
-		if strings.Contains(err.Error(), testSecret) {
-			t.Errorf("%d: error leaks the secret: %v", tt.status, err)
-		}
+	// Every answer echoes the secret, which no error may repeat.
+	body := `{"error":"nope ` + testSecret + `"}`
+	answer := func(status int, retryAfter string, class provider.Class, after time.Duration) providertest.Case {
+		return providertest.Case{Name: strconv.Itoa(status), Status: status, Body: body, Header: providertest.RetryAfter(retryAfter),
+			Class: class, After: after}
 	}
+	redirect := answer(302, "", provider.Permanent, 0)
+	redirect.Header = map[string]string{"Location": "http://example.invalid/"}
+	srv := providertest.NewServer(t, "", nil)
+	providertest.CheckClasses(t, srv, newClient(t, srv.URL), delivery(), testSecret, []providertest.Case{
+		answer(429, "12", provider.RateLimited, 12*time.Second),
+		answer(502, "3", provider.Transient, 3*time.Second),
+		answer(503, "", provider.Transient, 0),
+		answer(504, "", provider.Transient, 0),
+		answer(500, "", provider.Transient, 0),
+		answer(410, "", provider.Permanent, 0),
+		answer(400, "", provider.Permanent, 0),
+		answer(401, "", provider.Permanent, 0),
+		answer(422, "", provider.Permanent, 0),
+		redirect,
+	})
 }
 
 func TestTransportErrorIsTransient(t *testing.T) {
@@ -157,24 +121,14 @@ func TestTransportErrorIsTransient(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{}, "OWED_WEBHOOK_URL"},
-		{Config{URL: "ftp://x"}, "OWED_WEBHOOK_URL"},
-		{Config{URL: "/relative"}, "OWED_WEBHOOK_URL"},
-		{Config{URL: "http://x", Secret: "whsec_c2VjcmV0!!"}, "OWED_WEBHOOK_SECRET"},
-		{Config{URL: "http://x", Secret: "whsec_", EnvPrefix: "OWED_SANDBOX"}, "OWED_SANDBOX_SECRET"},
-	} {
-		_, err := New(tt.cfg)
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%+v: %v; want mention of %s", tt.cfg, err, tt.want)
-		}
-		if err != nil && len(tt.cfg.Secret) > len(SecretPrefix) && strings.Contains(err.Error(), tt.cfg.Secret) {
-			t.Errorf("error leaks the secret: %v", err)
-		}
-	}
+	const badSecret = "whsec_c2VjcmV0!!"
+	providertest.CheckConfigErrors(t, New, []providertest.ConfigCase[Config]{
+		{Config: Config{}, Want: "OWED_WEBHOOK_URL"},
+		{Config: Config{URL: "ftp://x"}, Want: "OWED_WEBHOOK_URL"},
+		{Config: Config{URL: "/relative"}, Want: "OWED_WEBHOOK_URL"},
+		{Config: Config{URL: "http://x", Secret: badSecret}, Want: "OWED_WEBHOOK_SECRET"},
+		{Config: Config{URL: "http://x", Secret: "whsec_", EnvPrefix: "OWED_SANDBOX"}, Want: "OWED_SANDBOX_SECRET"},
+	}, badSecret)
 }
 
 func TestVerify(t *testing.T) {
@@ -257,16 +211,10 @@ func FuzzWebhookResponse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, status int, body []byte, retryAfter string) {
 		h := http.Header{}
 		h.Set("Retry-After", retryAfter)
-		res, err := classify("webhook", provider.Response{Status: status, Header: h, Body: body}, "key", time.Now())
-		ok := status >= 200 && status < 300
-		if ok != (err == nil) {
-			t.Fatalf("status %d: err %v", status, err)
-		}
-		if ok && res.MessageID == "" {
-			t.Fatalf("status %d: accepted without a message id", status)
-		}
-		if pe := provider.Classify(err); pe != nil && (pe.RetryAfter < 0 || pe.RetryAfter > provider.MaxRetryAfter) {
-			t.Fatalf("retry after %v out of range", pe.RetryAfter)
+		res, err := classify("webhook", provider.Response{Status: status, Header: h, Body: body}, "key", time.Now(), testSecret)
+		providertest.CheckOutcome(t, status, providertest.Any2xx, res, err, testSecret)
+		if providertest.Any2xx(status) && (err != nil || res.MessageID == "") {
+			t.Fatalf("status %d: %+v %v; want a success with a message id", status, res, err)
 		}
 	})
 }
