@@ -32,8 +32,8 @@ import (
 	"github.com/owedhq/owed/bench/internal/stack"
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/message"
 	"github.com/owedhq/owed/internal/pace"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/provider/webhook"
@@ -174,7 +174,7 @@ func inlineRun(ctx context.Context, backlogMinutes int) ([]benchutil.Row, error)
 	if err != nil {
 		return nil, err
 	}
-	msg, err := message.Parse("sms", []byte(`{"text":"hello"}`))
+	msg, err := payload.Parse("sms", []byte(`{"text":"hello"}`))
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +185,7 @@ func inlineRun(ctx context.Context, backlogMinutes int) ([]benchutil.Row, error)
 	sent, refused := 0, 0
 	for sent < backlog && time.Now().Before(deadline) {
 		_, err := sender.Send(ctx, provider.Delivery{Tenant: "t", NotificationID: int64(sent + 1), Recipient: "r", Channel: "sms",
-			Kind: "reminder", Message: msg, IdempotencyKey: fmt.Sprintf("inline-%d", sent)})
+			Kind: "reminder", Content: msg, IdempotencyKey: fmt.Sprintf("inline-%d", sent)})
 		if err == nil {
 			sent++
 			continue

@@ -11,7 +11,7 @@ import (
 
 	"github.com/lib/pq"
 
-	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/tenant"
 )
 
@@ -132,9 +132,9 @@ func Validate(tenant string, rows []NewNotification) error {
 				r.DueAt.UTC().Format(time.RFC3339))
 		}
 		if strings.TrimSpace(r.Channel) == "" {
-			v.add(i, "channel", "required: one of %s", strings.Join(message.Channels(), ", "))
-		} else if _, err := message.Parse(r.Channel, r.Payload); err != nil {
-			// message.Parse names the field (channel, payload, subject, text…).
+			v.add(i, "channel", "required: one of %s", strings.Join(payload.Channels(), ", "))
+		} else if _, err := payload.Parse(r.Channel, r.Payload); err != nil {
+			// payload.Parse names the field (channel, payload, subject, text…).
 			field, msg, ok := strings.Cut(err.Error(), ": ")
 			if !ok {
 				field, msg = "payload", err.Error()

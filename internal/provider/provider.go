@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/payload"
 )
 
 // Sender delivers one notification through one provider account.
@@ -45,7 +45,7 @@ type Delivery struct {
 	Recipient string
 	Channel   string
 	Kind      string
-	Message   message.Message
+	Content   payload.Content
 	// IdempotencyKey is the same on every attempt of a row, so a provider that
 	// honours it turns a retried send into a no-op.
 	IdempotencyKey string

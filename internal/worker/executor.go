@@ -12,7 +12,7 @@ import (
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/queue"
 )
@@ -123,7 +123,7 @@ func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
 		w.fail(ctx, dl, fmt.Sprintf("no provider for channel %q: %v", row.Channel, err), nil)
 		return false
 	}
-	msg, err := message.Parse(row.Channel, row.Payload)
+	msg, err := payload.Parse(row.Channel, row.Payload)
 	if err != nil {
 		w.fail(ctx, dl, "payload: "+err.Error(), nil)
 		return false
@@ -144,7 +144,7 @@ func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
 	}
 	dl.sender, dl.pace = sender, w.o.Pace(sender.Name())
 	dl.request = provider.Delivery{Tenant: row.Tenant, NotificationID: row.ID, Recipient: addr, Channel: row.Channel,
-		Kind: row.Kind, Message: msg, IdempotencyKey: dl.env.Key}
+		Kind: row.Kind, Content: msg, IdempotencyKey: dl.env.Key}
 	return true
 }
 

@@ -96,8 +96,8 @@ type request struct {
 // Send emails d to the address d.Recipient; the kind becomes the Tag.
 func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
 	r := request{
-		From: c.cfg.From, To: d.Recipient, Subject: d.Message.Subject,
-		TextBody: d.Message.Text, HTMLBody: d.Message.HTML, Tag: d.Kind, MessageStream: c.cfg.MessageStream,
+		From: c.cfg.From, To: d.Recipient, Subject: d.Content.Subject,
+		TextBody: d.Content.Text, HTMLBody: d.Content.HTML, Tag: d.Kind, MessageStream: c.cfg.MessageStream,
 		Metadata: map[string]string{
 			"owed_idempotency_key": d.IdempotencyKey,
 			"owed_notification_id": strconv.FormatInt(d.NotificationID, 10),

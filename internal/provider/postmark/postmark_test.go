@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/providertest"
 )
@@ -13,9 +13,9 @@ import (
 const token = "pm-server-token-secret"
 
 func delivery() provider.Delivery {
-	return provider.Delivery{Tenant: "t1", NotificationID: 5, Recipient: "bob@example.com", Channel: message.ChannelEmail,
+	return provider.Delivery{Tenant: "t1", NotificationID: 5, Recipient: "bob@example.com", Channel: payload.ChannelEmail,
 		Kind: "renewal", IdempotencyKey: "k5",
-		Message: message.Message{Subject: "Renewal", Text: "Renew soon", HTML: "<b>Renew</b>"}}
+		Content: payload.Content{Subject: "Renewal", Text: "Renew soon", HTML: "<b>Renew</b>"}}
 }
 
 // fake answers like Postmark's /email, after checking that the request is

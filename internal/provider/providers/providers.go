@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/postmark"
 	"github.com/owedhq/owed/internal/provider/sandbox"
@@ -50,11 +50,11 @@ var providerNames = []string{Sandbox, Webhook, Telegram, Twilio, SendGrid, Postm
 // carries says which providers can carry each channel. The sandbox and the
 // generic webhook carry anything: the receiver decides what a channel means.
 var carries = map[string][]string{
-	message.ChannelEmail:    {Sandbox, Webhook, SendGrid, Postmark, None},
-	message.ChannelSMS:      {Sandbox, Webhook, Twilio, None},
-	message.ChannelTelegram: {Sandbox, Webhook, Telegram, None},
-	message.ChannelSlack:    {Sandbox, Webhook, Slack, None},
-	message.ChannelWebhook:  {Sandbox, Webhook, None},
+	payload.ChannelEmail:    {Sandbox, Webhook, SendGrid, Postmark, None},
+	payload.ChannelSMS:      {Sandbox, Webhook, Twilio, None},
+	payload.ChannelTelegram: {Sandbox, Webhook, Telegram, None},
+	payload.ChannelSlack:    {Sandbox, Webhook, Slack, None},
+	payload.ChannelWebhook:  {Sandbox, Webhook, None},
 }
 
 // Config is read with envconfig.Process("OWED", &cfg); every variable is
@@ -129,13 +129,13 @@ func New(cfg Config) (Router, error) {
 		return Router{}, fmt.Errorf("OWED_PROVIDER_TIMEOUT: must be a positive duration like 10s (got %s)", cfg.Timeout)
 	}
 	overrides := map[string]string{
-		message.ChannelEmail: cfg.ProviderEmail, message.ChannelSMS: cfg.ProviderSMS,
-		message.ChannelTelegram: cfg.ProviderTelegram, message.ChannelSlack: cfg.ProviderSlack,
-		message.ChannelWebhook: cfg.ProviderWebhook,
+		payload.ChannelEmail: cfg.ProviderEmail, payload.ChannelSMS: cfg.ProviderSMS,
+		payload.ChannelTelegram: cfg.ProviderTelegram, payload.ChannelSlack: cfg.ProviderSlack,
+		payload.ChannelWebhook: cfg.ProviderWebhook,
 	}
 	built := map[string]provider.Sender{}
 	r := Router{senders: map[string]provider.Sender{}}
-	for _, ch := range message.Channels() {
+	for _, ch := range payload.Channels() {
 		name, variable := cfg.Provider, "OWED_PROVIDER"
 		if o := overrides[ch]; o != "" {
 			name, variable = o, "OWED_PROVIDER_"+strings.ToUpper(ch)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
-	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/payload"
 )
 
 // load reads the environment the way the worker does. Tests using it call
@@ -29,8 +29,8 @@ func TestDefaultIsSandboxForEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, _ := r.For(message.ChannelEmail)
-	for _, ch := range message.Channels() {
+	first, _ := r.For(payload.ChannelEmail)
+	for _, ch := range payload.Channels() {
 		s, err := r.For(ch)
 		if err != nil || s != first || s.Name() != "sandbox" {
 			t.Fatalf("%s: %v %v", ch, s, err)
@@ -63,9 +63,9 @@ func TestEveryProviderFromTheEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		message.ChannelEmail: "sendgrid:owed@example.com", message.ChannelSMS: "twilio:AC123",
-		message.ChannelTelegram: "telegram", message.ChannelSlack: "slack",
-		message.ChannelWebhook: "webhook:hooks.example.com",
+		payload.ChannelEmail: "sendgrid:owed@example.com", payload.ChannelSMS: "twilio:AC123",
+		payload.ChannelTelegram: "telegram", payload.ChannelSlack: "slack",
+		payload.ChannelWebhook: "webhook:hooks.example.com",
 	}
 	got := r.Assignments()
 	for ch, name := range want {
@@ -85,17 +85,17 @@ func TestPostmarkAndNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s, err := r.For(message.ChannelEmail); err != nil || s.Name() != "postmark:owed@example.com" {
+	if s, err := r.For(payload.ChannelEmail); err != nil || s.Name() != "postmark:owed@example.com" {
 		t.Fatalf("email: %v %v", s, err)
 	}
-	_, err = r.For(message.ChannelSMS)
+	_, err = r.For(payload.ChannelSMS)
 	if !errors.Is(err, ErrNoProvider) || !strings.Contains(err.Error(), "OWED_PROVIDER_SMS") {
 		t.Fatalf("disabled channel: %v", err)
 	}
 	if _, err := r.For("pigeon"); !errors.Is(err, ErrNoProvider) {
 		t.Fatalf("unknown channel: %v", err)
 	}
-	if r.Assignments()[message.ChannelSMS] != None {
+	if r.Assignments()[payload.ChannelSMS] != None {
 		t.Fatalf("assignments %v", r.Assignments())
 	}
 }

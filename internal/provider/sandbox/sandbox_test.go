@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/owedhq/owed/internal/clock"
-	"github.com/owedhq/owed/internal/message"
 	"github.com/owedhq/owed/internal/pace"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/webhook"
 )
@@ -66,9 +66,9 @@ func setup(t *testing.T, mutate func(*Config)) bundle {
 }
 
 func delivery(n int64, recipient string) provider.Delivery {
-	return provider.Delivery{Tenant: "t1", NotificationID: n, Recipient: recipient, Channel: message.ChannelEmail,
+	return provider.Delivery{Tenant: "t1", NotificationID: n, Recipient: recipient, Channel: payload.ChannelEmail,
 		Kind: "reminder", IdempotencyKey: fmt.Sprintf("key-%d", n),
-		Message: message.Message{Subject: "Hi", Text: "owed"}}
+		Content: payload.Content{Subject: "Hi", Text: "owed"}}
 }
 
 func TestRateLimit(t *testing.T) {

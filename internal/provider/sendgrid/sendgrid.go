@@ -101,14 +101,14 @@ func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result
 			},
 		}},
 		From:    address{Email: c.cfg.From, Name: c.cfg.FromName},
-		Subject: d.Message.Subject,
+		Subject: d.Content.Subject,
 	}
 	// SendGrid requires text/plain before text/html when both are present.
-	if d.Message.Text != "" {
-		r.Content = append(r.Content, content{Type: "text/plain", Value: d.Message.Text})
+	if d.Content.Text != "" {
+		r.Content = append(r.Content, content{Type: "text/plain", Value: d.Content.Text})
 	}
-	if d.Message.HTML != "" {
-		r.Content = append(r.Content, content{Type: "text/html", Value: d.Message.HTML})
+	if d.Content.HTML != "" {
+		r.Content = append(r.Content, content{Type: "text/html", Value: d.Content.HTML})
 	}
 	return c.ep.PostJSON(ctx, r, func(req *http.Request) {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)

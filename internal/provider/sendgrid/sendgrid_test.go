@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/owedhq/owed/internal/clock"
-	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/providertest"
 )
@@ -18,9 +18,9 @@ const key = "SG.secret-api-key"
 var now = time.Unix(1_700_000_000, 0).UTC()
 
 func delivery() provider.Delivery {
-	return provider.Delivery{Tenant: "t1", NotificationID: 9, Recipient: "ann@example.com", Channel: message.ChannelEmail,
+	return provider.Delivery{Tenant: "t1", NotificationID: 9, Recipient: "ann@example.com", Channel: payload.ChannelEmail,
 		Kind: "invoice", IdempotencyKey: "k9",
-		Message: message.Message{Subject: "Invoice due", Text: "Pay it", HTML: "<p>Pay it</p>"}}
+		Content: payload.Content{Subject: "Invoice due", Text: "Pay it", HTML: "<p>Pay it</p>"}}
 }
 
 // fake answers like Mail Send, after checking that the request is

@@ -82,7 +82,7 @@ type request struct {
 
 // Send posts d's text to the channel whose id is d.Recipient.
 func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
-	return c.ep.PostJSON(ctx, request{Channel: d.Recipient, Text: d.Message.Text}, func(req *http.Request) {
+	return c.ep.PostJSON(ctx, request{Channel: d.Recipient, Text: d.Content.Text}, func(req *http.Request) {
 		// Slack warns unless the charset is explicit.
 		req.Header.Set("Content-Type", "application/json; charset=utf-8")
 		req.Header.Set("Authorization", "Bearer "+c.token)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/providertest"
 )
@@ -14,8 +14,8 @@ import (
 const token = "xoxb-secret-slack-token"
 
 func delivery() provider.Delivery {
-	return provider.Delivery{Tenant: "t1", NotificationID: 11, Recipient: "C024BE91L", Channel: message.ChannelSlack,
-		Kind: "deploy", IdempotencyKey: "k11", Message: message.Message{Text: "Deploy window opens in 5 minutes"}}
+	return provider.Delivery{Tenant: "t1", NotificationID: 11, Recipient: "C024BE91L", Channel: payload.ChannelSlack,
+		Kind: "deploy", IdempotencyKey: "k11", Content: payload.Content{Text: "Deploy window opens in 5 minutes"}}
 }
 
 // fake answers like chat.postMessage, after checking that the request is

@@ -74,7 +74,7 @@ type request struct {
 // Send posts d's text to the chat whose id is d.Recipient. Message.Extras
 // "parse_mode" (MarkdownV2, HTML) is passed through.
 func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
-	r := request{ChatID: d.Recipient, Text: d.Message.Text, ParseMode: d.Message.Extras["parse_mode"]}
+	r := request{ChatID: d.Recipient, Text: d.Content.Text, ParseMode: d.Content.Extras["parse_mode"]}
 	return c.ep.PostJSON(ctx, r, nil, func(resp provider.Response, now time.Time) (provider.Result, error) {
 		return classify(resp, d.Recipient, now, c.token)
 	})

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/providertest"
 )
@@ -17,9 +17,9 @@ import (
 const token = "123456:ABC-secret-token"
 
 func delivery() provider.Delivery {
-	return provider.Delivery{Tenant: "t1", NotificationID: 7, Recipient: "-100123", Channel: message.ChannelTelegram,
+	return provider.Delivery{Tenant: "t1", NotificationID: 7, Recipient: "-100123", Channel: payload.ChannelTelegram,
 		Kind: "standup", IdempotencyKey: "k7",
-		Message: message.Message{Text: "*standup* in 10 minutes", Extras: map[string]string{"parse_mode": "MarkdownV2"}}}
+		Content: payload.Content{Text: "*standup* in 10 minutes", Extras: map[string]string{"parse_mode": "MarkdownV2"}}}
 }
 
 // fake answers like the Bot API, after checking that the request is

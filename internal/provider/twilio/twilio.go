@@ -81,9 +81,9 @@ func New(cfg Config) (*Client, error) {
 // Name is "twilio:<account sid>": the rate limit is the account's.
 func (c *Client) Name() string { return "twilio:" + c.cfg.AccountSID }
 
-// Send texts d.Message.Text to the number d.Recipient.
+// Send texts d.Content.Text to the number d.Recipient.
 func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
-	form := url.Values{"To": {d.Recipient}, "Body": {d.Message.Text}}
+	form := url.Values{"To": {d.Recipient}, "Body": {d.Content.Text}}
 	if c.cfg.MessagingServiceSID != "" {
 		form.Set("MessagingServiceSid", c.cfg.MessagingServiceSID)
 	} else {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/providertest"
 )
@@ -16,8 +16,8 @@ const (
 )
 
 func delivery() provider.Delivery {
-	return provider.Delivery{Tenant: "t1", NotificationID: 3, Recipient: "+15558675310", Channel: message.ChannelSMS,
-		Kind: "appointment", IdempotencyKey: "k3", Message: message.Message{Text: "Your appointment is at 3pm"}}
+	return provider.Delivery{Tenant: "t1", NotificationID: 3, Recipient: "+15558675310", Channel: payload.ChannelSMS,
+		Kind: "appointment", IdempotencyKey: "k3", Content: payload.Content{Text: "Your appointment is at 3pm"}}
 }
 
 // fake answers like the Messages resource, after checking that the request

@@ -146,8 +146,8 @@ func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result
 		Timestamp: now.UTC(),
 		Data: Data{
 			NotificationID: d.NotificationID, Tenant: d.Tenant, Recipient: d.Recipient, Channel: d.Channel,
-			Subject: d.Message.Subject, Text: d.Message.Text, HTML: d.Message.HTML,
-			Payload: d.Message.Data, Extras: d.Message.Extras,
+			Subject: d.Content.Subject, Text: d.Content.Text, HTML: d.Content.HTML,
+			Payload: d.Content.Data, Extras: d.Content.Extras,
 		},
 	})
 	if err != nil {

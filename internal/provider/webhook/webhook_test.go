@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/owedhq/owed/internal/clock"
-	"github.com/owedhq/owed/internal/message"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/providertest"
 )
@@ -21,9 +21,9 @@ var testSecret = SecretPrefix + base64.StdEncoding.EncodeToString([]byte("a very
 
 func delivery() provider.Delivery {
 	return provider.Delivery{
-		Tenant: "t1", NotificationID: 42, Recipient: "ops@example.com", Channel: message.ChannelWebhook,
+		Tenant: "t1", NotificationID: 42, Recipient: "ops@example.com", Channel: payload.ChannelWebhook,
 		Kind: "invoice.due", IdempotencyKey: "n42-1700000000",
-		Message: message.Message{Data: json.RawMessage(`{"invoice":"INV-1"}`)},
+		Content: payload.Content{Data: json.RawMessage(`{"invoice":"INV-1"}`)},
 	}
 }
 

@@ -1,8 +1,8 @@
-// Package message defines the rendered notification a ledger row carries in
+// Package payload defines the rendered notification a ledger row carries in
 // its payload, and the per-channel rules it must satisfy. The rules are
 // checked when a row is scheduled, so a worker never discovers at send time
 // that an email has no subject.
-package message
+package payload
 
 import (
 	"bytes"
@@ -25,8 +25,9 @@ const (
 // MaxPayloadBytes bounds a row's payload; the ledger enforces the same limit.
 const MaxPayloadBytes = 64 << 10
 
-// Message is the rendered content of one notification.
-type Message struct {
+// Content is the rendered content of one notification: what its payload
+// column holds.
+type Content struct {
 	Subject string `json:"subject,omitempty"`
 	Text    string `json:"text,omitempty"`
 	HTML    string `json:"html,omitempty"`
@@ -36,8 +37,8 @@ type Message struct {
 	Extras map[string]string `json:"extras,omitempty"`
 }
 
-var channels = map[string]func(Message) error{
-	ChannelEmail: func(m Message) error {
+var channels = map[string]func(Content) error{
+	ChannelEmail: func(m Content) error {
 		if strings.TrimSpace(m.Subject) == "" {
 			return fmt.Errorf("subject: required for channel %q", ChannelEmail)
 		}
@@ -49,7 +50,7 @@ var channels = map[string]func(Message) error{
 	ChannelSMS:      needText(ChannelSMS),
 	ChannelTelegram: needText(ChannelTelegram),
 	ChannelSlack:    needText(ChannelSlack),
-	ChannelWebhook: func(m Message) error {
+	ChannelWebhook: func(m Content) error {
 		if len(m.Data) == 0 && m.Text == "" {
 			return fmt.Errorf("data: required for channel %q (or text)", ChannelWebhook)
 		}
@@ -57,8 +58,8 @@ var channels = map[string]func(Message) error{
 	},
 }
 
-func needText(ch string) func(Message) error {
-	return func(m Message) error {
+func needText(ch string) func(Content) error {
+	return func(m Content) error {
 		if strings.TrimSpace(m.Text) == "" {
 			return fmt.Errorf("text: required for channel %q", ch)
 		}
@@ -79,8 +80,8 @@ func Channels() []string {
 // Parse decodes a payload for channel and checks the channel's rules. The
 // error names the offending field. Unknown fields are rejected so a typo
 // ("subjct") fails at scheduling rather than sending an email without one.
-func Parse(channel string, raw []byte) (Message, error) {
-	var m Message
+func Parse(channel string, raw []byte) (Content, error) {
+	var m Content
 	check, ok := channels[channel]
 	if !ok {
 		return m, fmt.Errorf("channel: %q is not one of %s", channel, strings.Join(Channels(), ", "))
