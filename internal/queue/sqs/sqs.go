@@ -274,7 +274,7 @@ func sentAt(m types.Message) time.Time {
 
 // Ack deletes the messages. SQS refuses a malformed or expired receipt
 // per entry; those are stale receipts, not errors. (A receipt of a message
-// received again since is accepted and deletes nothing on SQS.)
+// received again since is accepted, and SQS may then delete nothing.)
 func (c *Client) Ack(ctx context.Context, receipts ...string) error {
 	return c.deleteMessages(ctx, c.cfg.QueueURL, receipts)
 }
