@@ -16,6 +16,7 @@ package backendtest
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -26,6 +27,37 @@ const MaxDelay = 15 * time.Minute
 // MaxWait is the longest long-poll wait of one Receive: SQS's WaitTimeSeconds
 // limit.
 const MaxWait = 20 * time.Second
+
+// MaxVisibility is the longest visibility the contract allows: SQS's
+// 12-hour limit.
+const MaxVisibility = 12 * time.Hour
+
+// CheckDelay refuses a per-message delay outside the contract.
+func CheckDelay(d time.Duration) error {
+	if d < 0 || d > MaxDelay {
+		return fmt.Errorf("delay %v must be between 0 and %v", d, MaxDelay)
+	}
+	return nil
+}
+
+// CheckVisibility refuses a visibility outside the contract.
+func CheckVisibility(d time.Duration) error {
+	if d < 0 || d > MaxVisibility {
+		return fmt.Errorf("visibility %v must be between 0 and %v", d, MaxVisibility)
+	}
+	return nil
+}
+
+// CheckReceive refuses Receive arguments outside the contract.
+func CheckReceive(max int, wait, visibility time.Duration) error {
+	if max < 1 {
+		return fmt.Errorf("receive max %d must be at least 1", max)
+	}
+	if wait < 0 || wait > MaxWait {
+		return fmt.Errorf("receive wait %v must be between 0 and %v", wait, MaxWait)
+	}
+	return CheckVisibility(visibility)
+}
 
 // Message is one message to publish.
 type Message struct {

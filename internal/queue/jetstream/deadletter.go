@@ -79,15 +79,7 @@ func (c *Client) DeadLetters(ctx context.Context, limit int, cursor string) ([]b
 // within the duplicate window; its Key is not reused, because the original
 // publish under that key may still be inside the window.
 func (c *Client) Redrive(ctx context.Context, ids ...string) (int, error) {
-	moved := 0
-	for _, id := range ids {
-		m, seq, err := c.deadLetter(ctx, id)
-		if err != nil {
-			return moved, err
-		}
-		if m == nil {
-			continue
-		}
+	return c.takeDeadLetters(ctx, ids, func(id string, m *natsjs.RawStreamMsg) error {
 		msgID := m.Header.Get(HeaderID)
 		if msgID == "" {
 			msgID = nuid.Next()
@@ -96,64 +88,48 @@ func (c *Client) Redrive(ctx context.Context, ids ...string) (int, error) {
 		if _, err := c.js.PublishMsg(ctx, msg,
 			natsjs.WithExpectStream(c.cfg.Stream),
 			natsjs.WithMsgID("owed-redrive "+c.cfg.DeadLetterStream+" "+id)); err != nil {
-			return moved, fmt.Errorf("jetstream: redrive %s: %w", id, err)
+			return fmt.Errorf("jetstream: redrive %s: %w", id, err)
 		}
-		ok, err := c.deleteDeadLetter(ctx, seq)
-		if err != nil {
-			return moved, err
-		}
-		if ok {
-			moved++
-		}
-	}
-	return moved, nil
+		return nil
+	})
 }
 
 // DeleteDeadLetters deletes the named dead letters.
 func (c *Client) DeleteDeadLetters(ctx context.Context, ids ...string) (int, error) {
-	deleted := 0
+	return c.takeDeadLetters(ctx, ids, func(string, *natsjs.RawStreamMsg) error { return nil })
+}
+
+// takeDeadLetters reads each named dead letter, runs do on it and then
+// deletes it; it says how many it deleted. Unknown ids are skipped, and so
+// is a dead letter another caller deleted meanwhile.
+func (c *Client) takeDeadLetters(ctx context.Context, ids []string, do func(id string, m *natsjs.RawStreamMsg) error) (int, error) {
+	taken := 0
 	for _, id := range ids {
 		seq, err := strconv.ParseUint(id, 10, 64)
 		if err != nil {
 			continue
 		}
-		ok, err := c.deleteDeadLetter(ctx, seq)
+		m, err := c.dead.GetMsg(ctx, seq)
+		if notFound(err) {
+			continue
+		}
 		if err != nil {
-			return deleted, err
+			return taken, fmt.Errorf("jetstream: read dead letter %s: %w", id, err)
 		}
-		if ok {
-			deleted++
+		if m.Subject != c.cfg.DeadLetterSubject {
+			continue
 		}
+		if err := do(id, m); err != nil {
+			return taken, err
+		}
+		err = c.dead.DeleteMsg(ctx, seq)
+		if notFound(err) {
+			continue
+		}
+		if err != nil {
+			return taken, fmt.Errorf("jetstream: delete dead letter %s: %w", id, err)
+		}
+		taken++
 	}
-	return deleted, nil
-}
-
-// deadLetter reads the dead letter id, or nil when there is none.
-func (c *Client) deadLetter(ctx context.Context, id string) (*natsjs.RawStreamMsg, uint64, error) {
-	seq, err := strconv.ParseUint(id, 10, 64)
-	if err != nil {
-		return nil, 0, nil
-	}
-	m, err := c.dead.GetMsg(ctx, seq)
-	if notFound(err) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("jetstream: read dead letter %s: %w", id, err)
-	}
-	if m.Subject != c.cfg.DeadLetterSubject {
-		return nil, 0, nil
-	}
-	return m, seq, nil
-}
-
-func (c *Client) deleteDeadLetter(ctx context.Context, seq uint64) (bool, error) {
-	err := c.dead.DeleteMsg(ctx, seq)
-	if notFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("jetstream: delete dead letter %d: %w", seq, err)
-	}
-	return true, nil
+	return taken, nil
 }

@@ -43,10 +43,6 @@ const (
 	HeaderPublishedAt = "Owed-Published-At"
 )
 
-// MaxVisibility matches SQS's 12-hour visibility limit, so owed asks no
-// backend for more than every backend gives.
-const MaxVisibility = 12 * time.Hour
-
 // Client is one connection to the queue. It is safe for concurrent use.
 type Client struct {
 	cfg    Config
@@ -104,8 +100,8 @@ func (c *Client) Publish(ctx context.Context, msgs []backendtest.Message) ([]bac
 	futures := make([]natsjs.PubAckFuture, len(msgs))
 	now := c.cfg.Clock.Now()
 	for i, m := range msgs {
-		if err := validDelay(m.Delay); err != nil {
-			res[i].Err = err
+		if err := backendtest.CheckDelay(m.Delay); err != nil {
+			res[i].Err = fmt.Errorf("jetstream: %w", err)
 			continue
 		}
 		id := nuid.Next()
@@ -174,24 +170,12 @@ func (c *Client) originalID(ctx context.Context, seq uint64, fresh string) strin
 	return fresh
 }
 
-func validDelay(d time.Duration) error {
-	if d < 0 || d > backendtest.MaxDelay {
-		return fmt.Errorf("jetstream: delay %v must be between 0 and %v", d, backendtest.MaxDelay)
-	}
-	return nil
-}
-
 // Receive returns up to max messages, waiting at most wait for the first.
 // A JetStream fetch would wait for the whole batch, so Receive takes what is
 // there, waits for one message only when nothing is, and then tops up.
 func (c *Client) Receive(ctx context.Context, max int, wait, visibility time.Duration) ([]backendtest.Delivery, error) {
-	switch {
-	case max < 1:
-		return nil, fmt.Errorf("jetstream: receive max %d must be at least 1", max)
-	case wait < 0 || wait > backendtest.MaxWait:
-		return nil, fmt.Errorf("jetstream: receive wait %v must be between 0 and %v", wait, backendtest.MaxWait)
-	case visibility < 0 || visibility > MaxVisibility:
-		return nil, fmt.Errorf("jetstream: visibility %v must be between 0 and %v", visibility, MaxVisibility)
+	if err := backendtest.CheckReceive(max, wait, visibility); err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	msgs, err := c.fetch(ctx, max, 0)
 	if err == nil && len(msgs) == 0 && wait > 0 {
@@ -301,8 +285,8 @@ func (c *Client) Ack(ctx context.Context, receipts ...string) error {
 // is a NAK with a delay: the message stays in flight, the holder can still
 // ack it, and d may exceed AckWait.
 func (c *Client) ChangeVisibility(ctx context.Context, receipt string, d time.Duration) error {
-	if d < 0 || d > MaxVisibility {
-		return fmt.Errorf("jetstream: visibility %v must be between 0 and %v", d, MaxVisibility)
+	if err := backendtest.CheckVisibility(d); err != nil {
+		return fmt.Errorf("jetstream: %w", err)
 	}
 	payload := []byte("-NAK")
 	if d > 0 {

@@ -19,8 +19,6 @@ const (
 	// bodies and attributes. SQS took 256 KiB for years; owed keeps to it so
 	// local SQS servers accept what AWS does.
 	MaxBatchBytes = 256 << 10
-	// MaxVisibility is SQS's longest visibility timeout.
-	MaxVisibility = 12 * time.Hour
 	// MinMaxReceiveCount is the lowest maxReceiveCount New accepts in the
 	// main queue's redrive policy. SQS counts every receive, and owed's
 	// ledger decides dead letters: the policy is a safety net that pace

@@ -163,8 +163,8 @@ func (c *Client) sendBatch(ctx context.Context, batch []types.SendMessageBatchRe
 // outside 0…15 min, and a body SQS cannot carry (it takes text only:
 // UTF-8 without most control characters).
 func validMessage(m backendtest.Message) error {
-	if m.Delay < 0 || m.Delay > backendtest.MaxDelay {
-		return fmt.Errorf("sqs: delay %v must be between 0 and %v", m.Delay, backendtest.MaxDelay)
+	if err := backendtest.CheckDelay(m.Delay); err != nil {
+		return fmt.Errorf("sqs: %w", err)
 	}
 	if len(m.Body) == 0 {
 		return errors.New("sqs: a message body must not be empty")
@@ -205,13 +205,8 @@ func attributesSize(attrs map[string]types.MessageAttributeValue) int {
 // wait (rounded up to whole seconds) and hiding them for visibility (0 =
 // the queue's visibility timeout).
 func (c *Client) Receive(ctx context.Context, max int, wait, visibility time.Duration) ([]backendtest.Delivery, error) {
-	switch {
-	case max < 1:
-		return nil, fmt.Errorf("sqs: receive max %d must be at least 1", max)
-	case wait < 0 || wait > backendtest.MaxWait:
-		return nil, fmt.Errorf("sqs: receive wait %v must be between 0 and %v", wait, backendtest.MaxWait)
-	case visibility < 0 || visibility > MaxVisibility:
-		return nil, fmt.Errorf("sqs: visibility %v must be between 0 and %v", visibility, MaxVisibility)
+	if err := backendtest.CheckReceive(max, wait, visibility); err != nil {
+		return nil, fmt.Errorf("sqs: %w", err)
 	}
 	msgs, err := c.receive(ctx, c.cfg.QueueURL, min(max, MaxBatch), wait, visibility)
 	if err != nil {
@@ -303,8 +298,8 @@ func (c *Client) deleteMessages(ctx context.Context, queue string, receipts []st
 // from now; 0 makes it visible at once. A receipt whose message is no
 // longer in flight is not an error.
 func (c *Client) ChangeVisibility(ctx context.Context, receipt string, d time.Duration) error {
-	if d < 0 || d > MaxVisibility {
-		return fmt.Errorf("sqs: visibility %v must be between 0 and %v", d, MaxVisibility)
+	if err := backendtest.CheckVisibility(d); err != nil {
+		return fmt.Errorf("sqs: %w", err)
 	}
 	_, err := c.api.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
 		QueueUrl:          aws.String(c.cfg.QueueURL),
