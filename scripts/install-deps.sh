@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # install-deps.sh: installs what the tests need and a fresh machine may lack
-# (PostgreSQL server binaries). Debian packages only; needs root for apt-get.
+# (PostgreSQL server binaries, the local SQS server). Debian and npm packages;
+# needs root for apt-get.
 set -euo pipefail
 need=()
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
@@ -13,4 +14,10 @@ if [ "${#need[@]}" -gt 0 ]; then
   fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
+
+# The local SQS-compatible server the sqs backend's contract tests start
+# (local-aws-sqs from the npm registry; see scripts/install-sqs.sh).
+if ! command -v owed-sqs-server >/dev/null 2>&1; then
+  "$(dirname "$0")/install-sqs.sh"
 fi
