@@ -51,7 +51,7 @@ func (s *Stack) printIntro() {
 	rel := relPath(cfg.Dir)
 	fmt.Fprintf(w, "\n  scheduling API  %s/v1          (docs/api.md)\n", ep.API)
 	fmt.Fprintf(w, "  sweeper         %s/metrics     /readyz\n", ep.API)
-	fmt.Fprintf(w, "  queue emulator  %s\n", ep.QueueURL)
+	w.WriteString(s.queueLine())
 	fmt.Fprintf(w, "  sandbox         %s/stats       %s/sends   (%s, refuses recipients matching %q)\n",
 		ep.SandboxURL, ep.SandboxURL, cfg.Rate, PermanentRecipient)
 	for i, u := range ep.WorkerURLs {

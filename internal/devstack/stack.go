@@ -43,7 +43,6 @@ import (
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
-	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
 )
 
@@ -58,8 +57,11 @@ type Stack struct {
 	cluster *cluster
 	appDB   *sql.DB
 	ledger  *ledger.Ledger
-	queue   *queue.Client
+	queue   QueueView
 	sandbox *sandbox.Client
+	// queueVars are the queue settings every sweeper and worker gets, and
+	// the env file exports.
+	queueVars map[string]string
 	// procMu guards procs, which a restart changes while the stack runs.
 	procMu sync.Mutex
 	procs  []*launch.Process
@@ -232,6 +234,9 @@ func (s *Stack) stop(force <-chan struct{}) error {
 	}
 	if s.appDB != nil {
 		s.appDB.Close()
+	}
+	if s.queue != nil {
+		s.queue.Close()
 	}
 	if s.cluster != nil {
 		if err := s.cluster.stop(force); err != nil {

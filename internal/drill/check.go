@@ -15,17 +15,17 @@ import (
 	"time"
 
 	"github.com/owedhq/owed/internal/devstack"
-	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/provider/sandbox"
-	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/tenant"
 )
 
 // Result is what one drill saw. Violations is empty when every invariant
 // held.
 type Result struct {
-	Seed     uint64
+	Seed uint64
+	// Queue is the queue backend the stack ran.
+	Queue    string
 	Faults   []Fault
 	Injected map[string]int
 	Workers  int
@@ -137,28 +137,6 @@ func readAccepts(path string) (map[int64][]accept, error) {
 	return out, sc.Err()
 }
 
-// deadLettered returns the ledger ids of every dead letter.
-func deadLettered(ctx context.Context, q *queue.Client) (map[int64]bool, error) {
-	ids := map[int64]bool{}
-	cursor := ""
-	for {
-		page, err := q.DeadLetters(ctx, queue.DeadLetterQuery{Limit: 100, Cursor: cursor})
-		if err != nil {
-			return nil, fmt.Errorf("list the dead letters: %w", err)
-		}
-		for _, d := range page.DeadLetters {
-			var e envelope.Envelope
-			if err := json.Unmarshal(d.Payload, &e); err == nil {
-				ids[e.ID] = true
-			}
-		}
-		if page.NextCursor == "" {
-			return ids, nil
-		}
-		cursor = page.NextCursor
-	}
-}
-
 // check compares the workload with the ledger, the sandbox's sends and the
 // dead letters, and fills res.
 func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, res *Result) error {
@@ -170,7 +148,7 @@ func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, res *
 	if err != nil {
 		return err
 	}
-	dead, err := deadLettered(ctx, s.Queue())
+	dead, err := s.DeadLetteredRows(ctx)
 	if err != nil {
 		return err
 	}
@@ -337,8 +315,8 @@ func (r *Result) Table(w io.Writer) {
 	if faults == "" {
 		faults = "none"
 	}
-	fmt.Fprintf(w, "owed drill: %d rows, faults %s\n  %d workers, tick %s, rate %s, rows due over %s, seed %d\n\n",
-		r.Scheduled, faults, r.Workers, r.Tick, r.Rate, r.Spread, r.Seed)
+	fmt.Fprintf(w, "owed drill: %d rows, queue %s, faults %s\n  %d workers, tick %s, rate %s, rows due over %s, seed %d\n\n",
+		r.Scheduled, r.Queue, faults, r.Workers, r.Tick, r.Rate, r.Spread, r.Seed)
 	if len(r.Injected) > 0 {
 		fmt.Fprintln(w, "faults injected")
 		kinds := make([]string, 0, len(r.Injected))

@@ -73,7 +73,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	workers := 2
-	sc := devstack.Config{Dir: cfg.Dir, BinDir: cfg.BinDir, Fresh: true, Tick: cfg.Tick, Rate: cfg.Rate, NoSeed: true,
+	sc := devstack.Config{Dir: cfg.Dir, BinDir: cfg.BinDir, Queue: cfg.Queue, Fresh: true, Tick: cfg.Tick, Rate: cfg.Rate, NoSeed: true,
 		SweeperPort: ports[0], QueuePort: ports[1], SandboxPort: ports[2], Tuning: devstack.Tuning{
 			WorkerConcurrency: drillWorkerConcurrency, SweeperEnv: drillSweeperEnv, WorkerEnv: drillWorkerEnv}}
 	if cfg.has(Scale) {
@@ -139,8 +139,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Seed: cfg.Seed, Faults: cfg.Faults, Injected: inj.counts, Workers: workers, Tick: cfg.Tick, Rate: cfg.Rate,
-		Spread: cfg.Spread}
+	res := &Result{Seed: cfg.Seed, Queue: cfg.Queue, Faults: cfg.Faults, Injected: inj.counts, Workers: workers, Tick: cfg.Tick,
+		Rate: cfg.Rate, Spread: cfg.Spread}
 	if drained {
 		res.DrainTime = time.Since(faultsCleared)
 	}
@@ -265,7 +265,12 @@ func (inj *injector) setProviderFaults(ctx context.Context, on, storm bool) erro
 	return nil
 }
 
+// setQueueFaults sets the emulator's faults; other backends have none to
+// set.
 func (inj *injector) setQueueFaults(ctx context.Context, on bool) error {
+	if inj.cfg.Queue != devstack.QueueREST {
+		return nil
+	}
 	var f emulator.Faults
 	if on && inj.cfg.has(QueueRedelivery) {
 		f.RedeliveryRate = queueRedeliveryRate

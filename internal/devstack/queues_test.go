@@ -1,0 +1,29 @@
+package devstack
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestQueueSettingIsChecked(t *testing.T) {
+	_, err := New(Config{Queue: "kafka", BinDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "--queue") || !strings.Contains(err.Error(), "rest, jetstream, sqs") {
+		t.Errorf("New with --queue kafka = %v; want an error naming --queue and rest, jetstream, sqs", err)
+	}
+	s, err := New(Config{BinDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.cfg.Queue != QueueREST {
+		t.Errorf("New without --queue runs %q; want the emulator (rest)", s.cfg.Queue)
+	}
+}
+
+// TestMissingSQSServerNamesTheScript: `owedctl dev --queue sqs` on a machine
+// without the local SQS server says which script installs it.
+func TestMissingSQSServerNamesTheScript(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	if _, err := FindSQSServer(); err == nil || !strings.Contains(err.Error(), "scripts/install-sqs.sh") {
+		t.Errorf("sqsServer without owed-sqs-server on PATH = %v; want an error naming scripts/install-sqs.sh", err)
+	}
+}
