@@ -63,6 +63,11 @@ type QueueView interface {
 	Close() error
 }
 
+// QueueInMemory reports whether backend q's local server keeps its messages
+// only in memory, so a kill -9 loses every message and dead letter it held:
+// the local SQS server does (real SQS does not).
+func QueueInMemory(q string) bool { return q == QueueSQS }
+
 // CheckQueue names the accepted backends when q is not one.
 func CheckQueue(q string) error {
 	if !slices.Contains(QueueBackends, q) {

@@ -62,6 +62,13 @@ type Result struct {
 	FailedNotDeadLettered       []int64
 	SecretsInLogs               []string
 	LogDir                      string
+	// DeadLettersLost lists failed rows without a dead letter that settled
+	// before a queue server keeping its messages in memory (the local SQS
+	// server) last came back from a kill -9: the kill took their dead
+	// letters, or the server was down when the worker wrote them. Real SQS
+	// keeps them; the ledger still holds each row as failed, with its
+	// reason.
+	DeadLettersLost []int64
 	// DrainTime is from the faults being cleared to the last row settled;
 	// zero when the ledger never drained.
 	DrainTime time.Duration
@@ -72,10 +79,10 @@ type Result struct {
 
 // ledgerRow is what the checks read of one ledger row.
 type ledgerRow struct {
-	state       string
-	expiresAt   *time.Time
-	accepted    int
-	possibleDup bool
+	state                string
+	expiresAt, settledAt *time.Time
+	accepted             int
+	possibleDup          bool
 }
 
 // accept is one send the sandbox accepted, from its log.
@@ -103,7 +110,7 @@ func readLedger(ctx context.Context, db *sql.DB) (map[int64]ledgerRow, error) {
 	}
 	out := make(map[int64]ledgerRow, len(rows))
 	for _, r := range rows {
-		out[r.ID] = ledgerRow{state: string(r.State), expiresAt: r.ExpiresAt, accepted: r.Accepted,
+		out[r.ID] = ledgerRow{state: string(r.State), expiresAt: r.ExpiresAt, settledAt: r.SettledAt, accepted: r.Accepted,
 			possibleDup: r.PossibleDuplicate}
 	}
 	return out, nil
@@ -138,8 +145,9 @@ func readAccepts(path string) (map[int64][]accept, error) {
 }
 
 // check compares the workload with the ledger, the sandbox's sends and the
-// dead letters, and fills res.
-func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, res *Result) error {
+// dead letters, and fills res. lostBefore, when set, is when a queue server
+// that loses its dead letters on a kill last came back.
+func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, lostBefore time.Time, res *Result) error {
 	ledgerRows, err := readLedger(ctx, db)
 	if err != nil {
 		return err
@@ -176,7 +184,11 @@ func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, res *
 			res.Expired++
 		case "failed":
 			res.Failed++
-			if !dead[r.id] {
+			switch {
+			case dead[r.id]:
+			case lr.settledAt != nil && !lr.settledAt.After(lostBefore):
+				res.DeadLettersLost = append(res.DeadLettersLost, r.id)
+			default:
 				res.FailedNotDeadLettered = append(res.FailedNotDeadLettered, r.id)
 			}
 		case "cancelled":
@@ -353,6 +365,7 @@ func (r *Result) Table(w io.Writer) {
 		{"accepted, then settled expired/failed", fmt.Sprint(len(r.AcceptedButSettledOtherwise))},
 		{"dead-letter depth", fmt.Sprint(r.DeadLetterDepth)},
 		{"failed, not dead-lettered (must be 0)", fmt.Sprint(len(r.FailedNotDeadLettered))},
+		{"  dead letters lost with the queue server", fmt.Sprint(len(r.DeadLettersLost))},
 		{"secrets in logs (must be 0)", fmt.Sprint(len(r.SecretsInLogs))},
 		{"time to drain after faults cleared", drain},
 		{"total", r.Total.Round(100 * time.Millisecond).String()},

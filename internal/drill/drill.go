@@ -147,7 +147,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// Messages still moving (a redelivered copy of a settled row) may yet
 	// reach a worker; let them settle before counting sends.
 	quiesce(ctx, s)
-	if err := check(ctx, db, s, rows, res); err != nil {
+	var lostBefore time.Time
+	if devstack.QueueInMemory(cfg.Queue) {
+		lostBefore = inj.queueBack
+	}
+	if err := check(ctx, db, s, rows, lostBefore, res); err != nil {
 		return nil, err
 	}
 	res.Total = time.Since(began)
