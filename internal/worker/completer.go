@@ -109,7 +109,12 @@ func (w *Worker) retryOrFail(ctx context.Context, dl *delivery, a ledger.Attempt
 // release gives the row back and brings its message back after r.after.
 func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 	retryAt := w.o.Clock.Now().Add(r.after)
-	if err := w.o.Ledger.ReleaseClaim(ctx, dl.row.Tenant, dl.row.ID, retryAt, requeueGrace, r.reason, r.attempt, r.uncertain); err != nil {
+	// A claim that came with the possible-duplicate mark keeps it through
+	// the release whatever this attempt's outcome: the earlier send may still
+	// have reached the provider, so the send that finally happens must be
+	// recorded as a possible duplicate too.
+	uncertain := r.uncertain || dl.possibleDuplicate
+	if err := w.o.Ledger.ReleaseClaim(ctx, dl.row.Tenant, dl.row.ID, retryAt, requeueGrace, r.reason, r.attempt, uncertain); err != nil {
 		// The claim's own lease will run out; the nack still schedules the
 		// message, so the row is not stranded.
 		dl.log.Warn().Err(err).Msg("could not release the claim")

@@ -543,3 +543,44 @@ func TestLostAnswerRetryIsRecordedAsPossibleDuplicate(t *testing.T) {
 		t.Errorf("sandbox duplicates %d, want 1 (the provider did take the first send)", st.Duplicates)
 	}
 }
+
+// refuseOncePacer has no slot for the first reservation, then always one.
+type refuseOncePacer struct{ refused *atomic.Bool }
+
+func (p refuseOncePacer) Reserve(context.Context, time.Duration) (time.Duration, bool, error) {
+	if !p.refused.Swap(true) {
+		return 200 * time.Millisecond, false, nil
+	}
+	return 0, true, nil
+}
+func (refuseOncePacer) Pause(context.Context, time.Duration) error { return nil }
+
+// A row a dead worker may already have sent is re-claimed with its mark; if
+// that claim is handed back before sending (the pace has no slot), the mark
+// must survive the release, so the send that finally happens is still
+// recorded as a possible duplicate.
+func TestPossibleDuplicateMarkSurvivesARelease(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	due := time.Now().Add(-time.Second).UTC().Truncate(time.Microsecond)
+	rows := b.Schedule(t, "acme", 1, due, nil)
+	b.sweepAll(t)
+	msgs, err := b.Queue.Consume(bg, queue.ConsumeOptions{MaxMessages: 1, VisibilityTimeout: time.Second})
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("consume: %v %d", err, len(msgs))
+	}
+	if c, err := b.Ledger.ClaimForSend(bg, "acme", rows[0].ID, ledger.ClaimParams{DueAt: due, LeaseFor: time.Millisecond}); err != nil || c.Outcome != ledger.ClaimSend {
+		t.Fatalf("claim: %v %v", c.Outcome, err)
+	}
+	var refused atomic.Bool
+	b.start(t, func(o *worker.Options) {
+		o.Pace = func(string) worker.Pacer { return refuseOncePacer{&refused} }
+	})
+	b.waitSettled(t, 30*time.Second)
+	if !refused.Load() {
+		t.Fatal("the pace never refused a slot: the release path was not exercised")
+	}
+	d, _ := b.Ledger.Get(bg, "acme", rows[0].ID)
+	if d.State != ledger.StateDelivered || len(d.History) != 1 || !d.History[0].PossibleDuplicate {
+		t.Errorf("row: state=%s history=%+v, want delivered with its one attempt flagged possible duplicate", d.State, d.History)
+	}
+}
