@@ -194,7 +194,9 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Resul
 		if err != nil {
 			return fmt.Errorf("encode row %d: %w", r.ID, err)
 		}
-		msgs[i] = queue.Message{Payload: body, IdempotencyKey: key}
+		// The queue key adds the row's generation, so a deliberate
+		// republish is never deduplicated away; the provider's key is the row's.
+		msgs[i] = queue.Message{Payload: body, IdempotencyKey: ledger.QueueKey(s.cfg.KeyPrefix, r.ID, r.DueAt, r.QueueGeneration)}
 		// The queue counts delays in whole seconds and rounds up; rounding
 		// down here instead lets the message surface up to a second early,
 		// and the worker waits out the rest (within its early tolerance),
