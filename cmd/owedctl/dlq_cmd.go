@@ -14,7 +14,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // queueFlags are the flags every command talking to the queue shares. The
@@ -28,7 +28,7 @@ type queueFlags struct {
 func addQueueFlags(fs *flag.FlagSet) queueFlags {
 	def := os.Getenv("OWED_QUEUE_NAME")
 	if def == "" {
-		def = queue.DefaultQueueName
+		def = rest.DefaultQueueName
 	}
 	return queueFlags{
 		name: fs.String("queue", def, "queue name ($OWED_QUEUE_NAME)"),
@@ -36,8 +36,8 @@ func addQueueFlags(fs *flag.FlagSet) queueFlags {
 	}
 }
 
-func (f queueFlags) client() (*queue.Client, error) {
-	var cfg queue.Config
+func (f queueFlags) client() (*rest.Client, error) {
+	var cfg rest.Config
 	if err := envconfig.Process("OWED", &cfg); err != nil {
 		return nil, usageError{err.Error()}
 	}
@@ -45,7 +45,7 @@ func (f queueFlags) client() (*queue.Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, usageError{err.Error()}
 	}
-	return queue.New(cfg)
+	return rest.New(cfg)
 }
 
 // parseInterleaved parses flags that may come before, between or after the
@@ -79,14 +79,14 @@ func dlqCmd(ctx context.Context, args []string) error {
 		"missing action: one of depth, list, show, redrive, delete"); err != nil {
 		return err
 	}
-	action, rest := args[0], args[1:]
+	action, tail := args[0], args[1:]
 	fs := newFlags("dlq "+action, "dlq "+action+" [flags]", dlqExample)
 	qf := addQueueFlags(fs)
 	limit := fs.Int("limit", 50, "list: dead letters per page (1..100)")
 	cursor := fs.String("cursor", "", "list: start after this cursor (next_cursor of the previous page)")
 	allPages := fs.Bool("all-pages", false, "list: follow cursors to the end")
 	all := fs.Bool("all", false, "redrive: every dead letter of the queue")
-	pos, err := parseInterleaved(fs, rest)
+	pos, err := parseInterleaved(fs, tail)
 	if err != nil {
 		return err
 	}
@@ -111,10 +111,10 @@ func dlqCmd(ctx context.Context, args []string) error {
 		if len(pos) > 0 {
 			return usageError{"list takes no arguments; use show ID for one dead letter"}
 		}
-		var list []queue.DeadLetter
+		var list []rest.DeadLetter
 		next := *cursor
 		for {
-			page, err := c.DeadLetters(ctx, queue.DeadLetterQuery{Limit: *limit, Cursor: next})
+			page, err := c.DeadLetters(ctx, rest.DeadLetterQuery{Limit: *limit, Cursor: next})
 			if err != nil {
 				return err
 			}
@@ -132,7 +132,7 @@ func dlqCmd(ctx context.Context, args []string) error {
 			return usageError{"show takes exactly one message id"}
 		}
 		d, err := c.DeadLetter(ctx, pos[0])
-		var apiErr *queue.APIError
+		var apiErr *rest.APIError
 		if errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
 			return fmt.Errorf("message %s is not a dead letter of queue %s", pos[0], c.Queue())
 		}
@@ -181,7 +181,7 @@ func dlqCmd(ctx context.Context, args []string) error {
 // lastErrorWidth keeps the list table on one line per dead letter.
 const lastErrorWidth = 60
 
-func printDeadLetters(list []queue.DeadLetter, next string) error {
+func printDeadLetters(list []rest.DeadLetter, next string) error {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tRECEIVES\tDEAD-LETTERED\tKEY\tLAST ERROR")
 	for _, d := range list {
@@ -200,7 +200,7 @@ func printDeadLetters(list []queue.DeadLetter, next string) error {
 	return nil
 }
 
-func printDeadLetter(d queue.DeadLetter) error {
+func printDeadLetter(d rest.DeadLetter) error {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "id\t%s\n", d.MessageID)
 	fmt.Fprintf(w, "idempotency key\t%s\n", d.IdempotencyKey)

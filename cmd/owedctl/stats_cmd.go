@@ -13,7 +13,7 @@ import (
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // queueStatsTimeout bounds the dead-letter look-up so an unreachable queue
@@ -82,7 +82,7 @@ func runStats(ctx context.Context, out io.Writer, args []string) error {
 // needed when something is broken, so a missing queue must not hide the
 // ledger's numbers.
 func deadLetterDepth(ctx context.Context, name string) (*int64, string) {
-	var cfg queue.Config
+	var cfg rest.Config
 	if err := envconfig.Process("OWED", &cfg); err != nil {
 		return nil, err.Error()
 	}
@@ -93,7 +93,7 @@ func deadLetterDepth(ctx context.Context, name string) (*int64, string) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err.Error()
 	}
-	c, err := queue.New(cfg)
+	c, err := rest.New(cfg)
 	if err != nil {
 		return nil, err.Error()
 	}

@@ -7,7 +7,7 @@ package main
 import (
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweeper"
 )
@@ -24,7 +24,7 @@ func run() error {
 		return err
 	}
 	defer p.Close()
-	q, err := queue.New(cfg.Queue, queue.WithLogger(p.Log))
+	q, err := rest.New(cfg.Queue, rest.WithLogger(p.Log))
 	if err != nil {
 		return err
 	}

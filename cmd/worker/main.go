@@ -11,7 +11,7 @@ import (
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/provider/providers"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/resolve"
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/worker"
@@ -31,7 +31,7 @@ func run() error {
 	}
 	defer p.Close()
 	ctx, db, log := p.Ctx, p.DB, p.Log
-	q, err := queue.New(cfg.Queue, queue.WithLogger(log))
+	q, err := rest.New(cfg.Queue, rest.WithLogger(log))
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/owedhq/owed/internal/api"
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/provider/sandbox"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/sweeper"
 	scope "github.com/owedhq/owed/internal/tenant"
@@ -45,7 +45,7 @@ func setup(t *testing.T) fixture {
 	cfg := sweeper.Config{CronSecret: cronSecret, APIToken: serviceToken, SweepBatch: 500, SweepBudget: 30 * time.Second,
 		PublishAhead: time.Minute, RequeueAfter: 10 * time.Minute, IdempotencyPrefix: "owed-", DBMaxConns: 4,
 		Materialise: materialise.Config{Lookahead: 3 * time.Hour, DefaultLead: 10 * time.Minute},
-		Queue:       queue.Config{URL: st.QueueURL, Token: stacktest.QueueToken, Name: st.Queue.Queue()},
+		Queue:       rest.Config{URL: st.QueueURL, Token: stacktest.QueueToken, Name: st.Queue.Queue()},
 		DatabaseURL: st.DB.AppURL}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func rows(t *testing.T, f fixture) int {
 	return n
 }
 
-func queueStats(t *testing.T, f fixture) queue.Stats {
+func queueStats(t *testing.T, f fixture) rest.Stats {
 	t.Helper()
 	st, err := f.st.Queue.Stats(context.Background())
 	if err != nil {

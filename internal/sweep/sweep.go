@@ -18,7 +18,7 @@ import (
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // Defaults for Config; the sweeper's configuration applies them.
@@ -75,7 +75,7 @@ func (c Config) Validate() error {
 
 // Publisher is the part of the queue client a sweep uses.
 type Publisher interface {
-	PublishBatch(ctx context.Context, msgs []queue.Message) ([]queue.BatchResult, error)
+	PublishBatch(ctx context.Context, msgs []rest.Message) ([]rest.BatchResult, error)
 }
 
 // Result counts what one run did. Complete is false when the run could not
@@ -187,14 +187,14 @@ func (s *Sweeper) Run(ctx context.Context) (res Result, err error) {
 // publish sends one chunk and marks the accepted rows queued.
 func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Result) error {
 	now := s.clock.Now()
-	msgs := make([]queue.Message, len(chunk))
+	msgs := make([]rest.Message, len(chunk))
 	for i, r := range chunk {
 		key := ledger.IdempotencyKey(s.cfg.KeyPrefix, r.ID, r.DueAt)
 		body, err := envelope.Encode(envelope.Envelope{Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt, Key: key})
 		if err != nil {
 			return fmt.Errorf("encode row %d: %w", r.ID, err)
 		}
-		msgs[i] = queue.Message{Payload: body, IdempotencyKey: key}
+		msgs[i] = rest.Message{Payload: body, IdempotencyKey: key}
 		// The queue counts delays in whole seconds and rounds up; rounding
 		// down here instead lets the message surface up to a second early,
 		// and the worker waits out the rest (within its early tolerance),
@@ -214,13 +214,13 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Resul
 	var firstRefusal string
 	for i, r := range results {
 		switch r.Status {
-		case queue.StatusCreated, queue.StatusDeduplicated:
+		case rest.StatusCreated, rest.StatusDeduplicated:
 			accepted = append(accepted, chunk[i].ID)
 			res.Published++
 			if chunk[i].Republish {
 				res.Republished++
 			}
-			if r.Status == queue.StatusDeduplicated {
+			if r.Status == rest.StatusDeduplicated {
 				res.Deduplicated++
 			}
 		default:

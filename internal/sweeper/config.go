@@ -7,7 +7,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/owedhq/owed/internal/materialise"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweep"
 )
@@ -40,7 +40,7 @@ type Config struct {
 	IdempotencyPrefix string        `envconfig:"IDEMPOTENCY_PREFIX"`
 
 	Materialise materialise.Config `ignored:"true"`
-	Queue       queue.Config       `ignored:"true"`
+	Queue       rest.Config        `ignored:"true"`
 }
 
 // Defaults returns the configuration with every default applied and nothing

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // The sweeper's /metrics reads the ledger's backlog and the queue's depths
@@ -71,7 +71,7 @@ const queueStatsTimeout = 5 * time.Second
 // it needs a series the sweeper exports; reading at scrape time keeps the
 // value current even when no sweep runs.
 type queueCollector struct {
-	stats      func(context.Context) (queue.Stats, error)
+	stats      func(context.Context) (rest.Stats, error)
 	timeout    time.Duration
 	deadLetter *prometheus.Desc
 	visible    *prometheus.Desc
@@ -84,9 +84,9 @@ type queueCollector struct {
 // NewQueueCollector returns a collector of owed_queue_dead_letter_depth,
 // owed_queue_visible_messages, owed_queue_in_flight_messages,
 // owed_queue_delayed_messages and owed_queue_oldest_age_seconds, each read
-// from stats (usually (*queue.Client).Stats) when Prometheus scrapes, plus
+// from stats (usually (*rest.Client).Stats) when Prometheus scrapes, plus
 // owed_queue_scrape_success saying whether that read worked.
-func NewQueueCollector(stats func(ctx context.Context) (queue.Stats, error)) prometheus.Collector {
+func NewQueueCollector(stats func(ctx context.Context) (rest.Stats, error)) prometheus.Collector {
 	return &queueCollector{
 		stats:   stats,
 		timeout: queueStatsTimeout,

@@ -10,7 +10,7 @@ import (
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 const (
@@ -124,14 +124,14 @@ func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 func (w *Worker) ack(id string) { w.acks.post(id) }
 
 func (w *Worker) nack(ctx context.Context, id string, delay time.Duration, reason string) {
-	if _, err := w.o.Queue.Nack(ctx, id, queue.NackOptions{Delay: delay, CountAsFailure: false, Reason: reason}); err != nil {
+	if _, err := w.o.Queue.Nack(ctx, id, rest.NackOptions{Delay: delay, CountAsFailure: false, Reason: reason}); err != nil {
 		w.o.Log.Warn().Err(err).Str("message_id", id).Msg("nack failed; the message returns after its visibility timeout")
 	}
 }
 
 func (w *Worker) deadLetter(ctx context.Context, id, reason, kind string) {
 	w.o.Metrics.deadLettered.WithLabelValues(kind).Inc()
-	if _, err := w.o.Queue.Nack(ctx, id, queue.NackOptions{DeadLetter: true, Reason: reason}); err != nil {
+	if _, err := w.o.Queue.Nack(ctx, id, rest.NackOptions{DeadLetter: true, Reason: reason}); err != nil {
 		w.o.Log.Warn().Err(err).Str("message_id", id).Msg("dead-letter failed; the message returns after its visibility timeout")
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // delivery is one claimed message on its way through the executor: what the
@@ -22,7 +22,7 @@ import (
 // is decided.
 type delivery struct {
 	// msg is the queue message; its id acks, nacks or dead-letters it.
-	msg queue.Delivery
+	msg rest.Delivery
 	// env is what the message says: the row, its due time and the
 	// provider's idempotency key.
 	env envelope.Envelope
@@ -42,7 +42,7 @@ type delivery struct {
 // execute processes one message end to end. Every path ends in exactly one
 // of: ack (row settled or nothing to do), nack (comes back later), or
 // dead-letter.
-func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
+func (w *Worker) execute(ctx context.Context, msg rest.Delivery) {
 	dl, ok := w.claim(ctx, msg)
 	if !ok {
 		return
@@ -60,7 +60,7 @@ func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
 // claim decodes the message and claims its row in the tenant's scope. It
 // returns false when the message needs no send and has been acked, nacked
 // or dead-lettered.
-func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool) {
+func (w *Worker) claim(ctx context.Context, msg rest.Delivery) (*delivery, bool) {
 	m := w.o.Metrics
 	env, err := envelope.Decode(msg.Payload)
 	if err != nil {

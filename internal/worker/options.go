@@ -9,7 +9,7 @@ import (
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/provider"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // Defaults for Options. They are the only source of the worker's defaults:
@@ -37,9 +37,9 @@ const (
 
 // Queue is the part of the queue client the worker uses.
 type Queue interface {
-	Consume(ctx context.Context, o queue.ConsumeOptions) ([]queue.Delivery, error)
+	Consume(ctx context.Context, o rest.ConsumeOptions) ([]rest.Delivery, error)
 	Ack(ctx context.Context, ids ...string) (int, error)
-	Nack(ctx context.Context, id string, o queue.NackOptions) (bool, error)
+	Nack(ctx context.Context, id string, o rest.NackOptions) (bool, error)
 	Extend(ctx context.Context, id string, visibility time.Duration) (time.Time, error)
 }
 

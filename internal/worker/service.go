@@ -15,7 +15,7 @@ import (
 
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/providers"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // Defaults of the service's own settings; the ones it shares with Options
@@ -49,7 +49,7 @@ type Config struct {
 	// owed_contacts table).
 	Resolver string `envconfig:"RESOLVER"`
 
-	Queue     queue.Config     `ignored:"true"`
+	Queue     rest.Config      `ignored:"true"`
 	Providers providers.Config `ignored:"true"`
 }
 
@@ -161,7 +161,7 @@ func (p pacer) Pause(ctx context.Context, d time.Duration) error {
 }
 
 // Handler serves /healthz, /readyz and /metrics for the worker process.
-func Handler(db *sql.DB, q *queue.Client, reg *prometheus.Registry) http.Handler {
+func Handler(db *sql.DB, q *rest.Client, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

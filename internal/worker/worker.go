@@ -35,7 +35,7 @@ import (
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 const (
@@ -149,7 +149,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) run(ctx context.Context) {
 	// work carries one message from a fetcher to a sender. It is unbuffered:
 	// a fetcher only holds what it consumed until a sender is free.
-	work := make(chan queue.Delivery)
+	work := make(chan rest.Delivery)
 	// sendCtx outlives ctx by the shutdown timeout, so a send under way
 	// when SIGTERM arrives can still be recorded and acked.
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
@@ -197,10 +197,10 @@ func (w *Worker) run(ctx context.Context) {
 // fetch long-polls the queue and hands messages to senders. At shutdown,
 // messages already consumed but not handed over are nacked so they return
 // at once instead of after their visibility timeout.
-func (w *Worker) fetch(ctx, sendCtx context.Context, work chan<- queue.Delivery) {
+func (w *Worker) fetch(ctx, sendCtx context.Context, work chan<- rest.Delivery) {
 	fail := 0
 	for ctx.Err() == nil {
-		msgs, err := w.o.Queue.Consume(ctx, queue.ConsumeOptions{
+		msgs, err := w.o.Queue.Consume(ctx, rest.ConsumeOptions{
 			MaxMessages: consumeBatch, Wait: consumeWait, VisibilityTimeout: w.o.VisibilityTimeout,
 		})
 		if err != nil {

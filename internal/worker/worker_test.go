@@ -16,8 +16,8 @@ import (
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/sandbox"
-	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/resolve"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/sweep"
@@ -132,7 +132,7 @@ func (b *bundle) sandboxStats(t *testing.T) sandbox.Stats {
 	return read(t, b.SandboxClient.Stats)
 }
 
-func (b *bundle) queueStats(t *testing.T) queue.Stats { t.Helper(); return read(t, b.Queue.Stats) }
+func (b *bundle) queueStats(t *testing.T) rest.Stats { t.Helper(); return read(t, b.Queue.Stats) }
 
 // read calls f, failing the test if it cannot answer.
 func read[T any](tb testing.TB, f func(context.Context) (T, error)) T {
@@ -261,7 +261,7 @@ func TestWorkerDiedMidSendIsRecoveredAndCounted(t *testing.T) {
 	b.sweepAll(t)
 	// A worker took the message and claimed the row, then died: its claim
 	// has a short lease and its message is never acked.
-	msgs, err := b.Queue.Consume(bg, queue.ConsumeOptions{MaxMessages: 1, VisibilityTimeout: time.Second})
+	msgs, err := b.Queue.Consume(bg, rest.ConsumeOptions{MaxMessages: 1, VisibilityTimeout: time.Second})
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("consume: %v %d", err, len(msgs))
 	}
@@ -323,7 +323,7 @@ func TestPermanentFailureAndPoisonAreDeadLettered(t *testing.T) {
 	})
 	b.sweepAll(t)
 	// A malformed message and one naming a row of another tenant.
-	poison := []queue.Message{
+	poison := []rest.Message{
 		{Payload: json.RawMessage(`{"hello":"world"}`), IdempotencyKey: "poison-1"},
 		{Payload: json.RawMessage(`{"v":1,"tenant_id":"mallory","id":` + itoa(rows[1].ID) + `,"due_at":"2026-01-01T00:00:00Z","key":"k"}`), IdempotencyKey: "poison-2"},
 	}

@@ -34,7 +34,7 @@ import (
 	"github.com/lib/pq"
 	"github.com/rs/zerolog"
 
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/queue/wire"
 	"github.com/owedhq/owed/internal/service"
 )
@@ -125,7 +125,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_QUEUE_MAX_CONNS=%d: want 1 or more", c.MaxConns)
 	}
 	for _, q := range c.Queues {
-		if !queue.ValidQueueName(q) {
+		if !rest.ValidQueueName(q) {
 			return fmt.Errorf("OWED_QUEUE_QUEUES: %q is not a queue name: want 1-80 letters, digits, '-' or '_'", q)
 		}
 	}

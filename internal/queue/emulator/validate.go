@@ -11,7 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/queue/wire"
 )
 
@@ -86,7 +86,7 @@ func (e *Emulator) checkQueue(name string) *apiError {
 	if name == "" {
 		return invalid("queue", "is required")
 	}
-	if !queue.ValidQueueName(name) {
+	if !rest.ValidQueueName(name) {
 		return invalid("queue", "%q is not a queue name; want 1-80 letters, digits, '-' or '_'", name)
 	}
 	if e.queues != nil && !e.queues[name] {

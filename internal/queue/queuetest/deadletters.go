@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // The contract on dead letters: when a message is dead-lettered, listing,
@@ -19,13 +19,13 @@ func testDeadLetterAfterMaxReceives(t *testing.T, s *suite) {
 		if m.ReceiveCount != i {
 			t.Fatalf("delivery %d: receive_count=%d", i, m.ReceiveCount)
 		}
-		dead := s.nack(t, m.MessageID, queue.NackOptions{CountAsFailure: true, Reason: fmt.Sprintf("boom %d", i)})
+		dead := s.nack(t, m.MessageID, rest.NackOptions{CountAsFailure: true, Reason: fmt.Sprintf("boom %d", i)})
 		if dead != (i == 5) {
 			t.Fatalf("counted nack %d: dead_lettered=%v, want %v", i, dead, i == 5)
 		}
 	}
 	s.expectEmpty(t, 0)
-	page, err := s.c.DeadLetters(s.ctx, queue.DeadLetterQuery{})
+	page, err := s.c.DeadLetters(s.ctx, rest.DeadLetterQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func (s *suite) deadLetter(t *testing.T, key string) string {
 	t.Helper()
 	s.publish(t, key, key)
 	m := s.consumeOne(t, time.Minute)
-	if !s.nack(t, m.MessageID, queue.NackOptions{DeadLetter: true, Reason: "test " + key}) {
+	if !s.nack(t, m.MessageID, rest.NackOptions{DeadLetter: true, Reason: "test " + key}) {
 		t.Fatalf("dead_letter nack of %s did not dead-letter", key)
 	}
 	return m.MessageID
@@ -92,14 +92,14 @@ func testDeleteDeadLetter(t *testing.T, s *suite) {
 
 func testDeadLetterPaging(t *testing.T, s *suite) {
 	ids := []string{s.deadLetter(t, "p1"), s.deadLetter(t, "p2"), s.deadLetter(t, "p3")}
-	page, err := s.c.DeadLetters(s.ctx, queue.DeadLetterQuery{Limit: 2})
+	page, err := s.c.DeadLetters(s.ctx, rest.DeadLetterQuery{Limit: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(page.DeadLetters) != 2 || page.NextCursor == "" {
 		t.Fatalf("first page: %d letters, cursor %q; want 2 and a cursor", len(page.DeadLetters), page.NextCursor)
 	}
-	next, err := s.c.DeadLetters(s.ctx, queue.DeadLetterQuery{Limit: 2, Cursor: page.NextCursor})
+	next, err := s.c.DeadLetters(s.ctx, rest.DeadLetterQuery{Limit: 2, Cursor: page.NextCursor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func testDeadLetterPaging(t *testing.T, s *suite) {
 			t.Fatalf("paging lost %s", id)
 		}
 	}
-	only, err := s.c.DeadLetters(s.ctx, queue.DeadLetterQuery{IDs: []string{ids[1]}})
+	only, err := s.c.DeadLetters(s.ctx, rest.DeadLetterQuery{IDs: []string{ids[1]}})
 	if err != nil || len(only.DeadLetters) != 1 || only.DeadLetters[0].MessageID != ids[1] {
 		t.Fatalf("ids filter: %+v, %v", only, err)
 	}

@@ -1,7 +1,7 @@
-// Package queue is the client of owed's hosted REST queue (contract in
-// docs/queue-api.md): publish with an idempotency key, consume with a
-// visibility timeout, ack, nack, extend, dead letters and stats. The
-// emulator in internal/queue/emulator serves the same contract and
+// Package rest is owed's queue on its REST contract (docs/queue-api.md):
+// publish with an idempotency key, consume with a visibility timeout, ack,
+// nack, extend, dead letters and stats. The emulator in
+// internal/queue/emulator serves the same contract and
 // internal/queue/queuetest checks both against it.
 //
 // The client retries what is safe to retry (throttling, 5xx, network errors)
@@ -13,7 +13,7 @@
 // client.go holds the operations, transport.go the one way a call is sent,
 // retried and decoded; the JSON shapes are internal/queue/wire's, shared
 // with the emulator.
-package queue
+package rest
 
 import (
 	"errors"
