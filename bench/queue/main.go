@@ -115,7 +115,7 @@ func publish(ctx context.Context, c *rest.Client, payload json.RawMessage, n, ba
 	var next atomic.Int64
 	start := time.Now()
 	err := parallel(workers, func() error {
-		msgs := make([]rest.Message, 0, batch)
+		msgs := make([]rest.Entry, 0, batch)
 		for {
 			first := int(next.Add(int64(batch))) - batch
 			if first >= n {
@@ -123,7 +123,7 @@ func publish(ctx context.Context, c *rest.Client, payload json.RawMessage, n, ba
 			}
 			msgs = msgs[:0]
 			for i := first; i < min(first+batch, n); i++ {
-				msgs = append(msgs, rest.Message{Payload: payload, IdempotencyKey: fmt.Sprintf("bench-%d", i)})
+				msgs = append(msgs, rest.Entry{Payload: payload, IdempotencyKey: fmt.Sprintf("bench-%d", i)})
 			}
 			res, err := c.PublishBatch(ctx, msgs)
 			if err != nil {
@@ -161,7 +161,7 @@ func consume(ctx context.Context, c *rest.Client, n, workers, max int) (float64,
 			for _, m := range msgs {
 				ids = append(ids, m.MessageID)
 			}
-			if _, err := c.Ack(ctx, ids...); err != nil {
+			if _, err := c.AckIDs(ctx, ids...); err != nil {
 				return err
 			}
 			done.Add(int64(len(msgs)))

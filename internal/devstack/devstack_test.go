@@ -266,15 +266,15 @@ func getData(t *testing.T, ctx context.Context, s *Stack, u string, out any) {
 // deadLetteredRows returns the ledger ids of the queue's dead letters.
 func deadLetteredRows(t *testing.T, ctx context.Context, q *rest.Client) map[int64]bool {
 	t.Helper()
-	page, err := q.DeadLetters(ctx, rest.DeadLetterQuery{Limit: 100})
+	page, _, err := q.DeadLetters(ctx, 100, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids := map[int64]bool{}
-	for _, d := range page.DeadLetters {
+	for _, d := range page {
 		var e envelope.Envelope
-		if err := json.Unmarshal(d.Payload, &e); err != nil {
-			t.Fatalf("dead letter %s: %v", d.MessageID, err)
+		if err := json.Unmarshal(d.Body, &e); err != nil {
+			t.Fatalf("dead letter %s: %v", d.ID, err)
 		}
 		ids[e.ID] = true
 	}

@@ -68,7 +68,11 @@ func CheckReceive(max int, wait, visibility time.Duration) error {
 type Message struct {
 	// Key is the queue-side deduplication key where the backend has one; an
 	// optimisation only, never a correctness guarantee.
-	Key  string
+	Key string
+	// Body is a JSON document (owed's envelope): the REST queue carries
+	// JSON payloads only and SQS text only, so that is what every backend
+	// takes. A compact body (encoding/json's output) comes back byte for
+	// byte; the REST queue compacts any other.
 	Body []byte
 	// Delay keeps the message invisible this long after publishing, at most
 	// MaxDelay. Backends round it up to their granularity, never down.

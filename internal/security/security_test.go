@@ -19,6 +19,8 @@ import (
 	"github.com/owedhq/owed/internal/api"
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/sweeper"
@@ -45,7 +47,8 @@ func setup(t *testing.T) fixture {
 	cfg := sweeper.Config{CronSecret: cronSecret, APIToken: serviceToken, SweepBatch: 500, SweepBudget: 30 * time.Second,
 		PublishAhead: time.Minute, RequeueAfter: 10 * time.Minute, IdempotencyPrefix: "owed-", DBMaxConns: 4,
 		Materialise: materialise.Config{Lookahead: 3 * time.Hour, DefaultLead: 10 * time.Minute},
-		Queue:       rest.Config{URL: st.QueueURL, Token: stacktest.QueueToken, Name: st.Queue.Queue()},
+		Queue: backends.Config{Backend: backends.REST,
+			Rest: rest.Config{URL: st.QueueURL, Token: stacktest.QueueToken, Name: st.Queue.Name()}},
 		DatabaseURL: st.DB.AppURL}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -97,7 +100,7 @@ func rows(t *testing.T, f fixture) int {
 	return n
 }
 
-func queueStats(t *testing.T, f fixture) rest.Stats {
+func queueStats(t *testing.T, f fixture) queue.Stats {
 	t.Helper()
 	st, err := f.st.Queue.Stats(context.Background())
 	if err != nil {
@@ -207,7 +210,7 @@ func TestOversizedAndMalformedCron(t *testing.T) {
 func TestOversizedAndMalformedQueue(t *testing.T) {
 	f := setup(t)
 	auth := "Bearer " + stacktest.QueueToken
-	q := f.st.Queue.Queue()
+	q := f.st.Queue.Name()
 	entry := `{"payload":{"id":1},"idempotency_key":"k-1"}`
 	before := queueStats(t, f)
 	for _, c := range []struct {

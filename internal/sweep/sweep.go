@@ -18,7 +18,7 @@ import (
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/queue/rest"
+	"github.com/owedhq/owed/internal/queue"
 )
 
 // Defaults for Config; the sweeper's configuration applies them.
@@ -31,8 +31,9 @@ const (
 	// leaseMargin is added to the budget for the sweeper's own lease, so a
 	// run that is still inside its budget never loses its rows to another.
 	leaseMargin = 10 * time.Second
-	// publishChunk is the queue's batch limit; rows are marked queued after
-	// each chunk, so a crash mid-run leaves at most one chunk to heal.
+	// publishChunk is how many rows one Publish carries (the backend splits
+	// it into its own batches); rows are marked queued after each chunk, so
+	// a crash mid-run leaves at most one chunk to heal.
 	publishChunk = 100
 )
 
@@ -63,8 +64,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_SWEEP_BATCH=%d must be above zero", c.Batch)
 	case c.Budget <= 0:
 		return fmt.Errorf("OWED_SWEEP_BUDGET=%s must be above zero (hosted runners cap a run at 900s)", c.Budget)
-	case c.PublishAhead < 0:
-		return fmt.Errorf("OWED_PUBLISH_AHEAD=%s must not be negative", c.PublishAhead)
+	case c.PublishAhead < 0 || c.PublishAhead > queue.MaxDelay:
+		return fmt.Errorf("OWED_PUBLISH_AHEAD=%s must be 0 to %s, the longest delay every queue backend takes", c.PublishAhead, queue.MaxDelay)
 	case c.RequeueAfter <= 0:
 		return fmt.Errorf("OWED_REQUEUE_AFTER=%s must be above zero", c.RequeueAfter)
 	case c.KeyPrefix == "" || len(c.KeyPrefix) > 64:
@@ -73,17 +74,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Publisher is the part of the queue client a sweep uses.
+// Publisher is the part of queue.Queue a sweep uses.
 type Publisher interface {
-	PublishBatch(ctx context.Context, msgs []rest.Message) ([]rest.BatchResult, error)
+	Publish(ctx context.Context, msgs []queue.Message) ([]queue.PublishResult, error)
 }
 
 // Result counts what one run did. Complete is false when the run could not
 // finish: the queue refused, or the budget ran out with leased rows left.
 type Result struct {
-	Leased         int     `json:"leased"`
-	Published      int     `json:"published"`
-	Republished    int     `json:"republished"`
+	Leased      int `json:"leased"`
+	Published   int `json:"published"`
+	Republished int `json:"republished"`
+	// Deduplicated counts messages the queue recognised by their key; only
+	// a backend that deduplicates (rest, jetstream) reports any.
 	Deduplicated   int     `json:"deduplicated"`
 	Expired        int64   `json:"expired"`
 	Released       int     `json:"released"`
@@ -187,23 +190,25 @@ func (s *Sweeper) Run(ctx context.Context) (res Result, err error) {
 // publish sends one chunk and marks the accepted rows queued.
 func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Result) error {
 	now := s.clock.Now()
-	msgs := make([]rest.Message, len(chunk))
+	msgs := make([]queue.Message, len(chunk))
 	for i, r := range chunk {
 		key := ledger.IdempotencyKey(s.cfg.KeyPrefix, r.ID, r.DueAt)
 		body, err := envelope.Encode(envelope.Envelope{Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt, Key: key})
 		if err != nil {
 			return fmt.Errorf("encode row %d: %w", r.ID, err)
 		}
-		msgs[i] = rest.Message{Payload: body, IdempotencyKey: key}
-		// The queue counts delays in whole seconds and rounds up; rounding
-		// down here instead lets the message surface up to a second early,
-		// and the worker waits out the rest (within its early tolerance),
-		// so the send lands at the due time rather than up to a second late.
+		msgs[i] = queue.Message{Key: key, Body: body}
+		// Queues count delays in whole seconds and round up; rounding down
+		// here instead lets the message surface up to a second early, and
+		// the worker waits out the rest (within its early tolerance), so the
+		// send lands at the due time rather than up to a second late. A row
+		// due beyond the longest delay surfaces early and the worker returns
+		// it until it is due.
 		if wait := r.DueAt.Sub(now).Truncate(time.Second); wait > 0 {
-			msgs[i].Delay = wait
+			msgs[i].Delay = min(wait, queue.MaxDelay)
 		}
 	}
-	results, err := s.queue.PublishBatch(ctx, msgs)
+	results, err := s.queue.Publish(ctx, msgs)
 	if err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
@@ -213,21 +218,20 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Resul
 	var accepted, refused []int64
 	var firstRefusal string
 	for i, r := range results {
-		switch r.Status {
-		case rest.StatusCreated, rest.StatusDeduplicated:
-			accepted = append(accepted, chunk[i].ID)
-			res.Published++
-			if chunk[i].Republish {
-				res.Republished++
-			}
-			if r.Status == rest.StatusDeduplicated {
-				res.Deduplicated++
-			}
-		default:
+		if r.Err != nil {
 			refused = append(refused, chunk[i].ID)
 			if firstRefusal == "" {
-				firstRefusal = r.Reason
+				firstRefusal = r.Err.Error()
 			}
+			continue
+		}
+		accepted = append(accepted, chunk[i].ID)
+		res.Published++
+		if chunk[i].Republish {
+			res.Republished++
+		}
+		if r.Deduplicated {
+			res.Deduplicated++
 		}
 	}
 	if s.afterPublish != nil {
@@ -236,7 +240,9 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Resul
 		}
 	}
 	// The mark must outlive a cancelled run: the queue already holds these
-	// messages, and a lost mark costs a republish (absorbed by the key).
+	// messages, and a lost mark costs a republish (a second message,
+	// absorbed by the worker's claim, or by the key where the queue
+	// deduplicates).
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, err := s.ledger.MarkQueued(mctx, accepted, s.cfg.RequeueAfter); err != nil {

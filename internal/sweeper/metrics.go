@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/queue/rest"
+	"github.com/owedhq/owed/internal/queue"
 )
 
 // The sweeper's /metrics reads the ledger's backlog and the queue's depths
@@ -71,7 +71,7 @@ const queueStatsTimeout = 5 * time.Second
 // it needs a series the sweeper exports; reading at scrape time keeps the
 // value current even when no sweep runs.
 type queueCollector struct {
-	stats      func(context.Context) (rest.Stats, error)
+	stats      func(context.Context) (queue.Stats, error)
 	timeout    time.Duration
 	deadLetter *prometheus.Desc
 	visible    *prometheus.Desc
@@ -84,9 +84,9 @@ type queueCollector struct {
 // NewQueueCollector returns a collector of owed_queue_dead_letter_depth,
 // owed_queue_visible_messages, owed_queue_in_flight_messages,
 // owed_queue_delayed_messages and owed_queue_oldest_age_seconds, each read
-// from stats (usually (*rest.Client).Stats) when Prometheus scrapes, plus
+// from stats (the queue.Queue's Stats) when Prometheus scrapes, plus
 // owed_queue_scrape_success saying whether that read worked.
-func NewQueueCollector(stats func(ctx context.Context) (rest.Stats, error)) prometheus.Collector {
+func NewQueueCollector(stats func(ctx context.Context) (queue.Stats, error)) prometheus.Collector {
 	return &queueCollector{
 		stats:   stats,
 		timeout: queueStatsTimeout,
@@ -126,5 +126,5 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.visible, prometheus.GaugeValue, float64(s.Visible))
 	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(s.InFlight))
 	ch <- prometheus.MustNewConstMetric(c.delayed, prometheus.GaugeValue, float64(s.Delayed))
-	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, s.OldestAgeSeconds)
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, s.OldestAge.Seconds())
 }

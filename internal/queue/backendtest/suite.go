@@ -13,6 +13,7 @@ package backendtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -276,3 +277,13 @@ func sameMessage(t *testing.T, got, want queue.Delivery) {
 		t.Fatalf("a redelivery reused the receipt %q", got.Receipt)
 	}
 }
+
+// text is s as a message body: a JSON string, since every body owed
+// publishes is a JSON document (and the REST queue carries nothing else).
+func text(s string) []byte {
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// isText reports whether body is text(s).
+func isText(body []byte, s string) bool { return bytes.Equal(body, text(s)) }

@@ -122,7 +122,7 @@ func (b *bundle) request(t *testing.T, method, path, body string, authorized boo
 
 func TestContract(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", nil)
+	b := setup(t, "", func(c *emulator.Config) { c.MaxReceives = queuetest.MaxReceives })
 	queuetest.Run(t, b.srv.URL, testToken)
 }
 
@@ -136,8 +136,8 @@ func TestContractHosted(t *testing.T) {
 	queuetest.Run(t, u, tok)
 }
 
-func msg(key string) rest.Message {
-	return rest.Message{Payload: json.RawMessage(`{"k":"` + key + `"}`), IdempotencyKey: key}
+func msg(key string) rest.Entry {
+	return rest.Entry{Payload: json.RawMessage(`{"k":"` + key + `"}`), IdempotencyKey: key}
 }
 
 // TestDurableAcrossRestart stops an emulator and opens a new one on the same
@@ -148,7 +148,7 @@ func TestDurableAcrossRestart(t *testing.T) {
 	dbURL := testdb.New(t).OwnerURL
 	first := setup(t, dbURL, nil)
 	ctx, c := first.ctx, first.client
-	res, err := c.PublishBatch(ctx, []rest.Message{msg("a"), msg("b"), msg("c"), {Payload: json.RawMessage(`1`), IdempotencyKey: "later", Delay: time.Hour}})
+	res, err := c.PublishBatch(ctx, []rest.Entry{msg("a"), msg("b"), msg("c"), {Payload: json.RawMessage(`1`), IdempotencyKey: "later", Delay: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestDurableAcrossRestart(t *testing.T) {
 	first.em.Stop()
 
 	second := setup(t, dbURL, nil)
-	c2 := second.clientFor(t, c.Queue())
+	c2 := second.clientFor(t, c.Name())
 	st, err := c2.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -173,8 +173,8 @@ func TestDurableAcrossRestart(t *testing.T) {
 	if st.Visible != 1 || st.InFlight != 1 || st.Delayed != 1 || st.DeadLetterDepth != 1 {
 		t.Fatalf("stats after restart: %+v, want one each of visible, in_flight, delayed, dead", st)
 	}
-	for i, m := range []rest.Message{msg("a"), msg("b"), msg("c")} {
-		r, err := c2.Publish(ctx, m)
+	for i, m := range []rest.Entry{msg("a"), msg("b"), msg("c")} {
+		r, err := c2.PublishOne(ctx, m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +197,7 @@ func TestConcurrentConsumersNeverShare(t *testing.T) {
 	a := setup(t, dbURL, nil)
 	b := setup(t, dbURL, nil)
 	const n = 600
-	msgs := make([]rest.Message, n)
+	msgs := make([]rest.Entry, n)
 	for i := range msgs {
 		msgs[i] = msg(fmt.Sprintf("m%d", i))
 	}
@@ -210,7 +210,7 @@ func TestConcurrentConsumersNeverShare(t *testing.T) {
 	for w := 0; w < 8; w++ {
 		c := a.client
 		if w%2 == 1 {
-			c = b.clientFor(t, a.client.Queue())
+			c = b.clientFor(t, a.client.Name())
 		}
 		wg.Add(1)
 		go func() {
@@ -231,7 +231,7 @@ func TestConcurrentConsumersNeverShare(t *testing.T) {
 					ids[i] = m.MessageID
 				}
 				mu.Unlock()
-				if _, err := c.Ack(a.ctx, ids...); err != nil {
+				if _, err := c.AckIDs(a.ctx, ids...); err != nil {
 					t.Error(err)
 					return
 				}
@@ -275,7 +275,7 @@ func TestFaultThrottle(t *testing.T) {
 			ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
 			defer cancel()
 			start := time.Now()
-			_, err := b.client.Publish(ctx, msg("t"))
+			_, err := b.client.PublishOne(ctx, msg("t"))
 			var ae *rest.APIError
 			if !errors.As(err, &ae) || ae.Status != tc.status || !ae.Retryable || ae.RetryAfter < time.Second/2 {
 				t.Fatalf("publish under throttle: %v, want a retryable %d with Retry-After", err, tc.status)
@@ -292,7 +292,7 @@ func TestFaultThrottle(t *testing.T) {
 			// the retry then succeeds.
 			done := make(chan error, 1)
 			go func() {
-				_, err := b.client.Publish(b.ctx, msg("t"))
+				_, err := b.client.PublishOne(b.ctx, msg("t"))
 				done <- err
 			}()
 			time.Sleep(100 * time.Millisecond)
@@ -323,7 +323,7 @@ func TestFaultRedelivery(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "", nil)
 	setFaults(t, b, `{"redelivery_rate":1}`)
-	r, err := b.client.Publish(b.ctx, msg("twice"))
+	r, err := b.client.PublishOne(b.ctx, msg("twice"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +361,7 @@ func TestFaultsRejectBadValues(t *testing.T) {
 func TestVisibilityExpiryDeadLetters(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "", func(c *emulator.Config) { c.MaxReceives = 2 })
-	if _, err := b.client.Publish(b.ctx, msg("poison")); err != nil {
+	if _, err := b.client.PublishOne(b.ctx, msg("poison")); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
@@ -374,7 +374,7 @@ func TestVisibilityExpiryDeadLetters(t *testing.T) {
 	if err != nil || len(got) != 0 {
 		t.Fatalf("third delivery: %d, %v; want none", len(got), err)
 	}
-	page, err := b.client.DeadLetters(b.ctx, rest.DeadLetterQuery{})
+	page, err := b.client.ListDeadLetters(b.ctx, rest.DeadLetterQuery{})
 	if err != nil || len(page.DeadLetters) != 1 || !strings.Contains(page.DeadLetters[0].LastError, "visibility timeout") {
 		t.Fatalf("dead letters: %+v, %v", page, err)
 	}

@@ -138,6 +138,7 @@ func (c *Client) Publish(ctx context.Context, msgs []queue.Message) ([]queue.Pub
 		case ack := <-f.Ok():
 			if ack.Duplicate {
 				res[i].ID = c.originalID(ctx, ack.Sequence, res[i].ID)
+				res[i].Deduplicated = true
 			}
 		case err := <-f.Err():
 			res[i] = queue.PublishResult{Err: fmt.Errorf("jetstream: publish: %w", err)}

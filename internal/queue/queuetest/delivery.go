@@ -63,7 +63,7 @@ func testNackDelay(t *testing.T, s *suite) {
 
 func testUncountedNack(t *testing.T, s *suite) {
 	s.publish(t, "u", "u")
-	const throttled = 8 // more than the default max_receives of 5
+	const throttled = MaxReceives + 3
 	for i := 0; i < throttled; i++ {
 		m := s.consumeOne(t, time.Minute)
 		if s.nack(t, m.MessageID, rest.NackOptions{CountAsFailure: false, Reason: "provider 429"}) {
@@ -77,8 +77,8 @@ func testUncountedNack(t *testing.T, s *suite) {
 	for i := 1; ; i++ {
 		m := s.consumeOne(t, time.Minute)
 		if s.nack(t, m.MessageID, rest.NackOptions{CountAsFailure: true, Reason: "provider 500"}) {
-			if i != 5 {
-				t.Fatalf("dead-lettered after %d counted failures, want 5", i)
+			if i != MaxReceives {
+				t.Fatalf("dead-lettered after %d counted failures, want %d", i, MaxReceives)
 			}
 			return
 		}
@@ -123,7 +123,7 @@ func testLongPoll(t *testing.T, s *suite) {
 
 func testStats(t *testing.T, s *suite) {
 	s.publish(t, "now", "now")
-	if _, err := s.c.Publish(s.ctx, rest.Message{Payload: payload("later"), IdempotencyKey: "later", Delay: time.Hour}); err != nil {
+	if _, err := s.c.PublishOne(s.ctx, rest.Entry{Payload: payload("later"), IdempotencyKey: "later", Delay: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	s.publish(t, "third", "third")
@@ -132,7 +132,7 @@ func testStats(t *testing.T, s *suite) {
 	if st.Visible != 1 || st.InFlight != 1 || st.Delayed != 1 || st.DeadLetterDepth != 0 {
 		t.Fatalf("stats: %+v, want visible=1 in_flight=1 delayed=1", st)
 	}
-	if st.OldestAgeSeconds < 0 || st.OldestAgeSeconds > 60 {
-		t.Fatalf("oldest_age_seconds=%v, want a few seconds at most", st.OldestAgeSeconds)
+	if st.OldestAge < 0 || st.OldestAge > time.Minute {
+		t.Fatalf("oldest age %v, want a few seconds at most", st.OldestAge)
 	}
 }

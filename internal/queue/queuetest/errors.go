@@ -28,15 +28,15 @@ func testUnknownMessages(t *testing.T, s *suite) {
 func testPayloadLimit(t *testing.T, s *suite) {
 	// A JSON string of exactly the limit: two quotes and the rest letters.
 	exact := json.RawMessage(`"` + strings.Repeat("a", wire.MaxPayloadBytes-2) + `"`)
-	if _, err := s.c.Publish(s.ctx, rest.Message{Payload: exact, IdempotencyKey: "exact"}); err != nil {
+	if _, err := s.c.PublishOne(s.ctx, rest.Entry{Payload: exact, IdempotencyKey: "exact"}); err != nil {
 		t.Fatalf("a payload of exactly %d bytes: %v", wire.MaxPayloadBytes, err)
 	}
 	over := json.RawMessage(`"` + strings.Repeat("a", wire.MaxPayloadBytes-1) + `"`)
-	_, err := s.c.Publish(s.ctx, rest.Message{Payload: over, IdempotencyKey: "over"})
+	_, err := s.c.PublishOne(s.ctx, rest.Entry{Payload: over, IdempotencyKey: "over"})
 	if ae := apiError(t, err, http.StatusRequestEntityTooLarge); ae.Retryable {
 		t.Fatal("a 413 is marked retryable")
 	}
-	res, err := s.c.PublishBatch(s.ctx, []rest.Message{{Payload: over, IdempotencyKey: "over"}, {Payload: payload(1), IdempotencyKey: "small"}})
+	res, err := s.c.PublishBatch(s.ctx, []rest.Entry{{Payload: over, IdempotencyKey: "over"}, {Payload: payload(1), IdempotencyKey: "small"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func testUnauthorized(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = bad.Publish(s.ctx, rest.Message{Payload: payload(1), IdempotencyKey: "k"})
+	_, err = bad.PublishOne(s.ctx, rest.Entry{Payload: payload(1), IdempotencyKey: "k"})
 	apiError(t, err, http.StatusUnauthorized)
 	if strings.Contains(err.Error(), wrong) || strings.Contains(err.Error(), s.token) {
 		t.Fatalf("error %q shows a token", err)

@@ -28,11 +28,11 @@ func testPublishConsumeAck(t *testing.T, s *suite) {
 	if m.PublishedAt.Before(before) || m.PublishedAt.After(time.Now().Add(time.Minute)) {
 		t.Fatalf("published_at %s is not about now", m.PublishedAt)
 	}
-	if n, err := s.c.Ack(s.ctx, m.MessageID); err != nil || n != 1 {
+	if n, err := s.c.AckIDs(s.ctx, m.MessageID); err != nil || n != 1 {
 		t.Fatalf("ack: got %d, %v; want 1, nil", n, err)
 	}
 	// Acking again, or an id that never existed, is not an error.
-	if n, err := s.c.Ack(s.ctx, m.MessageID, "no-such-message", "999999999999"); err != nil || n != 0 {
+	if n, err := s.c.AckIDs(s.ctx, m.MessageID, "no-such-message", "999999999999"); err != nil || n != 0 {
 		t.Fatalf("second ack: got %d, %v; want 0, nil", n, err)
 	}
 	if st := s.stats(t); st.Visible+st.InFlight+st.Delayed+st.DeadLetterDepth != 0 {
@@ -55,7 +55,7 @@ func testDedupWithinWindow(t *testing.T, s *suite) {
 func testDedupAfterAck(t *testing.T, s *suite) {
 	first := s.publish(t, "acked", "one")
 	m := s.consumeOne(t, time.Minute)
-	if _, err := s.c.Ack(s.ctx, m.MessageID); err != nil {
+	if _, err := s.c.AckIDs(s.ctx, m.MessageID); err != nil {
 		t.Fatal(err)
 	}
 	again := s.publish(t, "acked", "one")
@@ -86,7 +86,7 @@ func testDedupAfterDeadLetter(t *testing.T, s *suite) {
 }
 
 func testBatchPerMessageKeys(t *testing.T, s *suite) {
-	res, err := s.c.PublishBatch(s.ctx, []rest.Message{
+	res, err := s.c.PublishBatch(s.ctx, []rest.Entry{
 		{Payload: payload("a"), IdempotencyKey: "a"},
 		{Payload: payload("b"), IdempotencyKey: "b"},
 		{Payload: payload("a again"), IdempotencyKey: "a"},
@@ -100,7 +100,7 @@ func testBatchPerMessageKeys(t *testing.T, s *suite) {
 	if res[2].Status != rest.StatusDeduplicated || res[2].MessageID != res[0].MessageID {
 		t.Fatalf("a key repeated within a batch: %+v, want deduplicated with %s", res[2], res[0].MessageID)
 	}
-	res2, err := s.c.PublishBatch(s.ctx, []rest.Message{
+	res2, err := s.c.PublishBatch(s.ctx, []rest.Entry{
 		{Payload: payload("b"), IdempotencyKey: "b"},
 		{Payload: payload("c"), IdempotencyKey: "c"},
 	})
@@ -121,9 +121,9 @@ func testBatchPerMessageKeys(t *testing.T, s *suite) {
 
 func testBatchSplit(t *testing.T, s *suite) {
 	const n = wire.MaxBatch + 50
-	msgs := make([]rest.Message, n)
+	msgs := make([]rest.Entry, n)
 	for i := range msgs {
-		msgs[i] = rest.Message{Payload: payload(i), IdempotencyKey: fmt.Sprintf("k%d", i)}
+		msgs[i] = rest.Entry{Payload: payload(i), IdempotencyKey: fmt.Sprintf("k%d", i)}
 	}
 	res, err := s.c.PublishBatch(s.ctx, msgs)
 	if err != nil {
@@ -143,7 +143,7 @@ func testBatchSplit(t *testing.T, s *suite) {
 }
 
 func testBatchEntryFailure(t *testing.T, s *suite) {
-	res, err := s.c.PublishBatch(s.ctx, []rest.Message{
+	res, err := s.c.PublishBatch(s.ctx, []rest.Entry{
 		{Payload: payload("ok"), IdempotencyKey: "ok"},
 		{Payload: payload("no key")},
 		{Payload: payload("late"), IdempotencyKey: "late", Delay: time.Hour},

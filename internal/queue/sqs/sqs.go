@@ -49,7 +49,7 @@ var _ queue.Queue = (*Client)(nil)
 // queues exist and that the main queue's redrive policy, if any, is only a
 // safety net.
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	api, err := newAPI(ctx, cfg)
