@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -97,7 +98,10 @@ const dlqExample = "OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-to
 const dlqPageMax = 1000
 
 // dlqCmd inspects, redrives and deletes the configured queue's dead letters.
-func dlqCmd(ctx context.Context, args []string) error {
+func dlqCmd(ctx context.Context, args []string) error { return runDLQ(ctx, os.Stdout, args) }
+
+// runDLQ is dlqCmd writing to out, so tests read what an operator sees.
+func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 	if err := needAction(args, printUsage("usage: owedctl dlq depth|list|show ID|redrive [ID…|--all]|delete ID… [--queue NAME] [--json]\n\n"+
 		"  depth     how many dead letters the queue holds\n"+
 		"  list      dead letters (--limit, --cursor, --all-pages)\n"+
@@ -136,18 +140,18 @@ func dlqCmd(ctx context.Context, args []string) error {
 			return err
 		}
 		if *qf.json {
-			return printJSON(os.Stdout, map[string]any{"queue": target, "dead_letter_depth": st.DeadLetterDepth})
+			return printJSON(out, map[string]any{"queue": target, "dead_letter_depth": st.DeadLetterDepth})
 		}
-		fmt.Printf("%s: %d dead letters\n", target, st.DeadLetterDepth)
+		fmt.Fprintf(out, "%s: %d dead letters\n", target, st.DeadLetterDepth)
 	case "list":
 		list, next, err := listDeadLetters(ctx, q, *limit, *cursor, *allPages)
 		if err != nil {
 			return err
 		}
 		if *qf.json {
-			return printJSON(os.Stdout, map[string]any{"dead_letters": views(list), "next_cursor": next})
+			return printJSON(out, map[string]any{"dead_letters": views(list), "next_cursor": next})
 		}
-		return printDeadLetters(list, next)
+		return printDeadLetters(out, list, next)
 	case "show":
 		list, _, err := listDeadLetters(ctx, q, dlqPageMax, "", true)
 		if err != nil {
@@ -158,9 +162,9 @@ func dlqCmd(ctx context.Context, args []string) error {
 			return fmt.Errorf("%s is not a dead letter of %s", pos[0], target)
 		}
 		if *qf.json {
-			return printJSON(os.Stdout, view(list[i]))
+			return printJSON(out, view(list[i]))
 		}
-		return printDeadLetter(list[i])
+		return printDeadLetter(out, list[i])
 	case "redrive":
 		ids := pos
 		if *all {
@@ -177,18 +181,18 @@ func dlqCmd(ctx context.Context, args []string) error {
 			return err
 		}
 		if *qf.json {
-			return printJSON(os.Stdout, map[string]any{"redriven": n})
+			return printJSON(out, map[string]any{"redriven": n})
 		}
-		fmt.Printf("redrove %d dead letters to %s\n", n, target)
+		fmt.Fprintf(out, "redrove %d dead letters to %s\n", n, target)
 	case "delete":
 		n, err := q.DeleteDeadLetters(ctx, pos...)
 		if err != nil {
 			return err
 		}
 		if *qf.json {
-			return printJSON(os.Stdout, map[string]any{"deleted": n})
+			return printJSON(out, map[string]any{"deleted": n})
 		}
-		fmt.Printf("deleted %d of %d dead letters\n", n, len(pos))
+		fmt.Fprintf(out, "deleted %d of %d dead letters\n", n, len(pos))
 	}
 	return nil
 }
@@ -267,8 +271,8 @@ func views(list []queue.DeadLetter) []deadLetterView {
 // reasonWidth keeps the list table on one line per dead letter.
 const reasonWidth = 60
 
-func printDeadLetters(list []queue.DeadLetter, next string) error {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+func printDeadLetters(out io.Writer, list []queue.DeadLetter, next string) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tDEAD-LETTERED\tKEY\tREASON")
 	for _, d := range list {
 		reason := strings.ReplaceAll(d.Reason, "\n", " ")
@@ -281,13 +285,13 @@ func printDeadLetters(list []queue.DeadLetter, next string) error {
 		return err
 	}
 	if next != "" {
-		fmt.Printf("more: owedctl dlq list --cursor %s\n", next)
+		fmt.Fprintf(out, "more: owedctl dlq list --cursor %s\n", next)
 	}
 	return nil
 }
 
-func printDeadLetter(d queue.DeadLetter) error {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+func printDeadLetter(out io.Writer, d queue.DeadLetter) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "id\t%s\n", d.ID)
 	fmt.Fprintf(w, "key\t%s\n", d.Key)
 	fmt.Fprintf(w, "dead-lettered at\t%s\n", d.DeadLetteredAt.Format(time.RFC3339))
@@ -300,6 +304,6 @@ func printDeadLetter(d queue.DeadLetter) error {
 	if json.Indent(&pretty, d.Body, "", "  ") == nil {
 		body = pretty.Bytes()
 	}
-	fmt.Printf("body:\n%s\n", body)
+	fmt.Fprintf(out, "body:\n%s\n", body)
 	return nil
 }

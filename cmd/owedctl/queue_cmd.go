@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -29,7 +30,7 @@ func queueCmd(ctx context.Context, args []string) error {
 	case "serve":
 		return queueServe(ctx, args[1:])
 	case "stats":
-		return queueStats(ctx, args[1:])
+		return runQueueStats(ctx, os.Stdout, args[1:])
 	}
 	return usageError{fmt.Sprintf("unknown action %q: one of serve, stats", args[0])}
 }
@@ -101,7 +102,8 @@ func queueServe(ctx context.Context, args []string) error {
 	return em.Serve(ctx, ln)
 }
 
-func queueStats(ctx context.Context, args []string) error {
+// runQueueStats prints the configured queue's depths to out.
+func runQueueStats(ctx context.Context, out io.Writer, args []string) error {
 	fs := newFlags("queue stats", "queue stats [--queue NAME] [--json]", "OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl queue stats")
 	qf := addQueueFlags(fs)
 	if err := parseOnlyFlags(fs, args, ""); err != nil {
@@ -118,10 +120,10 @@ func queueStats(ctx context.Context, args []string) error {
 	}
 	if *qf.json {
 		// The shape of the REST contract's stats, whatever the backend.
-		return json.NewEncoder(os.Stdout).Encode(wire.Stats{Visible: st.Visible, InFlight: st.InFlight, Delayed: st.Delayed,
+		return json.NewEncoder(out).Encode(wire.Stats{Visible: st.Visible, InFlight: st.InFlight, Delayed: st.Delayed,
 			DeadLetterDepth: st.DeadLetterDepth, OldestAgeSeconds: st.OldestAge.Seconds()})
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "QUEUE\tVISIBLE\tIN FLIGHT\tDELAYED\tDEAD LETTERS\tOLDEST AGE")
 	fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%.0fs\n", target, st.Visible, st.InFlight, st.Delayed, st.DeadLetterDepth, st.OldestAge.Seconds())
 	return w.Flush()
