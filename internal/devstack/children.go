@@ -9,7 +9,7 @@ import (
 
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // workerPrefix starts every worker's name: worker-1, worker-2, ….
@@ -85,7 +85,7 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, ownerURL, appURL 
 		s.progress(spec.Name)
 	}
 	var err error
-	if s.queue, err = queue.New(queue.Config{URL: s.ep.QueueURL, Token: s.ep.QueueToken, Name: queue.DefaultQueueName}); err != nil {
+	if s.queue, err = rest.New(rest.Config{URL: s.ep.QueueURL, Token: s.ep.QueueToken, Name: rest.DefaultQueueName}); err != nil {
 		return fmt.Errorf("queue client: %w", err)
 	}
 	s.sandbox = sandbox.NewClient(s.ep.SandboxURL)

@@ -7,8 +7,8 @@ import (
 
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
-	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // The controls below let a fault drill break the running stack on purpose:
@@ -126,7 +126,7 @@ func (s *Stack) SetQueueFaults(ctx context.Context, f emulator.Faults) error {
 func (s *Stack) Sandbox() *sandbox.Client { return s.sandbox }
 
 // Queue returns a client of the running queue emulator.
-func (s *Stack) Queue() *queue.Client { return s.queue }
+func (s *Stack) Queue() *rest.Client { return s.queue }
 
 // LogDir is the folder holding every child's log.
 func (s *Stack) LogDir() string { return s.logDir() }

@@ -21,7 +21,7 @@ import (
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // TestStack runs the real system for about half a minute with a fast tick
@@ -264,17 +264,17 @@ func getData(t *testing.T, ctx context.Context, s *Stack, u string, out any) {
 }
 
 // deadLetteredRows returns the ledger ids of the queue's dead letters.
-func deadLetteredRows(t *testing.T, ctx context.Context, q *queue.Client) map[int64]bool {
+func deadLetteredRows(t *testing.T, ctx context.Context, q *rest.Client) map[int64]bool {
 	t.Helper()
-	page, err := q.DeadLetters(ctx, queue.DeadLetterQuery{Limit: 100})
+	page, _, err := q.DeadLetters(ctx, 100, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids := map[int64]bool{}
-	for _, d := range page.DeadLetters {
+	for _, d := range page {
 		var e envelope.Envelope
-		if err := json.Unmarshal(d.Payload, &e); err != nil {
-			t.Fatalf("dead letter %s: %v", d.MessageID, err)
+		if err := json.Unmarshal(d.Body, &e); err != nil {
+			t.Fatalf("dead letter %s: %v", d.ID, err)
 		}
 		ids[e.ID] = true
 	}

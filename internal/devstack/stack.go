@@ -43,8 +43,8 @@ import (
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
-	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // Stack is one running development system. Start it, Wait for the end, Stop
@@ -58,7 +58,7 @@ type Stack struct {
 	cluster *cluster
 	appDB   *sql.DB
 	ledger  *ledger.Ledger
-	queue   *queue.Client
+	queue   *rest.Client
 	sandbox *sandbox.Client
 	// procMu guards procs, which a restart changes while the stack runs.
 	procMu sync.Mutex

@@ -138,24 +138,24 @@ func readAccepts(path string) (map[int64][]accept, error) {
 }
 
 // deadLettered returns the ledger ids of every dead letter.
-func deadLettered(ctx context.Context, q *queue.Client) (map[int64]bool, error) {
+func deadLettered(ctx context.Context, q queue.Queue) (map[int64]bool, error) {
 	ids := map[int64]bool{}
 	cursor := ""
 	for {
-		page, err := q.DeadLetters(ctx, queue.DeadLetterQuery{Limit: 100, Cursor: cursor})
+		page, next, err := q.DeadLetters(ctx, 100, cursor)
 		if err != nil {
 			return nil, fmt.Errorf("list the dead letters: %w", err)
 		}
-		for _, d := range page.DeadLetters {
+		for _, d := range page {
 			var e envelope.Envelope
-			if err := json.Unmarshal(d.Payload, &e); err == nil {
+			if err := json.Unmarshal(d.Body, &e); err == nil {
 				ids[e.ID] = true
 			}
 		}
-		if page.NextCursor == "" {
+		if next == "" {
 			return ids, nil
 		}
-		cursor = page.NextCursor
+		cursor = next
 	}
 }
 
