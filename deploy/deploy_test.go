@@ -23,7 +23,11 @@ import (
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/provider/providers"
 	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/queue/jetstream"
+	"github.com/owedhq/owed/internal/queue/rest"
+	"github.com/owedhq/owed/internal/queue/sqs"
 	"github.com/owedhq/owed/internal/sweep"
 	"github.com/owedhq/owed/internal/sweeper"
 	"github.com/owedhq/owed/internal/worker"
@@ -51,8 +55,9 @@ var flagCodeVariables = []string{
 func declaredVariables(t *testing.T) map[string]bool {
 	t.Helper()
 	specs := []any{
-		&sweeper.Config{}, &materialise.Config{}, &queue.Config{}, // sweeper.LoadConfig
-		&worker.Config{}, &providers.Config{}, // worker.LoadConfig, with queue.Config
+		&sweeper.Config{}, &materialise.Config{}, // sweeper.LoadConfig
+		&backends.Config{}, &rest.Config{}, &sqs.Config{}, &jetstream.Config{}, // backends.LoadConfig
+		&worker.Config{}, &providers.Config{}, // worker.LoadConfig, with backends.LoadConfig
 		&emulator.Config{}, // owedctl queue serve
 	}
 	vars := map[string]bool{}
@@ -267,7 +272,7 @@ func TestMetricsPassPromtoolCheck(t *testing.T) {
 	sweep.NewMetrics(reg).Observe(sweep.Result{Complete: true, Leased: 3, Published: 3, DurationMS: 41}, time.Now())
 	worker.NewMetrics(reg)
 	reg.MustRegister(sweeper.NewQueueCollector(func(context.Context) (queue.Stats, error) {
-		return queue.Stats{Visible: 2, InFlight: 1, DeadLetterDepth: 4, OldestAgeSeconds: 12.5}, nil
+		return queue.Stats{Visible: 2, InFlight: 1, DeadLetterDepth: 4, OldestAge: 12500 * time.Millisecond}, nil
 	}))
 
 	rec := httptest.NewRecorder()

@@ -38,8 +38,8 @@ import (
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/provider/webhook"
-	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/sweep"
 	"github.com/owedhq/owed/internal/worker"
 )
@@ -283,7 +283,7 @@ func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *s
 	}
 	ssrv := httptest.NewServer(sb)
 	defer ssrv.Close()
-	qcfg := queue.Config{URL: esrv.URL, Token: queueToken, Name: "e2e"}
+	qcfg := rest.Config{URL: esrv.URL, Token: queueToken, Name: "e2e"}
 
 	start := time.Now()
 	wctx, stop := context.WithCancel(ctx)
@@ -297,7 +297,7 @@ func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *s
 		pool.SetMaxOpenConns(o.concurrency + 4)
 		pool.SetMaxIdleConns(o.concurrency + 4)
 		defer pool.Close()
-		q, err := queue.New(qcfg)
+		q, err := rest.New(qcfg)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -314,7 +314,7 @@ func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *s
 		}
 		go func() { w.Run(wctx); done <- struct{}{} }()
 	}
-	sq, err := queue.New(qcfg)
+	sq, err := rest.New(qcfg)
 	if err != nil {
 		return 0, nil, err
 	}

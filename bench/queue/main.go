@@ -29,8 +29,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/bench/internal/benchutil"
-	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 func main() { benchutil.Main("bench/queue", run) }
@@ -84,7 +84,7 @@ func run() error {
 
 	var pubRates, conRates []float64
 	for r := 0; r < *runs; r++ {
-		c, err := queue.New(queue.Config{URL: "http://" + ln.Addr().String(), Token: cfg.Token, Name: "bench-" + randomHex(6)})
+		c, err := rest.New(rest.Config{URL: "http://" + ln.Addr().String(), Token: cfg.Token, Name: "bench-" + randomHex(6)})
 		if err != nil {
 			return err
 		}
@@ -111,11 +111,11 @@ func run() error {
 
 // publish sends n messages in batches from several goroutines and returns
 // messages per second.
-func publish(ctx context.Context, c *queue.Client, payload json.RawMessage, n, batch, workers int) (float64, error) {
+func publish(ctx context.Context, c *rest.Client, payload json.RawMessage, n, batch, workers int) (float64, error) {
 	var next atomic.Int64
 	start := time.Now()
 	err := parallel(workers, func() error {
-		msgs := make([]queue.Message, 0, batch)
+		msgs := make([]rest.Entry, 0, batch)
 		for {
 			first := int(next.Add(int64(batch))) - batch
 			if first >= n {
@@ -123,14 +123,14 @@ func publish(ctx context.Context, c *queue.Client, payload json.RawMessage, n, b
 			}
 			msgs = msgs[:0]
 			for i := first; i < min(first+batch, n); i++ {
-				msgs = append(msgs, queue.Message{Payload: payload, IdempotencyKey: fmt.Sprintf("bench-%d", i)})
+				msgs = append(msgs, rest.Entry{Payload: payload, IdempotencyKey: fmt.Sprintf("bench-%d", i)})
 			}
 			res, err := c.PublishBatch(ctx, msgs)
 			if err != nil {
 				return err
 			}
 			for _, r := range res {
-				if r.Status != queue.StatusCreated {
+				if r.Status != rest.StatusCreated {
 					return fmt.Errorf("publish: entry %+v", r)
 				}
 			}
@@ -144,13 +144,13 @@ func publish(ctx context.Context, c *queue.Client, payload json.RawMessage, n, b
 
 // consume receives and acks n messages with several consumers and returns
 // messages per second.
-func consume(ctx context.Context, c *queue.Client, n, workers, max int) (float64, error) {
+func consume(ctx context.Context, c *rest.Client, n, workers, max int) (float64, error) {
 	var done atomic.Int64
 	start := time.Now()
 	err := parallel(workers, func() error {
 		ids := make([]string, 0, max)
 		for done.Load() < int64(n) {
-			msgs, err := c.Consume(ctx, queue.ConsumeOptions{MaxMessages: max, Wait: time.Second, VisibilityTimeout: time.Minute})
+			msgs, err := c.Consume(ctx, rest.ConsumeOptions{MaxMessages: max, Wait: time.Second, VisibilityTimeout: time.Minute})
 			if err != nil {
 				return err
 			}
@@ -161,7 +161,7 @@ func consume(ctx context.Context, c *queue.Client, n, workers, max int) (float64
 			for _, m := range msgs {
 				ids = append(ids, m.MessageID)
 			}
-			if _, err := c.Ack(ctx, ids...); err != nil {
+			if _, err := c.AckIDs(ctx, ids...); err != nil {
 				return err
 			}
 			done.Add(int64(len(msgs)))

@@ -30,8 +30,8 @@ import (
 
 	"github.com/owedhq/owed/bench/internal/benchutil"
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/sweep"
 	"github.com/owedhq/owed/internal/tenant"
 )
@@ -74,7 +74,7 @@ func run() error {
 	em.Start(ctx)
 	srv := httptest.NewServer(em)
 	defer func() { em.Drain(); srv.Close(); em.Stop() }()
-	q, err := queue.New(queue.Config{URL: srv.URL, Token: queueToken, Name: "bench"})
+	q, err := rest.New(rest.Config{URL: srv.URL, Token: queueToken, Name: "bench"})
 	if err != nil {
 		return err
 	}

@@ -1,26 +1,32 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"net/http"
+	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
+	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/backends"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // queueFlags are the flags every command talking to the queue shares. The
-// URL and token come only from OWED_QUEUE_URL and OWED_QUEUE_TOKEN, so the
-// token never shows in a process list or shell history.
+// backend and its settings come from the environment, as for the services
+// (OWED_QUEUE_BACKEND and its variables, see internal/queue/backends), so a
+// token never shows in a process list or shell history. --queue names a REST
+// queue only.
 type queueFlags struct {
+	fs   *flag.FlagSet
 	name *string
 	json *bool
 }
@@ -28,24 +34,44 @@ type queueFlags struct {
 func addQueueFlags(fs *flag.FlagSet) queueFlags {
 	def := os.Getenv("OWED_QUEUE_NAME")
 	if def == "" {
-		def = queue.DefaultQueueName
+		def = rest.DefaultQueueName
 	}
 	return queueFlags{
-		name: fs.String("queue", def, "queue name ($OWED_QUEUE_NAME)"),
+		fs:   fs,
+		name: fs.String("queue", def, "REST queue name ($OWED_QUEUE_NAME); other backends name theirs in their own variables"),
 		json: fs.Bool("json", false, "print JSON instead of a table"),
 	}
 }
 
-func (f queueFlags) client() (*queue.Client, error) {
-	var cfg queue.Config
-	if err := envconfig.Process("OWED", &cfg); err != nil {
-		return nil, usageError{err.Error()}
+// config reads the queue configuration from the environment and applies
+// --queue; call it after parsing.
+func (f queueFlags) config() (backends.Config, error) {
+	cfg, err := backends.LoadConfig()
+	if err != nil {
+		return cfg, usageError{err.Error()}
 	}
-	cfg.Name = *f.name
+	named := false
+	f.fs.Visit(func(fl *flag.Flag) { named = named || fl.Name == "queue" })
+	switch {
+	case cfg.Backend == backends.REST:
+		cfg.Rest.Name = *f.name
+	case named:
+		return cfg, usageError{fmt.Sprintf("--queue names a REST queue; with OWED_QUEUE_BACKEND=%s the queue is in its own variables (see docs/queues.md)", cfg.Backend)}
+	}
 	if err := cfg.Validate(); err != nil {
-		return nil, usageError{err.Error()}
+		return cfg, usageError{err.Error()}
 	}
-	return queue.New(cfg)
+	return cfg, nil
+}
+
+// open connects to the configured queue; target names it in output.
+func (f queueFlags) open(ctx context.Context) (q queue.Queue, target string, err error) {
+	cfg, err := f.config()
+	if err != nil {
+		return nil, "", err
+	}
+	q, err = backends.Open(ctx, cfg, zerolog.Nop())
+	return q, cfg.Target(), err
 }
 
 // parseInterleaved parses flags that may come before, between or after the
@@ -67,156 +93,217 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 
 const dlqExample = "OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl dlq list --limit 20"
 
+// dlqPageMax is the page size show and redrive --all read the dead letters
+// with; each backend caps it at its own limit.
+const dlqPageMax = 1000
+
 // dlqCmd inspects, redrives and deletes the configured queue's dead letters.
-func dlqCmd(ctx context.Context, args []string) error {
+func dlqCmd(ctx context.Context, args []string) error { return runDLQ(ctx, os.Stdout, args) }
+
+// runDLQ is dlqCmd writing to out, so tests read what an operator sees.
+func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 	if err := needAction(args, printUsage("usage: owedctl dlq depth|list|show ID|redrive [ID…|--all]|delete ID… [--queue NAME] [--json]\n\n"+
 		"  depth     how many dead letters the queue holds\n"+
-		"  list      dead letters, oldest first (--limit, --cursor, --all-pages)\n"+
-		"  show ID   one dead letter with its payload\n"+
-		"  redrive   put dead letters back on the queue with their receive count reset\n"+
+		"  list      dead letters (--limit, --cursor, --all-pages)\n"+
+		"  show ID   one dead letter with its body\n"+
+		"  redrive   put dead letters back on the queue (--all: every one the listing shows)\n"+
 		"  delete    remove dead letters for good\n\n"+
-		"The queue is OWED_QUEUE_URL, OWED_QUEUE_TOKEN and OWED_QUEUE_NAME.\n\nexample:\n  "+dlqExample+"\n"),
+		"The queue is OWED_QUEUE_BACKEND (rest, sqs or jetstream) and its variables: for rest\n"+
+		"OWED_QUEUE_URL, OWED_QUEUE_TOKEN and OWED_QUEUE_NAME (see docs/queues.md for the others).\n"+
+		"A redriven row is delivered only if the ledger marks it for redrive.\n\nexample:\n  "+dlqExample+"\n"),
 		"missing action: one of depth, list, show, redrive, delete"); err != nil {
 		return err
 	}
-	action, rest := args[0], args[1:]
+	action, tail := args[0], args[1:]
 	fs := newFlags("dlq "+action, "dlq "+action+" [flags]", dlqExample)
 	qf := addQueueFlags(fs)
-	limit := fs.Int("limit", 50, "list: dead letters per page (1..100)")
-	cursor := fs.String("cursor", "", "list: start after this cursor (next_cursor of the previous page)")
+	limit := fs.Int("limit", 50, "list: dead letters per page")
+	cursor := fs.String("cursor", "", "list: start at this cursor (next_cursor of the previous page)")
 	allPages := fs.Bool("all-pages", false, "list: follow cursors to the end")
 	all := fs.Bool("all", false, "redrive: every dead letter of the queue")
-	pos, err := parseInterleaved(fs, rest)
+	pos, err := parseInterleaved(fs, tail)
 	if err != nil {
 		return err
 	}
-	c, err := qf.client()
+	if err := checkDLQArgs(action, pos, *all, *limit); err != nil {
+		return err
+	}
+	q, target, err := qf.open(ctx)
 	if err != nil {
 		return err
 	}
+	defer q.Close()
 	switch action {
 	case "depth":
-		if len(pos) > 0 {
-			return usageError{"depth takes no arguments"}
-		}
-		st, err := c.Stats(ctx)
+		st, err := q.Stats(ctx)
 		if err != nil {
 			return err
 		}
 		if *qf.json {
-			return printJSON(os.Stdout, map[string]any{"queue": c.Queue(), "dead_letter_depth": st.DeadLetterDepth})
+			return printJSON(out, map[string]any{"queue": target, "dead_letter_depth": st.DeadLetterDepth})
 		}
-		fmt.Printf("%s: %d dead letters\n", c.Queue(), st.DeadLetterDepth)
+		fmt.Fprintf(out, "%s: %d dead letters\n", target, st.DeadLetterDepth)
 	case "list":
-		if len(pos) > 0 {
-			return usageError{"list takes no arguments; use show ID for one dead letter"}
+		list, next, err := listDeadLetters(ctx, q, *limit, *cursor, *allPages)
+		if err != nil {
+			return err
 		}
-		var list []queue.DeadLetter
-		next := *cursor
-		for {
-			page, err := c.DeadLetters(ctx, queue.DeadLetterQuery{Limit: *limit, Cursor: next})
+		if *qf.json {
+			return printJSON(out, map[string]any{"dead_letters": views(list), "next_cursor": next})
+		}
+		return printDeadLetters(out, list, next)
+	case "show":
+		list, _, err := listDeadLetters(ctx, q, dlqPageMax, "", true)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(list, func(d queue.DeadLetter) bool { return d.ID == pos[0] })
+		if i < 0 {
+			return fmt.Errorf("%s is not a dead letter of %s", pos[0], target)
+		}
+		if *qf.json {
+			return printJSON(out, view(list[i]))
+		}
+		return printDeadLetter(out, list[i])
+	case "redrive":
+		ids := pos
+		if *all {
+			list, _, err := listDeadLetters(ctx, q, dlqPageMax, "", true)
 			if err != nil {
 				return err
 			}
-			list, next = append(list, page.DeadLetters...), page.NextCursor
-			if !*allPages || next == "" {
-				break
+			for _, d := range list {
+				ids = append(ids, d.ID)
 			}
 		}
-		if *qf.json {
-			return printJSON(os.Stdout, map[string]any{"dead_letters": list, "next_cursor": next})
+		n, err := q.Redrive(ctx, ids...)
+		if err != nil {
+			return err
 		}
-		return printDeadLetters(list, next)
+		if *qf.json {
+			return printJSON(out, map[string]any{"redriven": n})
+		}
+		fmt.Fprintf(out, "redrove %d dead letters to %s\n", n, target)
+	case "delete":
+		n, err := q.DeleteDeadLetters(ctx, pos...)
+		if err != nil {
+			return err
+		}
+		if *qf.json {
+			return printJSON(out, map[string]any{"deleted": n})
+		}
+		fmt.Fprintf(out, "deleted %d of %d dead letters\n", n, len(pos))
+	}
+	return nil
+}
+
+// checkDLQArgs refuses a dlq command's wrong arguments before the queue is
+// opened.
+func checkDLQArgs(action string, pos []string, all bool, limit int) error {
+	switch action {
+	case "depth", "list":
+		if len(pos) > 0 {
+			return usageError{action + " takes no arguments; use show ID for one dead letter"}
+		}
+		if limit < 1 {
+			return usageError{fmt.Sprintf("--limit=%d must be at least 1", limit)}
+		}
 	case "show":
 		if len(pos) != 1 {
-			return usageError{"show takes exactly one message id"}
+			return usageError{"show takes exactly one dead-letter id"}
 		}
-		d, err := c.DeadLetter(ctx, pos[0])
-		var apiErr *queue.APIError
-		if errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
-			return fmt.Errorf("message %s is not a dead letter of queue %s", pos[0], c.Queue())
-		}
-		if err != nil {
-			return err
-		}
-		if *qf.json {
-			return printJSON(os.Stdout, d)
-		}
-		return printDeadLetter(d)
 	case "redrive":
-		if *all == (len(pos) > 0) {
-			return usageError{"redrive takes message ids or --all, not both or neither"}
+		if all == (len(pos) > 0) {
+			return usageError{"redrive takes dead-letter ids or --all, not both or neither"}
 		}
-		var n int
-		if *all {
-			n, err = c.RedriveAll(ctx)
-		} else {
-			n, err = c.Redrive(ctx, pos...)
-		}
-		if err != nil {
-			return err
-		}
-		if *qf.json {
-			return printJSON(os.Stdout, map[string]any{"redriven": n})
-		}
-		fmt.Printf("redrove %d dead letters to %s\n", n, c.Queue())
 	case "delete":
 		if len(pos) == 0 {
-			return usageError{"delete takes one or more message ids"}
+			return usageError{"delete takes one or more dead-letter ids"}
 		}
-		n, err := c.DeleteDeadLetters(ctx, pos...)
-		if err != nil {
-			return err
-		}
-		if *qf.json {
-			return printJSON(os.Stdout, map[string]any{"deleted": n})
-		}
-		fmt.Printf("deleted %d of %d dead letters\n", n, len(pos))
 	default:
 		return usageError{fmt.Sprintf("unknown action %q: one of depth, list, show, redrive, delete", action)}
 	}
 	return nil
 }
 
-// lastErrorWidth keeps the list table on one line per dead letter.
-const lastErrorWidth = 60
-
-func printDeadLetters(list []queue.DeadLetter, next string) error {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tRECEIVES\tDEAD-LETTERED\tKEY\tLAST ERROR")
-	for _, d := range list {
-		last := strings.ReplaceAll(d.LastError, "\n", " ")
-		if len(last) > lastErrorWidth {
-			last = last[:lastErrorWidth-1] + "…"
+// listDeadLetters reads one page of up to limit dead letters from cursor,
+// or with allPages every page from there on.
+func listDeadLetters(ctx context.Context, q queue.Queue, limit int, cursor string, allPages bool) ([]queue.DeadLetter, string, error) {
+	var list []queue.DeadLetter
+	for {
+		page, next, err := q.DeadLetters(ctx, limit, cursor)
+		if err != nil {
+			return nil, "", err
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", d.MessageID, d.ReceiveCount, d.DeadLetteredAt.Format(time.RFC3339), d.IdempotencyKey, last)
+		list, cursor = append(list, page...), next
+		if !allPages || next == "" {
+			return list, next, nil
+		}
+	}
+}
+
+// deadLetterView is a dead letter as --json prints it: the body as JSON
+// when it is JSON (owed's envelope), as a string otherwise.
+type deadLetterView struct {
+	ID             string    `json:"id"`
+	Key            string    `json:"key"`
+	Reason         string    `json:"reason"`
+	DeadLetteredAt time.Time `json:"dead_lettered_at"`
+	Body           any       `json:"body"`
+}
+
+func view(d queue.DeadLetter) deadLetterView {
+	v := deadLetterView{ID: d.ID, Key: d.Key, Reason: d.Reason, DeadLetteredAt: d.DeadLetteredAt, Body: string(d.Body)}
+	if json.Valid(d.Body) {
+		v.Body = json.RawMessage(d.Body)
+	}
+	return v
+}
+
+func views(list []queue.DeadLetter) []deadLetterView {
+	out := make([]deadLetterView, len(list))
+	for i, d := range list {
+		out[i] = view(d)
+	}
+	return out
+}
+
+// reasonWidth keeps the list table on one line per dead letter.
+const reasonWidth = 60
+
+func printDeadLetters(out io.Writer, list []queue.DeadLetter, next string) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tDEAD-LETTERED\tKEY\tREASON")
+	for _, d := range list {
+		reason := strings.ReplaceAll(d.Reason, "\n", " ")
+		if len(reason) > reasonWidth {
+			reason = reason[:reasonWidth-1] + "…"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", d.ID, d.DeadLetteredAt.Format(time.RFC3339), d.Key, reason)
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	if next != "" {
-		fmt.Printf("more: owedctl dlq list --cursor %s\n", next)
+		fmt.Fprintf(out, "more: owedctl dlq list --cursor %s\n", next)
 	}
 	return nil
 }
 
-func printDeadLetter(d queue.DeadLetter) error {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "id\t%s\n", d.MessageID)
-	fmt.Fprintf(w, "idempotency key\t%s\n", d.IdempotencyKey)
-	fmt.Fprintf(w, "receive count\t%d\n", d.ReceiveCount)
-	fmt.Fprintf(w, "published at\t%s\n", d.PublishedAt.Format(time.RFC3339))
+func printDeadLetter(out io.Writer, d queue.DeadLetter) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "id\t%s\n", d.ID)
+	fmt.Fprintf(w, "key\t%s\n", d.Key)
 	fmt.Fprintf(w, "dead-lettered at\t%s\n", d.DeadLetteredAt.Format(time.RFC3339))
-	fmt.Fprintf(w, "last error\t%s\n", d.LastError)
+	fmt.Fprintf(w, "reason\t%s\n", d.Reason)
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	var pretty json.RawMessage
-	if b, err := json.MarshalIndent(d.Payload, "", "  "); err == nil {
-		pretty = b
-	} else {
-		pretty = d.Payload
+	body := d.Body
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, d.Body, "", "  ") == nil {
+		body = pretty.Bytes()
 	}
-	fmt.Printf("payload:\n%s\n", pretty)
+	fmt.Fprintf(out, "body:\n%s\n", body)
 	return nil
 }

@@ -7,8 +7,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/owedhq/owed/internal/devstack"
 	"github.com/owedhq/owed/internal/drill"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // errInvariants makes owedctl exit 1 when a drill ran but an invariant broke;
@@ -22,7 +22,7 @@ func drillCmd(ctx context.Context, args []string) error {
 		"owedctl drill --rows 5000 --faults worker-kill,sweeper-kill,provider-5xx --duration-limit 10m   # or --faults all, --queue jetstream")
 	cfg := drill.Config{}
 	fs.StringVar(&cfg.Dir, "dir", drill.DefaultDir, "folder for the throwaway cluster and the logs; wiped first (must be an earlier drill's or dev's folder, or absent)")
-	fs.StringVar(&cfg.Queue, "queue", devstack.DefaultQueue, "queue backend: "+strings.Join(devstack.QueueBackends, ", ")+" (queue-restart kills -9 its server)")
+	fs.StringVar(&cfg.Queue, "queue", backends.Default, "queue backend: "+strings.Join(backends.Names, ", ")+" (queue-restart kills -9 its server)")
 	fs.IntVar(&cfg.Rows, "rows", drill.DefaultRows, "rows in the workload")
 	faults := fs.String("faults", "all", "comma-separated faults, all (every one the --queue backend can have) or none: worker-kill, sweeper-kill, queue-restart, pg-restart, provider-5xx, provider-timeouts, provider-429-storm, provider-permanent, queue-redelivery and queue-publish-503 (--queue rest only), scheduler-pause, scale")
 	fs.DurationVar(&cfg.Tick, "tick", drill.DefaultTick, "sweep interval of the built-in scheduler")

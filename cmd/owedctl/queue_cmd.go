@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -11,6 +12,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/queue/wire"
 	"github.com/owedhq/owed/internal/service"
 )
 
@@ -21,7 +23,7 @@ func queueCmd(ctx context.Context, args []string) error {
 	if err := needAction(args, printUsage("usage: owedctl queue serve|serve-jetstream|stats [flags]\n\n"+
 		"  serve             run the local queue emulator (see 'owedctl queue serve --help')\n"+
 		"  serve-jetstream   run a local NATS server with JetStream (owedctl dev --queue jetstream runs it)\n"+
-		"  stats             print the configured queue's depths\n\n"+
+		"  stats             print the configured queue's depths (OWED_QUEUE_BACKEND: rest, sqs or jetstream)\n\n"+
 		"example:\n  OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl queue stats\n"),
 		"missing action: one of serve, serve-jetstream, stats"); err != nil {
 		return err
@@ -32,7 +34,7 @@ func queueCmd(ctx context.Context, args []string) error {
 	case "serve-jetstream":
 		return queueServeJetStream(ctx, args[1:])
 	case "stats":
-		return queueStats(ctx, args[1:])
+		return runQueueStats(ctx, os.Stdout, args[1:])
 	}
 	return usageError{fmt.Sprintf("unknown action %q: one of serve, serve-jetstream, stats", args[0])}
 }
@@ -52,7 +54,8 @@ func queueServe(ctx context.Context, args []string) error {
 	queues := fs.String("queues", strings.Join(cfg.Queues, ","), "comma-separated queue names to accept; empty accepts any ($OWED_QUEUE_QUEUES)")
 	fs.DurationVar(&cfg.DedupWindow, "dedup-window", cfg.DedupWindow, "how long an idempotency key is remembered ($OWED_QUEUE_DEDUP_WINDOW)")
 	fs.DurationVar(&cfg.VisibilityTimeout, "visibility-timeout", cfg.VisibilityTimeout, "visibility timeout of consumes that ask for none ($OWED_QUEUE_VISIBILITY_TIMEOUT)")
-	fs.IntVar(&cfg.MaxReceives, "max-receives", cfg.MaxReceives, "counted failures before a message is dead-lettered ($OWED_QUEUE_MAX_RECEIVES)")
+	fs.IntVar(&cfg.MaxReceives, "max-receives", cfg.MaxReceives,
+		"receives before the emulator dead-letters a message itself: a safety net, owed's ledger decides dead letters ($OWED_QUEUE_MAX_RECEIVES)")
 	fs.BoolVar(&cfg.SynchronousCommit, "synchronous-commit", cfg.SynchronousCommit,
 		"keep PostgreSQL synchronous_commit on: slower, and only a PostgreSQL crash could lose the last commits without it ($OWED_QUEUE_SYNCHRONOUS_COMMIT)")
 	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "database connections ($OWED_QUEUE_MAX_CONNS)")
@@ -103,25 +106,29 @@ func queueServe(ctx context.Context, args []string) error {
 	return em.Serve(ctx, ln)
 }
 
-func queueStats(ctx context.Context, args []string) error {
+// runQueueStats prints the configured queue's depths to out.
+func runQueueStats(ctx context.Context, out io.Writer, args []string) error {
 	fs := newFlags("queue stats", "queue stats [--queue NAME] [--json]", "OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl queue stats")
 	qf := addQueueFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseOnlyFlags(fs, args, ""); err != nil {
 		return err
 	}
-	c, err := qf.client()
+	q, target, err := qf.open(ctx)
 	if err != nil {
 		return err
 	}
-	st, err := c.Stats(ctx)
+	defer q.Close()
+	st, err := q.Stats(ctx)
 	if err != nil {
 		return err
 	}
 	if *qf.json {
-		return json.NewEncoder(os.Stdout).Encode(st)
+		// The shape of the REST contract's stats, whatever the backend.
+		return json.NewEncoder(out).Encode(wire.Stats{Visible: st.Visible, InFlight: st.InFlight, Delayed: st.Delayed,
+			DeadLetterDepth: st.DeadLetterDepth, OldestAgeSeconds: st.OldestAge.Seconds()})
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "QUEUE\tVISIBLE\tIN FLIGHT\tDELAYED\tDEAD LETTERS\tOLDEST AGE")
-	fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%.0fs\n", c.Queue(), st.Visible, st.InFlight, st.Delayed, st.DeadLetterDepth, st.OldestAgeSeconds)
+	fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%.0fs\n", target, st.Visible, st.InFlight, st.Delayed, st.DeadLetterDepth, st.OldestAge.Seconds())
 	return w.Flush()
 }

@@ -8,12 +8,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
-
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
-	"github.com/owedhq/owed/internal/queue"
 )
 
 // queueStatsTimeout bounds the dead-letter look-up so an unreachable queue
@@ -69,7 +66,7 @@ func runStats(ctx context.Context, out io.Writer, args []string) error {
 	if h.ProviderLimitedMinutes, err = pace.LimitedMinutes(ctx, l.DB(), from); err != nil {
 		return fmt.Errorf("read the provider-limited minutes: %w", err)
 	}
-	h.DeadLetterDepth, h.DeadLetterUnknown = deadLetterDepth(ctx, *qf.name)
+	h.DeadLetterDepth, h.DeadLetterUnknown = deadLetterDepth(ctx, qf)
 
 	if *qf.json {
 		return printJSON(out, h)
@@ -81,26 +78,19 @@ func runStats(ctx context.Context, out io.Writer, args []string) error {
 // deadLetterDepth asks the queue, or says why it could not: stats is most
 // needed when something is broken, so a missing queue must not hide the
 // ledger's numbers.
-func deadLetterDepth(ctx context.Context, name string) (*int64, string) {
-	var cfg queue.Config
-	if err := envconfig.Process("OWED", &cfg); err != nil {
-		return nil, err.Error()
-	}
-	if cfg.URL == "" {
-		return nil, "the queue is not configured: set OWED_QUEUE_URL and OWED_QUEUE_TOKEN"
-	}
-	cfg.Name = name
-	if err := cfg.Validate(); err != nil {
-		return nil, err.Error()
-	}
-	c, err := queue.New(cfg)
-	if err != nil {
-		return nil, err.Error()
+func deadLetterDepth(ctx context.Context, qf queueFlags) (*int64, string) {
+	if os.Getenv("OWED_QUEUE_URL") == "" && os.Getenv("OWED_QUEUE_BACKEND") == "" {
+		return nil, "the queue is not configured: set OWED_QUEUE_URL and OWED_QUEUE_TOKEN, or OWED_QUEUE_BACKEND and its variables"
 	}
 	ctx, cancel := context.WithTimeout(ctx, queueStatsTimeout)
 	defer cancel()
-	// The client's errors never carry the token, so they are safe to print.
-	st, err := c.Stats(ctx)
+	q, _, err := qf.open(ctx)
+	if err != nil {
+		return nil, err.Error()
+	}
+	defer q.Close()
+	// The backends' errors never carry a token, so they are safe to print.
+	st, err := q.Stats(ctx)
 	if err != nil {
 		return nil, "queue stats: " + err.Error()
 	}

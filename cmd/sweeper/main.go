@@ -7,7 +7,7 @@ package main
 import (
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweeper"
 )
@@ -24,10 +24,12 @@ func run() error {
 		return err
 	}
 	defer p.Close()
-	q, err := queue.New(cfg.Queue, queue.WithLogger(p.Log))
+	q, err := backends.Open(p.Ctx, cfg.Queue, p.Log)
 	if err != nil {
 		return err
 	}
+	defer q.Close()
+	p.Log.Info().Str("queue_backend", cfg.Queue.Backend).Str("queue", cfg.Queue.Target()).Msg("sweeper: queue opened")
 	clk := clock.Real()
 	srv, err := sweeper.New(cfg, ledger.New(p.DB, clk), q, p.Log, clk)
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/provider/providers"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/resolve"
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/worker"
@@ -31,10 +31,11 @@ func run() error {
 	}
 	defer p.Close()
 	ctx, db, log := p.Ctx, p.DB, p.Log
-	q, err := queue.New(cfg.Queue, queue.WithLogger(log))
+	q, err := backends.Open(ctx, cfg.Queue, log)
 	if err != nil {
 		return err
 	}
+	defer q.Close()
 	router, err := providers.New(cfg.Providers)
 	if err != nil {
 		return err
@@ -53,6 +54,7 @@ func run() error {
 		return err
 	}
 	log.Info().Interface("providers", router.Assignments()).Stringer("rate", cfg.ProviderRate).
+		Str("queue_backend", cfg.Queue.Backend).Str("queue", cfg.Queue.Target()).
 		Int("concurrency", cfg.Concurrency).Msg("worker starting")
 
 	srvErr := make(chan error, 1)

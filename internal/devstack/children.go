@@ -9,6 +9,7 @@ import (
 
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // workerPrefix starts every worker's name: worker-1, worker-2, ….
@@ -30,7 +31,7 @@ func (s *Stack) binaries() (binaries, error) {
 			return b, fmt.Errorf("%s is missing: run `make build` (or `make run`, which builds first) so owedctl, sweeper and worker sit in one folder", p)
 		}
 	}
-	if s.cfg.Queue == QueueSQS {
+	if s.cfg.Queue == backends.SQS {
 		if _, err := FindSQSServer(); err != nil {
 			return b, err
 		}
@@ -45,10 +46,10 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, ownerURL, appURL 
 	cfg := s.cfg
 	s.ep = Endpoints{API: httpURL(cfg.SweeperPort), QueueURL: httpURL(cfg.QueuePort), SandboxURL: httpURL(cfg.SandboxPort),
 		CronSecret: secret(16), ServiceToken: secret(16), AppURL: appURL, WebhookSecret: webhookSecret()}
-	if cfg.Queue == QueueJetStream {
+	if cfg.Queue == backends.JetStream {
 		s.ep.QueueURL = s.natsURL()
 	}
-	if cfg.Queue == QueueREST {
+	if cfg.Queue == backends.REST {
 		s.ep.QueueToken = secret(16)
 	}
 	queueSpec, err := s.queueSpec(b, ownerURL)

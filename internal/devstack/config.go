@@ -12,6 +12,7 @@ import (
 
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // Defaults of Config: the only source of the stack's defaults, which
@@ -87,7 +88,7 @@ type Config struct {
 	Rate string
 	// Duration, when above zero, stops the stack after that long.
 	Duration time.Duration
-	// Queue is the queue backend, one of QueueBackends; DefaultQueue (the
+	// Queue is the queue backend, one of backends.Names; backends.Default (the
 	// emulator) when empty.
 	Queue string
 	// NoSeed starts the stack without the demo workload.
@@ -116,7 +117,7 @@ func (c *Config) applyDefaults() error {
 		c.BinDir = filepath.Dir(exe)
 	}
 	c.Tick = cmp.Or(c.Tick, DefaultTick)
-	c.Queue = cmp.Or(c.Queue, DefaultQueue)
+	c.Queue = cmp.Or(c.Queue, backends.Default)
 	c.Rate = cmp.Or(c.Rate, DefaultRate)
 	c.SweeperPort = cmp.Or(c.SweeperPort, DefaultSweeperPort)
 	c.QueuePort = cmp.Or(c.QueuePort, DefaultQueuePort)

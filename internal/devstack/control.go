@@ -7,6 +7,8 @@ import (
 
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/emulator"
 )
 
@@ -109,7 +111,7 @@ func (s *Stack) ResumeScheduler() { s.sched.paused.Store(false) }
 // token-guarded POST /admin/faults, and remembers them for a restart. Only
 // the emulator (--queue rest) injects faults.
 func (s *Stack) SetQueueFaults(ctx context.Context, f emulator.Faults) error {
-	if s.cfg.Queue != QueueREST {
+	if s.cfg.Queue != backends.REST {
 		return fmt.Errorf("set the queue faults: only the queue emulator (--queue rest) injects them, this stack runs %s", s.cfg.Queue)
 	}
 	if err := NewAPIClient(s.ep.QueueURL, s.ep.QueueToken, queueAdminTimeout).Post(ctx, "/admin/faults", f, nil); err != nil {
@@ -125,7 +127,7 @@ func (s *Stack) SetQueueFaults(ctx context.Context, f emulator.Faults) error {
 func (s *Stack) Sandbox() *sandbox.Client { return s.sandbox }
 
 // Queue returns the stack's client of the running queue.
-func (s *Stack) Queue() QueueView { return s.queue }
+func (s *Stack) Queue() queue.Queue { return s.queue }
 
 // LogDir is the folder holding every child's log.
 func (s *Stack) LogDir() string { return s.logDir() }

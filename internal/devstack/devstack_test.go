@@ -20,6 +20,7 @@ import (
 	"github.com/owedhq/owed/internal/devstack/devstacktest"
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // TestStack runs the real system on each queue backend for about half a
@@ -29,13 +30,13 @@ import (
 // the backend's dead letters, nothing is sent twice, and nothing is left
 // running afterwards.
 func TestStack(t *testing.T) {
-	for _, q := range QueueBackends {
+	for _, q := range backends.Names {
 		t.Run(q, func(t *testing.T) { testStack(t, q) })
 	}
 }
 
 func testStack(t *testing.T, q string) {
-	if q == QueueSQS {
+	if q == backends.SQS {
 		if _, err := FindSQSServer(); err != nil {
 			t.Skipf("skipping: %v", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -14,31 +15,23 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/launch"
-	"github.com/owedhq/owed/internal/queue/backendtest"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/jetstream"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/queue/sqs"
 )
 
-// The queue backends the stack runs, the values of OWED_QUEUE_BACKEND.
-const (
-	// QueueREST is owed's REST queue contract, served by the emulator
-	// (owedctl queue serve) on the stack's PostgreSQL.
-	QueueREST = "rest"
-	// QueueJetStream is a NATS server with JetStream (owedctl queue
-	// serve-jetstream), its file store in Dir/nats.
-	QueueJetStream = "jetstream"
-	// QueueSQS is the local SQS-compatible server scripts/install-sqs.sh
-	// installs (owed-sqs-server); it keeps its messages in memory.
-	QueueSQS = "sqs"
-	// DefaultQueue is the backend of `make run`.
-	DefaultQueue = QueueREST
-)
-
-// QueueBackends lists the backends as --queue accepts them.
-var QueueBackends = []string{QueueREST, QueueJetStream, QueueSQS}
+// The stack runs every backend OWED_QUEUE_BACKEND names (backends.Names):
+// rest is owed's REST queue, served by the emulator (owedctl queue serve)
+// on the stack's PostgreSQL; jetstream a NATS server with JetStream
+// (owedctl queue serve-jetstream), its file store in Dir/nats; sqs the
+// local SQS-compatible server scripts/install-sqs.sh installs
+// (owed-sqs-server), which keeps its messages in memory. `make run` runs
+// backends.Default.
 
 // The local SQS server and the queues the stack creates on it.
 const (
@@ -55,23 +48,15 @@ const (
 	queueProvisionTimeout = 30 * time.Second
 )
 
-// QueueView is what the stack and a drill read of the running queue: its
-// depths and its dead letters. Every backend's client has it.
-type QueueView interface {
-	Stats(ctx context.Context) (backendtest.Stats, error)
-	DeadLetters(ctx context.Context, limit int, cursor string) ([]backendtest.DeadLetter, string, error)
-	Close() error
-}
-
 // QueueInMemory reports whether backend q's local server keeps its messages
 // only in memory, so a kill -9 loses every message and dead letter it held:
 // the local SQS server does (real SQS does not).
-func QueueInMemory(q string) bool { return q == QueueSQS }
+func QueueInMemory(q string) bool { return q == backends.SQS }
 
 // CheckQueue names the accepted backends when q is not one.
 func CheckQueue(q string) error {
-	if !slices.Contains(QueueBackends, q) {
-		return fmt.Errorf("--queue %q: want one of %s", q, strings.Join(QueueBackends, ", "))
+	if !slices.Contains(backends.Names, q) {
+		return fmt.Errorf("--queue %q: want one of %s", q, strings.Join(backends.Names, ", "))
 	}
 	return nil
 }
@@ -94,11 +79,11 @@ func (s *Stack) natsStore() string { return filepath.Join(s.cfg.Dir, "nats") }
 func (s *Stack) queueSpec(b binaries, ownerURL string) (launch.Spec, error) {
 	port := s.cfg.QueuePort
 	switch s.cfg.Queue {
-	case QueueJetStream:
+	case backends.JetStream:
 		spec := s.childSpec("queue", b.owedctl, []string{"queue", "serve-jetstream", "--addr", addr(port), "--store", s.natsStore()}, port)
 		spec.Ready = natsReady(s.natsURL())
 		return spec, nil
-	case QueueSQS:
+	case backends.SQS:
 		path, err := FindSQSServer()
 		if err != nil {
 			return launch.Spec{}, err
@@ -113,46 +98,43 @@ func (s *Stack) queueSpec(b binaries, ownerURL string) (launch.Spec, error) {
 
 // openQueue provisions the started queue server (the JetStream streams and
 // consumer, or the SQS queues), opens the stack's own client of it, and
-// returns the settings every sweeper and worker gets.
+// returns the settings every sweeper and worker gets: the variables
+// backends.LoadConfig reads into what the stack opened.
 func (s *Stack) openQueue(ctx context.Context) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, queueProvisionTimeout)
 	defer cancel()
+	cfg := backends.Config{Backend: s.cfg.Queue}
+	vars := map[string]string{"OWED_QUEUE_BACKEND": s.cfg.Queue}
 	switch s.cfg.Queue {
-	case QueueJetStream:
+	case backends.JetStream:
 		// Provision creates the streams and the consumer with
 		// docs/queues.md's settings (stream OWED, consumer owed-workers,
 		// ack wait 30 s), which the services' defaults name too.
-		c, err := jetstream.New(ctx, jetstream.Config{URL: s.natsURL(), Provision: true})
-		if err != nil {
-			return nil, fmt.Errorf("provision the JetStream streams: %w", err)
-		}
-		s.queue = c
-		return map[string]string{"OWED_QUEUE_BACKEND": QueueJetStream, "OWED_NATS_URL": s.natsURL()}, nil
-	case QueueSQS:
-		cfg, err := s.createSQSQueues(ctx)
-		if err != nil {
+		cfg.JetStream = jetstream.Config{URL: s.natsURL(), Provision: true}
+		vars["OWED_NATS_URL"] = s.natsURL()
+	case backends.SQS:
+		var err error
+		if cfg.SQS, err = s.createSQSQueues(ctx); err != nil {
 			return nil, err
 		}
-		c, err := sqs.New(ctx, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("open the SQS queues: %w", err)
-		}
-		s.queue = c
-		return map[string]string{"OWED_QUEUE_BACKEND": QueueSQS,
-			"OWED_SQS_QUEUE_URL": cfg.QueueURL, "OWED_SQS_DEAD_LETTER_QUEUE_URL": cfg.DeadLetterQueueURL,
-			"OWED_SQS_ENDPOINT": cfg.Endpoint, "OWED_SQS_REGION": sqsRegion,
+		maps.Copy(vars, map[string]string{"OWED_SQS_QUEUE_URL": cfg.SQS.QueueURL,
+			"OWED_SQS_DEAD_LETTER_QUEUE_URL": cfg.SQS.DeadLetterQueueURL, "OWED_SQS_ENDPOINT": cfg.SQS.Endpoint,
+			"OWED_SQS_REGION": sqsRegion,
 			// The SDK's own variables: its default chain finds the
 			// placeholder credentials there. An empty session token keeps
 			// a real one of the user's away from the local server.
 			"AWS_REGION": sqsRegion, "AWS_ACCESS_KEY_ID": sqsCredential, "AWS_SECRET_ACCESS_KEY": sqsCredential,
-			"AWS_SESSION_TOKEN": ""}, nil
+			"AWS_SESSION_TOKEN": ""})
+	default:
+		cfg.Rest = rest.Config{URL: s.ep.QueueURL, Token: s.ep.QueueToken, Name: rest.DefaultQueueName}
+		maps.Copy(vars, map[string]string{"OWED_QUEUE_URL": s.ep.QueueURL, "OWED_QUEUE_TOKEN": s.ep.QueueToken})
 	}
-	c, err := openREST(s.ep.QueueURL, s.ep.QueueToken)
+	q, err := backends.Open(ctx, cfg, zerolog.Nop())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("open the %s queue: %w", s.cfg.Queue, err)
 	}
-	s.queue = c
-	return map[string]string{"OWED_QUEUE_BACKEND": QueueREST, "OWED_QUEUE_URL": s.ep.QueueURL, "OWED_QUEUE_TOKEN": s.ep.QueueToken}, nil
+	s.queue = q
+	return vars, nil
 }
 
 // createSQSQueues creates the main and dead-letter queues with
@@ -175,12 +157,12 @@ func (s *Stack) createSQSQueues(ctx context.Context) (sqs.Config, error) {
 // file store by itself.
 func (s *Stack) queueRestarted(ctx context.Context) error {
 	switch s.cfg.Queue {
-	case QueueSQS:
+	case backends.SQS:
 		ctx, cancel := context.WithTimeout(ctx, queueProvisionTimeout)
 		defer cancel()
 		_, err := s.createSQSQueues(ctx)
 		return err
-	case QueueREST:
+	case backends.REST:
 		s.queueFaultsMu.Lock()
 		f := s.queueFaults
 		s.queueFaultsMu.Unlock()
@@ -217,10 +199,10 @@ func (s *Stack) DeadLetteredRows(ctx context.Context) (map[int64]bool, error) {
 // queueLine is the first screen's line about the queue.
 func (s *Stack) queueLine() string {
 	switch s.cfg.Queue {
-	case QueueJetStream:
+	case backends.JetStream:
 		return fmt.Sprintf("  queue           JetStream %s, store %s/ (stream %s, consumer %s)\n",
 			s.natsURL(), relPath(s.natsStore()), jetstream.DefaultStream, jetstream.DefaultConsumer)
-	case QueueSQS:
+	case backends.SQS:
 		return fmt.Sprintf("  queue           local SQS %s (%s; in memory: a restart loses its messages, the ledger republishes them)\n",
 			s.ep.QueueURL, sqsServerCommand)
 	}

@@ -3,6 +3,8 @@ package devstack
 import (
 	"strings"
 	"testing"
+
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 func TestQueueSettingIsChecked(t *testing.T) {
@@ -14,7 +16,7 @@ func TestQueueSettingIsChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.cfg.Queue != QueueREST {
+	if s.cfg.Queue != backends.REST {
 		t.Errorf("New without --queue runs %q; want the emulator (rest)", s.cfg.Queue)
 	}
 }

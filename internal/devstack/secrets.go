@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // Endpoints are what a user or a test needs to reach the running stack. The
@@ -49,7 +51,7 @@ func webhookSecret() string {
 func (s *Stack) writeEnvFile() error {
 	ep := s.ep
 	var queueVars strings.Builder
-	if s.cfg.Queue == QueueSQS {
+	if s.cfg.Queue == backends.SQS {
 		queueVars.WriteString("# The AWS_ variables are placeholders the local SQS server accepts; they replace this shell's own.\n")
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.queueVars)) {

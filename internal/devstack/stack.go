@@ -43,6 +43,7 @@ import (
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
 )
 
@@ -57,7 +58,7 @@ type Stack struct {
 	cluster *cluster
 	appDB   *sql.DB
 	ledger  *ledger.Ledger
-	queue   QueueView
+	queue   queue.Queue
 	sandbox *sandbox.Client
 	// queueVars are the queue settings every sweeper and worker gets, and
 	// the env file exports.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/owedhq/owed/internal/devstack"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // Fault is one kind of failure the drill injects.
@@ -90,7 +91,7 @@ func ParseFaults(s, queue string) ([]Fault, error) {
 			return nil, fmt.Errorf("unknown fault %q: want all, none or a comma-separated list of %s", name, faultNames())
 		}
 		if !applies(f, queue) {
-			return nil, fmt.Errorf("fault %s: only the queue emulator injects it (--queue %s), not %s", f, devstack.QueueREST, queue)
+			return nil, fmt.Errorf("fault %s: only the queue emulator injects it (--queue %s), not %s", f, backends.REST, queue)
 		}
 		if !slices.Contains(out, f) {
 			out = append(out, f)
@@ -101,7 +102,7 @@ func ParseFaults(s, queue string) ([]Fault, error) {
 
 // applies says whether a drill on queue can inject f.
 func applies(f Fault, queue string) bool {
-	return queue == devstack.QueueREST || !slices.Contains(emulatorFaults, f)
+	return queue == backends.REST || !slices.Contains(emulatorFaults, f)
 }
 
 func faultNames() string {
@@ -131,8 +132,8 @@ type Config struct {
 	// BinDir holds owedctl, sweeper and worker; the running executable's
 	// folder when empty.
 	BinDir string
-	// Queue is the queue backend the stack runs (devstack.QueueBackends);
-	// devstack.DefaultQueue when empty.
+	// Queue is the queue backend the stack runs (backends.Names);
+	// backends.Default when empty.
 	Queue string
 	// Rows is the size of the workload.
 	Rows   int
@@ -161,7 +162,7 @@ type Config struct {
 
 func (c *Config) applyDefaults() {
 	c.Dir = cmp.Or(c.Dir, DefaultDir)
-	c.Queue = cmp.Or(c.Queue, devstack.DefaultQueue)
+	c.Queue = cmp.Or(c.Queue, backends.Default)
 	c.Rows = cmp.Or(c.Rows, DefaultRows)
 	c.Tick = cmp.Or(c.Tick, DefaultTick)
 	c.Rate = cmp.Or(c.Rate, DefaultRate)
@@ -204,7 +205,7 @@ func (c Config) validate() error {
 	}
 	for _, f := range c.Faults {
 		if !applies(f, c.Queue) {
-			return fmt.Errorf("--faults %s: only the queue emulator injects it (--queue %s), not %s", f, devstack.QueueREST, c.Queue)
+			return fmt.Errorf("--faults %s: only the queue emulator injects it (--queue %s), not %s", f, backends.REST, c.Queue)
 		}
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/owedhq/owed/internal/devstack"
 	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/emulator"
 )
 
@@ -272,7 +273,7 @@ func (inj *injector) setProviderFaults(ctx context.Context, on, storm bool) erro
 // setQueueFaults sets the emulator's faults; other backends have none to
 // set.
 func (inj *injector) setQueueFaults(ctx context.Context, on bool) error {
-	if inj.cfg.Queue != devstack.QueueREST {
+	if inj.cfg.Queue != backends.REST {
 		return nil
 	}
 	var f emulator.Faults

@@ -12,6 +12,7 @@ import (
 
 	"github.com/owedhq/owed/internal/devstack"
 	"github.com/owedhq/owed/internal/devstack/devstacktest"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // TestDrill is the bounded drill of make test: 2,500 rows, every fault
@@ -51,12 +52,12 @@ func TestDrill(t *testing.T) {
 // every invariant must hold. The local SQS server keeps its messages in
 // memory, so each kill loses what it held: the ledger republishes those rows
 // once their leases run out.
-func TestDrillJetStream(t *testing.T) { testQueueDrill(t, devstack.QueueJetStream) }
+func TestDrillJetStream(t *testing.T) { testQueueDrill(t, backends.JetStream) }
 
-func TestDrillSQS(t *testing.T) { testQueueDrill(t, devstack.QueueSQS) }
+func TestDrillSQS(t *testing.T) { testQueueDrill(t, backends.SQS) }
 
 func testQueueDrill(t *testing.T, queue string) {
-	if queue == devstack.QueueSQS {
+	if queue == backends.SQS {
 		if _, err := devstack.FindSQSServer(); err != nil {
 			t.Skipf("skipping: %v", err)
 		}
@@ -122,20 +123,20 @@ func TestSecretsInLogs(t *testing.T) {
 }
 
 func TestParseFaults(t *testing.T) {
-	all, err := ParseFaults("all", devstack.QueueREST)
+	all, err := ParseFaults("all", backends.REST)
 	if err != nil || len(all) != len(AllFaults) {
 		t.Fatalf("all: %v, %v", all, err)
 	}
-	got, err := ParseFaults("worker-kill, scale,worker-kill", devstack.QueueREST)
+	got, err := ParseFaults("worker-kill, scale,worker-kill", backends.REST)
 	if err != nil || len(got) != 2 || got[0] != WorkerKill || got[1] != Scale {
 		t.Errorf("got %v, %v; want [worker-kill scale]", got, err)
 	}
-	if _, err := ParseFaults("worker-kil", devstack.QueueREST); err == nil || !strings.Contains(err.Error(), "worker-kill") {
+	if _, err := ParseFaults("worker-kil", backends.REST); err == nil || !strings.Contains(err.Error(), "worker-kill") {
 		t.Errorf("a misspelt fault: %v, want an error listing the faults", err)
 	}
 	// A real queue cannot be told to redeliver or to refuse publishes:
 	// "all" leaves those out, and naming one is refused.
-	for _, q := range []string{devstack.QueueJetStream, devstack.QueueSQS} {
+	for _, q := range []string{backends.JetStream, backends.SQS} {
 		all, err := ParseFaults("all", q)
 		if err != nil || len(all) != len(AllFaults)-len(emulatorFaults) || slices.Contains(all, QueueRedelivery) ||
 			!slices.Contains(all, QueueRestart) {
@@ -145,7 +146,7 @@ func TestParseFaults(t *testing.T) {
 			t.Errorf("queue-publish-503 on %s: %v; want an error saying only --queue rest injects it", q, err)
 		}
 	}
-	cfg := Config{Queue: devstack.QueueSQS, Faults: []Fault{QueueRedelivery}}
+	cfg := Config{Queue: backends.SQS, Faults: []Fault{QueueRedelivery}}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--queue rest") {
 		t.Errorf("Validate with queue-redelivery on sqs = %v; want an error saying only --queue rest injects it", err)
 	}

@@ -15,7 +15,9 @@ type ClaimOutcome int
 const (
 	// ClaimSend: the row is now the caller's (state sending); send it.
 	ClaimSend ClaimOutcome = iota + 1
-	// ClaimSettled: the row is already settled; ack the message, send nothing.
+	// ClaimSettled: the row is already settled (failed included: only
+	// Ledger.Redrive reopens a failed row); the message is a stray copy, so
+	// ack it and send nothing.
 	ClaimSettled
 	// ClaimExpired: the row's expiry passed; it is now settled expired.
 	ClaimExpired
@@ -53,8 +55,6 @@ type Claim struct {
 	// claim never finished (a worker died mid-send): the provider may have
 	// accepted the first send.
 	PossibleDuplicate bool
-	// Reopened is set when an operator redrove a failed row's message.
-	Reopened bool
 	// Wait is how long until the row is due (ClaimEarly).
 	Wait time.Duration
 }
@@ -92,19 +92,17 @@ func (l *Ledger) decide(ctx context.Context, row Notification, took bool, due, n
 	// The statement took the row exactly when none of the cases below
 	// holds; the order here says which reason applies first.
 	switch {
-	case row.State.Settled() && row.State != StateFailed:
+	case row.State.Settled():
 		c.Outcome = ClaimSettled
 	case !row.DueAt.Equal(due):
 		c.Outcome = ClaimStale
 	case row.ExpiresAt != nil && !row.ExpiresAt.After(now):
 		c.Outcome = ClaimExpired
-		if row.State != StateFailed {
-			// Settled at the instant the claim judged it expired.
-			err = l.withTenant(ctx, row.Tenant, func(tx *txn) error {
-				_, err := tx.Exec(qSettleExpired, row.ID, now)
-				return err
-			})
-		}
+		// Settled at the instant the claim judged it expired.
+		err = l.withTenant(ctx, row.Tenant, func(tx *txn) error {
+			_, err := tx.Exec(qSettleExpired, row.ID, now)
+			return err
+		})
 	case row.State == StateSending && row.LeaseUntil != nil && row.LeaseUntil.After(now):
 		c.Outcome = ClaimHeld
 	case row.DueAt.After(now.Add(early)):
@@ -112,13 +110,10 @@ func (l *Ledger) decide(ctx context.Context, row Notification, took bool, due, n
 		c.Wait = row.DueAt.Sub(now)
 	default:
 		c.Outcome = ClaimSend
-		// A failed row's message is in the dead letters; one that comes
-		// back was redriven by an operator, who decided to try again.
-		c.Reopened = row.State == StateFailed
 		// A claimed_at left behind means the last claim neither settled nor
 		// released the row: its worker died, maybe after the provider took
-		// the message.
-		c.PossibleDuplicate = row.ClaimedAt != nil && !c.Reopened
+		// the message (or an uncertain release or a Redrive kept the mark).
+		c.PossibleDuplicate = row.ClaimedAt != nil
 		c.Row.State, c.Row.ClaimedAt = StateSending, &now
 	}
 	if took != (c.Outcome == ClaimSend) {

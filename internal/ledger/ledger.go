@@ -10,7 +10,8 @@
 //     over every tenant's owed rows and its bookkeeping of that claim
 //     (ExplainLease runs the same claim under EXPLAIN and rolls it back);
 //   - Backlog, OldestOwedAge, Leasable, GetAny and Stats: operator
-//     aggregates and look-ups.
+//     aggregates and look-ups, and RedriveAny, the operator's redrive of
+//     failed rows named by their dead letters.
 //
 // The worker's claim and its delivered settle, the two statements every
 // delivery runs, are ClaimForSendBatch and SettleDeliveredBatch. They call
@@ -18,7 +19,9 @@
 // (migrations/00008_worker_batches.sql), which run owed_claim and
 // owed_settle_delivered (migrations/00007_ledger_functions.sql) once per row
 // under that row's own tenant scope, so a batch of many tenants' rows costs
-// one round trip and one commit. ClaimForSend and SettleDelivered are the
+// one round trip and one commit (the claim functions as last replaced by
+// migrations/00011_queue_generation.sql, the settle functions by
+// migrations/00010_owed_prefix.sql). ClaimForSend and SettleDelivered are the
 // same statements for a batch of one. These four functions are the only
 // ledger SQL kept outside this package, and only this package calls them.
 //
@@ -31,6 +34,22 @@
 // (coalesce($n, now())), so every process stamps leases and settles by one
 // clock; a test's stub fixes it. The package never reads the wall clock for
 // a row's times.
+//
+// Two keys follow a row. Its provider idempotency key (IdempotencyKey:
+// the row's id and due time) is the same on every send, so a provider that
+// honours it never delivers the row twice. Its queue key (QueueKey) adds the
+// row's queue_generation, which moves on with every deliberate republish: the
+// sweep's requeue of a row published before, a reschedule, a Redrive. A
+// queue that deduplicates by key therefore absorbs a repeat of one publish
+// but never drops a republish that replaces a message lost, acked or
+// dead-lettered. Deduplication is the queue's optimisation; the claim
+// decides what is sent.
+//
+// A settled row is final, failed included: the worker's claim never takes
+// one, so a stray copy of a failed row's message, or one redriven from the
+// dead letters, is acked and dropped. The one way back is Redrive (or
+// RedriveAny), an explicit ledger transition from failed to pending under a
+// new generation, after which the sweep publishes a fresh message.
 //
 // The package never marks a row delivered before the provider accepted it:
 // claimed_at records that a worker took the row, delivered_at that the
@@ -54,7 +73,8 @@ import (
 type State string
 
 // The states a row moves through. The last five are settled: settled_at is
-// set and the sweeper never leases the row again.
+// set, and neither the sweeper's lease nor the worker's claim takes the row
+// again; only Redrive reopens a failed one.
 const (
 	StatePending   State = "pending"
 	StateLeased    State = "leased"
@@ -76,11 +96,24 @@ func (s State) Settled() bool {
 	return false
 }
 
-// IdempotencyKey derives the key a row's queue message and provider sends
-// carry. It depends on the row alone, never on the attempt or the clock: a
-// retried row keeps its key, and a rescheduled row (new due_at) gets a new one.
+// IdempotencyKey derives the key every provider send of a row carries. It
+// depends on the row alone, never on the attempt, the queue generation or
+// the clock: a retried, requeued or redriven row keeps its key, so a
+// provider that honours it never delivers the row twice, and a rescheduled
+// row (new due_at) gets a new one.
 func IdempotencyKey(prefix string, id int64, dueAt time.Time) string {
 	return fmt.Sprintf("%s%d-%d", prefix, id, dueAt.UTC().UnixMicro())
+}
+
+// QueueKey derives the key of a row's queue message: its IdempotencyKey
+// plus its queue generation (owed-<id>-<due µs>-g<generation>). The
+// generation grows with every deliberate republish (a requeue of a row
+// published before, a reschedule, a Redrive), so a queue that deduplicates
+// by key never drops the new message as a copy of the one it replaces,
+// while a repeat of the same publish (a sweep that died before marking its
+// rows queued) keeps its key and is absorbed.
+func QueueKey(prefix string, id int64, dueAt time.Time, generation int) string {
+	return fmt.Sprintf("%s-g%d", IdempotencyKey(prefix, id, dueAt), generation)
 }
 
 // Ledger runs the named ledger operations against a database connected as
@@ -231,6 +264,8 @@ type Notification struct {
 	LastError         string     `json:"last_error,omitempty"`
 	CreatedAt         time.Time  `json:"created_at"`
 	UpdatedAt         time.Time  `json:"updated_at"`
+	// QueueGeneration counts the row's deliberate republishes (QueueKey).
+	QueueGeneration int `json:"queue_generation"`
 }
 
 type scanner interface{ Scan(...any) error }
@@ -243,7 +278,7 @@ func scanNotification(s scanner, extra ...any) (Notification, error) {
 	var payload []byte
 	dest := []any{&n.ID, &n.Tenant, &n.Recipient, &n.Channel, &n.Kind, &n.RefID, &n.DueAt, &exp,
 		&payload, &n.State, &n.Attempts, &lease, &claimed, &published, &delivered, &settled,
-		&provider, &providerMsg, &lastErr, &n.CreatedAt, &n.UpdatedAt}
+		&provider, &providerMsg, &lastErr, &n.CreatedAt, &n.UpdatedAt, &n.QueueGeneration}
 	err := s.Scan(append(dest, extra...)...)
 	if err != nil {
 		return n, err

@@ -12,7 +12,7 @@ package ledger
 const (
 	notificationColumns = `id, tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
 		payload, state, attempts, lease_until, claimed_at, published_at, delivered_at, settled_at,
-		provider, provider_message_id, last_error, created_at, updated_at`
+		provider, provider_message_id, last_error, created_at, updated_at, queue_generation`
 
 	// qSchedule inserts a batch idempotently. The batch travels as one JSON
 	// array so a thousand rows cost one round trip. Rows already there are
@@ -75,11 +75,16 @@ SELECT count(*) FROM owed_notifications
 	// sending in keeps its length. The new due_at gives the row a new
 	// idempotency key; a message already published under the old one is
 	// recognised as stale by the worker. published_at is cleared because the
-	// new key was never published.
+	// new key was never published. The queue generation moves on too: a
+	// snooze and un-snooze back to a due time already published must not
+	// reuse that message's queue key, or a queue that deduplicates would
+	// drop the new message as a copy of the old one, which the worker
+	// acked as stale.
 	qReschedule = `
 UPDATE owed_notifications n
    SET due_at = $5, expires_at = n.expires_at + ($5 - n.due_at),
        state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
+       queue_generation = n.queue_generation + 1,
        updated_at = coalesce($4::timestamptz, now())` + subjectOpenRows
 
 	// qLease is the sweeper's claim, in one statement: the inner select is
@@ -90,9 +95,18 @@ UPDATE owed_notifications n
 	// RETURNING shows published_at before this statement (it is not set
 	// here), which tells a republish from a first publish. $2 is the lease
 	// and $3 the publish-ahead window, in seconds from now.
+	//
+	// A row published before (queued or sending with its lease run out: its
+	// message was lost, acked or dead-lettered, or its worker died) is
+	// republished deliberately, so its queue generation moves on and the new
+	// message gets a new queue key. A row still leased and never marked
+	// published (the sweep died between the publish and the mark) keeps its
+	// generation: its message is probably in the queue already, and the
+	// same key lets a deduplicating queue absorb the repeat.
 	qLease = `
 UPDATE owed_notifications n
    SET state = 'leased', lease_until = coalesce($1::timestamptz, now()) + make_interval(secs => $2),
+       queue_generation = n.queue_generation + CASE WHEN n.published_at IS NULL THEN 0 ELSE 1 END,
        updated_at = coalesce($1::timestamptz, now())
   FROM (SELECT id FROM owed_notifications
          WHERE settled_at IS NULL
@@ -103,7 +117,7 @@ UPDATE owed_notifications n
          LIMIT $4
          FOR UPDATE SKIP LOCKED) owed
  WHERE n.id = owed.id
-RETURNING n.id, n.tenant_id, n.due_at, n.published_at IS NOT NULL`
+RETURNING n.id, n.tenant_id, n.due_at, n.published_at IS NOT NULL, n.queue_generation`
 
 	// qExpireOverdue settles rows whose expiry passed before they were sent.
 	// A row a live worker is sending is skipped: that worker checked the
@@ -164,9 +178,10 @@ UPDATE owed_notifications
 	// early tolerance, $4 seconds), for the due time the message names,
 	// unexpired and not held by a live worker; it returns the row as it was
 	// plus whether it was taken, and the caller reads the old row to say why
-	// a claim took nothing. settled_at is cleared for the one settled state
-	// a claim may reopen: a failed row an operator redrove. A row not
-	// visible in its tenant's scope answers nothing for its idx.
+	// a claim took nothing. A settled row is never taken, failed included
+	// (owed_claim as migrations/00011 left it): only Redrive reopens a failed
+	// row, so a stray or redriven copy of its message sends nothing. A row
+	// not visible in its tenant's scope answers nothing for its idx.
 	//
 	// The claim's instant comes back as the last column, so the caller
 	// judges the rows by the instant that took them, and the lease ($3
@@ -182,10 +197,11 @@ SELECT c.*, t.now
 	// (migrations/00008) runs owed_settle_delivered (migrations/00007) for
 	// each row in id order under the row's own tenant scope. delivered_at is
 	// stamped only on a row not delivered yet, so a row has one delivered_at
-	// however many copies of its message arrive (a failed row may be
-	// delivered by an operator's redrive); the attempt is recorded either
-	// way, because it happened. A row not visible in its tenant's scope
-	// answers a NULL changed.
+	// however many copies of its message arrive; the attempt is recorded
+	// either way, because it happened. A row failed while its send was still
+	// under way (its claim's lease ran out and another worker failed it) is
+	// stamped delivered all the same: the provider's yes is the truth. A row
+	// not visible in its tenant's scope answers a NULL changed.
 	qSettleDeliveredBatch = `
 SELECT idx, changed FROM owed_settle_delivered_batch($1::jsonb, coalesce($2::timestamptz, now()))`
 
@@ -193,7 +209,7 @@ SELECT idx, changed FROM owed_settle_delivered_batch($1::jsonb, coalesce($2::tim
 UPDATE owed_notifications
    SET state = 'skipped', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL, last_error = $3,
        updated_at = coalesce($2::timestamptz, now())
- WHERE id = $1 AND (settled_at IS NULL OR state = 'failed')`
+ WHERE id = $1 AND settled_at IS NULL`
 
 	qSettleFailed = `
 UPDATE owed_notifications
@@ -215,6 +231,44 @@ UPDATE owed_notifications
    SET state = 'queued', claimed_at = CASE WHEN $5 THEN claimed_at END, lease_until = $2, last_error = $3,
        updated_at = coalesce($4::timestamptz, now())
  WHERE id = $1 AND state = 'sending'`
+
+	// qRedrive reopens the failed rows of $1 (ids) in the caller's scope, as
+	// Redrive documents: back to pending, unsettled, unleased and never
+	// published under the new queue generation, so the next sweep leases
+	// them at once and publishes a fresh message under a new queue key.
+	// attempts is kept: it counts sends tried. claimed_at, the mark that the
+	// next send may duplicate an earlier one, is kept only when a send of
+	// the row was already recorded as a possible duplicate, since an
+	// earlier send that may have reached the provider still may have; the
+	// claimed_at every failed claim leaves behind is not such a mark. A row
+	// past its expiry stays failed: a redrive never sends a late nudge.
+	//
+	// The rows are locked in id order first (see qMarkQueued). The final
+	// select reads the rows as they were before the update, so it takes the
+	// reopened rows' new state and generation from the update's RETURNING;
+	// its instant comes back with each row, for the caller's reasons.
+	qRedrive = `
+WITH target AS (
+    SELECT id FROM owed_notifications WHERE id = ANY($1) ORDER BY id FOR UPDATE
+), reopened AS (
+    UPDATE owed_notifications n
+       SET state = 'pending', settled_at = NULL, lease_until = NULL, published_at = NULL,
+           queue_generation = n.queue_generation + 1,
+           claimed_at = CASE WHEN EXISTS (SELECT 1 FROM owed_notification_attempts a
+                                           WHERE a.notification_id = n.id AND a.possible_duplicate)
+                             THEN n.claimed_at END,
+           last_error = 'redriven after: ' || coalesce(n.last_error, 'failed'),
+           updated_at = coalesce($2::timestamptz, now())
+      FROM target t
+     WHERE n.id = t.id AND n.state = 'failed'
+       AND (n.expires_at IS NULL OR n.expires_at > coalesce($2::timestamptz, now()))
+    RETURNING n.id, n.state, n.queue_generation
+)
+SELECT n.id, n.tenant_id, coalesce(r.state, n.state), coalesce(r.queue_generation, n.queue_generation),
+       r.id IS NOT NULL, n.expires_at, coalesce($2::timestamptz, now())
+  FROM owed_notifications n
+  JOIN target t ON t.id = n.id
+  LEFT JOIN reopened r ON r.id = n.id`
 
 	// qRecordAttempt appends one send tried and counts it on the row.
 	qRecordAttempt = `

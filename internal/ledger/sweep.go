@@ -18,9 +18,12 @@ type Leased struct {
 	Tenant string
 	DueAt  time.Time
 	// Republish is true when the row was published before (its message was
-	// lost or its lease ran out); the message goes out again under the same
-	// idempotency key.
+	// lost, acked or dead-lettered, and its lease ran out); the message goes
+	// out again under the same idempotency key but a new queue generation.
 	Republish bool
+	// QueueGeneration is the row's queue generation as leased: its message
+	// goes out under QueueKey(prefix, ID, DueAt, QueueGeneration).
+	QueueGeneration int
 }
 
 // LeaseParams bound one sweep's claim.
@@ -50,7 +53,8 @@ func (p LeaseParams) validate() error {
 // Lease claims up to p.Limit owed rows across every tenant, oldest due
 // first, in one statement: rows that are pending, or whose lease (leased,
 // queued or sending) ran out. Rows past their expiry are never returned.
-// Concurrent calls never return the same row.
+// Concurrent calls never return the same row. A row published before gets
+// its next queue generation here (see qLease).
 func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
@@ -64,7 +68,7 @@ func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
 		defer rows.Close()
 		for rows.Next() {
 			var r Leased
-			if err := rows.Scan(&r.ID, &r.Tenant, &r.DueAt, &r.Republish); err != nil {
+			if err := rows.Scan(&r.ID, &r.Tenant, &r.DueAt, &r.Republish, &r.QueueGeneration); err != nil {
 				return err
 			}
 			r.DueAt = r.DueAt.UTC()

@@ -20,6 +20,8 @@ import (
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/backends"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/sweeper"
 	scope "github.com/owedhq/owed/internal/tenant"
@@ -45,7 +47,8 @@ func setup(t *testing.T) fixture {
 	cfg := sweeper.Config{CronSecret: cronSecret, APIToken: serviceToken, SweepBatch: 500, SweepBudget: 30 * time.Second,
 		PublishAhead: time.Minute, RequeueAfter: 10 * time.Minute, IdempotencyPrefix: "owed-", DBMaxConns: 4,
 		Materialise: materialise.Config{Lookahead: 3 * time.Hour, DefaultLead: 10 * time.Minute},
-		Queue:       queue.Config{URL: st.QueueURL, Token: stacktest.QueueToken, Name: st.Queue.Queue()},
+		Queue: backends.Config{Backend: backends.REST,
+			Rest: rest.Config{URL: st.QueueURL, Token: stacktest.QueueToken, Name: st.Queue.Name()}},
 		DatabaseURL: st.DB.AppURL}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -207,7 +210,7 @@ func TestOversizedAndMalformedCron(t *testing.T) {
 func TestOversizedAndMalformedQueue(t *testing.T) {
 	f := setup(t)
 	auth := "Bearer " + stacktest.QueueToken
-	q := f.st.Queue.Queue()
+	q := f.st.Queue.Name()
 	entry := `{"payload":{"id":1},"idempotency_key":"k-1"}`
 	before := queueStats(t, f)
 	for _, c := range []struct {

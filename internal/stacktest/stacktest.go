@@ -20,8 +20,8 @@ import (
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/provider/webhook"
-	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/testdb"
 )
 
@@ -34,7 +34,7 @@ type Stack struct {
 	Ledger   *ledger.Ledger
 	Emulator *emulator.Emulator
 	QueueURL string
-	Queue    *queue.Client
+	Queue    *rest.Client
 	Sandbox  *sandbox.Server
 	// SandboxURL receives webhook sends; SandboxClient reads its stats.
 	SandboxURL    string
@@ -74,7 +74,7 @@ func New(t testing.TB, o Options) *Stack {
 	if len(name) > 80 {
 		name = name[:80]
 	}
-	s.Queue, err = queue.New(queue.Config{URL: esrv.URL, Token: QueueToken, Name: name})
+	s.Queue, err = rest.New(rest.Config{URL: esrv.URL, Token: QueueToken, Name: name})
 	if err != nil {
 		t.Fatalf("stacktest: queue client: %v", err)
 	}

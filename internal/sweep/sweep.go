@@ -31,8 +31,9 @@ const (
 	// leaseMargin is added to the budget for the sweeper's own lease, so a
 	// run that is still inside its budget never loses its rows to another.
 	leaseMargin = 10 * time.Second
-	// publishChunk is the queue's batch limit; rows are marked queued after
-	// each chunk, so a crash mid-run leaves at most one chunk to heal.
+	// publishChunk is how many rows one Publish carries (the backend splits
+	// it into its own batches); rows are marked queued after each chunk, so
+	// a crash mid-run leaves at most one chunk to heal.
 	publishChunk = 100
 )
 
@@ -63,8 +64,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_SWEEP_BATCH=%d must be above zero", c.Batch)
 	case c.Budget <= 0:
 		return fmt.Errorf("OWED_SWEEP_BUDGET=%s must be above zero (hosted runners cap a run at 900s)", c.Budget)
-	case c.PublishAhead < 0:
-		return fmt.Errorf("OWED_PUBLISH_AHEAD=%s must not be negative", c.PublishAhead)
+	case c.PublishAhead < 0 || c.PublishAhead > queue.MaxDelay:
+		return fmt.Errorf("OWED_PUBLISH_AHEAD=%s must be 0 to %s, the longest delay every queue backend takes", c.PublishAhead, queue.MaxDelay)
 	case c.RequeueAfter <= 0:
 		return fmt.Errorf("OWED_REQUEUE_AFTER=%s must be above zero", c.RequeueAfter)
 	case c.KeyPrefix == "" || len(c.KeyPrefix) > 64:
@@ -73,17 +74,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Publisher is the part of the queue client a sweep uses.
+// Publisher is the part of queue.Queue a sweep uses.
 type Publisher interface {
-	PublishBatch(ctx context.Context, msgs []queue.Message) ([]queue.BatchResult, error)
+	Publish(ctx context.Context, msgs []queue.Message) ([]queue.PublishResult, error)
 }
 
 // Result counts what one run did. Complete is false when the run could not
 // finish: the queue refused, or the budget ran out with leased rows left.
 type Result struct {
-	Leased         int     `json:"leased"`
-	Published      int     `json:"published"`
-	Republished    int     `json:"republished"`
+	Leased      int `json:"leased"`
+	Published   int `json:"published"`
+	Republished int `json:"republished"`
+	// Deduplicated counts messages the queue recognised by their key; only
+	// a backend that deduplicates (rest, jetstream) reports any.
 	Deduplicated   int     `json:"deduplicated"`
 	Expired        int64   `json:"expired"`
 	Released       int     `json:"released"`
@@ -194,16 +197,20 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Resul
 		if err != nil {
 			return fmt.Errorf("encode row %d: %w", r.ID, err)
 		}
-		msgs[i] = queue.Message{Payload: body, IdempotencyKey: key}
-		// The queue counts delays in whole seconds and rounds up; rounding
-		// down here instead lets the message surface up to a second early,
-		// and the worker waits out the rest (within its early tolerance),
-		// so the send lands at the due time rather than up to a second late.
+		// The queue key adds the row's generation, so a deliberate
+		// republish is never deduplicated away; the provider's key is the row's.
+		msgs[i] = queue.Message{Key: ledger.QueueKey(s.cfg.KeyPrefix, r.ID, r.DueAt, r.QueueGeneration), Body: body}
+		// Queues count delays in whole seconds and round up; rounding down
+		// here instead lets the message surface up to a second early, and
+		// the worker waits out the rest (within its early tolerance), so the
+		// send lands at the due time rather than up to a second late. A row
+		// due beyond the longest delay surfaces early and the worker returns
+		// it until it is due.
 		if wait := r.DueAt.Sub(now).Truncate(time.Second); wait > 0 {
-			msgs[i].Delay = wait
+			msgs[i].Delay = min(wait, queue.MaxDelay)
 		}
 	}
-	results, err := s.queue.PublishBatch(ctx, msgs)
+	results, err := s.queue.Publish(ctx, msgs)
 	if err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
@@ -213,21 +220,20 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Resul
 	var accepted, refused []int64
 	var firstRefusal string
 	for i, r := range results {
-		switch r.Status {
-		case queue.StatusCreated, queue.StatusDeduplicated:
-			accepted = append(accepted, chunk[i].ID)
-			res.Published++
-			if chunk[i].Republish {
-				res.Republished++
-			}
-			if r.Status == queue.StatusDeduplicated {
-				res.Deduplicated++
-			}
-		default:
+		if r.Err != nil {
 			refused = append(refused, chunk[i].ID)
 			if firstRefusal == "" {
-				firstRefusal = r.Reason
+				firstRefusal = r.Err.Error()
 			}
+			continue
+		}
+		accepted = append(accepted, chunk[i].ID)
+		res.Published++
+		if chunk[i].Republish {
+			res.Republished++
+		}
+		if r.Deduplicated {
+			res.Deduplicated++
 		}
 	}
 	if s.afterPublish != nil {
@@ -236,7 +242,9 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Resul
 		}
 	}
 	// The mark must outlive a cancelled run: the queue already holds these
-	// messages, and a lost mark costs a republish (absorbed by the key).
+	// messages, and a lost mark costs a republish (a second message,
+	// absorbed by the worker's claim, or by the key where the queue
+	// deduplicates).
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, err := s.ledger.MarkQueued(mctx, accepted, s.cfg.RequeueAfter); err != nil {

@@ -13,8 +13,8 @@ import (
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/stacktest"
 )
 
@@ -59,7 +59,7 @@ func (b *bundle) consumeAll(t *testing.T) []envelope.Envelope {
 	t.Helper()
 	var out []envelope.Envelope
 	for {
-		msgs, err := b.Queue.Consume(bg, queue.ConsumeOptions{MaxMessages: 10, VisibilityTimeout: time.Hour})
+		msgs, err := b.Queue.Consume(bg, rest.ConsumeOptions{MaxMessages: 10, VisibilityTimeout: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,8 +254,8 @@ func TestQueuedRowIsRepublishedAfterRequeueAfter(t *testing.T) {
 	b.run(t)
 	b.clk.Advance(testConfig.RequeueAfter + time.Minute)
 	res := b.run(t)
-	if res.Leased != 5 || res.Republished != 5 || res.Deduplicated != 5 {
-		t.Errorf("requeue run: %+v, want 5 leased, republished and deduplicated", res)
+	if res.Leased != 5 || res.Republished != 5 || res.Deduplicated != 0 {
+		t.Errorf("requeue run: %+v, want 5 leased and republished under new queue keys, none deduplicated", res)
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/owedhq/owed/internal/materialise"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweep"
 )
@@ -40,7 +40,8 @@ type Config struct {
 	IdempotencyPrefix string        `envconfig:"IDEMPOTENCY_PREFIX"`
 
 	Materialise materialise.Config `ignored:"true"`
-	Queue       queue.Config       `ignored:"true"`
+	// Queue is the queue backend, OWED_QUEUE_BACKEND and its variables.
+	Queue backends.Config `ignored:"true"`
 }
 
 // Defaults returns the configuration with every default applied and nothing
@@ -57,10 +58,12 @@ func LoadConfig() (Config, error) {
 	if err := envconfig.Process("OWED", &c); err != nil {
 		return c, fmt.Errorf("configuration: %w", err)
 	}
-	for _, part := range []any{&c.Queue, &c.Materialise} {
-		if err := envconfig.Process("OWED", part); err != nil {
-			return c, fmt.Errorf("configuration: %w", err)
-		}
+	if err := envconfig.Process("OWED", &c.Materialise); err != nil {
+		return c, fmt.Errorf("configuration: %w", err)
+	}
+	var err error
+	if c.Queue, err = backends.LoadConfig(); err != nil {
+		return c, err
 	}
 	return c, c.Validate()
 }

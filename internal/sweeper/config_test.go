@@ -10,13 +10,16 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/owedhq/owed/internal/materialise"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/backends"
+	"github.com/owedhq/owed/internal/queue/jetstream"
+	"github.com/owedhq/owed/internal/queue/rest"
+	"github.com/owedhq/owed/internal/queue/sqs"
 )
 
 // clearEnv unsets every variable LoadConfig reads, for this test only.
 func clearEnv(t *testing.T) {
 	t.Helper()
-	for _, spec := range []any{&Config{}, &materialise.Config{}, &queue.Config{}} {
+	for _, spec := range []any{&Config{}, &materialise.Config{}, &backends.Config{}, &rest.Config{}, &sqs.Config{}, &jetstream.Config{}} {
 		var buf bytes.Buffer
 		if err := envconfig.Usagef("OWED", spec, &buf, "{{range .}}{{.Key}}\n{{end}}"); err != nil {
 			t.Fatal(err)

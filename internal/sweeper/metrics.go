@@ -84,7 +84,7 @@ type queueCollector struct {
 // NewQueueCollector returns a collector of owed_queue_dead_letter_depth,
 // owed_queue_visible_messages, owed_queue_in_flight_messages,
 // owed_queue_delayed_messages and owed_queue_oldest_age_seconds, each read
-// from stats (usually (*queue.Client).Stats) when Prometheus scrapes, plus
+// from stats (the queue.Queue's Stats) when Prometheus scrapes, plus
 // owed_queue_scrape_success saying whether that read worked.
 func NewQueueCollector(stats func(ctx context.Context) (queue.Stats, error)) prometheus.Collector {
 	return &queueCollector{
@@ -95,9 +95,9 @@ func NewQueueCollector(stats func(ctx context.Context) (queue.Stats, error)) pro
 		visible: prometheus.NewDesc("owed_queue_visible_messages",
 			"Messages ready to be consumed.", nil, nil),
 		inFlight: prometheus.NewDesc("owed_queue_in_flight_messages",
-			"Messages consumed and not yet acked, nacked or timed out.", nil, nil),
+			"Messages received and not yet acked or visible again.", nil, nil),
 		delayed: prometheus.NewDesc("owed_queue_delayed_messages",
-			"Messages published with a delay (or nacked with one) that are not visible yet.", nil, nil),
+			"Messages published with a delay that are not visible yet.", nil, nil),
 		oldest: prometheus.NewDesc("owed_queue_oldest_age_seconds",
 			"Age of the oldest message in the queue.", nil, nil),
 		up: prometheus.NewDesc("owed_queue_scrape_success",
@@ -126,5 +126,5 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.visible, prometheus.GaugeValue, float64(s.Visible))
 	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(s.InFlight))
 	ch <- prometheus.MustNewConstMetric(c.delayed, prometheus.GaugeValue, float64(s.Delayed))
-	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, s.OldestAgeSeconds)
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, s.OldestAge.Seconds())
 }

@@ -36,7 +36,7 @@ type Server struct {
 	cfg     Config
 	clock   clock.Clock
 	ledger  *ledger.Ledger
-	queue   *queue.Client
+	queue   queue.Queue
 	sweeper *sweep.Sweeper
 	mat     *materialise.Materialiser
 	metrics *sweep.Metrics
@@ -49,7 +49,7 @@ type Server struct {
 
 // New assembles the service from its parts. clk (nil is clock.Real()) is the
 // one clock of every part; l should be built on the same one.
-func New(cfg Config, l *ledger.Ledger, q *queue.Client, log zerolog.Logger, clk clock.Clock) (*Server, error) {
+func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk clock.Clock) (*Server, error) {
 	if clk == nil {
 		clk = clock.Real()
 	}

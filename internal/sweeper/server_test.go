@@ -12,7 +12,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/materialise"
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/backends"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/stacktest"
 )
 
@@ -25,7 +26,8 @@ func setup(t *testing.T) (*stacktest.Stack, http.Handler) {
 	cfg := Config{CronSecret: secret, SweepBatch: 500, SweepBudget: 30 * time.Second, PublishAhead: time.Minute,
 		RequeueAfter: 10 * time.Minute, IdempotencyPrefix: "owed-", DBMaxConns: 4,
 		Materialise: materialise.Config{Lookahead: 3 * time.Hour, DefaultLead: 10 * time.Minute},
-		Queue:       queue.Config{URL: s.QueueURL, Token: stacktest.QueueToken, Name: s.Queue.Queue()},
+		Queue: backends.Config{Backend: backends.REST,
+			Rest: rest.Config{URL: s.QueueURL, Token: stacktest.QueueToken, Name: s.Queue.Name()}},
 		DatabaseURL: s.DB.AppURL}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

@@ -23,8 +23,9 @@ const (
 	// settleRetry bounds how long the worker keeps trying to record an
 	// accepted send before leaving the message to be redelivered.
 	settleRetry = 30 * time.Second
-	// requeueGrace is added to a released row's lease beyond the nack delay,
-	// so the sweeper does not republish a row whose message is only waiting.
+	// requeueGrace is added to a released row's lease beyond the delay its
+	// message is returned for, so the sweeper does not republish a row whose
+	// message is only waiting.
 	requeueGrace = 2 * time.Minute
 )
 
@@ -52,18 +53,18 @@ func (w *Worker) delivered(dl *delivery, a ledger.Attempt) {
 	}
 	w.o.Metrics.outcome("delivered")
 	w.o.Metrics.lag.Observe(a.FinishedAt.Sub(dl.row.DueAt).Seconds())
-	w.ack(dl.msg.MessageID)
+	w.ack(dl.msg.Receipt)
 }
 
 // skip settles a row whose recipient has nothing to receive (the contact
 // opted out) and acks its message.
 func (w *Worker) skip(ctx context.Context, dl *delivery) {
 	if err := w.o.Ledger.SettleSkipped(ctx, dl.row.Tenant, dl.row.ID, "recipient has nothing to receive"); err != nil {
-		w.nack(ctx, dl.msg.MessageID, jitter(unavailableRetry), "ledger unavailable")
+		w.returnAfter(ctx, dl.msg, jitter(unavailableRetry), "ledger unavailable")
 		return
 	}
 	w.o.Metrics.outcome("skipped")
-	w.ack(dl.msg.MessageID)
+	w.ack(dl.msg.Receipt)
 }
 
 // expire settles a row whose expiry passed after its claim and acks its
@@ -74,19 +75,19 @@ func (w *Worker) expire(ctx context.Context, dl *delivery) {
 		return
 	}
 	w.o.Metrics.outcome("expired")
-	w.ack(dl.msg.MessageID)
+	w.ack(dl.msg.Receipt)
 }
 
 // fail settles the row failed and dead-letters its message.
 func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledger.Attempt) {
 	if err := w.o.Ledger.SettleFailed(ctx, dl.row.Tenant, dl.row.ID, reason, a); err != nil {
 		dl.log.Warn().Err(err).Msg("could not settle the row failed; message returns later")
-		w.nack(ctx, dl.msg.MessageID, jitter(unavailableRetry), "ledger unavailable")
+		w.returnAfter(ctx, dl.msg, jitter(unavailableRetry), "ledger unavailable")
 		return
 	}
 	w.o.Metrics.outcome("failed")
 	dl.log.Warn().Str("reason", reason).Msg("notification failed; message dead-lettered")
-	w.deadLetter(ctx, dl.msg.MessageID, reason, "failed")
+	w.deadLetter(ctx, dl.msg, reason, "failed")
 }
 
 // retryOrFail records a transient failure: the row is retried with
@@ -109,38 +110,53 @@ func (w *Worker) retryOrFail(ctx context.Context, dl *delivery, a ledger.Attempt
 // release gives the row back and brings its message back after r.after.
 func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 	retryAt := w.o.Clock.Now().Add(r.after)
-	if err := w.o.Ledger.ReleaseClaim(ctx, dl.row.Tenant, dl.row.ID, retryAt, requeueGrace, r.reason, r.attempt, r.uncertain); err != nil {
-		// The claim's own lease will run out; the nack still schedules the
-		// message, so the row is not stranded.
+	// A claim that came with the possible-duplicate mark keeps it through
+	// the release whatever this attempt's outcome: the earlier send may still
+	// have reached the provider, so the send that finally happens must be
+	// recorded as a possible duplicate too.
+	uncertain := r.uncertain || dl.possibleDuplicate
+	if err := w.o.Ledger.ReleaseClaim(ctx, dl.row.Tenant, dl.row.ID, retryAt, requeueGrace, r.reason, r.attempt, uncertain); err != nil {
+		// The claim's own lease will run out; the return still schedules
+		// the message, so the row is not stranded.
 		dl.log.Warn().Err(err).Msg("could not release the claim")
 	}
-	w.nack(ctx, dl.msg.MessageID, r.after, r.reason)
+	w.returnAfter(ctx, dl.msg, r.after, r.reason)
 }
 
 // ack hands a settled row's message to the acker. Batching acks changes
 // when the queue hears of them, never their order relative to the settle:
 // only a message whose row is already settled gets here. A crash before the
 // batch is sent leaves copies the claim absorbs.
-func (w *Worker) ack(id string) { w.acks.post(id) }
+func (w *Worker) ack(receipt string) { w.acks.post(receipt) }
 
-func (w *Worker) nack(ctx context.Context, id string, delay time.Duration, reason string) {
-	if _, err := w.o.Queue.Nack(ctx, id, queue.NackOptions{Delay: delay, CountAsFailure: false, Reason: reason}); err != nil {
-		w.o.Log.Warn().Err(err).Str("message_id", id).Msg("nack failed; the message returns after its visibility timeout")
+// returnAfter gives the message back to the queue to surface again after
+// delay (0 = now), at most queue.MaxVisibility: a message back sooner than
+// asked is only looked at again. On every real queue the next receive
+// counts, and that is fine: the ledger, not the queue's receive count,
+// decides dead letters.
+func (w *Worker) returnAfter(ctx context.Context, msg queue.Delivery, delay time.Duration, reason string) {
+	delay = min(max(delay, 0), queue.MaxVisibility)
+	if err := w.o.Queue.ChangeVisibility(ctx, msg.Receipt, delay); err != nil {
+		w.o.Log.Warn().Err(err).Str("message_id", msg.ID).Str("reason", reason).
+			Msg("return to the queue failed; the message returns after its visibility timeout")
 	}
 }
 
-func (w *Worker) deadLetter(ctx context.Context, id, reason, kind string) {
+// deadLetter moves the message to the queue's dead letters with the reason
+// and acks the original: the row is settled failed, or the message is
+// poison.
+func (w *Worker) deadLetter(ctx context.Context, msg queue.Delivery, reason, kind string) {
 	w.o.Metrics.deadLettered.WithLabelValues(kind).Inc()
-	if _, err := w.o.Queue.Nack(ctx, id, queue.NackOptions{DeadLetter: true, Reason: reason}); err != nil {
-		w.o.Log.Warn().Err(err).Str("message_id", id).Msg("dead-letter failed; the message returns after its visibility timeout")
+	if err := w.o.Queue.DeadLetter(ctx, msg, reason); err != nil {
+		w.o.Log.Warn().Err(err).Str("message_id", msg.ID).Msg("dead-letter failed; the message returns after its visibility timeout")
 	}
 }
 
 // flushAcks acknowledges one batch of messages in one queue call.
-func (w *Worker) flushAcks(ctx context.Context, ids []string) ([]struct{}, []error) {
-	if _, err := w.o.Queue.Ack(ctx, ids...); err != nil {
+func (w *Worker) flushAcks(ctx context.Context, receipts []string) ([]struct{}, []error) {
+	if err := w.o.Queue.Ack(ctx, receipts...); err != nil {
 		// The rows are settled; redelivered copies are absorbed.
-		w.o.Log.Warn().Err(err).Int("messages", len(ids)).Msg("ack failed; the copies will be absorbed")
+		w.o.Log.Warn().Err(err).Int("messages", len(receipts)).Msg("ack failed; the copies will be absorbed")
 	}
 	return nil, nil
 }

@@ -21,7 +21,8 @@ import (
 // steps found out so far, handed to the completer when the message's fate
 // is decided.
 type delivery struct {
-	// msg is the queue message; its id acks, nacks or dead-letters it.
+	// msg is the queue message; its receipt acks, returns or dead-letters
+	// it.
 	msg queue.Delivery
 	// env is what the message says: the row, its due time and the
 	// provider's idempotency key.
@@ -40,7 +41,7 @@ type delivery struct {
 }
 
 // execute processes one message end to end. Every path ends in exactly one
-// of: ack (row settled or nothing to do), nack (comes back later), or
+// of: ack (row settled or nothing to do), return (comes back later), or
 // dead-letter.
 func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
 	dl, ok := w.claim(ctx, msg)
@@ -58,30 +59,30 @@ func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
 }
 
 // claim decodes the message and claims its row in the tenant's scope. It
-// returns false when the message needs no send and has been acked, nacked
-// or dead-lettered.
+// returns false when the message needs no send and has been acked,
+// returned or dead-lettered.
 func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool) {
 	m := w.o.Metrics
-	env, err := envelope.Decode(msg.Payload)
+	env, err := envelope.Decode(msg.Body)
 	if err != nil {
-		w.deadLetter(ctx, msg.MessageID, "malformed message: "+err.Error(), "malformed")
+		w.deadLetter(ctx, msg, "malformed message: "+err.Error(), "malformed")
 		m.outcome("poison")
 		return nil, false
 	}
-	log := w.o.Log.With().Str("tenant_id", env.Tenant).Int64("id", env.ID).Str("message_id", msg.MessageID).Logger()
+	log := w.o.Log.With().Str("tenant_id", env.Tenant).Int64("id", env.ID).Str("message_id", msg.ID).Logger()
 	claim, err := w.claims.do(ledger.ClaimRequest{Tenant: env.Tenant, ID: env.ID, DueAt: env.DueAt})
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		// The tenant named in the message cannot see this row: a forged or
 		// corrupted message, never something to retry.
-		w.deadLetter(ctx, msg.MessageID, fmt.Sprintf("row %d is not visible in tenant %q", env.ID, env.Tenant), "not_found")
+		w.deadLetter(ctx, msg, fmt.Sprintf("row %d is not visible in tenant %q", env.ID, env.Tenant), "not_found")
 		m.outcome("poison")
 		return nil, false
 	case err != nil:
 		// The ledger is unreachable. The message is not at fault, so this
-		// does not count toward dead-lettering.
+		// costs the row no attempt.
 		log.Warn().Err(err).Msg("claim failed; message returns later")
-		w.nack(ctx, msg.MessageID, jitter(unavailableRetry), "ledger unavailable")
+		w.returnAfter(ctx, msg, jitter(unavailableRetry), "ledger unavailable")
 		m.outcome("retried")
 		return nil, false
 	}
@@ -89,25 +90,25 @@ func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool
 	case ledger.ClaimSettled:
 		m.duplicatesAbsorbed.Inc()
 		m.outcome("absorbed_duplicate")
-		w.ack(msg.MessageID)
+		w.ack(msg.Receipt)
 		return nil, false
 	case ledger.ClaimExpired:
 		m.outcome("expired")
-		w.ack(msg.MessageID)
+		w.ack(msg.Receipt)
 		return nil, false
 	case ledger.ClaimStale:
 		m.outcome("stale")
-		w.ack(msg.MessageID)
+		w.ack(msg.Receipt)
 		return nil, false
 	case ledger.ClaimHeld:
 		// Another live worker is sending it; look again when its lease ends.
 		m.outcome("held")
 		wait := claim.Row.LeaseUntil.Sub(w.o.Clock.Now())
-		w.nack(ctx, msg.MessageID, max(wait, time.Second), "held by another worker")
+		w.returnAfter(ctx, msg, max(wait, time.Second), "held by another worker")
 		return nil, false
 	case ledger.ClaimEarly:
 		m.outcome("early")
-		w.nack(ctx, msg.MessageID, claim.Wait, "not due yet")
+		w.returnAfter(ctx, msg, claim.Wait, "not due yet")
 		return nil, false
 	}
 	return &delivery{msg: msg, env: env, row: claim.Row, possibleDuplicate: claim.PossibleDuplicate, log: log}, true
@@ -198,7 +199,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		dl.log.Warn().Msg("resending a row whose previous worker died mid-send: possible duplicate")
 	}
 	m.inFlight.Inc()
-	stopExtend := w.keepVisible(ctx, dl.msg.MessageID)
+	stopExtend := w.keepVisible(ctx, dl.msg)
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	res, sendErr := dl.sender.Send(sctx, dl.request)
 	cancel()
@@ -250,7 +251,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 
 // keepVisible extends the message's visibility while a slow send runs, so
 // the queue does not hand it to another worker meanwhile.
-func (w *Worker) keepVisible(ctx context.Context, id string) (stop func()) {
+func (w *Worker) keepVisible(ctx context.Context, msg queue.Delivery) (stop func()) {
 	every := w.o.VisibilityTimeout / 2
 	if w.o.SendTimeout < every {
 		return func() {}
@@ -264,8 +265,8 @@ func (w *Worker) keepVisible(ctx context.Context, id string) (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				if _, err := w.o.Queue.Extend(ctx, id, w.o.VisibilityTimeout); err != nil {
-					w.o.Log.Warn().Err(err).Str("message_id", id).Msg("extend visibility failed")
+				if err := w.o.Queue.ChangeVisibility(ctx, msg.Receipt, w.o.VisibilityTimeout); err != nil {
+					w.o.Log.Warn().Err(err).Str("message_id", msg.ID).Msg("extend visibility failed")
 				}
 			}
 		}

@@ -27,20 +27,21 @@ const (
 	// differ a little between machines.
 	EarlyToleranceDefault = time.Second
 	// PaceMaxWaitDefault is the longest a worker holds a message waiting for
-	// its turn at the provider; beyond it the message goes back to the queue
-	// with that delay, so the backlog waits in the queue, not in memory.
+	// its turn at the provider; beyond it the message is returned to the
+	// queue until its turn (ChangeVisibility), so the backlog waits in the
+	// queue, not in memory. Each return costs a receive.
 	PaceMaxWaitDefault = 2 * time.Second
 	// RetryBaseDefault is the first backoff after a transient failure; it
 	// doubles per attempt up to retryCap.
 	RetryBaseDefault = 5 * time.Second
 )
 
-// Queue is the part of the queue client the worker uses.
+// Queue is the part of queue.Queue the worker uses.
 type Queue interface {
-	Consume(ctx context.Context, o queue.ConsumeOptions) ([]queue.Delivery, error)
-	Ack(ctx context.Context, ids ...string) (int, error)
-	Nack(ctx context.Context, id string, o queue.NackOptions) (bool, error)
-	Extend(ctx context.Context, id string, visibility time.Duration) (time.Time, error)
+	Receive(ctx context.Context, max int, wait, visibility time.Duration) ([]queue.Delivery, error)
+	Ack(ctx context.Context, receipts ...string) error
+	ChangeVisibility(ctx context.Context, receipt string, d time.Duration) error
+	DeadLetter(ctx context.Context, d queue.Delivery, reason string) error
 }
 
 // Pacer is the pace shared by every worker sending through one provider

@@ -16,6 +16,7 @@ import (
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/providers"
 	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // Defaults of the service's own settings; the ones it shares with Options
@@ -49,7 +50,8 @@ type Config struct {
 	// owed_contacts table).
 	Resolver string `envconfig:"RESOLVER"`
 
-	Queue     queue.Config     `ignored:"true"`
+	// Queue is the queue backend, OWED_QUEUE_BACKEND and its variables.
+	Queue     backends.Config  `ignored:"true"`
 	Providers providers.Config `ignored:"true"`
 }
 
@@ -68,10 +70,14 @@ func defaultConfig() Config {
 // variable.
 func LoadConfig() (Config, error) {
 	c := defaultConfig()
-	for _, target := range []any{&c, &c.Queue, &c.Providers} {
+	for _, target := range []any{&c, &c.Providers} {
 		if err := envconfig.Process("OWED", target); err != nil {
 			return c, fmt.Errorf("configuration: %w", err)
 		}
+	}
+	var err error
+	if c.Queue, err = backends.LoadConfig(); err != nil {
+		return c, err
 	}
 	return c, c.Validate()
 }
@@ -89,8 +95,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_SHUTDOWN_TIMEOUT=%s must be above zero", c.ShutdownTimeout)
 	case c.SendTimeout <= 0:
 		return fmt.Errorf("OWED_SEND_TIMEOUT=%s must be above zero", c.SendTimeout)
-	case c.VisibilityTimeout < 2*time.Second || c.VisibilityTimeout > 12*time.Hour:
-		return fmt.Errorf("OWED_VISIBILITY_TIMEOUT=%s must be 2s to 12h", c.VisibilityTimeout)
+	case c.VisibilityTimeout < 2*time.Second || c.VisibilityTimeout > queue.MaxVisibility:
+		return fmt.Errorf("OWED_VISIBILITY_TIMEOUT=%s must be 2s to %s", c.VisibilityTimeout, queue.MaxVisibility)
 	case c.RetryAfterMax <= 0:
 		return fmt.Errorf("OWED_RETRY_AFTER_MAX=%s must be above zero", c.RetryAfterMax)
 	case c.Resolver != "recipient" && c.Resolver != "sql":
@@ -160,8 +166,9 @@ func (p pacer) Pause(ctx context.Context, d time.Duration) error {
 	return p.l.Pause(ctx, d)
 }
 
-// Handler serves /healthz, /readyz and /metrics for the worker process.
-func Handler(db *sql.DB, q *queue.Client, reg *prometheus.Registry) http.Handler {
+// Handler serves /healthz, /readyz and /metrics for the worker process;
+// /readyz reads q's stats to tell the queue is reachable.
+func Handler(db *sql.DB, q queue.Queue, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -8,6 +8,9 @@
 // queue into an at-most-once one. A provider 429 is a schedule, not a
 // failure: the claim is released, the message comes back after Retry-After,
 // every worker sharing the account is paused, and no attempt is counted.
+// The worker never relies on the queue's receive count: the ledger counts
+// attempts and decides dead letters, and the worker moves a failed row's
+// message to the dead letters itself.
 //
 // The package is laid out the way River splits a job's life:
 //   - worker.go is the loop: Start, Stop and Run, the fetchers that
@@ -16,7 +19,7 @@
 //     from the claim through the checks (due, recipient, pace, expiry) to
 //     the provider's answer. It decides; it writes nothing itself.
 //   - completer.go writes every outcome: settle delivered, skipped, expired
-//     or failed, release with backoff, dead-letter, nack and ack.
+//     or failed, release with backoff, dead-letter, return and ack.
 //   - batch.go shares ledger commits and queue calls among the messages in
 //     flight; options.go holds Options and their defaults; service.go the
 //     OWED_* configuration, the pace adapter and the health handler.
@@ -53,7 +56,7 @@ const (
 	ackLinger = 5 * time.Millisecond
 	// consumeBatch and consumeWait shape one long poll of the queue.
 	consumeBatch = 10
-	consumeWait  = 20 * time.Second
+	consumeWait  = queue.MaxWait
 	// consumeRetryMax caps the pause after consecutive failed polls, which
 	// grows by a second per failure.
 	consumeRetryMax = 30 * time.Second
@@ -187,7 +190,8 @@ func (w *Worker) run(ctx context.Context) {
 	case <-done:
 	case <-time.After(w.o.ShutdownTimeout):
 		// Sends still running are cut off; each releases its claim and
-		// nacks its message on the way out (a cancelled send is transient).
+		// returns its message on the way out (a cancelled send is
+		// transient).
 		w.o.Log.Warn().Dur("timeout", w.o.ShutdownTimeout).Msg("shutdown timeout: cancelling in-flight sends")
 		cancelSends()
 		<-done
@@ -195,21 +199,19 @@ func (w *Worker) run(ctx context.Context) {
 }
 
 // fetch long-polls the queue and hands messages to senders. At shutdown,
-// messages already consumed but not handed over are nacked so they return
-// at once instead of after their visibility timeout.
+// messages already received but not handed over are returned so they come
+// back at once instead of after their visibility timeout.
 func (w *Worker) fetch(ctx, sendCtx context.Context, work chan<- queue.Delivery) {
 	fail := 0
 	for ctx.Err() == nil {
-		msgs, err := w.o.Queue.Consume(ctx, queue.ConsumeOptions{
-			MaxMessages: consumeBatch, Wait: consumeWait, VisibilityTimeout: w.o.VisibilityTimeout,
-		})
+		msgs, err := w.o.Queue.Receive(ctx, consumeBatch, consumeWait, w.o.VisibilityTimeout)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			fail++
 			delay := jitter(min(time.Duration(fail)*time.Second, consumeRetryMax))
-			w.o.Log.Warn().Err(err).Dur("retry_in", delay).Msg("consume failed")
+			w.o.Log.Warn().Err(err).Dur("retry_in", delay).Msg("receive failed")
 			if !clock.Sleep(ctx, delay) {
 				return
 			}
@@ -220,8 +222,8 @@ func (w *Worker) fetch(ctx, sendCtx context.Context, work chan<- queue.Delivery)
 			select {
 			case work <- msg:
 			case <-ctx.Done():
-				for _, rest := range msgs[i:] {
-					w.nack(sendCtx, rest.MessageID, 0, "worker shutting down")
+				for _, left := range msgs[i:] {
+					w.returnAfter(sendCtx, left, 0, "worker shutting down")
 				}
 				return
 			}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/owedhq/owed/internal/queue"
 )
 
 // Case names, for Skip.
@@ -39,13 +41,13 @@ var cases = []contractCase{
 	{CaseStatsDepths, statsDepths},
 }
 
-func publishReceiveAck(t *testing.T, b Backend) {
+func publishReceiveAck(t *testing.T, b queue.Queue) {
 	if res, err := b.Publish(testContext(t), nil); err != nil || len(res) != 0 {
 		t.Fatalf("Publish(nil) = %v, %v; want no results and no error", res, err)
 	}
 	start := time.Now()
 	body := []byte(`{"row":1,"text":"héllo"}`)
-	ids := publish(t, b, Message{Key: "owed-1-1700000000000000", Body: body})
+	ids := publish(t, b, queue.Message{Key: "owed-1-1700000000000000", Body: body})
 	d := receiveOne(t, b, time.Second)
 	if d.ID != ids[0] || d.Key != "owed-1-1700000000000000" || !bytes.Equal(d.Body, body) {
 		t.Fatalf("received id %s key %q body %q; published id %s", d.ID, d.Key, d.Body, ids[0])
@@ -63,14 +65,14 @@ func publishReceiveAck(t *testing.T, b Backend) {
 	waitForStats(t, b, "empty after ack", depths(0, 0, 0, 0))
 }
 
-func batchResultsInOrder(t *testing.T, b Backend) {
+func batchResultsInOrder(t *testing.T, b queue.Queue) {
 	const n = 23 // more than one SQS batch of 10, not a multiple of it
 	const bad = 7
-	msgs := make([]Message, n)
+	msgs := make([]queue.Message, n)
 	for i := range msgs {
-		msgs[i] = Message{Key: fmt.Sprintf("batch-%d", i), Body: fmt.Appendf(nil, `{"i":%d}`, i)}
+		msgs[i] = queue.Message{Key: fmt.Sprintf("batch-%d", i), Body: fmt.Appendf(nil, `{"i":%d}`, i)}
 	}
-	msgs[bad].Delay = MaxDelay + time.Second
+	msgs[bad].Delay = queue.MaxDelay + time.Second
 	res, err := b.Publish(testContext(t), msgs)
 	if err != nil {
 		t.Fatalf("Publish: %v", err)
@@ -82,7 +84,7 @@ func batchResultsInOrder(t *testing.T, b Backend) {
 	for i, r := range res {
 		if i == bad {
 			if r.Err == nil {
-				t.Fatalf("message %d with a delay over %v was accepted (id %q)", i, MaxDelay, r.ID)
+				t.Fatalf("message %d with a delay over %v was accepted (id %q)", i, queue.MaxDelay, r.ID)
 			}
 			continue
 		}
@@ -108,15 +110,15 @@ func batchResultsInOrder(t *testing.T, b Backend) {
 	waitForStats(t, b, "empty after acking the batch", depths(0, 0, 0, 0))
 }
 
-func rejectsBadArguments(t *testing.T, b Backend) {
+func rejectsBadArguments(t *testing.T, b queue.Queue) {
 	ctx := testContext(t)
 	if _, err := b.Receive(ctx, 0, 0, 0); err == nil {
 		t.Fatal("Receive(max 0) succeeded")
 	}
-	if _, err := b.Receive(ctx, 1, MaxWait+time.Second, 0); err == nil {
-		t.Fatalf("Receive(wait %v) succeeded", MaxWait+time.Second)
+	if _, err := b.Receive(ctx, 1, queue.MaxWait+time.Second, 0); err == nil {
+		t.Fatalf("Receive(wait %v) succeeded", queue.MaxWait+time.Second)
 	}
-	res, err := b.Publish(ctx, []Message{{Body: []byte("early"), Delay: -time.Second}, {Body: []byte("fine")}})
+	res, err := b.Publish(ctx, []queue.Message{{Body: text("early"), Delay: -time.Second}, {Body: text("fine")}})
 	if err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
@@ -125,12 +127,12 @@ func rejectsBadArguments(t *testing.T, b Backend) {
 	}
 }
 
-func longPollWaits(t *testing.T, b Backend) {
+func longPollWaits(t *testing.T, b queue.Queue) {
 	ctx := testContext(t)
 	published := make(chan error, 1)
 	go func() {
 		time.Sleep(500 * time.Millisecond)
-		_, err := b.Publish(ctx, []Message{{Key: "late", Body: []byte("late")}})
+		_, err := b.Publish(ctx, []queue.Message{{Key: "late", Body: text("late")}})
 		published <- err
 	}()
 	ds, err := b.Receive(ctx, 10, 10*time.Second, hold)
@@ -140,19 +142,19 @@ func longPollWaits(t *testing.T, b Backend) {
 	if err := <-published; err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	if len(ds) != 1 || string(ds[0].Body) != "late" {
+	if len(ds) != 1 || !isText(ds[0].Body, "late") {
 		t.Fatalf("a receive waiting 10 s for a message published after 0.5 s got %d message(s)", len(ds))
 	}
 }
 
-func delayNotBefore(t *testing.T, b Backend) {
+func delayNotBefore(t *testing.T, b queue.Queue) {
 	const delay = 2 * time.Second
 	start := time.Now()
-	publish(t, b, Message{Key: "later", Body: []byte("later"), Delay: delay}, Message{Key: "now", Body: []byte("now")})
+	publish(t, b, queue.Message{Key: "later", Body: text("later"), Delay: delay}, queue.Message{Key: "now", Body: text("now")})
 	var receipts []string
 	for range 2 {
 		d := receiveOne(t, b, hold)
-		if string(d.Body) == "later" {
+		if isText(d.Body, "later") {
 			notBefore(t, "the delayed message surfaced", start, delay)
 		}
 		receipts = append(receipts, d.Receipt)
@@ -160,8 +162,8 @@ func delayNotBefore(t *testing.T, b Backend) {
 	ack(t, b, receipts...)
 }
 
-func visibilityRedelivers(t *testing.T, b Backend) {
-	publish(t, b, Message{Key: "vis", Body: []byte("vis")})
+func visibilityRedelivers(t *testing.T, b queue.Queue) {
+	publish(t, b, queue.Message{Key: "vis", Body: text("vis")})
 	start := time.Now()
 	first := receiveOne(t, b, time.Second)
 	second := receiveOne(t, b, hold)
@@ -171,8 +173,8 @@ func visibilityRedelivers(t *testing.T, b Backend) {
 	waitForStats(t, b, "empty after ack", depths(0, 0, 0, 0))
 }
 
-func changeVisibilityExtends(t *testing.T, b Backend) {
-	publish(t, b, Message{Key: "extend", Body: []byte("extend")})
+func changeVisibilityExtends(t *testing.T, b queue.Queue) {
+	publish(t, b, queue.Message{Key: "extend", Body: text("extend")})
 	d := receiveOne(t, b, 2*time.Second)
 	changeVisibility(t, b, d.Receipt, 8*time.Second)
 	// Past the receive's own 2 s, still inside the extension.
@@ -182,9 +184,9 @@ func changeVisibilityExtends(t *testing.T, b Backend) {
 	waitForStats(t, b, "empty after acking an extended message", depths(0, 0, 0, 0))
 }
 
-func changeVisibilityReturns(t *testing.T, b Backend) {
+func changeVisibilityReturns(t *testing.T, b queue.Queue) {
 	const back = 2 * time.Second
-	publish(t, b, Message{Key: "return", Body: []byte("return")})
+	publish(t, b, queue.Message{Key: "return", Body: text("return")})
 	first := receiveOne(t, b, hold)
 	start := time.Now()
 	changeVisibility(t, b, first.Receipt, back)
@@ -194,8 +196,8 @@ func changeVisibilityReturns(t *testing.T, b Backend) {
 	ack(t, b, second.Receipt)
 }
 
-func staleReceipt(t *testing.T, b Backend) {
-	publish(t, b, Message{Key: "stale", Body: []byte("stale")})
+func staleReceipt(t *testing.T, b queue.Queue) {
+	publish(t, b, queue.Message{Key: "stale", Body: text("stale")})
 	first := receiveOne(t, b, time.Second)
 	second := receiveOne(t, b, hold)
 	sameMessage(t, second, first)
@@ -210,12 +212,12 @@ func staleReceipt(t *testing.T, b Backend) {
 	expectNothing(t, b, 2*time.Second)
 }
 
-func deadLetterRedriveDelete(t *testing.T, b Backend) {
+func deadLetterRedriveDelete(t *testing.T, b queue.Queue) {
 	ctx := testContext(t)
-	publish(t, b, Message{Key: "poison", Body: []byte("poison")}, Message{Key: "fine", Body: []byte("fine")})
+	publish(t, b, queue.Message{Key: "poison", Body: text("poison")}, queue.Message{Key: "fine", Body: text("fine")})
 	ds := receive(t, b, 2, hold)
 	poison, fine := ds[0], ds[1]
-	if string(poison.Body) != "poison" {
+	if !isText(poison.Body, "poison") {
 		poison, fine = fine, poison
 	}
 	const reason = "provider answered 400: unknown recipient"
@@ -225,7 +227,7 @@ func deadLetterRedriveDelete(t *testing.T, b Backend) {
 	ack(t, b, fine.Receipt)
 	dls := waitForDeadLetters(t, b, 1)
 	dl := dls[0]
-	if dl.ID == "" || dl.Key != "poison" || dl.Reason != reason || string(dl.Body) != "poison" || dl.DeadLetteredAt.IsZero() {
+	if dl.ID == "" || dl.Key != "poison" || dl.Reason != reason || !isText(dl.Body, "poison") || dl.DeadLetteredAt.IsZero() {
 		t.Fatalf("dead letter %+v; want key, reason, body and time of the poison message", dl)
 	}
 	// DeadLetter acked the original: nothing is in flight or visible.
@@ -239,7 +241,7 @@ func deadLetterRedriveDelete(t *testing.T, b Backend) {
 		t.Fatalf("second Redrive of one dead letter = %d, %v; want 0", n, err)
 	}
 	back := receiveOne(t, b, hold)
-	if string(back.Body) != "poison" || back.Key != "poison" {
+	if !isText(back.Body, "poison") || back.Key != "poison" {
 		t.Fatalf("redriven message body %q key %q", back.Body, back.Key)
 	}
 	waitForDeadLetters(t, b, 0)
@@ -264,11 +266,11 @@ func deadLetterRedriveDelete(t *testing.T, b Backend) {
 	waitForStats(t, b, "everything gone", depths(0, 0, 0, 0))
 }
 
-func deadLetterPaging(t *testing.T, b Backend) {
+func deadLetterPaging(t *testing.T, b queue.Queue) {
 	const n = 5
-	msgs := make([]Message, n)
+	msgs := make([]queue.Message, n)
 	for i := range msgs {
-		msgs[i] = Message{Key: fmt.Sprintf("page-%d", i), Body: fmt.Appendf(nil, "page-%d", i)}
+		msgs[i] = queue.Message{Key: fmt.Sprintf("page-%d", i), Body: text(fmt.Sprintf("page-%d", i))}
 	}
 	publish(t, b, msgs...)
 	for _, d := range receive(t, b, n, hold) {
@@ -306,12 +308,12 @@ func deadLetterPaging(t *testing.T, b Backend) {
 	}
 }
 
-func statsDepths(t *testing.T, b Backend) {
+func statsDepths(t *testing.T, b queue.Queue) {
 	publish(t, b,
-		Message{Key: "s1", Body: []byte("s1")},
-		Message{Key: "s2", Body: []byte("s2")},
-		Message{Key: "s3", Body: []byte("s3")},
-		Message{Key: "s4", Body: []byte("s4"), Delay: 10 * time.Minute},
+		queue.Message{Key: "s1", Body: text("s1")},
+		queue.Message{Key: "s2", Body: text("s2")},
+		queue.Message{Key: "s3", Body: text("s3")},
+		queue.Message{Key: "s4", Body: text("s4"), Delay: 10 * time.Minute},
 	)
 	held := receiveOne(t, b, hold)
 	s := waitForStats(t, b, "2 visible, 1 in flight, 1 delayed", depths(2, 1, 1, 0))

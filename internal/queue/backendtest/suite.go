@@ -1,12 +1,25 @@
+// Package backendtest is the one suite every queue backend owed runs on
+// must pass (rest against its emulator, sqs against a local SQS-compatible
+// server, jetstream against an in-process nats-server): the contract of
+// queue.Queue, checked against a real server.
+//
+// The suite must never assert what one real queue cannot give (an upper
+// bound on a delay, an order of delivery, a dedup window), and never relies
+// on deduplication by Key, because owed may not. It imports testing, so no
+// production code may import it; backends check they implement queue.Queue
+// in their own code.
 package backendtest
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/owedhq/owed/internal/queue"
 )
 
 const (
@@ -41,7 +54,7 @@ func Skip(name, reason string) Option {
 
 type contractCase struct {
 	name string
-	run  func(t *testing.T, b Backend)
+	run  func(t *testing.T, b queue.Queue)
 }
 
 // Cases lists the contract's case names, the names Skip takes.
@@ -56,7 +69,7 @@ func Cases() []string {
 // Run runs the contract against backends made by open. Each case calls open
 // once and must get a backend on fresh, empty queues (its own queue, stream
 // or dead-letter destination); the suite closes it. Cases run in parallel.
-func Run(t *testing.T, open func(t *testing.T) Backend, opts ...Option) {
+func Run(t *testing.T, open func(t *testing.T) queue.Queue, opts ...Option) {
 	t.Helper()
 	o := options{skips: map[string]string{}}
 	for _, opt := range opts {
@@ -94,7 +107,7 @@ func testContext(t *testing.T) context.Context {
 }
 
 // publish publishes msgs and fails the case on any error.
-func publish(t *testing.T, b Backend, msgs ...Message) []string {
+func publish(t *testing.T, b queue.Queue, msgs ...queue.Message) []string {
 	t.Helper()
 	res, err := b.Publish(testContext(t), msgs)
 	if err != nil {
@@ -119,10 +132,10 @@ func publish(t *testing.T, b Backend, msgs ...Message) []string {
 // receive polls until it holds n messages (hidden for visibility) and
 // returns them; it fails the case when they do not come before the deadline
 // or when more come than published.
-func receive(t *testing.T, b Backend, n int, visibility time.Duration) []Delivery {
+func receive(t *testing.T, b queue.Queue, n int, visibility time.Duration) []queue.Delivery {
 	t.Helper()
 	ctx := testContext(t)
-	var got []Delivery
+	var got []queue.Delivery
 	deadline := time.Now().Add(eventually)
 	for len(got) < n {
 		if time.Now().After(deadline) {
@@ -146,13 +159,13 @@ func receive(t *testing.T, b Backend, n int, visibility time.Duration) []Deliver
 }
 
 // receiveOne receives the one message a case expects.
-func receiveOne(t *testing.T, b Backend, visibility time.Duration) Delivery {
+func receiveOne(t *testing.T, b queue.Queue, visibility time.Duration) queue.Delivery {
 	t.Helper()
 	return receive(t, b, 1, visibility)[0]
 }
 
 // expectNothing receives for d and fails the case if any message comes.
-func expectNothing(t *testing.T, b Backend, d time.Duration) {
+func expectNothing(t *testing.T, b queue.Queue, d time.Duration) {
 	t.Helper()
 	ctx := testContext(t)
 	end := time.Now().Add(d)
@@ -186,9 +199,9 @@ func waitFor(t *testing.T, what string, check func() (bool, string)) {
 }
 
 // waitForStats polls Stats until want holds for it.
-func waitForStats(t *testing.T, b Backend, what string, want func(Stats) bool) Stats {
+func waitForStats(t *testing.T, b queue.Queue, what string, want func(queue.Stats) bool) queue.Stats {
 	t.Helper()
-	var s Stats
+	var s queue.Stats
 	waitFor(t, what, func() (bool, string) {
 		var err error
 		s, err = b.Stats(testContext(t))
@@ -201,14 +214,14 @@ func waitForStats(t *testing.T, b Backend, what string, want func(Stats) bool) S
 }
 
 // depths is a Stats predicate on the four counters.
-func depths(visible, inFlight, delayed, dead int64) func(Stats) bool {
-	return func(s Stats) bool {
+func depths(visible, inFlight, delayed, dead int64) func(queue.Stats) bool {
+	return func(s queue.Stats) bool {
 		return s.Visible == visible && s.InFlight == inFlight && s.Delayed == delayed && s.DeadLetterDepth == dead
 	}
 }
 
 // listDeadLetters lists the first page of up to limit dead letters.
-func listDeadLetters(t *testing.T, b Backend, limit int) []DeadLetter {
+func listDeadLetters(t *testing.T, b queue.Queue, limit int) []queue.DeadLetter {
 	t.Helper()
 	dls, _, err := b.DeadLetters(testContext(t), limit, "")
 	if err != nil {
@@ -218,9 +231,9 @@ func listDeadLetters(t *testing.T, b Backend, limit int) []DeadLetter {
 }
 
 // waitForDeadLetters polls the dead letters until exactly n are listed.
-func waitForDeadLetters(t *testing.T, b Backend, n int) []DeadLetter {
+func waitForDeadLetters(t *testing.T, b queue.Queue, n int) []queue.DeadLetter {
 	t.Helper()
-	var dls []DeadLetter
+	var dls []queue.DeadLetter
 	waitFor(t, fmt.Sprintf("%d dead letter(s) listed", n), func() (bool, string) {
 		dls = listDeadLetters(t, b, 100)
 		return len(dls) == n, fmt.Sprintf("%d listed", len(dls))
@@ -228,14 +241,14 @@ func waitForDeadLetters(t *testing.T, b Backend, n int) []DeadLetter {
 	return dls
 }
 
-func ack(t *testing.T, b Backend, receipts ...string) {
+func ack(t *testing.T, b queue.Queue, receipts ...string) {
 	t.Helper()
 	if err := b.Ack(testContext(t), receipts...); err != nil {
 		t.Fatalf("Ack: %v", err)
 	}
 }
 
-func changeVisibility(t *testing.T, b Backend, receipt string, d time.Duration) {
+func changeVisibility(t *testing.T, b queue.Queue, receipt string, d time.Duration) {
 	t.Helper()
 	if err := b.ChangeVisibility(testContext(t), receipt, d); err != nil {
 		t.Fatalf("ChangeVisibility(%v): %v", d, err)
@@ -251,7 +264,7 @@ func notBefore(t *testing.T, what string, from time.Time, allowed time.Duration)
 	}
 }
 
-func sameMessage(t *testing.T, got, want Delivery) {
+func sameMessage(t *testing.T, got, want queue.Delivery) {
 	t.Helper()
 	if got.ID != want.ID || !bytes.Equal(got.Body, want.Body) || got.Key != want.Key {
 		t.Fatalf("redelivered %q (id %s key %q), want %q (id %s key %q)",
@@ -264,3 +277,13 @@ func sameMessage(t *testing.T, got, want Delivery) {
 		t.Fatalf("a redelivery reused the receipt %q", got.Receipt)
 	}
 }
+
+// text is s as a message body: a JSON string, since every body owed
+// publishes is a JSON document (and the REST queue carries nothing else).
+func text(s string) []byte {
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// isText reports whether body is text(s).
+func isText(body []byte, s string) bool { return bytes.Equal(body, text(s)) }

@@ -34,7 +34,7 @@ import (
 	"github.com/lib/pq"
 	"github.com/rs/zerolog"
 
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/queue/wire"
 	"github.com/owedhq/owed/internal/service"
 )
@@ -44,8 +44,13 @@ const (
 	DefaultAddr              = "127.0.0.1:8181"
 	DefaultDedupWindow       = 24 * time.Hour
 	DefaultVisibilityTimeout = 30 * time.Second
-	DefaultMaxReceives       = 5
-	DefaultMaxConns          = 16
+	// DefaultMaxReceives is high on purpose: owed's ledger counts attempts
+	// and decides dead letters, and every return to the queue (a pace wait,
+	// a 429) is a receive on a real queue. The emulator's own
+	// dead-lettering is only a safety net for a message no worker can
+	// settle, as SQS's maxReceiveCount is.
+	DefaultMaxReceives = 1000
+	DefaultMaxConns    = 16
 	// DefaultThrottleStatus and DefaultRetryAfterSeconds shape an injected
 	// throttle that says nothing else.
 	DefaultThrottleStatus    = http.StatusTooManyRequests
@@ -60,8 +65,6 @@ const (
 	recheckInterval = 200 * time.Millisecond
 	// pruneInterval is how often expired idempotency keys are forgotten.
 	pruneInterval = time.Minute
-	// maxIDs bounds the ids one ack, redrive or delete may name.
-	maxIDs = 1000
 	// defaultDeadLetterPage is the page size when the list asks for none.
 	defaultDeadLetterPage = 50
 )
@@ -82,8 +85,10 @@ type Config struct {
 	DedupWindow time.Duration `envconfig:"QUEUE_DEDUP_WINDOW" default:"24h"`
 	// VisibilityTimeout applies to consumes that ask for none.
 	VisibilityTimeout time.Duration `envconfig:"QUEUE_VISIBILITY_TIMEOUT" default:"30s"`
-	// MaxReceives is how many counted failures dead-letter a message.
-	MaxReceives int `envconfig:"QUEUE_MAX_RECEIVES" default:"5"`
+	// MaxReceives is how many counted failures dead-letter a message: a
+	// safety net (see DefaultMaxReceives), never what decides a dead letter
+	// for owed.
+	MaxReceives int `envconfig:"QUEUE_MAX_RECEIVES" default:"1000"`
 	// SynchronousCommit keeps PostgreSQL's synchronous_commit on for the
 	// emulator's sessions. Off (the default) is several times faster; an
 	// emulator crash still loses nothing, only a PostgreSQL or machine
@@ -125,7 +130,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_QUEUE_MAX_CONNS=%d: want 1 or more", c.MaxConns)
 	}
 	for _, q := range c.Queues {
-		if !queue.ValidQueueName(q) {
+		if !rest.ValidQueueName(q) {
 			return fmt.Errorf("OWED_QUEUE_QUEUES: %q is not a queue name: want 1-80 letters, digits, '-' or '_'", q)
 		}
 	}

@@ -18,9 +18,9 @@ import (
 	"github.com/kelseyhightower/envconfig"
 	"github.com/rs/zerolog"
 
-	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
 	"github.com/owedhq/owed/internal/queue/queuetest"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/queue/wire"
 	"github.com/owedhq/owed/internal/testdb"
 )
@@ -49,7 +49,7 @@ func (b *syncBuffer) String() string {
 type bundle struct {
 	em     *emulator.Emulator
 	srv    *httptest.Server
-	client *queue.Client
+	client *rest.Client
 	cfg    emulator.Config
 	ctx    context.Context
 }
@@ -90,9 +90,9 @@ func setup(t *testing.T, dbURL string, change func(*emulator.Config)) *bundle {
 }
 
 // clientFor returns a client of the emulator working on queue name.
-func (b *bundle) clientFor(t *testing.T, name string) *queue.Client {
+func (b *bundle) clientFor(t *testing.T, name string) *rest.Client {
 	t.Helper()
-	c, err := queue.New(queue.Config{URL: b.srv.URL, Token: testToken, Name: name})
+	c, err := rest.New(rest.Config{URL: b.srv.URL, Token: testToken, Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func (b *bundle) request(t *testing.T, method, path, body string, authorized boo
 
 func TestContract(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", nil)
+	b := setup(t, "", func(c *emulator.Config) { c.MaxReceives = queuetest.MaxReceives })
 	queuetest.Run(t, b.srv.URL, testToken)
 }
 
@@ -136,8 +136,8 @@ func TestContractHosted(t *testing.T) {
 	queuetest.Run(t, u, tok)
 }
 
-func msg(key string) queue.Message {
-	return queue.Message{Payload: json.RawMessage(`{"k":"` + key + `"}`), IdempotencyKey: key}
+func msg(key string) rest.Entry {
+	return rest.Entry{Payload: json.RawMessage(`{"k":"` + key + `"}`), IdempotencyKey: key}
 }
 
 // TestDurableAcrossRestart stops an emulator and opens a new one on the same
@@ -148,15 +148,15 @@ func TestDurableAcrossRestart(t *testing.T) {
 	dbURL := testdb.New(t).OwnerURL
 	first := setup(t, dbURL, nil)
 	ctx, c := first.ctx, first.client
-	res, err := c.PublishBatch(ctx, []queue.Message{msg("a"), msg("b"), msg("c"), {Payload: json.RawMessage(`1`), IdempotencyKey: "later", Delay: time.Hour}})
+	res, err := c.PublishBatch(ctx, []rest.Entry{msg("a"), msg("b"), msg("c"), {Payload: json.RawMessage(`1`), IdempotencyKey: "later", Delay: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.Consume(ctx, queue.ConsumeOptions{MaxMessages: 2, VisibilityTimeout: time.Hour})
+	got, err := c.Consume(ctx, rest.ConsumeOptions{MaxMessages: 2, VisibilityTimeout: time.Hour})
 	if err != nil || len(got) != 2 {
 		t.Fatalf("consume: %d, %v", len(got), err)
 	}
-	if _, err := c.Nack(ctx, got[1].MessageID, queue.NackOptions{DeadLetter: true, Reason: "bad"}); err != nil {
+	if _, err := c.Nack(ctx, got[1].MessageID, rest.NackOptions{DeadLetter: true, Reason: "bad"}); err != nil {
 		t.Fatal(err)
 	}
 	// The first emulator goes away as a crashed one would: its in-memory
@@ -165,7 +165,7 @@ func TestDurableAcrossRestart(t *testing.T) {
 	first.em.Stop()
 
 	second := setup(t, dbURL, nil)
-	c2 := second.clientFor(t, c.Queue())
+	c2 := second.clientFor(t, c.Name())
 	st, err := c2.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -173,8 +173,8 @@ func TestDurableAcrossRestart(t *testing.T) {
 	if st.Visible != 1 || st.InFlight != 1 || st.Delayed != 1 || st.DeadLetterDepth != 1 {
 		t.Fatalf("stats after restart: %+v, want one each of visible, in_flight, delayed, dead", st)
 	}
-	for i, m := range []queue.Message{msg("a"), msg("b"), msg("c")} {
-		r, err := c2.Publish(ctx, m)
+	for i, m := range []rest.Entry{msg("a"), msg("b"), msg("c")} {
+		r, err := c2.PublishOne(ctx, m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestDurableAcrossRestart(t *testing.T) {
 			t.Fatalf("republish %s after restart: %+v, want deduplicated with %s", m.IdempotencyKey, r, res[i].MessageID)
 		}
 	}
-	left, err := c2.Consume(ctx, queue.ConsumeOptions{MaxMessages: 10})
+	left, err := c2.Consume(ctx, rest.ConsumeOptions{MaxMessages: 10})
 	if err != nil || len(left) != 1 || left[0].MessageID != res[2].MessageID {
 		t.Fatalf("consume after restart: %+v, %v; want message c", left, err)
 	}
@@ -197,7 +197,7 @@ func TestConcurrentConsumersNeverShare(t *testing.T) {
 	a := setup(t, dbURL, nil)
 	b := setup(t, dbURL, nil)
 	const n = 600
-	msgs := make([]queue.Message, n)
+	msgs := make([]rest.Entry, n)
 	for i := range msgs {
 		msgs[i] = msg(fmt.Sprintf("m%d", i))
 	}
@@ -210,13 +210,13 @@ func TestConcurrentConsumersNeverShare(t *testing.T) {
 	for w := 0; w < 8; w++ {
 		c := a.client
 		if w%2 == 1 {
-			c = b.clientFor(t, a.client.Queue())
+			c = b.clientFor(t, a.client.Name())
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				got, err := c.Consume(a.ctx, queue.ConsumeOptions{MaxMessages: 10, VisibilityTimeout: time.Minute})
+				got, err := c.Consume(a.ctx, rest.ConsumeOptions{MaxMessages: 10, VisibilityTimeout: time.Minute})
 				if err != nil {
 					t.Error(err)
 					return
@@ -231,7 +231,7 @@ func TestConcurrentConsumersNeverShare(t *testing.T) {
 					ids[i] = m.MessageID
 				}
 				mu.Unlock()
-				if _, err := c.Ack(a.ctx, ids...); err != nil {
+				if _, err := c.AckIDs(a.ctx, ids...); err != nil {
 					t.Error(err)
 					return
 				}
@@ -275,8 +275,8 @@ func TestFaultThrottle(t *testing.T) {
 			ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
 			defer cancel()
 			start := time.Now()
-			_, err := b.client.Publish(ctx, msg("t"))
-			var ae *queue.APIError
+			_, err := b.client.PublishOne(ctx, msg("t"))
+			var ae *rest.APIError
 			if !errors.As(err, &ae) || ae.Status != tc.status || !ae.Retryable || ae.RetryAfter < time.Second/2 {
 				t.Fatalf("publish under throttle: %v, want a retryable %d with Retry-After", err, tc.status)
 			}
@@ -292,7 +292,7 @@ func TestFaultThrottle(t *testing.T) {
 			// the retry then succeeds.
 			done := make(chan error, 1)
 			go func() {
-				_, err := b.client.Publish(b.ctx, msg("t"))
+				_, err := b.client.PublishOne(b.ctx, msg("t"))
 				done <- err
 			}()
 			time.Sleep(100 * time.Millisecond)
@@ -323,12 +323,12 @@ func TestFaultRedelivery(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "", nil)
 	setFaults(t, b, `{"redelivery_rate":1}`)
-	r, err := b.client.Publish(b.ctx, msg("twice"))
+	r, err := b.client.PublishOne(b.ctx, msg("twice"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 2; i++ {
-		got, err := b.client.Consume(b.ctx, queue.ConsumeOptions{MaxMessages: 1, Wait: 5 * time.Second, VisibilityTimeout: time.Hour})
+		got, err := b.client.Consume(b.ctx, rest.ConsumeOptions{MaxMessages: 1, Wait: 5 * time.Second, VisibilityTimeout: time.Hour})
 		if err != nil || len(got) != 1 || got[0].MessageID != r.MessageID || got[0].ReceiveCount != i {
 			t.Fatalf("delivery %d within the visibility timeout: %+v, %v", i, got, err)
 		}
@@ -361,20 +361,20 @@ func TestFaultsRejectBadValues(t *testing.T) {
 func TestVisibilityExpiryDeadLetters(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "", func(c *emulator.Config) { c.MaxReceives = 2 })
-	if _, err := b.client.Publish(b.ctx, msg("poison")); err != nil {
+	if _, err := b.client.PublishOne(b.ctx, msg("poison")); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		got, err := b.client.Consume(b.ctx, queue.ConsumeOptions{MaxMessages: 1, Wait: 5 * time.Second, VisibilityTimeout: time.Second})
+		got, err := b.client.Consume(b.ctx, rest.ConsumeOptions{MaxMessages: 1, Wait: 5 * time.Second, VisibilityTimeout: time.Second})
 		if err != nil || len(got) != 1 {
 			t.Fatalf("delivery %d: %d, %v", i+1, len(got), err)
 		}
 	}
-	got, err := b.client.Consume(b.ctx, queue.ConsumeOptions{MaxMessages: 1, Wait: 3 * time.Second})
+	got, err := b.client.Consume(b.ctx, rest.ConsumeOptions{MaxMessages: 1, Wait: 3 * time.Second})
 	if err != nil || len(got) != 0 {
 		t.Fatalf("third delivery: %d, %v; want none", len(got), err)
 	}
-	page, err := b.client.DeadLetters(b.ctx, queue.DeadLetterQuery{})
+	page, err := b.client.ListDeadLetters(b.ctx, rest.DeadLetterQuery{})
 	if err != nil || len(page.DeadLetters) != 1 || !strings.Contains(page.DeadLetters[0].LastError, "visibility timeout") {
 		t.Fatalf("dead letters: %+v, %v", page, err)
 	}
@@ -384,7 +384,7 @@ func TestRestrictedQueuesAndHealth(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "", func(c *emulator.Config) { c.Queues = []string{"only-this"} })
 	_, err := b.client.Stats(b.ctx)
-	var ae *queue.APIError
+	var ae *rest.APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
 		t.Fatalf("stats of an unlisted queue: %v, want 404", err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/testdb"
 )
 
@@ -34,13 +34,13 @@ func TestServeEndsWaitingConsumes(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	go func() { served <- e.Serve(ctx, ln) }()
-	c, err := queue.New(queue.Config{URL: "http://" + ln.Addr().String(), Token: cfg.Token, Name: "serve"})
+	c, err := rest.New(rest.Config{URL: "http://" + ln.Addr().String(), Token: cfg.Token, Name: "serve"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	polled := make(chan error, 1)
 	go func() {
-		msgs, err := c.Consume(context.Background(), queue.ConsumeOptions{Wait: 20 * time.Second})
+		msgs, err := c.Consume(context.Background(), rest.ConsumeOptions{Wait: 20 * time.Second})
 		if err == nil && len(msgs) != 0 {
 			err = fmt.Errorf("got %d messages from an empty queue", len(msgs))
 		}

@@ -11,7 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/queue/wire"
 )
 
@@ -86,7 +86,7 @@ func (e *Emulator) checkQueue(name string) *apiError {
 	if name == "" {
 		return invalid("queue", "is required")
 	}
-	if !queue.ValidQueueName(name) {
+	if !rest.ValidQueueName(name) {
 		return invalid("queue", "%q is not a queue name; want 1-80 letters, digits, '-' or '_'", name)
 	}
 	if e.queues != nil && !e.queues[name] {
@@ -139,8 +139,8 @@ func checkEntry(payload json.RawMessage, key string, delay int, keyField string)
 // not have issued cannot name a message, so it is dropped: acking or
 // redriving it is then the no-op the contract asks for.
 func parseIDs(field string, ids []string) ([]int64, *apiError) {
-	if len(ids) > maxIDs {
-		return nil, invalid(field, "has %d ids; the limit is %d", len(ids), maxIDs)
+	if len(ids) > wire.MaxIDs {
+		return nil, invalid(field, "has %d ids; the limit is %d", len(ids), wire.MaxIDs)
 	}
 	out := make([]int64, 0, len(ids))
 	for _, s := range ids {

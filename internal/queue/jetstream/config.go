@@ -36,39 +36,44 @@ const (
 )
 
 // Config locates the streams and consumer owed uses on a NATS server.
+// Services read it from OWED_NATS_* variables (envconfig, prefix "OWED";
+// see queue/backends); a field left empty takes its Default* constant.
 type Config struct {
 	// URL is the server's URL (OWED_NATS_URL), e.g. nats://127.0.0.1:4222;
 	// several may be given, comma separated.
-	URL string
-	// CredsFile is a NATS credentials file (user JWT and nkey seed); empty
-	// for a server without authentication.
-	CredsFile string
-	// Stream holds the queue: WorkQueue retention, message schedules
-	// allowed, subjects Subject and Subject.delayed.*.
-	Stream string
-	// Subject is where messages due now are published and consumed.
-	Subject string
-	// Consumer is the durable pull consumer every worker shares.
-	Consumer string
+	URL string `envconfig:"NATS_URL"`
+	// CredsFile is a NATS credentials file (user JWT and nkey seed;
+	// OWED_NATS_CREDS_FILE); empty for a server without authentication.
+	CredsFile string `envconfig:"NATS_CREDS_FILE"`
+	// Stream holds the queue (OWED_NATS_STREAM): WorkQueue retention,
+	// message schedules allowed, subjects Subject and Subject.delayed.*.
+	Stream string `envconfig:"NATS_STREAM"`
+	// Subject is where messages due now are published and consumed
+	// (OWED_NATS_SUBJECT).
+	Subject string `envconfig:"NATS_SUBJECT"`
+	// Consumer is the durable pull consumer every worker shares
+	// (OWED_NATS_CONSUMER).
+	Consumer string `envconfig:"NATS_CONSUMER"`
 	// DeadLetterStream holds dead letters on DeadLetterSubject (Limits
-	// retention, no consumer).
-	DeadLetterStream  string
-	DeadLetterSubject string
+	// retention, no consumer; OWED_NATS_DEAD_LETTER_STREAM,
+	// OWED_NATS_DEAD_LETTER_SUBJECT).
+	DeadLetterStream  string `envconfig:"NATS_DEAD_LETTER_STREAM"`
+	DeadLetterSubject string `envconfig:"NATS_DEAD_LETTER_SUBJECT"`
 	// AckWait is the consumer's ack wait, the visibility of a receive that
-	// names none.
-	AckWait time.Duration
+	// names none (OWED_NATS_ACK_WAIT).
+	AckWait time.Duration `envconfig:"NATS_ACK_WAIT"`
 	// Provision creates the streams and the consumer, or updates them, with
 	// the settings above; without it they must exist already.
-	Provision bool
+	Provision bool `ignored:"true"`
 	// Replicas, DuplicateWindow and MaxAckPending are used by Provision
 	// only. Replicas defaults to 1; use 3 on a cluster.
-	Replicas        int
-	DuplicateWindow time.Duration
-	MaxAckPending   int
+	Replicas        int           `ignored:"true"`
+	DuplicateWindow time.Duration `ignored:"true"`
+	MaxAckPending   int           `ignored:"true"`
 	// Clock gives the instant a delayed message is scheduled from and the
 	// ages in Stats; nil means clock.Real(). The server must agree with it
 	// (NTP): a scheduled message fires by the server's clock.
-	Clock clock.Clock
+	Clock clock.Clock `ignored:"true"`
 }
 
 // withDefaults returns c with every empty field at its default.
@@ -101,30 +106,35 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// validate checks c once, naming the field and its environment variable.
+// Validate checks c with its defaults applied, naming the field and its
+// environment variable. New calls it; a service calls it at start-up.
+func (c Config) Validate() error { return c.withDefaults().validate() }
+
+// validate checks c, defaults applied.
 func (c Config) validate() error {
 	if strings.TrimSpace(c.URL) == "" {
 		return fmt.Errorf("jetstream: Config.URL (OWED_NATS_URL) is required, e.g. nats://127.0.0.1:4222")
 	}
-	for _, n := range []struct{ field, value string }{
-		{"Stream", c.Stream}, {"Consumer", c.Consumer}, {"DeadLetterStream", c.DeadLetterStream},
+	for _, n := range []struct{ field, env, value string }{
+		{"Stream", "OWED_NATS_STREAM", c.Stream}, {"Consumer", "OWED_NATS_CONSUMER", c.Consumer},
+		{"DeadLetterStream", "OWED_NATS_DEAD_LETTER_STREAM", c.DeadLetterStream},
 	} {
 		if strings.ContainsAny(n.value, " \t\r\n.*>/\\") {
-			return fmt.Errorf("jetstream: Config.%s %q must be a name without spaces, dots, slashes or wildcards", n.field, n.value)
+			return fmt.Errorf("jetstream: Config.%s (%s) %q must be a name without spaces, dots, slashes or wildcards", n.field, n.env, n.value)
 		}
 	}
-	for _, s := range []struct{ field, value string }{
-		{"Subject", c.Subject}, {"DeadLetterSubject", c.DeadLetterSubject},
+	for _, s := range []struct{ field, env, value string }{
+		{"Subject", "OWED_NATS_SUBJECT", c.Subject}, {"DeadLetterSubject", "OWED_NATS_DEAD_LETTER_SUBJECT", c.DeadLetterSubject},
 	} {
 		if !literalSubject(s.value) {
-			return fmt.Errorf("jetstream: Config.%s %q must be a literal subject (dot-separated tokens, no wildcards)", s.field, s.value)
+			return fmt.Errorf("jetstream: Config.%s (%s) %q must be a literal subject (dot-separated tokens, no wildcards)", s.field, s.env, s.value)
 		}
 	}
 	if c.Stream == c.DeadLetterStream {
-		return fmt.Errorf("jetstream: Config.DeadLetterStream must differ from Config.Stream (both %q)", c.Stream)
+		return fmt.Errorf("jetstream: Config.DeadLetterStream (OWED_NATS_DEAD_LETTER_STREAM) must differ from Config.Stream (OWED_NATS_STREAM; both %q)", c.Stream)
 	}
 	if c.AckWait < time.Second {
-		return fmt.Errorf("jetstream: Config.AckWait %v must be at least 1s", c.AckWait)
+		return fmt.Errorf("jetstream: Config.AckWait (OWED_NATS_ACK_WAIT) %v must be at least 1s", c.AckWait)
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		return fmt.Errorf("jetstream: Config.Replicas %d must be between 1 and 5", c.Replicas)

@@ -8,7 +8,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/owedhq/owed/internal/queue/backendtest"
+	"github.com/owedhq/owed/internal/queue"
 )
 
 const (
@@ -23,7 +23,7 @@ const (
 // reason, then acks d. The copy's Nats-Msg-Id is d's receipt, so a retry of
 // the same call within the duplicate window does not copy twice, while a
 // later dead-lettering of the same message (after a redrive) is kept.
-func (c *Client) DeadLetter(ctx context.Context, d backendtest.Delivery, reason string) error {
+func (c *Client) DeadLetter(ctx context.Context, d queue.Delivery, reason string) error {
 	if err := c.ownReceipt(d.Receipt); err != nil {
 		return err
 	}
@@ -40,7 +40,7 @@ func (c *Client) DeadLetter(ctx context.Context, d backendtest.Delivery, reason 
 // DeadLetters lists dead letters in the order they arrived. A dead letter's
 // id is its sequence in the dead-letter stream; the cursor is the sequence
 // to continue from.
-func (c *Client) DeadLetters(ctx context.Context, limit int, cursor string) ([]backendtest.DeadLetter, string, error) {
+func (c *Client) DeadLetters(ctx context.Context, limit int, cursor string) ([]queue.DeadLetter, string, error) {
 	if limit <= 0 {
 		limit = DefaultDeadLetterPage
 	}
@@ -52,7 +52,7 @@ func (c *Client) DeadLetters(ctx context.Context, limit int, cursor string) ([]b
 			return nil, "", fmt.Errorf("jetstream: dead-letter cursor %q is not one DeadLetters returned", cursor)
 		}
 	}
-	var out []backendtest.DeadLetter
+	var out []queue.DeadLetter
 	for len(out) < limit {
 		m, err := c.dead.GetMsg(ctx, seq, natsjs.WithGetMsgSubject(c.cfg.DeadLetterSubject))
 		if notFound(err) {
@@ -61,7 +61,7 @@ func (c *Client) DeadLetters(ctx context.Context, limit int, cursor string) ([]b
 		if err != nil {
 			return nil, "", fmt.Errorf("jetstream: list dead letters: %w", err)
 		}
-		out = append(out, backendtest.DeadLetter{
+		out = append(out, queue.DeadLetter{
 			ID:             strconv.FormatUint(m.Sequence, 10),
 			Key:            m.Header.Get(HeaderKey),
 			Reason:         m.Header.Get(HeaderReason),

@@ -2,7 +2,7 @@
 // durable pull consumer the workers share, and a second stream for dead
 // letters.
 //
-// It maps the queue contract (internal/queue/backendtest) onto JetStream:
+// It maps the queue contract (queue.Queue) onto JetStream:
 //   - a per-message delay is a native message schedule (nats-server 2.12+):
 //     the message waits on its own subject Subject.delayed.<id> and the
 //     server publishes it to Subject at its due second;
@@ -32,7 +32,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/owedhq/owed/internal/queue/backendtest"
+	"github.com/owedhq/owed/internal/queue"
 )
 
 // Headers owed sets on its messages.
@@ -54,6 +54,8 @@ type Client struct {
 
 	closeOnce sync.Once
 }
+
+var _ queue.Queue = (*Client)(nil)
 
 // New connects to cfg.URL and binds the streams and the consumer (creating
 // them first when cfg.Provision is set). A wrong setting fails here, naming
@@ -95,12 +97,12 @@ func (c *Client) Close() error {
 // Publish publishes msgs pipelined and waits for every acknowledgement. A
 // message with a Key carries it as Nats-Msg-Id, so the stream drops a
 // repeat within its duplicate window; the result then names the original.
-func (c *Client) Publish(ctx context.Context, msgs []backendtest.Message) ([]backendtest.PublishResult, error) {
-	res := make([]backendtest.PublishResult, len(msgs))
+func (c *Client) Publish(ctx context.Context, msgs []queue.Message) ([]queue.PublishResult, error) {
+	res := make([]queue.PublishResult, len(msgs))
 	futures := make([]natsjs.PubAckFuture, len(msgs))
 	now := c.cfg.Clock.Now()
 	for i, m := range msgs {
-		if err := backendtest.CheckDelay(m.Delay); err != nil {
+		if err := queue.CheckDelay(m.Delay); err != nil {
 			res[i].Err = fmt.Errorf("jetstream: %w", err)
 			continue
 		}
@@ -136,9 +138,10 @@ func (c *Client) Publish(ctx context.Context, msgs []backendtest.Message) ([]bac
 		case ack := <-f.Ok():
 			if ack.Duplicate {
 				res[i].ID = c.originalID(ctx, ack.Sequence, res[i].ID)
+				res[i].Deduplicated = true
 			}
 		case err := <-f.Err():
-			res[i] = backendtest.PublishResult{Err: fmt.Errorf("jetstream: publish: %w", err)}
+			res[i] = queue.PublishResult{Err: fmt.Errorf("jetstream: publish: %w", err)}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -173,8 +176,8 @@ func (c *Client) originalID(ctx context.Context, seq uint64, fresh string) strin
 // Receive returns up to max messages, waiting at most wait for the first.
 // A JetStream fetch would wait for the whole batch, so Receive takes what is
 // there, waits for one message only when nothing is, and then tops up.
-func (c *Client) Receive(ctx context.Context, max int, wait, visibility time.Duration) ([]backendtest.Delivery, error) {
-	if err := backendtest.CheckReceive(max, wait, visibility); err != nil {
+func (c *Client) Receive(ctx context.Context, max int, wait, visibility time.Duration) ([]queue.Delivery, error) {
+	if err := queue.CheckReceive(max, wait, visibility); err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	msgs, err := c.fetch(ctx, max, 0)
@@ -203,7 +206,7 @@ func (c *Client) Receive(ctx context.Context, max int, wait, visibility time.Dur
 			return nil, fmt.Errorf("jetstream: set visibility: %w", err)
 		}
 	}
-	out := make([]backendtest.Delivery, 0, len(msgs))
+	out := make([]queue.Delivery, 0, len(msgs))
 	for _, m := range msgs {
 		d, err := delivery(m)
 		if err != nil {
@@ -242,13 +245,13 @@ func (c *Client) fetch(ctx context.Context, n int, wait time.Duration) ([]natsjs
 	}
 }
 
-func delivery(m natsjs.Msg) (backendtest.Delivery, error) {
+func delivery(m natsjs.Msg) (queue.Delivery, error) {
 	md, err := m.Metadata()
 	if err != nil {
-		return backendtest.Delivery{}, fmt.Errorf("jetstream: message metadata: %w", err)
+		return queue.Delivery{}, fmt.Errorf("jetstream: message metadata: %w", err)
 	}
 	h := m.Headers()
-	d := backendtest.Delivery{
+	d := queue.Delivery{
 		ID:           h.Get(HeaderID),
 		Receipt:      m.Reply(),
 		Key:          h.Get(HeaderKey),
@@ -285,7 +288,7 @@ func (c *Client) Ack(ctx context.Context, receipts ...string) error {
 // is a NAK with a delay: the message stays in flight, the holder can still
 // ack it, and d may exceed AckWait.
 func (c *Client) ChangeVisibility(ctx context.Context, receipt string, d time.Duration) error {
-	if err := backendtest.CheckVisibility(d); err != nil {
+	if err := queue.CheckVisibility(d); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	payload := []byte("-NAK")

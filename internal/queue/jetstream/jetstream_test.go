@@ -10,10 +10,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/backendtest"
 )
-
-var _ backendtest.Backend = (*Client)(nil)
 
 // testAckWait is short so the contract's extensions (8 s) outlast AckWait:
 // ChangeVisibility must hold a message past it.
@@ -61,7 +60,7 @@ func freshConfig(url string) Config {
 
 func TestContract(t *testing.T) {
 	url := startServer(t)
-	backendtest.Run(t, func(t *testing.T) backendtest.Backend {
+	backendtest.Run(t, func(t *testing.T) queue.Queue {
 		c, err := New(context.Background(), freshConfig(url))
 		if err != nil {
 			t.Fatalf("New: %v", err)

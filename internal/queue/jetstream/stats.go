@@ -6,7 +6,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/owedhq/owed/internal/queue/backendtest"
+	"github.com/owedhq/owed/internal/queue"
 )
 
 // Stats reads the depths from the consumer and the streams. Visible is what
@@ -15,20 +15,20 @@ import (
 // takes it again); Delayed the scheduled messages not yet due, which are the
 // rest of the WorkQueue stream; OldestAge the age of the oldest message on
 // Subject.
-func (c *Client) Stats(ctx context.Context) (backendtest.Stats, error) {
+func (c *Client) Stats(ctx context.Context) (queue.Stats, error) {
 	ci, err := c.cons.Info(ctx)
 	if err != nil {
-		return backendtest.Stats{}, fmt.Errorf("jetstream: consumer info: %w", err)
+		return queue.Stats{}, fmt.Errorf("jetstream: consumer info: %w", err)
 	}
 	si, err := c.stream.Info(ctx)
 	if err != nil {
-		return backendtest.Stats{}, fmt.Errorf("jetstream: stream info: %w", err)
+		return queue.Stats{}, fmt.Errorf("jetstream: stream info: %w", err)
 	}
 	di, err := c.dead.Info(ctx)
 	if err != nil {
-		return backendtest.Stats{}, fmt.Errorf("jetstream: dead-letter stream info: %w", err)
+		return queue.Stats{}, fmt.Errorf("jetstream: dead-letter stream info: %w", err)
 	}
-	s := backendtest.Stats{
+	s := queue.Stats{
 		Visible:         int64(ci.NumPending),
 		InFlight:        int64(ci.NumAckPending),
 		DeadLetterDepth: int64(di.State.Msgs),
@@ -37,7 +37,7 @@ func (c *Client) Stats(ctx context.Context) (backendtest.Stats, error) {
 	if s.Visible+s.InFlight > 0 {
 		m, err := c.stream.GetMsg(ctx, si.State.FirstSeq, natsjs.WithGetMsgSubject(c.cfg.Subject))
 		if err != nil && !notFound(err) {
-			return backendtest.Stats{}, fmt.Errorf("jetstream: oldest message: %w", err)
+			return queue.Stats{}, fmt.Errorf("jetstream: oldest message: %w", err)
 		}
 		if m != nil {
 			s.OldestAge = max(c.cfg.Clock.Now().Sub(m.Time), 0)

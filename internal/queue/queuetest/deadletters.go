@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // The contract on dead letters: when a message is dead-lettered, listing,
@@ -14,18 +14,18 @@ import (
 
 func testDeadLetterAfterMaxReceives(t *testing.T, s *suite) {
 	id := s.publish(t, "d", map[string]string{"to": "x"}).MessageID
-	for i := 1; i <= 5; i++ {
+	for i := 1; i <= MaxReceives; i++ {
 		m := s.consumeOne(t, time.Minute)
 		if m.ReceiveCount != i {
 			t.Fatalf("delivery %d: receive_count=%d", i, m.ReceiveCount)
 		}
-		dead := s.nack(t, m.MessageID, queue.NackOptions{CountAsFailure: true, Reason: fmt.Sprintf("boom %d", i)})
-		if dead != (i == 5) {
-			t.Fatalf("counted nack %d: dead_lettered=%v, want %v", i, dead, i == 5)
+		dead := s.nack(t, m.MessageID, rest.NackOptions{CountAsFailure: true, Reason: fmt.Sprintf("boom %d", i)})
+		if dead != (i == MaxReceives) {
+			t.Fatalf("counted nack %d: dead_lettered=%v, want %v", i, dead, i == MaxReceives)
 		}
 	}
 	s.expectEmpty(t, 0)
-	page, err := s.c.DeadLetters(s.ctx, queue.DeadLetterQuery{})
+	page, err := s.c.ListDeadLetters(s.ctx, rest.DeadLetterQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func testDeadLetterAfterMaxReceives(t *testing.T, s *suite) {
 		t.Fatalf("dead letters: %d, want 1", len(page.DeadLetters))
 	}
 	d := page.DeadLetters[0]
-	if d.MessageID != id || d.ReceiveCount != 5 || d.LastError != "boom 5" || d.IdempotencyKey != "d" ||
+	if d.MessageID != id || d.ReceiveCount != MaxReceives || d.LastError != "boom 5" || d.IdempotencyKey != "d" ||
 		string(d.Payload) != `{"to":"x"}` || d.DeadLetteredAt.IsZero() {
 		t.Fatalf("dead letter: %+v", d)
 	}
@@ -47,7 +47,7 @@ func (s *suite) deadLetter(t *testing.T, key string) string {
 	t.Helper()
 	s.publish(t, key, key)
 	m := s.consumeOne(t, time.Minute)
-	if !s.nack(t, m.MessageID, queue.NackOptions{DeadLetter: true, Reason: "test " + key}) {
+	if !s.nack(t, m.MessageID, rest.NackOptions{DeadLetter: true, Reason: "test " + key}) {
 		t.Fatalf("dead_letter nack of %s did not dead-letter", key)
 	}
 	return m.MessageID
@@ -76,14 +76,14 @@ func testRedrive(t *testing.T, s *suite) {
 
 func testDeleteDeadLetter(t *testing.T, s *suite) {
 	id := s.deadLetter(t, "del")
-	d, err := s.c.DeadLetter(s.ctx, id)
+	d, err := s.c.DeadLetterByID(s.ctx, id)
 	if err != nil || d.MessageID != id || d.LastError != "test del" {
 		t.Fatalf("dead letter %s: %+v, %v", id, d, err)
 	}
 	if n, err := s.c.DeleteDeadLetters(s.ctx, id); err != nil || n != 1 {
 		t.Fatalf("delete: %d, %v", n, err)
 	}
-	_, err = s.c.DeadLetter(s.ctx, id)
+	_, err = s.c.DeadLetterByID(s.ctx, id)
 	apiError(t, err, http.StatusNotFound)
 	if n, err := s.c.DeleteDeadLetters(s.ctx, id); err != nil || n != 0 {
 		t.Fatalf("second delete: %d, %v; want 0, nil", n, err)
@@ -92,14 +92,14 @@ func testDeleteDeadLetter(t *testing.T, s *suite) {
 
 func testDeadLetterPaging(t *testing.T, s *suite) {
 	ids := []string{s.deadLetter(t, "p1"), s.deadLetter(t, "p2"), s.deadLetter(t, "p3")}
-	page, err := s.c.DeadLetters(s.ctx, queue.DeadLetterQuery{Limit: 2})
+	page, err := s.c.ListDeadLetters(s.ctx, rest.DeadLetterQuery{Limit: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(page.DeadLetters) != 2 || page.NextCursor == "" {
 		t.Fatalf("first page: %d letters, cursor %q; want 2 and a cursor", len(page.DeadLetters), page.NextCursor)
 	}
-	next, err := s.c.DeadLetters(s.ctx, queue.DeadLetterQuery{Limit: 2, Cursor: page.NextCursor})
+	next, err := s.c.ListDeadLetters(s.ctx, rest.DeadLetterQuery{Limit: 2, Cursor: page.NextCursor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func testDeadLetterPaging(t *testing.T, s *suite) {
 			t.Fatalf("paging lost %s", id)
 		}
 	}
-	only, err := s.c.DeadLetters(s.ctx, queue.DeadLetterQuery{IDs: []string{ids[1]}})
+	only, err := s.c.ListDeadLetters(s.ctx, rest.DeadLetterQuery{IDs: []string{ids[1]}})
 	if err != nil || len(only.DeadLetters) != 1 || only.DeadLetters[0].MessageID != ids[1] {
 		t.Fatalf("ids filter: %+v, %v", only, err)
 	}

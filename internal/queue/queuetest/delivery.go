@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // The contract on delivery: visibility timeouts, extend, nack, the long poll
@@ -44,7 +44,7 @@ func testExtend(t *testing.T, s *suite) {
 func testNackDelay(t *testing.T, s *suite) {
 	s.publish(t, "n", "n")
 	m := s.consumeOne(t, time.Minute)
-	if s.nack(t, m.MessageID, queue.NackOptions{Delay: time.Second, CountAsFailure: true, Reason: "provider 500"}) {
+	if s.nack(t, m.MessageID, rest.NackOptions{Delay: time.Second, CountAsFailure: true, Reason: "provider 500"}) {
 		t.Fatal("first counted nack dead-lettered")
 	}
 	nacked := time.Now()
@@ -63,10 +63,10 @@ func testNackDelay(t *testing.T, s *suite) {
 
 func testUncountedNack(t *testing.T, s *suite) {
 	s.publish(t, "u", "u")
-	const throttled = 8 // more than the default max_receives of 5
+	const throttled = MaxReceives + 3
 	for i := 0; i < throttled; i++ {
 		m := s.consumeOne(t, time.Minute)
-		if s.nack(t, m.MessageID, queue.NackOptions{CountAsFailure: false, Reason: "provider 429"}) {
+		if s.nack(t, m.MessageID, rest.NackOptions{CountAsFailure: false, Reason: "provider 429"}) {
 			t.Fatalf("uncounted nack %d dead-lettered the message", i+1)
 		}
 	}
@@ -76,9 +76,9 @@ func testUncountedNack(t *testing.T, s *suite) {
 	// Counted failures still dead-letter it, after max_receives of them.
 	for i := 1; ; i++ {
 		m := s.consumeOne(t, time.Minute)
-		if s.nack(t, m.MessageID, queue.NackOptions{CountAsFailure: true, Reason: "provider 500"}) {
-			if i != 5 {
-				t.Fatalf("dead-lettered after %d counted failures, want 5", i)
+		if s.nack(t, m.MessageID, rest.NackOptions{CountAsFailure: true, Reason: "provider 500"}) {
+			if i != MaxReceives {
+				t.Fatalf("dead-lettered after %d counted failures, want %d", i, MaxReceives)
 			}
 			return
 		}
@@ -95,7 +95,7 @@ func testLongPoll(t *testing.T, s *suite) {
 		t.Fatalf("an empty 1 s long poll returned after %s", d)
 	}
 	type result struct {
-		msgs []queue.Delivery
+		msgs []rest.Delivery
 		err  error
 		took time.Duration
 	}
@@ -104,7 +104,7 @@ func testLongPoll(t *testing.T, s *suite) {
 	go func() {
 		close(started)
 		t0 := time.Now()
-		msgs, err := s.c.Consume(s.ctx, queue.ConsumeOptions{MaxMessages: 1, Wait: 15 * time.Second, VisibilityTimeout: time.Minute})
+		msgs, err := s.c.Consume(s.ctx, rest.ConsumeOptions{MaxMessages: 1, Wait: 15 * time.Second, VisibilityTimeout: time.Minute})
 		done <- result{msgs, err, time.Since(t0)}
 	}()
 	<-started
@@ -123,7 +123,7 @@ func testLongPoll(t *testing.T, s *suite) {
 
 func testStats(t *testing.T, s *suite) {
 	s.publish(t, "now", "now")
-	if _, err := s.c.Publish(s.ctx, queue.Message{Payload: payload("later"), IdempotencyKey: "later", Delay: time.Hour}); err != nil {
+	if _, err := s.c.PublishOne(s.ctx, rest.Entry{Payload: payload("later"), IdempotencyKey: "later", Delay: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	s.publish(t, "third", "third")
@@ -132,7 +132,7 @@ func testStats(t *testing.T, s *suite) {
 	if st.Visible != 1 || st.InFlight != 1 || st.Delayed != 1 || st.DeadLetterDepth != 0 {
 		t.Fatalf("stats: %+v, want visible=1 in_flight=1 delayed=1", st)
 	}
-	if st.OldestAgeSeconds < 0 || st.OldestAgeSeconds > 60 {
-		t.Fatalf("oldest_age_seconds=%v, want a few seconds at most", st.OldestAgeSeconds)
+	if st.OldestAge < 0 || st.OldestAge > time.Minute {
+		t.Fatalf("oldest age %v, want a few seconds at most", st.OldestAge)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/queue/wire"
 )
 
@@ -16,7 +16,7 @@ import (
 // authentication.
 
 func testUnknownMessages(t *testing.T, s *suite) {
-	_, err := s.c.Nack(s.ctx, "999999999999", queue.NackOptions{CountAsFailure: true})
+	_, err := s.c.Nack(s.ctx, "999999999999", rest.NackOptions{CountAsFailure: true})
 	apiError(t, err, http.StatusNotFound)
 	_, err = s.c.Extend(s.ctx, "999999999999", time.Minute)
 	apiError(t, err, http.StatusNotFound)
@@ -28,19 +28,19 @@ func testUnknownMessages(t *testing.T, s *suite) {
 func testPayloadLimit(t *testing.T, s *suite) {
 	// A JSON string of exactly the limit: two quotes and the rest letters.
 	exact := json.RawMessage(`"` + strings.Repeat("a", wire.MaxPayloadBytes-2) + `"`)
-	if _, err := s.c.Publish(s.ctx, queue.Message{Payload: exact, IdempotencyKey: "exact"}); err != nil {
+	if _, err := s.c.PublishOne(s.ctx, rest.Entry{Payload: exact, IdempotencyKey: "exact"}); err != nil {
 		t.Fatalf("a payload of exactly %d bytes: %v", wire.MaxPayloadBytes, err)
 	}
 	over := json.RawMessage(`"` + strings.Repeat("a", wire.MaxPayloadBytes-1) + `"`)
-	_, err := s.c.Publish(s.ctx, queue.Message{Payload: over, IdempotencyKey: "over"})
+	_, err := s.c.PublishOne(s.ctx, rest.Entry{Payload: over, IdempotencyKey: "over"})
 	if ae := apiError(t, err, http.StatusRequestEntityTooLarge); ae.Retryable {
 		t.Fatal("a 413 is marked retryable")
 	}
-	res, err := s.c.PublishBatch(s.ctx, []queue.Message{{Payload: over, IdempotencyKey: "over"}, {Payload: payload(1), IdempotencyKey: "small"}})
+	res, err := s.c.PublishBatch(s.ctx, []rest.Entry{{Payload: over, IdempotencyKey: "over"}, {Payload: payload(1), IdempotencyKey: "small"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Status != queue.StatusFailed || !strings.Contains(res[0].Reason, "payload") || res[1].Status != queue.StatusCreated {
+	if res[0].Status != rest.StatusFailed || !strings.Contains(res[0].Reason, "payload") || res[1].Status != rest.StatusCreated {
 		t.Fatalf("batch with an oversize entry: %+v, want it failed naming payload and the other created", res)
 	}
 }
@@ -76,7 +76,7 @@ func testBadRequests(t *testing.T, s *suite) {
 
 	// The client's own checks come from the server too: a 400 is an
 	// *APIError carrying the server's message.
-	_, err := s.c.Consume(s.ctx, queue.ConsumeOptions{MaxMessages: wire.MaxConsumeMessages + 1})
+	_, err := s.c.Consume(s.ctx, rest.ConsumeOptions{MaxMessages: wire.MaxConsumeMessages + 1})
 	if ae := apiError(t, err, http.StatusBadRequest); !strings.Contains(ae.Message, "max_messages") {
 		t.Fatalf("client error %q does not name max_messages", ae.Message)
 	}
@@ -84,11 +84,11 @@ func testBadRequests(t *testing.T, s *suite) {
 
 func testUnauthorized(t *testing.T, s *suite) {
 	const wrong = "not-the-token-4f1c9a"
-	bad, err := queue.New(queue.Config{URL: s.base, Token: wrong, Name: s.queue})
+	bad, err := rest.New(rest.Config{URL: s.base, Token: wrong, Name: s.queue})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = bad.Publish(s.ctx, queue.Message{Payload: payload(1), IdempotencyKey: "k"})
+	_, err = bad.PublishOne(s.ctx, rest.Entry{Payload: payload(1), IdempotencyKey: "k"})
 	apiError(t, err, http.StatusUnauthorized)
 	if strings.Contains(err.Error(), wrong) || strings.Contains(err.Error(), s.token) {
 		t.Fatalf("error %q shows a token", err)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/queue/wire"
 )
 
@@ -28,11 +28,11 @@ func testPublishConsumeAck(t *testing.T, s *suite) {
 	if m.PublishedAt.Before(before) || m.PublishedAt.After(time.Now().Add(time.Minute)) {
 		t.Fatalf("published_at %s is not about now", m.PublishedAt)
 	}
-	if n, err := s.c.Ack(s.ctx, m.MessageID); err != nil || n != 1 {
+	if n, err := s.c.AckIDs(s.ctx, m.MessageID); err != nil || n != 1 {
 		t.Fatalf("ack: got %d, %v; want 1, nil", n, err)
 	}
 	// Acking again, or an id that never existed, is not an error.
-	if n, err := s.c.Ack(s.ctx, m.MessageID, "no-such-message", "999999999999"); err != nil || n != 0 {
+	if n, err := s.c.AckIDs(s.ctx, m.MessageID, "no-such-message", "999999999999"); err != nil || n != 0 {
 		t.Fatalf("second ack: got %d, %v; want 0, nil", n, err)
 	}
 	if st := s.stats(t); st.Visible+st.InFlight+st.Delayed+st.DeadLetterDepth != 0 {
@@ -55,7 +55,7 @@ func testDedupWithinWindow(t *testing.T, s *suite) {
 func testDedupAfterAck(t *testing.T, s *suite) {
 	first := s.publish(t, "acked", "one")
 	m := s.consumeOne(t, time.Minute)
-	if _, err := s.c.Ack(s.ctx, m.MessageID); err != nil {
+	if _, err := s.c.AckIDs(s.ctx, m.MessageID); err != nil {
 		t.Fatal(err)
 	}
 	again := s.publish(t, "acked", "one")
@@ -68,7 +68,7 @@ func testDedupAfterAck(t *testing.T, s *suite) {
 func testDedupAfterDeadLetter(t *testing.T, s *suite) {
 	first := s.publish(t, "dead", "one")
 	m := s.consumeOne(t, time.Minute)
-	if !s.nack(t, m.MessageID, queue.NackOptions{DeadLetter: true, Reason: "permanent: bad address"}) {
+	if !s.nack(t, m.MessageID, rest.NackOptions{DeadLetter: true, Reason: "permanent: bad address"}) {
 		t.Fatal("nack dead_letter:true did not dead-letter")
 	}
 	again := s.publish(t, "dead", "one")
@@ -86,7 +86,7 @@ func testDedupAfterDeadLetter(t *testing.T, s *suite) {
 }
 
 func testBatchPerMessageKeys(t *testing.T, s *suite) {
-	res, err := s.c.PublishBatch(s.ctx, []queue.Message{
+	res, err := s.c.PublishBatch(s.ctx, []rest.Entry{
 		{Payload: payload("a"), IdempotencyKey: "a"},
 		{Payload: payload("b"), IdempotencyKey: "b"},
 		{Payload: payload("a again"), IdempotencyKey: "a"},
@@ -94,23 +94,23 @@ func testBatchPerMessageKeys(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Status != queue.StatusCreated || res[1].Status != queue.StatusCreated {
+	if res[0].Status != rest.StatusCreated || res[1].Status != rest.StatusCreated {
 		t.Fatalf("first batch: %+v, want a and b created", res)
 	}
-	if res[2].Status != queue.StatusDeduplicated || res[2].MessageID != res[0].MessageID {
+	if res[2].Status != rest.StatusDeduplicated || res[2].MessageID != res[0].MessageID {
 		t.Fatalf("a key repeated within a batch: %+v, want deduplicated with %s", res[2], res[0].MessageID)
 	}
-	res2, err := s.c.PublishBatch(s.ctx, []queue.Message{
+	res2, err := s.c.PublishBatch(s.ctx, []rest.Entry{
 		{Payload: payload("b"), IdempotencyKey: "b"},
 		{Payload: payload("c"), IdempotencyKey: "c"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res2[0].Status != queue.StatusDeduplicated || res2[0].MessageID != res[1].MessageID {
+	if res2[0].Status != rest.StatusDeduplicated || res2[0].MessageID != res[1].MessageID {
 		t.Fatalf("b in the second batch: %+v, want deduplicated with %s", res2[0], res[1].MessageID)
 	}
-	if res2[1].Status != queue.StatusCreated {
+	if res2[1].Status != rest.StatusCreated {
 		t.Fatalf("c in the second batch: %+v, want created", res2[1])
 	}
 	msgs := s.consume(t, 10, time.Second, time.Minute)
@@ -121,9 +121,9 @@ func testBatchPerMessageKeys(t *testing.T, s *suite) {
 
 func testBatchSplit(t *testing.T, s *suite) {
 	const n = wire.MaxBatch + 50
-	msgs := make([]queue.Message, n)
+	msgs := make([]rest.Entry, n)
 	for i := range msgs {
-		msgs[i] = queue.Message{Payload: payload(i), IdempotencyKey: fmt.Sprintf("k%d", i)}
+		msgs[i] = rest.Entry{Payload: payload(i), IdempotencyKey: fmt.Sprintf("k%d", i)}
 	}
 	res, err := s.c.PublishBatch(s.ctx, msgs)
 	if err != nil {
@@ -133,7 +133,7 @@ func testBatchSplit(t *testing.T, s *suite) {
 		t.Fatalf("got %d results, want %d", len(res), n)
 	}
 	for i, r := range res {
-		if r.Status != queue.StatusCreated {
+		if r.Status != rest.StatusCreated {
 			t.Fatalf("result %d: %+v, want created", i, r)
 		}
 	}
@@ -143,7 +143,7 @@ func testBatchSplit(t *testing.T, s *suite) {
 }
 
 func testBatchEntryFailure(t *testing.T, s *suite) {
-	res, err := s.c.PublishBatch(s.ctx, []queue.Message{
+	res, err := s.c.PublishBatch(s.ctx, []rest.Entry{
 		{Payload: payload("ok"), IdempotencyKey: "ok"},
 		{Payload: payload("no key")},
 		{Payload: payload("late"), IdempotencyKey: "late", Delay: time.Hour},
@@ -151,10 +151,10 @@ func testBatchEntryFailure(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Status != queue.StatusCreated || res[2].Status != queue.StatusCreated {
+	if res[0].Status != rest.StatusCreated || res[2].Status != rest.StatusCreated {
 		t.Fatalf("valid entries: %+v, want created", res)
 	}
-	if res[1].Status != queue.StatusFailed || !strings.Contains(res[1].Reason, "idempotency_key") {
+	if res[1].Status != rest.StatusFailed || !strings.Contains(res[1].Reason, "idempotency_key") {
 		t.Fatalf("entry without a key: %+v, want failed naming idempotency_key", res[1])
 	}
 	if st := s.stats(t); st.Visible != 1 || st.Delayed != 1 {

@@ -51,27 +51,29 @@ const ReasonRedrivePolicy = "moved by the queue's redrive policy (maxReceiveCoun
 
 // Config locates the queues. Credentials and, unless Region is set, the
 // region come from the AWS SDK's default chain (environment, shared config
-// files, web identity, container or instance role).
+// files, web identity, container or instance role). Services read it from
+// OWED_SQS_* variables (envconfig, prefix "OWED"; see queue/backends).
 type Config struct {
 	// QueueURL is the main queue (OWED_SQS_QUEUE_URL), a standard queue:
 	// a FIFO queue has no per-message delay.
-	QueueURL string
+	QueueURL string `envconfig:"SQS_QUEUE_URL"`
 	// DeadLetterQueueURL is where owed moves dead letters
 	// (OWED_SQS_DEAD_LETTER_QUEUE_URL); also the target of the main
 	// queue's redrive policy, if it has one.
-	DeadLetterQueueURL string
+	DeadLetterQueueURL string `envconfig:"SQS_DEAD_LETTER_QUEUE_URL"`
 	// Endpoint overrides the SQS endpoint, for a local SQS-compatible
 	// server (OWED_SQS_ENDPOINT), e.g. http://127.0.0.1:9324.
-	Endpoint string
+	Endpoint string `envconfig:"SQS_ENDPOINT"`
 	// Region overrides the default chain's region (OWED_SQS_REGION).
-	Region string
+	Region string `envconfig:"SQS_REGION"`
 	// Credentials overrides the default chain, e.g. static credentials for
 	// a local server; nil uses the chain.
-	Credentials aws.CredentialsProvider
+	Credentials aws.CredentialsProvider `ignored:"true"`
 }
 
-// validate checks c once, naming the field and its environment variable.
-func (c Config) validate() error {
+// Validate checks c, naming the field and its environment variable. New
+// calls it; a service calls it at start-up.
+func (c Config) Validate() error {
 	for _, u := range []struct{ field, env, value string }{
 		{"QueueURL", "OWED_SQS_QUEUE_URL", c.QueueURL},
 		{"DeadLetterQueueURL", "OWED_SQS_DEAD_LETTER_QUEUE_URL", c.DeadLetterQueueURL},

@@ -10,7 +10,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/owedhq/owed/internal/queue/backendtest"
+	"github.com/owedhq/owed/internal/queue"
 )
 
 const (
@@ -32,7 +32,7 @@ const (
 // the original id, then deletes d. Should the delete fail, the message
 // comes back and a second DeadLetter leaves a second copy: SQS standard
 // queues cannot deduplicate it.
-func (c *Client) DeadLetter(ctx context.Context, d backendtest.Delivery, reason string) error {
+func (c *Client) DeadLetter(ctx context.Context, d queue.Delivery, reason string) error {
 	attrs := map[string]types.MessageAttributeValue{AttrReason: stringAttr(reason)}
 	if d.Key != "" {
 		attrs[AttrKey] = stringAttr(d.Key)
@@ -55,7 +55,7 @@ func (c *Client) DeadLetter(ctx context.Context, d backendtest.Delivery, reason 
 // returns is always "" and it takes none. The listing receives each dead
 // letter it shows, hiding it for a moment; it makes them visible again
 // before it returns.
-func (c *Client) DeadLetters(ctx context.Context, limit int, cursor string) ([]backendtest.DeadLetter, string, error) {
+func (c *Client) DeadLetters(ctx context.Context, limit int, cursor string) ([]queue.DeadLetter, string, error) {
 	if cursor != "" {
 		return nil, "", fmt.Errorf("sqs: dead-letter cursor %q: SQS listings have no further pages", cursor)
 	}
@@ -63,13 +63,13 @@ func (c *Client) DeadLetters(ctx context.Context, limit int, cursor string) ([]b
 		limit = DefaultDeadLetterPage
 	}
 	limit = min(limit, MaxDeadLetterPage)
-	var out []backendtest.DeadLetter
+	var out []queue.DeadLetter
 	err := c.scanDeadLetters(ctx, func(m types.Message) (bool, bool, error) {
 		reason := attr(m, AttrReason)
 		if _, ok := m.MessageAttributes[AttrReason]; !ok {
 			reason = ReasonRedrivePolicy
 		}
-		out = append(out, backendtest.DeadLetter{
+		out = append(out, queue.DeadLetter{
 			ID:             aws.ToString(m.MessageId),
 			Key:            attr(m, AttrKey),
 			Reason:         reason,

@@ -10,27 +10,27 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/owedhq/owed/internal/queue/backendtest"
+	"github.com/owedhq/owed/internal/queue"
 )
 
 // Stats reads the queues' approximate depths. OldestAge is always 0: SQS
 // reports the age of the oldest message only as the CloudWatch metric
 // ApproximateAgeOfOldestMessage, and a peek would count as a receive of the
 // message it shows.
-func (c *Client) Stats(ctx context.Context) (backendtest.Stats, error) {
+func (c *Client) Stats(ctx context.Context) (queue.Stats, error) {
 	main, err := c.attributes(ctx, c.cfg.QueueURL)
 	if err != nil {
-		return backendtest.Stats{}, err
+		return queue.Stats{}, err
 	}
 	dead, err := c.attributes(ctx, c.cfg.DeadLetterQueueURL)
 	if err != nil {
-		return backendtest.Stats{}, err
+		return queue.Stats{}, err
 	}
 	n := func(attrs map[string]string, name types.QueueAttributeName) int64 {
 		v, _ := strconv.ParseInt(attrs[string(name)], 10, 64)
 		return v
 	}
-	return backendtest.Stats{
+	return queue.Stats{
 		Visible:  n(main, types.QueueAttributeNameApproximateNumberOfMessages),
 		InFlight: n(main, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible),
 		Delayed:  n(main, types.QueueAttributeNameApproximateNumberOfMessagesDelayed),

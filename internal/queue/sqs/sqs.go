@@ -1,7 +1,7 @@
 // Package sqs is owed's queue on Amazon SQS (or an SQS-compatible server):
 // a standard queue for messages, a second standard queue for dead letters.
 //
-// It maps the queue contract (internal/queue/backendtest) onto SQS's API:
+// It maps the queue contract (queue.Queue) onto SQS's API:
 // SendMessageBatch with DelaySeconds (≤ 15 min), ReceiveMessage with a
 // visibility timeout and long polling, DeleteMessageBatch,
 // ChangeMessageVisibility. A message's Key travels as a message attribute
@@ -33,7 +33,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/owedhq/owed/internal/queue/backendtest"
+	"github.com/owedhq/owed/internal/queue"
 )
 
 // Client is one SQS queue with its dead-letter queue. It is safe for
@@ -43,11 +43,13 @@ type Client struct {
 	api *awssqs.Client
 }
 
+var _ queue.Queue = (*Client)(nil)
+
 // New builds the client from the SDK's default chain and checks that both
 // queues exist and that the main queue's redrive policy, if any, is only a
 // safety net.
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	api, err := newAPI(ctx, cfg)
@@ -90,8 +92,8 @@ func (c *Client) Close() error { return nil }
 // Publish sends msgs in batches of at most MaxBatch entries and
 // MaxBatchBytes. Each message gets its own result; a batch the SDK could
 // not send after its retries fails each of its messages.
-func (c *Client) Publish(ctx context.Context, msgs []backendtest.Message) ([]backendtest.PublishResult, error) {
-	res := make([]backendtest.PublishResult, len(msgs))
+func (c *Client) Publish(ctx context.Context, msgs []queue.Message) ([]queue.PublishResult, error) {
+	res := make([]queue.PublishResult, len(msgs))
 	var batch []types.SendMessageBatchRequestEntry
 	var index []int
 	size := 0
@@ -131,7 +133,7 @@ func (c *Client) Publish(ctx context.Context, msgs []backendtest.Message) ([]bac
 	return res, nil
 }
 
-func (c *Client) sendBatch(ctx context.Context, batch []types.SendMessageBatchRequestEntry, index []int, res []backendtest.PublishResult) {
+func (c *Client) sendBatch(ctx context.Context, batch []types.SendMessageBatchRequestEntry, index []int, res []queue.PublishResult) {
 	out, err := c.api.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{
 		QueueUrl: aws.String(c.cfg.QueueURL),
 		Entries:  batch,
@@ -162,8 +164,8 @@ func (c *Client) sendBatch(ctx context.Context, batch []types.SendMessageBatchRe
 // validMessage refuses what SQS would refuse for the whole batch: a delay
 // outside 0…15 min, and a body SQS cannot carry (it takes text only:
 // UTF-8 without most control characters).
-func validMessage(m backendtest.Message) error {
-	if err := backendtest.CheckDelay(m.Delay); err != nil {
+func validMessage(m queue.Message) error {
+	if err := queue.CheckDelay(m.Delay); err != nil {
 		return fmt.Errorf("sqs: %w", err)
 	}
 	if len(m.Body) == 0 {
@@ -204,18 +206,18 @@ func attributesSize(attrs map[string]types.MessageAttributeValue) int {
 // Receive returns up to max (at most MaxBatch) messages, long-polling up to
 // wait (rounded up to whole seconds) and hiding them for visibility (0 =
 // the queue's visibility timeout).
-func (c *Client) Receive(ctx context.Context, max int, wait, visibility time.Duration) ([]backendtest.Delivery, error) {
-	if err := backendtest.CheckReceive(max, wait, visibility); err != nil {
+func (c *Client) Receive(ctx context.Context, max int, wait, visibility time.Duration) ([]queue.Delivery, error) {
+	if err := queue.CheckReceive(max, wait, visibility); err != nil {
 		return nil, fmt.Errorf("sqs: %w", err)
 	}
 	msgs, err := c.receive(ctx, c.cfg.QueueURL, min(max, MaxBatch), wait, visibility)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]backendtest.Delivery, 0, len(msgs))
+	out := make([]queue.Delivery, 0, len(msgs))
 	for _, m := range msgs {
 		count, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-		out = append(out, backendtest.Delivery{
+		out = append(out, queue.Delivery{
 			ID:           aws.ToString(m.MessageId),
 			Receipt:      aws.ToString(m.ReceiptHandle),
 			Key:          attr(m, AttrKey),
@@ -298,7 +300,7 @@ func (c *Client) deleteMessages(ctx context.Context, queue string, receipts []st
 // from now; 0 makes it visible at once. A receipt whose message is no
 // longer in flight is not an error.
 func (c *Client) ChangeVisibility(ctx context.Context, receipt string, d time.Duration) error {
-	if err := backendtest.CheckVisibility(d); err != nil {
+	if err := queue.CheckVisibility(d); err != nil {
 		return fmt.Errorf("sqs: %w", err)
 	}
 	_, err := c.api.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{

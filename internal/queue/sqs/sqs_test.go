@@ -16,10 +16,9 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/backendtest"
 )
-
-var _ backendtest.Backend = (*Client)(nil)
 
 // serverCommand is the local SQS-compatible server scripts/install-sqs.sh
 // installs; OWED_SQS_SERVER names another path.
@@ -98,7 +97,7 @@ func openFresh(t *testing.T, endpoint string) *Client {
 
 func TestContract(t *testing.T) {
 	endpoint := startServer(t)
-	backendtest.Run(t, func(t *testing.T) backendtest.Backend { return openFresh(t, endpoint) },
+	backendtest.Run(t, func(t *testing.T) queue.Queue { return openFresh(t, endpoint) },
 		backendtest.Skip(backendtest.CaseDeadLetterPaging,
 			"SQS has no cursor over a queue: a dead-letter listing is one page of up to limit messages"),
 		backendtest.Skip(backendtest.CaseStatsDepths,
@@ -155,11 +154,11 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 
 func TestBodiesSQSCannotCarryAreRefusedPerMessage(t *testing.T) {
 	for _, body := range [][]byte{nil, {0xff, 0xfe}, []byte("bell\a")} {
-		if err := validMessage(backendtest.Message{Body: body}); err == nil {
+		if err := validMessage(queue.Message{Body: body}); err == nil {
 			t.Errorf("validMessage(%q) accepted a body SQS refuses", body)
 		}
 	}
-	if err := validMessage(backendtest.Message{Body: []byte("{\"ok\":\"tab\tnewline\n\"}")}); err != nil {
+	if err := validMessage(queue.Message{Body: []byte("{\"ok\":\"tab\tnewline\n\"}")}); err != nil {
 		t.Errorf("validMessage refused JSON text: %v", err)
 	}
 }

@@ -1,5 +1,5 @@
 // Package wire holds the JSON shapes of the queue's REST contract (see
-// docs/queue-api.md), shared by the client in internal/queue and the emulator
+// docs/queue-api.md), shared by the client in internal/queue/rest and the emulator
 // in internal/queue/emulator so the two cannot drift apart field by field.
 // It owns no behaviour: validation lives in the emulator, retries in the
 // client. Every POST body embeds QueueRef, so the emulator checks the queue a
@@ -31,6 +31,8 @@ const (
 	MaxIdempotencyKeyBytes = 256
 	// MaxDeadLetterPage is the most dead letters one list call returns.
 	MaxDeadLetterPage = 100
+	// MaxIDs is the most message ids one ack, redrive or delete may name.
+	MaxIDs = 1000
 )
 
 // IdempotencyKeyHeader carries the key of a single publish.

@@ -1,4 +1,4 @@
-package queue
+package rest
 
 import (
 	"context"
@@ -129,7 +129,7 @@ func TestNetworkErrorsRetryWithinDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = c.Ack(ctx, "1")
+	err = c.Ack(ctx, "1#1")
 	if err == nil || strings.Contains(err.Error(), secret) {
 		t.Fatalf("got %v, want a network error without the token", err)
 	}
@@ -153,9 +153,9 @@ func TestPublishBatchSplits(t *testing.T) {
 		}
 		json.NewEncoder(w).Encode(wire.Data[wire.PublishBatchResponse]{Data: out})
 	})
-	msgs := make([]Message, 250)
+	msgs := make([]Entry, 250)
 	for i := range msgs {
-		msgs[i] = Message{Payload: json.RawMessage(`1`), IdempotencyKey: string(rune('a'+i%26)) + "-" + time.Duration(i).String(), Delay: 1500 * time.Millisecond}
+		msgs[i] = Entry{Payload: json.RawMessage(`1`), IdempotencyKey: string(rune('a'+i%26)) + "-" + time.Duration(i).String(), Delay: 1500 * time.Millisecond}
 	}
 	res, err := c.PublishBatch(context.Background(), msgs)
 	if err != nil {

@@ -1,4 +1,4 @@
-package queue
+package rest
 
 import (
 	"context"
@@ -38,10 +38,11 @@ const (
 	StatusFailed       = wire.StatusFailed
 )
 
-// Message is one message to publish. A retry of the same intent must reuse
-// its IdempotencyKey: within the queue's dedup window (24 h by default) the
-// same key returns the original message id and enqueues nothing.
-type Message struct {
+// Entry is one message to publish on the wire. A retry of the same intent
+// must reuse its IdempotencyKey: within the queue's dedup window (24 h by
+// default) the same key returns the original message id and enqueues
+// nothing.
+type Entry struct {
 	Payload        json.RawMessage
 	IdempotencyKey string
 	// Delay keeps the message invisible this long after publishing; it is
@@ -50,17 +51,15 @@ type Message struct {
 }
 
 type (
-	// PublishResult is the queue's answer to a publish.
-	PublishResult = wire.PublishResponse
+	// PublishResponse is the queue's answer to one PublishOne.
+	PublishResponse = wire.PublishResponse
 	// BatchResult is the outcome of one PublishBatch entry: Status is one of
 	// StatusCreated, StatusDeduplicated or StatusFailed (with a Reason).
 	BatchResult = wire.BatchResult
-	// Delivery is one consumed message.
+	// Delivery is one consumed message as the wire carries it.
 	Delivery = wire.Message
-	// DeadLetter is one dead-lettered message.
+	// DeadLetter is one dead-lettered message as the wire carries it.
 	DeadLetter = wire.DeadLetter
-	// Stats are a queue's depths.
-	Stats = wire.Stats
 )
 
 // ConsumeOptions shape one Consume. Zero values take the server's defaults
@@ -78,8 +77,10 @@ type ConsumeOptions struct {
 type NackOptions struct {
 	// Delay is how long the message stays invisible before it returns.
 	Delay time.Duration
-	// CountAsFailure counts this delivery toward dead-lettering. A provider
-	// 429 is not a failure of the message: pass false.
+	// CountAsFailure counts this delivery toward the queue's own
+	// dead-lettering. owed never relies on an uncounted nack (real queues
+	// count every receive); ChangeVisibility sends false only because the
+	// contract requires the field.
 	CountAsFailure bool
 	// DeadLetter moves the message straight to the dead letters, with Reason.
 	DeadLetter bool
@@ -102,7 +103,10 @@ type DeadLetterPage struct {
 	NextCursor  string
 }
 
-// Client talks to one queue of the REST queue. It is safe for concurrent use.
+// Client talks to one queue of the REST queue. It is safe for concurrent
+// use. Its queue.Queue methods are in queue.go; the methods here are the
+// contract's own operations, which the contract suite and the emulator's
+// tests call directly.
 type Client struct {
 	base  string
 	token string
@@ -146,25 +150,25 @@ func New(cfg Config, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Queue is the name of the queue this client works on.
-func (c *Client) Queue() string { return c.queue }
+// Name is the name of the queue this client works on.
+func (c *Client) Name() string { return c.queue }
 
 // ref names the client's queue in a request body.
 func (c *Client) ref() wire.QueueRef { return wire.QueueRef{Queue: c.queue} }
 
-// Publish enqueues one message, or returns the original message's id with
-// Deduplicated set when its key was seen within the dedup window.
-func (c *Client) Publish(ctx context.Context, m Message) (PublishResult, error) {
+// PublishOne enqueues one message, or returns the original message's id
+// with Deduplicated set when its key was seen within the dedup window.
+func (c *Client) PublishOne(ctx context.Context, m Entry) (PublishResponse, error) {
 	cl := post("publish", "/queue/publish", wire.PublishRequest{QueueRef: c.ref(), Payload: m.Payload, DelaySeconds: seconds(m.Delay)})
 	cl.header = http.Header{wire.IdempotencyKeyHeader: {m.IdempotencyKey}}
-	return send[PublishResult](ctx, c, cl)
+	return send[PublishResponse](ctx, c, cl)
 }
 
 // PublishBatch publishes msgs in requests of at most the server's batch
 // limit and returns one result per message, in order. An entry the server
 // rejects is a result with StatusFailed, not an error. When a request fails,
 // the results cover the messages before it and the error says why.
-func (c *Client) PublishBatch(ctx context.Context, msgs []Message) ([]BatchResult, error) {
+func (c *Client) PublishBatch(ctx context.Context, msgs []Entry) ([]BatchResult, error) {
 	results := make([]BatchResult, 0, len(msgs))
 	for start := 0; start < len(msgs); start += wire.MaxBatch {
 		chunk := msgs[start:min(start+wire.MaxBatch, len(msgs))]
@@ -194,9 +198,9 @@ func (c *Client) Consume(ctx context.Context, o ConsumeOptions) ([]Delivery, err
 	return out.Messages, err
 }
 
-// Ack removes messages for good. Acking an unknown or already-acked id is
-// not an error; the count says how many were still queued.
-func (c *Client) Ack(ctx context.Context, ids ...string) (int, error) {
+// AckIDs removes messages for good. Acking an unknown or already-acked id
+// is not an error; the count says how many were still queued.
+func (c *Client) AckIDs(ctx context.Context, ids ...string) (int, error) {
 	out, err := send[wire.AckResponse](ctx, c, post("ack", "/queue/ack", wire.AckRequest{QueueRef: c.ref(), MessageIDs: ids}))
 	return out.Acked, err
 }
@@ -220,8 +224,8 @@ func (c *Client) Extend(ctx context.Context, id string, visibility time.Duration
 	return out.VisibleAt, err
 }
 
-// DeadLetters lists one page of the queue's dead letters, oldest first.
-func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) (DeadLetterPage, error) {
+// ListDeadLetters lists one page of the queue's dead letters, oldest first.
+func (c *Client) ListDeadLetters(ctx context.Context, q DeadLetterQuery) (DeadLetterPage, error) {
 	v := c.query()
 	if q.Limit > 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
@@ -236,16 +240,10 @@ func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) (DeadLetter
 	return DeadLetterPage{DeadLetters: out.DeadLetters, NextCursor: out.NextCursor}, err
 }
 
-// DeadLetter returns one dead letter; a message that is not dead-lettered is
-// an *APIError with Status 404.
-func (c *Client) DeadLetter(ctx context.Context, id string) (DeadLetter, error) {
+// DeadLetterByID returns one dead letter; a message that is not
+// dead-lettered is an *APIError with Status 404.
+func (c *Client) DeadLetterByID(ctx context.Context, id string) (DeadLetter, error) {
 	return send[DeadLetter](ctx, c, get("dead_letter", "/queue/dead_letters/"+url.PathEscape(id), c.query()))
-}
-
-// Redrive moves the given dead letters back to the queue with their receive
-// count reset, and reports how many moved.
-func (c *Client) Redrive(ctx context.Context, ids ...string) (int, error) {
-	return c.redrive(ctx, wire.RedriveRequest{QueueRef: c.ref(), MessageIDs: ids})
 }
 
 // RedriveAll moves every dead letter of the queue back to it.
@@ -256,18 +254,6 @@ func (c *Client) RedriveAll(ctx context.Context) (int, error) {
 func (c *Client) redrive(ctx context.Context, req wire.RedriveRequest) (int, error) {
 	out, err := send[wire.RedriveResponse](ctx, c, post("redrive", "/queue/dead_letters/redrive", req))
 	return out.Redriven, err
-}
-
-// DeleteDeadLetters removes the given dead letters for good.
-func (c *Client) DeleteDeadLetters(ctx context.Context, ids ...string) (int, error) {
-	out, err := send[wire.DeleteDeadLettersResponse](ctx, c, post("delete_dead_letters", "/queue/dead_letters/delete",
-		wire.DeleteDeadLettersRequest{QueueRef: c.ref(), MessageIDs: ids}))
-	return out.Deleted, err
-}
-
-// Stats returns the queue's depths.
-func (c *Client) Stats(ctx context.Context) (Stats, error) {
-	return send[Stats](ctx, c, get("stats", "/queue/stats", c.query()))
 }
 
 // query names the client's queue in a GET's query string.

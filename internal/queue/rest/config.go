@@ -1,8 +1,10 @@
-// Package queue is the client of owed's hosted REST queue (contract in
-// docs/queue-api.md): publish with an idempotency key, consume with a
-// visibility timeout, ack, nack, extend, dead letters and stats. The
-// emulator in internal/queue/emulator serves the same contract and
-// internal/queue/queuetest checks both against it.
+// Package rest is owed's queue on its REST contract (docs/queue-api.md):
+// publish with an idempotency key, consume with a visibility timeout, ack,
+// nack, extend, dead letters and stats. Client implements queue.Queue over
+// those operations, so owed runs on it as on any backend; the emulator in
+// internal/queue/emulator serves the same contract, internal/queue/queuetest
+// checks the wire contract against it and internal/queue/backendtest the
+// queue.Queue contract through Client.
 //
 // The client retries what is safe to retry (throttling, 5xx, network errors)
 // inside the caller's deadline and returns everything else at once as an
@@ -10,10 +12,11 @@
 // acks on its own: acking is the caller's decision, taken only after the work
 // is recorded.
 //
-// client.go holds the operations, transport.go the one way a call is sent,
-// retried and decoded; the JSON shapes are internal/queue/wire's, shared
-// with the emulator.
-package queue
+// client.go holds the contract's operations, queue.go the queue.Queue
+// mapping onto them, transport.go the one way a call is sent, retried and
+// decoded; the JSON shapes are internal/queue/wire's, shared with the
+// emulator.
+package rest
 
 import (
 	"errors"

@@ -1,18 +1,23 @@
-// Package backendtest is the contract every queue backend owed runs on must
-// keep (Amazon SQS, NATS JetStream, the REST queue), and the one suite that
-// checks it against a real server.
+// Package queue is the contract between owed and the queue it runs on: the
+// Queue interface and its types, and the limits every backend keeps. The
+// backends are its subpackages (the Litestream shape): rest (owed's REST
+// queue, served locally by rest's emulator), sqs (Amazon SQS) and jetstream
+// (NATS JetStream); backends opens the one OWED_QUEUE_BACKEND names, and
+// backendtest is the one suite every backend passes.
 //
 // The contract is the common subset of real queues and nothing more: batch
 // publish with a per-message delay of at most 15 minutes, receive with a
 // visibility timeout, ack, change visibility, and a dead-letter destination
 // owed fills itself. Queue-side deduplication by Key is an optimisation a
-// backend may offer; the suite never relies on it, and neither may owed: the
-// ledger's claim decides what is sent.
+// backend may offer; nothing in owed may rely on it: the ledger's claim
+// decides what is sent. Nor may owed rely on a receive that does not count:
+// every receive counts on SQS, so the ledger, not the queue, counts attempts
+// and decides dead letters, and a backend's own receive limit is only a
+// safety net.
 //
-// Backend is declared here until the core queue package owns it; the suite
-// must never assert what one real queue cannot give (an upper bound on a
-// delay, an order of delivery, a dedup window).
-package backendtest
+// The package holds no behaviour beyond checking a call's arguments against
+// the contract's limits, so every backend refuses the same calls.
+package queue
 
 import (
 	"context"
@@ -63,7 +68,11 @@ func CheckReceive(max int, wait, visibility time.Duration) error {
 type Message struct {
 	// Key is the queue-side deduplication key where the backend has one; an
 	// optimisation only, never a correctness guarantee.
-	Key  string
+	Key string
+	// Body is a JSON document (owed's envelope): the REST queue carries
+	// JSON payloads only and SQS text only, so that is what every backend
+	// takes. A compact body (encoding/json's output) comes back byte for
+	// byte; the REST queue compacts any other.
 	Body []byte
 	// Delay keeps the message invisible this long after publishing, at most
 	// MaxDelay. Backends round it up to their granularity, never down.
@@ -71,10 +80,15 @@ type Message struct {
 }
 
 // PublishResult is the outcome of one published message; Publish returns
-// one per message, in order.
+// one per message, in order. A message with a non-nil Err was not
+// published.
 type PublishResult struct {
-	ID  string
-	Err error
+	ID string
+	// Deduplicated says the backend recognised the Key and kept the
+	// original message (ID names it) instead of enqueueing another. It is
+	// informational: a backend without deduplication never sets it.
+	Deduplicated bool
+	Err          error
 }
 
 // Delivery is one received message. Receipt is what Ack, ChangeVisibility
@@ -104,8 +118,12 @@ type Stats struct {
 	OldestAge time.Duration
 }
 
-// Backend is one queue owed publishes to and consumes from.
-type Backend interface {
+// Queue is one queue owed publishes to and consumes from, with its
+// dead-letter destination. Implementations are safe for concurrent use.
+type Queue interface {
+	// Publish publishes msgs and returns one result per message, in order:
+	// a message the backend refused is a result with Err set. An error
+	// means the call as a whole failed, and no result may be trusted.
 	Publish(ctx context.Context, msgs []Message) ([]PublishResult, error)
 	// Receive waits at most wait (≤ MaxWait) for up to max messages and hides
 	// each for visibility (0 = the backend's default).
@@ -128,6 +146,8 @@ type Backend interface {
 	Redrive(ctx context.Context, ids ...string) (int, error)
 	// DeleteDeadLetters removes the named dead letters and says how many.
 	DeleteDeadLetters(ctx context.Context, ids ...string) (int, error)
+	// Stats reads the queue's depths.
 	Stats(ctx context.Context) (Stats, error)
+	// Close releases the backend's connections; it is safe to call twice.
 	Close() error
 }

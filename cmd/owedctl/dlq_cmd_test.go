@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/wire"
+	"github.com/owedhq/owed/internal/stacktest"
+)
+
+// The dlq tests set the OWED_QUEUE_* variables with t.Setenv, so they do not
+// run in parallel.
+
+// setupDeadLetters points the environment at a stack's queue and
+// dead-letters two of three messages; it returns the queue and the dead
+// letters' ids.
+func setupDeadLetters(t *testing.T) (queue.Queue, []string) {
+	t.Helper()
+	s := stacktest.New(t, stacktest.Options{})
+	t.Setenv("OWED_QUEUE_BACKEND", "rest")
+	t.Setenv("OWED_QUEUE_URL", s.QueueURL)
+	t.Setenv("OWED_QUEUE_TOKEN", stacktest.QueueToken)
+	t.Setenv("OWED_QUEUE_NAME", s.Queue.Name())
+	ctx := context.Background()
+	q := s.Queue
+	res, err := q.Publish(ctx, []queue.Message{
+		{Key: "k-1", Body: []byte(`{"id":1}`)}, {Key: "k-2", Body: []byte(`{"id":2}`)}, {Key: "k-3", Body: []byte(`{"id":3}`)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	var got []queue.Delivery
+	for deadline := time.Now().Add(30 * time.Second); len(got) < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d of 3 messages", len(got))
+		}
+		ds, err := q.Receive(ctx, 3, time.Second, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ds...)
+	}
+	var ids []string
+	for _, d := range got {
+		if d.Key == "k-3" {
+			continue
+		}
+		if err := q.DeadLetter(ctx, d, "provider answered 400 for "+d.Key); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, d.ID)
+	}
+	return q, ids
+}
+
+func dlq(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	return runCmd(t, func(ctx context.Context, w *bytes.Buffer) error { return runDLQ(ctx, w, args) })
+}
+
+func TestDLQOnTheRESTBackend(t *testing.T) {
+	q, ids := setupDeadLetters(t)
+	out, err := dlq(t, "depth")
+	if err != nil || !strings.Contains(out, ": 2 dead letters") {
+		t.Fatalf("dlq depth = %q, %v", out, err)
+	}
+	out, err = dlq(t, "list", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		DeadLetters []deadLetterView `json:"dead_letters"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.DeadLetters) != 2 {
+		t.Fatalf("dlq list --json = %s (%v); want two dead letters", out, err)
+	}
+	if d := list.DeadLetters[0]; d.Key == "" || !strings.Contains(d.Reason, "provider answered 400") {
+		t.Errorf("dead letter %+v lacks its key or reason", d)
+	}
+	out, err = dlq(t, "show", ids[0])
+	if err != nil || !strings.Contains(out, `"id": `) || !strings.Contains(out, "provider answered 400") {
+		t.Fatalf("dlq show = %q, %v; want the reason and the body, indented", out, err)
+	}
+	if _, err := dlq(t, "show", "no-such-id"); err == nil {
+		t.Error("dlq show of an unknown id succeeded")
+	}
+	if out, err = dlq(t, "redrive", ids[0], "--json"); err != nil || !strings.Contains(out, `"redriven": 1`) {
+		t.Fatalf("dlq redrive = %q, %v", out, err)
+	}
+	if out, err = dlq(t, "delete", ids[1]); err != nil || !strings.Contains(out, "deleted 1 of 1") {
+		t.Fatalf("dlq delete = %q, %v", out, err)
+	}
+	out, err = runCmd(t, func(ctx context.Context, w *bytes.Buffer) error { return runQueueStats(ctx, w, []string{"--json"}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st wire.Stats
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("queue stats --json = %s: %v", out, err)
+	}
+	// The redriven message is back and visible; the third is still held.
+	if st.DeadLetterDepth != 0 || st.Visible != 1 || st.InFlight != 1 {
+		t.Errorf("queue stats after redrive and delete: %+v", st)
+	}
+	if s, err := q.Stats(context.Background()); err != nil || s != (queue.Stats{Visible: 1, InFlight: 1, OldestAge: s.OldestAge}) {
+		t.Errorf("Stats = %+v, %v", s, err)
+	}
+}
+
+func TestDLQRefusesWrongArgumentsBeforeOpeningTheQueue(t *testing.T) {
+	t.Setenv("OWED_QUEUE_BACKEND", "kafka")
+	for _, args := range [][]string{{"show"}, {"redrive"}, {"redrive", "1", "--all"}, {"delete"}, {"list", "x"}, {"purge"}} {
+		var ue usageError
+		if _, err := dlq(t, args...); !errors.As(err, &ue) {
+			t.Errorf("dlq %v = %v, want a usage error", args, err)
+		}
+	}
+	// The arguments are right: now the backend's name is checked.
+	if _, err := dlq(t, "depth"); err == nil || !strings.Contains(err.Error(), "OWED_QUEUE_BACKEND") {
+		t.Errorf("dlq depth with OWED_QUEUE_BACKEND=kafka = %v, want an error naming the variable", err)
+	}
+}
+
+func TestQueueFlagNamesARESTQueueOnly(t *testing.T) {
+	t.Setenv("OWED_QUEUE_BACKEND", "jetstream")
+	t.Setenv("OWED_NATS_URL", "nats://127.0.0.1:1")
+	_, err := dlq(t, "depth", "--queue", "other")
+	if err == nil || !strings.Contains(err.Error(), "--queue names a REST queue") {
+		t.Errorf("dlq depth --queue on jetstream = %v, want a usage error", err)
+	}
+}

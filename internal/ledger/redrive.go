@@ -1,0 +1,111 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// Redriven reports what Redrive did with one row, in input order.
+type Redriven struct {
+	ID int64 `json:"id"`
+	// Tenant is the row's tenant ("" when it was not found).
+	Tenant string `json:"tenant_id,omitempty"`
+	// Reopened is true when the row was failed and is pending again under a
+	// new queue generation: the next sweep publishes a fresh message for it.
+	Reopened bool `json:"reopened"`
+	// State is the row's state after the call ("" when it was not found).
+	State State `json:"state,omitempty"`
+	// QueueGeneration is the row's queue generation after the call.
+	QueueGeneration int `json:"queue_generation"`
+	// Reason says why a row was not reopened; empty when it was.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Redrive reopens tenant's failed rows among ids: an operator's decision to
+// try them again, and the only way a failed row is ever sent again (the
+// worker's claim refuses every settled row, so a dead-lettered message that
+// is redriven, or any stray copy, is acked and dropped). Each reopened row
+// goes back to pending, unsettled, with its queue generation moved on and
+// last_error saying it was redriven after what; the next sweep leases it
+// and publishes a new message under a new queue key, while every send keeps
+// the row's provider idempotency key.
+//
+// attempts is kept, not reset: it counts the sends tried and numbers the
+// attempt history, which a compliance question reads. Since the worker
+// fails a row once attempts reach OWED_MAX_ATTEMPTS, a row that failed for
+// exhausted attempts gets one more send per redrive, and a row that failed
+// on a permanent error what was left of its budget: a redrive never starts
+// an unattended series of retries. A mark that the next send may duplicate
+// an earlier one is kept (see qRedrive).
+//
+// A row that is not failed (delivered, pending, cancelled…), or failed but
+// past its expiry, is left exactly as it was and reported with
+// Reopened=false and the Reason; an id not visible in tenant's scope is
+// reported with Reason "not found". Redriving a row twice reopens it once.
+func (l *Ledger) Redrive(ctx context.Context, tenant string, ids ...int64) ([]Redriven, error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return nil, err
+	}
+	return l.redrive(ids, func(fn func(*txn) error) error { return l.withTenant(ctx, tenant, fn) })
+}
+
+// RedriveAny is Redrive across every tenant, for operators (owedctl dlq
+// redrive: a dead letter names its row's tenant and id, and one call
+// reopens the rows of many tenants).
+func (l *Ledger) RedriveAny(ctx context.Context, ids ...int64) ([]Redriven, error) {
+	return l.redrive(ids, func(fn func(*txn) error) error { return l.withAllTenants(ctx, fn) })
+}
+
+func (l *Ledger) redrive(ids []int64, scoped func(func(*txn) error) error) ([]Redriven, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	found := make(map[int64]Redriven, len(ids))
+	err := scoped(func(tx *txn) error {
+		rows, err := tx.Query(qRedrive, pq.Array(ids), l.now())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r Redriven
+			var exp sql.NullTime
+			var now time.Time
+			if err := rows.Scan(&r.ID, &r.Tenant, &r.State, &r.QueueGeneration, &r.Reopened, &exp, &now); err != nil {
+				return err
+			}
+			switch {
+			case r.Reopened:
+			case r.State != StateFailed:
+				r.Reason = fmt.Sprintf("row is %s: only a failed row is redriven", r.State)
+			default:
+				r.Reason = fmt.Sprintf("row expired at %s: a redrive never sends a nudge past its expiry",
+					exp.Time.UTC().Format(time.RFC3339))
+			}
+			found[r.ID] = r
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Redriven, len(ids))
+	reported := make(map[int64]bool, len(ids))
+	for i, id := range ids {
+		r, ok := found[id]
+		switch {
+		case !ok:
+			r = Redriven{ID: id, Reason: "not found"}
+		case reported[id] && r.Reopened:
+			// The same id twice is one row: only its first mention reopened it.
+			r.Reopened, r.Reason = false, "listed twice: reopened by its first mention"
+		}
+		reported[id] = true
+		out[i] = r
+	}
+	return out, nil
+}
