@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/owedhq/owed/internal/queue/backendtest"
+	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/jetstream"
 )
 
@@ -26,7 +26,7 @@ func TestStoreSurvivesARestart(t *testing.T) {
 		srv.Shutdown()
 		t.Fatal(err)
 	}
-	res, err := q.Publish(ctx, []backendtest.Message{{Key: "k1", Body: []byte("owed")}})
+	res, err := q.Publish(ctx, []queue.Message{{Key: "k1", Body: []byte("owed")}})
 	q.Close()
 	srv.Shutdown()
 	if err != nil || res[0].Err != nil {
