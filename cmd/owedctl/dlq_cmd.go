@@ -106,11 +106,13 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 		"  depth     how many dead letters the queue holds\n"+
 		"  list      dead letters (--limit, --cursor, --all-pages)\n"+
 		"  show ID   one dead letter with its body\n"+
-		"  redrive   put dead letters back on the queue (--all: every one the listing shows)\n"+
+		"  redrive   reopen the failed rows of these dead letters in the ledger (--all: every one);\n"+
+		"            the next sweep publishes them afresh and their dead letters are removed\n"+
 		"  delete    remove dead letters for good\n\n"+
 		"The queue is OWED_QUEUE_BACKEND (rest, sqs or jetstream) and its variables: for rest\n"+
 		"OWED_QUEUE_URL, OWED_QUEUE_TOKEN and OWED_QUEUE_NAME (see docs/queues.md for the others).\n"+
-		"A redriven row is delivered only if the ledger marks it for redrive.\n\nexample:\n  "+dlqExample+"\n"),
+		"redrive needs the database too (--database-url or OWED_DATABASE_URL): only a row the\n"+
+		"ledger reopens is sent again, so a stray copy of a failed row's message never is.\n\nexample:\n  "+dlqExample+"\n"),
 		"missing action: one of depth, list, show, redrive, delete"); err != nil {
 		return err
 	}
@@ -120,12 +122,13 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 	limit := fs.Int("limit", 50, "list: dead letters per page")
 	cursor := fs.String("cursor", "", "list: start at this cursor (next_cursor of the previous page)")
 	allPages := fs.Bool("all-pages", false, "list: follow cursors to the end")
-	all := fs.Bool("all", false, "redrive: every dead letter of the queue")
+	redriveAll := fs.Bool("all", false, "redrive: every dead letter of the queue")
+	dbURL := databaseFlag(fs, "redrive: the owed database, where the failed rows are reopened")
 	pos, err := parseInterleaved(fs, tail)
 	if err != nil {
 		return err
 	}
-	if err := checkDLQArgs(action, pos, *all, *limit); err != nil {
+	if err := checkDLQArgs(action, pos, *redriveAll, *limit); err != nil {
 		return err
 	}
 	q, target, err := qf.open(ctx)
@@ -166,24 +169,38 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 		}
 		return printDeadLetter(out, list[i])
 	case "redrive":
-		ids := pos
-		if *all {
-			list, _, err := listDeadLetters(ctx, q, dlqPageMax, "", true)
-			if err != nil {
-				return err
-			}
-			for _, d := range list {
-				ids = append(ids, d.ID)
-			}
-		}
-		n, err := q.Redrive(ctx, ids...)
+		list := []queue.DeadLetter{}
+		all, _, err := listDeadLetters(ctx, q, dlqPageMax, "", true)
 		if err != nil {
 			return err
 		}
-		if *qf.json {
-			return printJSON(out, map[string]any{"redriven": n})
+		for _, d := range all {
+			if *redriveAll || slices.Contains(pos, d.ID) {
+				list = append(list, d)
+			}
 		}
-		fmt.Fprintf(out, "redrove %d dead letters to %s\n", n, target)
+		l, closeDB, err := openLedger(*dbURL)
+		if err != nil {
+			return err
+		}
+		defer closeDB()
+		res, err := redriveDeadLetters(ctx, q, l, list)
+		if err != nil {
+			return err
+		}
+		for _, id := range pos {
+			if !slices.ContainsFunc(list, func(d queue.DeadLetter) bool { return d.ID == id }) {
+				res.Kept = append(res.Kept, keptDeadLetter{DeadLetter: id, Reason: "not a dead letter of " + target})
+			}
+		}
+		if *qf.json {
+			return printJSON(out, res)
+		}
+		fmt.Fprintf(out, "redrove %d dead letters of %s: their rows are pending again and the next sweep publishes them\n",
+			res.Redriven, target)
+		for _, k := range res.Kept {
+			fmt.Fprintf(out, "  kept %s: %s\n", k.DeadLetter, k.Reason)
+		}
 	case "delete":
 		n, err := q.DeleteDeadLetters(ctx, pos...)
 		if err != nil {

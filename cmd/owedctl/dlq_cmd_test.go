@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/owedhq/owed/internal/envelope"
+	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/wire"
 	"github.com/owedhq/owed/internal/stacktest"
@@ -17,10 +20,10 @@ import (
 // The dlq tests set the OWED_QUEUE_* variables with t.Setenv, so they do not
 // run in parallel.
 
-// setupDeadLetters points the environment at a stack's queue and
+// setupStackDeadLetters points the environment at a stack's queue and
 // dead-letters two of three messages; it returns the queue and the dead
 // letters' ids.
-func setupDeadLetters(t *testing.T) (queue.Queue, []string) {
+func setupStackDeadLetters(t *testing.T) (queue.Queue, []string, *stacktest.Stack) {
 	t.Helper()
 	s := stacktest.New(t, stacktest.Options{})
 	t.Setenv("OWED_QUEUE_BACKEND", "rest")
@@ -61,7 +64,7 @@ func setupDeadLetters(t *testing.T) (queue.Queue, []string) {
 		}
 		ids = append(ids, d.ID)
 	}
-	return q, ids
+	return q, ids, s
 }
 
 func dlq(t *testing.T, args ...string) (string, error) {
@@ -70,7 +73,8 @@ func dlq(t *testing.T, args ...string) (string, error) {
 }
 
 func TestDLQOnTheRESTBackend(t *testing.T) {
-	q, ids := setupDeadLetters(t)
+	q, ids, s := setupStackDeadLetters(t)
+	dbURL := s.DB.AppURL
 	out, err := dlq(t, "depth")
 	if err != nil || !strings.Contains(out, ": 2 dead letters") {
 		t.Fatalf("dlq depth = %q, %v", out, err)
@@ -95,7 +99,10 @@ func TestDLQOnTheRESTBackend(t *testing.T) {
 	if _, err := dlq(t, "show", "no-such-id"); err == nil {
 		t.Error("dlq show of an unknown id succeeded")
 	}
-	if out, err = dlq(t, "redrive", ids[0], "--json"); err != nil || !strings.Contains(out, `"redriven": 1`) {
+	// These dead letters are no owed messages: a redrive keeps them and says
+	// why, it never puts them back on the queue.
+	if out, err = dlq(t, "redrive", ids[0], "--json", "--database-url", dbURL); err != nil ||
+		!strings.Contains(out, `"redriven": 0`) || !strings.Contains(out, "not an owed message") {
 		t.Fatalf("dlq redrive = %q, %v", out, err)
 	}
 	if out, err = dlq(t, "delete", ids[1]); err != nil || !strings.Contains(out, "deleted 1 of 1") {
@@ -109,11 +116,11 @@ func TestDLQOnTheRESTBackend(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("queue stats --json = %s: %v", out, err)
 	}
-	// The redriven message is back and visible; the third is still held.
-	if st.DeadLetterDepth != 0 || st.Visible != 1 || st.InFlight != 1 {
+	// The kept dead letter is still there; the third message is still held.
+	if st.DeadLetterDepth != 1 || st.Visible != 0 || st.InFlight != 1 {
 		t.Errorf("queue stats after redrive and delete: %+v", st)
 	}
-	if s, err := q.Stats(context.Background()); err != nil || s != (queue.Stats{Visible: 1, InFlight: 1, OldestAge: s.OldestAge}) {
+	if s, err := q.Stats(context.Background()); err != nil || s != (queue.Stats{DeadLetterDepth: 1, InFlight: 1, OldestAge: s.OldestAge}) {
 		t.Errorf("Stats = %+v, %v", s, err)
 	}
 }
@@ -138,5 +145,74 @@ func TestQueueFlagNamesARESTQueueOnly(t *testing.T) {
 	_, err := dlq(t, "depth", "--queue", "other")
 	if err == nil || !strings.Contains(err.Error(), "--queue names a REST queue") {
 		t.Errorf("dlq depth --queue on jetstream = %v, want a usage error", err)
+	}
+}
+
+// A redrive is a ledger transition: the failed row is reopened under a new
+// queue generation and its dead letter removed (the next sweep publishes it
+// afresh), while a dead letter whose row did not fail is kept, with why.
+func TestDLQRedriveReopensOnlyFailedRows(t *testing.T) {
+	q, _, s := setupStackDeadLetters(t)
+	ctx := context.Background()
+	due := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	rows := s.Schedule(t, "acme", 2, due, nil)
+	failed, pending := rows[0], rows[1]
+	if c, err := s.Ledger.ClaimForSend(ctx, "acme", failed.ID, ledger.ClaimParams{DueAt: due, LeaseFor: time.Minute}); err != nil || c.Outcome != ledger.ClaimSend {
+		t.Fatalf("claim: %v %v", c.Outcome, err)
+	}
+	if err := s.Ledger.SettleFailed(ctx, "acme", failed.ID, "provider answered 400", nil); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []queue.Message
+	for _, r := range rows {
+		body, err := envelope.Encode(envelope.Envelope{Tenant: "acme", ID: r.ID, DueAt: due, Key: ledger.IdempotencyKey("owed-", r.ID, due)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, queue.Message{Key: fmt.Sprintf("row-%d", r.ID), Body: body})
+	}
+	if _, err := q.Publish(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	for n, deadline := 0, time.Now().Add(30*time.Second); n < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("dead-lettered %d of 2 row messages", n)
+		}
+		ds, err := q.Receive(ctx, 10, time.Second, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if !strings.HasPrefix(d.Key, "row-") {
+				continue
+			}
+			if err := q.DeadLetter(ctx, d, "failed"); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+	}
+	out, err := dlq(t, "redrive", "--all", "--json", "--database-url", s.DB.AppURL)
+	if err != nil {
+		t.Fatalf("dlq redrive --all: %v", err)
+	}
+	var res redriveResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("dlq redrive --json = %s: %v", out, err)
+	}
+	if res.Redriven != 1 {
+		t.Errorf("redriven %d dead letters, want 1 (only the failed row's): %s", res.Redriven, out)
+	}
+	if !strings.Contains(out, fmt.Sprintf("row %d: ", pending.ID)) {
+		t.Errorf("the pending row's dead letter was not kept with its reason: %s", out)
+	}
+	got, err := s.Ledger.Get(ctx, "acme", failed.ID)
+	if err != nil || got.State != ledger.StatePending || got.QueueGeneration != 1 {
+		t.Errorf("failed row after redrive: state %s generation %d (%v), want pending under generation 1",
+			got.State, got.QueueGeneration, err)
+	}
+	// The two junk dead letters of the setup and the pending row's stay.
+	if st, err := q.Stats(ctx); err != nil || st.DeadLetterDepth != 3 {
+		t.Errorf("dead letters after redrive: %+v (%v), want 3", st, err)
 	}
 }
