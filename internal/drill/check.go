@@ -365,7 +365,7 @@ func (r *Result) Table(w io.Writer) {
 		{"accepted, then settled expired/failed", fmt.Sprint(len(r.AcceptedButSettledOtherwise))},
 		{"dead-letter depth", fmt.Sprint(r.DeadLetterDepth)},
 		{"failed, not dead-lettered (must be 0)", fmt.Sprint(len(r.FailedNotDeadLettered))},
-		{"  dead letters lost with the queue server", fmt.Sprint(len(r.DeadLettersLost))},
+		{"dead letters lost in a queue restart", fmt.Sprint(len(r.DeadLettersLost))},
 		{"secrets in logs (must be 0)", fmt.Sprint(len(r.SecretsInLogs))},
 		{"time to drain after faults cleared", drain},
 		{"total", r.Total.Round(100 * time.Millisecond).String()},
