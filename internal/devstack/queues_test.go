@@ -9,8 +9,8 @@ import (
 
 func TestQueueSettingIsChecked(t *testing.T) {
 	_, err := New(Config{Queue: "kafka", BinDir: t.TempDir()})
-	if err == nil || !strings.Contains(err.Error(), "--queue") || !strings.Contains(err.Error(), "rest, jetstream, sqs") {
-		t.Errorf("New with --queue kafka = %v; want an error naming --queue and rest, jetstream, sqs", err)
+	if names := strings.Join(backends.Names, ", "); err == nil || !strings.Contains(err.Error(), "--queue") || !strings.Contains(err.Error(), names) {
+		t.Errorf("New with --queue kafka = %v; want an error naming --queue and %s", err, names)
 	}
 	s, err := New(Config{BinDir: t.TempDir()})
 	if err != nil {
