@@ -73,6 +73,9 @@ func declaredVariables(t *testing.T) map[string]bool {
 	for _, k := range flagCodeVariables {
 		vars[k] = true
 	}
+	for _, k := range queueBackendVariables() {
+		vars[k] = true
+	}
 	return vars
 }
 
