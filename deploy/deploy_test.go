@@ -73,9 +73,6 @@ func declaredVariables(t *testing.T) map[string]bool {
 	for _, k := range flagCodeVariables {
 		vars[k] = true
 	}
-	for _, k := range queueBackendVariables() {
-		vars[k] = true
-	}
 	return vars
 }
 

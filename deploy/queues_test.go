@@ -22,12 +22,10 @@ type queueBackend struct {
 
 func (b queueBackend) variables() []string { return append(slices.Clone(b.required), b.optional...) }
 
-// queueBackends are the settings of the queue backend factory,
-// backends.Config in internal/queue/backends (OWED_QUEUE_BACKEND and each
-// backend's variables; the rest ones are queue.Config's, which the specs in
-// declaredVariables reflect over already). This is the one list of them the
-// deploy tests read: declaredVariables counts them as declared, and the
-// compose and Kubernetes checks sort a client's variables by backend with it.
+// queueBackends sorts the settings of the queue backend factory
+// (backends.Config in internal/queue/backends) by backend, for the compose
+// and Kubernetes checks of which variables each client gets.
+// TestQueueBackendVariablesAreDeclared holds the list to the structs.
 var queueBackends = []queueBackend{
 	{name: "rest", required: []string{"OWED_QUEUE_URL", "OWED_QUEUE_TOKEN"}, optional: []string{"OWED_QUEUE_NAME"}},
 	{name: "sqs",
@@ -98,6 +96,15 @@ func TestCheckQueueClient(t *testing.T) {
 	for _, want := range []string{"OWED_QUEUE_BACKEND is not set", "lacks OWED_SQS_QUEUE_URL", "sets OWED_QUEUE_URL, a rest variable"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("checkQueueClient(sqs, %v) = %q, want it to say %q", bad, got, want)
+		}
+	}
+}
+
+func TestQueueBackendVariablesAreDeclared(t *testing.T) {
+	declared := declaredVariables(t)
+	for _, k := range queueBackendVariables() {
+		if !declared[k] {
+			t.Errorf("%s is in queueBackends but no configuration struct reads it", k)
 		}
 	}
 }
