@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,7 +72,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: connect to %s (OWED_NATS_URL): %w", cfg.URL, err)
+		return nil, fmt.Errorf("jetstream: connect to %s (OWED_NATS_URL): %w", redactURLs(cfg.URL), err)
 	}
 	js, err := natsjs.New(nc,
 		natsjs.WithDefaultTimeout(DefaultRequestTimeout),
@@ -354,4 +355,22 @@ func notFound(err error) bool {
 	}
 	return errors.Is(err, natsjs.ErrMsgDeleteUnsuccessful) &&
 		strings.Contains(err.Error(), "err_code=10057") && strings.Contains(err.Error(), "no message found")
+}
+
+// redactURLs drops the user information from each of the comma-separated
+// server URLs, so a password in OWED_NATS_URL never reaches a log.
+func redactURLs(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			parts[i] = "(unparsable URL)"
+			continue
+		}
+		if u.User != nil {
+			u.User = url.User("REDACTED")
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
 }

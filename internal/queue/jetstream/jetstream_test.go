@@ -135,3 +135,10 @@ func TestReceiptsOfOtherConsumersAreRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestConnectErrorsNeverCarryThePassword(t *testing.T) {
+	got := redactURLs("nats://owed:s3cr3t@127.0.0.1:1, nats://127.0.0.1:2,%zz")
+	if strings.Contains(got, "s3cr3t") || !strings.Contains(got, "127.0.0.1:1") || !strings.Contains(got, "127.0.0.1:2") {
+		t.Errorf("redactURLs = %q", got)
+	}
+}

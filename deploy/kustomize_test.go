@@ -1,0 +1,171 @@
+package deploy_test
+
+import (
+	"bytes"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// kustomize builds a kustomization under deploy/ with kubectl's built-in
+// kustomize, which works without a cluster, and returns its objects.
+func kustomize(t *testing.T, dir string) map[string]map[string]any {
+	t.Helper()
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl is not installed: the kustomizations are checked only as YAML")
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(kubectl, "kustomize", dir)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
+	}
+	var docs []any
+	for _, part := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(out), -1) {
+		var doc any
+		if err := yaml.Unmarshal([]byte(part), &doc); err != nil {
+			t.Fatalf("kubectl kustomize %s: %v", dir, err)
+		}
+		docs = append(docs, doc)
+	}
+	return objects(t, docs)
+}
+
+// containerEnv is what a container's environment holds once Kubernetes
+// has filled it from its env entries and its envFrom ConfigMaps (a Secret
+// reference or a valueFrom counts as set, with no value).
+func containerEnv(t *testing.T, objs map[string]map[string]any, c map[string]any) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	from, _ := c["envFrom"].([]any)
+	for _, f := range from {
+		if name := digString(f, "configMapRef", "name"); name != "" {
+			cm := object(t, objs, "ConfigMap/"+name)
+			data, _ := cm["data"].(map[string]any)
+			for k, v := range data {
+				env[k], _ = v.(string)
+			}
+		}
+	}
+	list, _ := c["env"].([]any)
+	for _, e := range list {
+		env[digString(e, "name")] = digString(e, "value")
+	}
+	return env
+}
+
+// releaseTags is the release component's image tags, by image name.
+func releaseTags(t *testing.T) map[string]string {
+	t.Helper()
+	tags := map[string]string{}
+	for _, d := range fileDocuments(t, "k8s/release/kustomization.yaml") {
+		images, _ := dig(d, "images").([]any)
+		for _, img := range images {
+			tags[digString(img, "name")] = digString(img, "newTag")
+		}
+	}
+	if len(tags) != 3 {
+		t.Fatalf("k8s/release names %d images, want sweeper, worker and owedctl", len(tags))
+	}
+	return tags
+}
+
+// checkOwedImages reports an owed image whose tag is not the release
+// component's.
+func checkOwedImages(t *testing.T, where string, specs map[string]map[string]any) {
+	t.Helper()
+	tags := releaseTags(t)
+	for key, spec := range specs {
+		for _, c := range containers(spec) {
+			image := digString(c, "image")
+			name, tag, _ := strings.Cut(image, ":")
+			if want, ok := tags[name]; ok && tag != want {
+				t.Errorf("%s %s runs %s, but k8s/release says %s", where, key, image, want)
+			}
+		}
+	}
+}
+
+// TestKustomizeQueueOverlays builds each queue's overlay and checks what
+// the sweeper and the workers would run with: the backend and all its
+// settings, none of another's, the ServiceAccount they name, and the
+// release's images.
+func TestKustomizeQueueOverlays(t *testing.T) {
+	t.Parallel()
+	for _, b := range queueBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			objs := kustomize(t, "k8s/queues/"+b.name)
+			specs := podSpecs(objs)
+			clients := 0
+			for key, o := range objs {
+				if digString(o, "kind") != "Deployment" {
+					continue
+				}
+				clients++
+				spec := specs[key]
+				sa := digString(spec, "serviceAccountName")
+				if _, ok := objs["ServiceAccount/"+sa]; sa == "" || !ok {
+					t.Errorf("%s runs as ServiceAccount %q, which the overlay does not create", key, sa)
+				}
+				for _, c := range containers(spec) {
+					env := containerEnv(t, objs, c)
+					for _, p := range checkQueueClient(b.name, env) {
+						t.Errorf("%s: %s", key, p)
+					}
+					if b.name == "jetstream" {
+						for _, p := range natsClientProblems(t, env) {
+							t.Errorf("%s: %s", key, p)
+						}
+					}
+				}
+			}
+			if clients != 2 {
+				t.Errorf("the overlay has %d Deployments, want the sweeper and the workers", clients)
+			}
+			if b.name == "sqs" {
+				sa := object(t, objs, "ServiceAccount/owed")
+				if !strings.HasPrefix(digString(sa, "metadata", "annotations", "eks.amazonaws.com/role-arn"), "arn:aws:iam::") {
+					t.Error("the sqs overlay's ServiceAccount owed has no IAM role (eks.amazonaws.com/role-arn)")
+				}
+			}
+			checkOwedImages(t, b.name, specs)
+		})
+	}
+}
+
+func TestKustomizeMigrateAndNATS(t *testing.T) {
+	t.Parallel()
+	checkOwedImages(t, "migrate", podSpecs(kustomize(t, "k8s/migrate")))
+
+	objs := kustomize(t, "nats")
+	specs := podSpecs(objs)
+	mounted := func(key, volume string, files ...string) {
+		t.Helper()
+		vols, _ := specs[key]["volumes"].([]any)
+		for _, v := range vols {
+			if digString(v, "name") != volume {
+				continue
+			}
+			cm := object(t, objs, "ConfigMap/"+digString(v, "configMap", "name"))
+			for _, f := range files {
+				if _, ok := dig(cm, "data", f).(string); !ok {
+					t.Errorf("%s volume %s: ConfigMap %s has no %s", key, volume, digString(cm, "metadata", "name"), f)
+				}
+			}
+			return
+		}
+		t.Errorf("%s has no volume %s", key, volume)
+	}
+	mounted("StatefulSet/owed-nats", "config", "nats.conf")
+	mounted("Job/owed-nats-provision", "provision", "provision.sh", "owed.json", "owed-dead-letters.json", "owed-workers.json")
+	job := container(t, specs["Job/owed-nats-provision"], "provision")
+	if url := containerEnv(t, objs, job)["NATS_URL"]; url != "nats://owed-nats:4222" {
+		t.Errorf("the provisioning Job connects to %q, want the owed-nats Service", url)
+	}
+}
