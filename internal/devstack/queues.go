@@ -25,14 +25,6 @@ import (
 	"github.com/owedhq/owed/internal/queue/sqs"
 )
 
-// The stack runs every backend OWED_QUEUE_BACKEND names (backends.Names):
-// rest is owed's REST queue, served by the emulator (owedctl queue serve)
-// on the stack's PostgreSQL; jetstream a NATS server with JetStream
-// (owedctl queue serve-jetstream), its file store in Dir/nats; sqs the
-// local SQS-compatible server scripts/install-sqs.sh installs
-// (owed-sqs-server), which keeps its messages in memory. `make run` runs
-// backends.Default.
-
 // The local SQS server and the queues the stack creates on it.
 const (
 	// sqsServerCommand is what scripts/install-sqs.sh puts on PATH.
@@ -53,7 +45,13 @@ const (
 // the local SQS server does (real SQS does not).
 func QueueInMemory(q string) bool { return q == backends.SQS }
 
-// CheckQueue names the accepted backends when q is not one.
+// CheckQueue names the accepted backends when q is not one. The stack runs
+// every backend OWED_QUEUE_BACKEND names (backends.Names): rest is owed's
+// REST queue, served by the emulator (owedctl queue serve) on the stack's
+// PostgreSQL; jetstream a NATS server with JetStream (owedctl queue
+// serve-jetstream), its file store in Dir/nats; sqs the local
+// SQS-compatible server scripts/install-sqs.sh installs (owed-sqs-server),
+// which keeps its messages in memory. `make run` runs backends.Default.
 func CheckQueue(q string) error {
 	if !slices.Contains(backends.Names, q) {
 		return fmt.Errorf("--queue %q: want one of %s", q, strings.Join(backends.Names, ", "))
