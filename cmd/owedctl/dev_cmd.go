@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/owedhq/owed/internal/devstack"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // devCmd runs the whole system on this machine (make run). By default it
@@ -23,8 +24,9 @@ func devCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Rate, "rate", devstack.DefaultRate, "sandbox rate limit and the workers' shared pace, <count>/<s|m|h>")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "stop after this long (for CI); 0 runs until Ctrl-C")
 	fs.BoolVar(&cfg.NoSeed, "no-seed", false, "start without the demo workload")
+	fs.StringVar(&cfg.Queue, "queue", backends.Default, "queue backend: rest (the emulator), jetstream (a JetStream server in --dir) or sqs (owed-sqs-server, from scripts/install-sqs.sh)")
 	fs.IntVar(&cfg.SweeperPort, "sweeper-port", devstack.DefaultSweeperPort, "sweeper (scheduling API, /cron, /metrics) port")
-	fs.IntVar(&cfg.QueuePort, "queue-port", devstack.DefaultQueuePort, "queue emulator port")
+	fs.IntVar(&cfg.QueuePort, "queue-port", devstack.DefaultQueuePort, "queue server port (the emulator's, JetStream's or the local SQS server's)")
 	fs.IntVar(&cfg.SandboxPort, "sandbox-port", devstack.DefaultSandboxPort, "sandbox provider port")
 	workerPorts := fs.String("worker-ports", joinPorts(devstack.DefaultWorkerPorts()), "comma-separated metrics ports, one worker process each")
 	if err := parseFlags(fs, args); err != nil {

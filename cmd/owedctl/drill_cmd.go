@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/owedhq/owed/internal/drill"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // errInvariants makes owedctl exit 1 when a drill ran but an invariant broke;
@@ -17,11 +19,12 @@ var errInvariants = errors.New("invariants broken (see the table above)")
 // and checks every invariant; docs/reliability.md has the figures.
 func drillCmd(ctx context.Context, args []string) error {
 	fs := newFlags("drill", "drill [flags]",
-		"owedctl drill --rows 5000 --faults worker-kill,sweeper-kill,provider-5xx --duration-limit 10m   # or --faults all")
+		"owedctl drill --rows 5000 --faults worker-kill,sweeper-kill,provider-5xx --duration-limit 10m   # or --faults all, --queue jetstream")
 	cfg := drill.Config{}
 	fs.StringVar(&cfg.Dir, "dir", drill.DefaultDir, "folder for the throwaway cluster and the logs; wiped first (must be an earlier drill's or dev's folder, or absent)")
+	fs.StringVar(&cfg.Queue, "queue", backends.Default, "queue backend: "+strings.Join(backends.Names, ", ")+" (queue-restart kills -9 its server)")
 	fs.IntVar(&cfg.Rows, "rows", drill.DefaultRows, "rows in the workload")
-	faults := fs.String("faults", "all", "comma-separated faults, all or none: worker-kill, sweeper-kill, queue-restart, pg-restart, provider-5xx, provider-timeouts, provider-429-storm, provider-permanent, queue-redelivery, queue-publish-503, scheduler-pause, scale")
+	faults := fs.String("faults", "all", "comma-separated faults, all (every one the --queue backend can have) or none: worker-kill, sweeper-kill, queue-restart, pg-restart, provider-5xx, provider-timeouts, provider-429-storm, provider-permanent, queue-redelivery and queue-publish-503 (--queue rest only), scheduler-pause, scale")
 	fs.DurationVar(&cfg.Tick, "tick", drill.DefaultTick, "sweep interval of the built-in scheduler")
 	fs.StringVar(&cfg.Rate, "rate", drill.DefaultRate, "sandbox rate limit and the workers' shared pace, <count>/<s|m|h>")
 	fs.DurationVar(&cfg.Spread, "spread", 0, "the rows fall due over this window, while faults are injected (default: 1s per 100 rows, at least 30s)")
@@ -36,7 +39,7 @@ func drillCmd(ctx context.Context, args []string) error {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
 	var err error
-	if cfg.Faults, err = drill.ParseFaults(*faults); err != nil {
+	if cfg.Faults, err = drill.ParseFaults(*faults, cfg.Queue); err != nil {
 		return usageError{"--faults: " + err.Error()}
 	}
 	if err := cfg.Validate(); err != nil {

@@ -16,23 +16,27 @@ import (
 	"github.com/owedhq/owed/internal/service"
 )
 
-// queueCmd runs the local queue emulator (queue serve) or prints a queue's
-// depths (queue stats).
+// queueCmd runs the local queue emulator (queue serve) or a local
+// JetStream server (queue serve-jetstream), or prints a queue's depths
+// (queue stats).
 func queueCmd(ctx context.Context, args []string) error {
-	if err := needAction(args, printUsage("usage: owedctl queue serve|stats [flags]\n\n"+
-		"  serve   run the local queue emulator (see 'owedctl queue serve --help')\n"+
-		"  stats   print the configured queue's depths (OWED_QUEUE_BACKEND: rest, sqs or jetstream)\n\n"+
+	if err := needAction(args, printUsage("usage: owedctl queue serve|serve-jetstream|stats [flags]\n\n"+
+		"  serve             run the local queue emulator (see 'owedctl queue serve --help')\n"+
+		"  serve-jetstream   run a local NATS server with JetStream (owedctl dev --queue jetstream runs it)\n"+
+		"  stats             print the configured queue's depths (OWED_QUEUE_BACKEND: rest, sqs or jetstream)\n\n"+
 		"example:\n  OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl queue stats\n"),
-		"missing action: one of serve, stats"); err != nil {
+		"missing action: one of serve, serve-jetstream, stats"); err != nil {
 		return err
 	}
 	switch args[0] {
 	case "serve":
 		return queueServe(ctx, args[1:])
+	case "serve-jetstream":
+		return queueServeJetStream(ctx, args[1:])
 	case "stats":
 		return runQueueStats(ctx, os.Stdout, args[1:])
 	}
-	return usageError{fmt.Sprintf("unknown action %q: one of serve, stats", args[0])}
+	return usageError{fmt.Sprintf("unknown action %q: one of serve, serve-jetstream, stats", args[0])}
 }
 
 func queueServe(ctx context.Context, args []string) error {

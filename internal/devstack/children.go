@@ -9,7 +9,7 @@ import (
 
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
-	"github.com/owedhq/owed/internal/queue/rest"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // workerPrefix starts every worker's name: worker-1, worker-2, ….
@@ -18,8 +18,8 @@ const workerPrefix = "worker-"
 // binaries are the programs the stack runs, next to owedctl.
 type binaries struct{ owedctl, sweeper, worker string }
 
-// binaries finds owedctl, sweeper and worker in the bin folder, or says in
-// one line how to build them.
+// binaries finds owedctl, sweeper and worker in the bin folder (and, for
+// --queue sqs, the local SQS server), or says in one line how to get them.
 func (s *Stack) binaries() (binaries, error) {
 	b := binaries{
 		owedctl: filepath.Join(s.cfg.BinDir, "owedctl"),
@@ -31,22 +31,40 @@ func (s *Stack) binaries() (binaries, error) {
 			return b, fmt.Errorf("%s is missing: run `make build` (or `make run`, which builds first) so owedctl, sweeper and worker sit in one folder", p)
 		}
 	}
+	if s.cfg.Queue == backends.SQS {
+		if _, err := FindSQSServer(); err != nil {
+			return b, err
+		}
+	}
 	return b, nil
 }
 
-// startChildren starts the queue emulator, the sandbox, the sweepers and the
-// workers, in that order (each needs the ones before it), and waits for each
-// to answer /healthz before starting the next.
+// startChildren starts the queue server (and provisions it), the sandbox,
+// the sweepers and the workers, in that order (each needs the ones before
+// it), and waits for each to be ready before starting the next.
 func (s *Stack) startChildren(ctx context.Context, b binaries, ownerURL, appURL string) error {
 	cfg := s.cfg
 	s.ep = Endpoints{API: httpURL(cfg.SweeperPort), QueueURL: httpURL(cfg.QueuePort), SandboxURL: httpURL(cfg.SandboxPort),
-		QueueToken: secret(16), CronSecret: secret(16), ServiceToken: secret(16), AppURL: appURL, WebhookSecret: webhookSecret()}
-	queueVars := map[string]string{"OWED_QUEUE_URL": s.ep.QueueURL, "OWED_QUEUE_TOKEN": s.ep.QueueToken}
+		CronSecret: secret(16), ServiceToken: secret(16), AppURL: appURL, WebhookSecret: webhookSecret()}
+	if cfg.Queue == backends.JetStream {
+		s.ep.QueueURL = s.natsURL()
+	}
+	if cfg.Queue == backends.REST {
+		s.ep.QueueToken = secret(16)
+	}
+	queueSpec, err := s.queueSpec(b, ownerURL)
+	if err != nil {
+		return err
+	}
+	if err := s.startChild(ctx, queueSpec); err != nil {
+		return err
+	}
+	if s.queueVars, err = s.openQueue(ctx); err != nil {
+		return err
+	}
+	queueVars := s.queueVars
 
 	children := []launch.Spec{
-		s.childSpec("queue", b.owedctl, []string{"queue", "serve"}, cfg.QueuePort, map[string]string{
-			"OWED_QUEUE_ADDR": addr(cfg.QueuePort), "OWED_QUEUE_TOKEN": s.ep.QueueToken,
-			"OWED_QUEUE_DATABASE_URL": ownerURL}),
 		s.childSpec("sandbox", b.owedctl, []string{"provider", "serve", "--addr", addr(cfg.SandboxPort), "--rate", cfg.Rate,
 			"--permanent-recipient", PermanentRecipient}, cfg.SandboxPort, map[string]string{"OWED_SANDBOX_SECRET": s.ep.WebhookSecret}),
 	}
@@ -74,21 +92,25 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, ownerURL, appURL 
 		s.ep.WorkerURLs = append(s.ep.WorkerURLs, httpURL(port))
 	}
 	for _, spec := range children {
-		p, err := launch.Start(ctx, spec)
-		if err != nil {
+		if err := s.startChild(ctx, spec); err != nil {
 			return err
 		}
-		s.watch(p)
-		s.procMu.Lock()
-		s.procs = append(s.procs, p)
-		s.procMu.Unlock()
-		s.progress(spec.Name)
-	}
-	var err error
-	if s.queue, err = rest.New(rest.Config{URL: s.ep.QueueURL, Token: s.ep.QueueToken, Name: rest.DefaultQueueName}); err != nil {
-		return fmt.Errorf("queue client: %w", err)
 	}
 	s.sandbox = sandbox.NewClient(s.ep.SandboxURL)
+	return nil
+}
+
+// startChild starts one child, waits until it is ready and watches it.
+func (s *Stack) startChild(ctx context.Context, spec launch.Spec) error {
+	p, err := launch.Start(ctx, spec)
+	if err != nil {
+		return err
+	}
+	s.watch(p)
+	s.procMu.Lock()
+	s.procs = append(s.procs, p)
+	s.procMu.Unlock()
+	s.progress(spec.Name)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // Defaults of Config: the only source of the stack's defaults, which
@@ -87,6 +88,9 @@ type Config struct {
 	Rate string
 	// Duration, when above zero, stops the stack after that long.
 	Duration time.Duration
+	// Queue is the queue backend, one of backends.Names; backends.Default (the
+	// emulator) when empty.
+	Queue string
 	// NoSeed starts the stack without the demo workload.
 	NoSeed                              bool
 	SweeperPort, QueuePort, SandboxPort int
@@ -113,6 +117,7 @@ func (c *Config) applyDefaults() error {
 		c.BinDir = filepath.Dir(exe)
 	}
 	c.Tick = cmp.Or(c.Tick, DefaultTick)
+	c.Queue = cmp.Or(c.Queue, backends.Default)
 	c.Rate = cmp.Or(c.Rate, DefaultRate)
 	c.SweeperPort = cmp.Or(c.SweeperPort, DefaultSweeperPort)
 	c.QueuePort = cmp.Or(c.QueuePort, DefaultQueuePort)
@@ -141,6 +146,9 @@ func (c Config) validate() (pace.Rate, error) {
 	}
 	if rate.IsUnlimited() {
 		return pace.Rate{}, fmt.Errorf("--rate %q: the sandbox needs a limit; want <count>/<unit>, like %s", c.Rate, DefaultRate)
+	}
+	if err := CheckQueue(c.Queue); err != nil {
+		return pace.Rate{}, err
 	}
 	if c.Duration < 0 {
 		return pace.Rate{}, fmt.Errorf("--duration %s: must not be negative", c.Duration)

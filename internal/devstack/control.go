@@ -7,8 +7,9 @@ import (
 
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/emulator"
-	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // The controls below let a fault drill break the running stack on purpose:
@@ -63,7 +64,8 @@ func (s *Stack) child(name string) (int, *launch.Process, error) {
 // for it to exit, and starts it again with the same settings, waiting for
 // its health. The child gets no chance to finish anything: whatever it held
 // (a send in flight, a lease, a publish not yet marked) must heal by the
-// system's own rules. A killed queue emulator gets its faults back.
+// system's own rules. A killed queue server gets back what the services
+// expect of it (queueRestarted).
 func (s *Stack) Kill(ctx context.Context, name string) error {
 	i, p, err := s.child(name)
 	if err != nil {
@@ -81,12 +83,7 @@ func (s *Stack) Kill(ctx context.Context, name string) error {
 	s.procs[i] = np
 	s.procMu.Unlock()
 	if name == "queue" {
-		s.queueFaultsMu.Lock()
-		f := s.queueFaults
-		s.queueFaultsMu.Unlock()
-		if f != nil {
-			return s.SetQueueFaults(ctx, *f)
-		}
+		return s.queueRestarted(ctx)
 	}
 	return nil
 }
@@ -111,8 +108,12 @@ func (s *Stack) PauseScheduler() { s.sched.paused.Store(true) }
 func (s *Stack) ResumeScheduler() { s.sched.paused.Store(false) }
 
 // SetQueueFaults replaces the queue emulator's injected faults through its
-// token-guarded POST /admin/faults, and remembers them for a restart.
+// token-guarded POST /admin/faults, and remembers them for a restart. Only
+// the emulator (--queue rest) injects faults.
 func (s *Stack) SetQueueFaults(ctx context.Context, f emulator.Faults) error {
+	if s.cfg.Queue != backends.REST {
+		return fmt.Errorf("set the queue faults: only the queue emulator (--queue rest) injects them, this stack runs %s", s.cfg.Queue)
+	}
 	if err := NewAPIClient(s.ep.QueueURL, s.ep.QueueToken, queueAdminTimeout).Post(ctx, "/admin/faults", f, nil); err != nil {
 		return fmt.Errorf("set the queue faults: %w", err)
 	}
@@ -125,8 +126,8 @@ func (s *Stack) SetQueueFaults(ctx context.Context, f emulator.Faults) error {
 // Sandbox returns a client of the running sandbox (stats, sends, faults).
 func (s *Stack) Sandbox() *sandbox.Client { return s.sandbox }
 
-// Queue returns a client of the running queue emulator.
-func (s *Stack) Queue() *rest.Client { return s.queue }
+// Queue returns the stack's client of the running queue.
+func (s *Stack) Queue() queue.Queue { return s.queue }
 
 // LogDir is the folder holding every child's log.
 func (s *Stack) LogDir() string { return s.logDir() }

@@ -18,21 +18,32 @@ import (
 	"time"
 
 	"github.com/owedhq/owed/internal/devstack/devstacktest"
-	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
-	"github.com/owedhq/owed/internal/queue/rest"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
-// TestStack runs the real system for about half a minute with a fast tick
-// and a generous provider rate, and checks the invariants a user watches on
-// the panel: rows are delivered, expired rows never reach the provider,
-// refused rows end failed and dead-lettered, nothing is sent twice, and
-// nothing is left running afterwards.
+// TestStack runs the real system on each queue backend for about half a
+// minute with a fast tick and a generous provider rate, and checks the
+// invariants a user watches on the panel: rows are delivered, expired rows
+// never reach the provider, refused rows end failed and dead-lettered in
+// the backend's dead letters, nothing is sent twice, and nothing is left
+// running afterwards.
 func TestStack(t *testing.T) {
+	for _, q := range backends.Names {
+		t.Run(q, func(t *testing.T) { testStack(t, q) })
+	}
+}
+
+func testStack(t *testing.T, q string) {
+	if q == backends.SQS {
+		if _, err := FindSQSServer(); err != nil {
+			t.Skipf("skipping: %v", err)
+		}
+	}
 	tmp, bin, ports := setup(t)
 	out := &devstacktest.Buffer{}
-	s, err := New(Config{Dir: filepath.Join(tmp, "dev"), BinDir: bin, Tick: 2 * time.Second, Rate: "600/m",
+	s, err := New(Config{Dir: filepath.Join(tmp, "dev"), BinDir: bin, Queue: q, Tick: 2 * time.Second, Rate: "600/m",
 		SweeperPort: ports[0], QueuePort: ports[1], SandboxPort: ports[2], WorkerPorts: ports[3:], Out: out})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +54,7 @@ func TestStack(t *testing.T) {
 		s.Stop()
 		if t.Failed() {
 			t.Logf("owedctl dev output:\n%s", out.String())
-			for _, name := range []string{"sweeper", "worker-1", "scheduler"} {
+			for _, name := range []string{"queue", "sweeper", "worker-1", "scheduler"} {
 				t.Logf("end of %s.log:\n%s", name, launch.Tail(filepath.Join(s.logDir(), name+".log"), 15))
 			}
 		}
@@ -101,7 +112,10 @@ func TestStack(t *testing.T) {
 		}
 	}
 
-	dead := deadLetteredRows(t, ctx, s.queue)
+	dead, err := s.DeadLetteredRows(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, r := range seeded.Bounced {
 		if state := rowState(t, ctx, s, r.ID); state != "failed" {
 			t.Errorf("bounced row %d (%s) is %q, want failed", r.ID, r.Recipient, state)
@@ -261,22 +275,4 @@ func getData(t *testing.T, ctx context.Context, s *Stack, u string, out any) {
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: HTTP %d, %v", u, resp.StatusCode, err)
 	}
-}
-
-// deadLetteredRows returns the ledger ids of the queue's dead letters.
-func deadLetteredRows(t *testing.T, ctx context.Context, q *rest.Client) map[int64]bool {
-	t.Helper()
-	page, _, err := q.DeadLetters(ctx, 100, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := map[int64]bool{}
-	for _, d := range page {
-		var e envelope.Envelope
-		if err := json.Unmarshal(d.Body, &e); err != nil {
-			t.Fatalf("dead letter %s: %v", d.ID, err)
-		}
-		ids[e.ID] = true
-	}
-	return ids
 }

@@ -51,7 +51,7 @@ func (s *Stack) printIntro() {
 	rel := relPath(cfg.Dir)
 	fmt.Fprintf(w, "\n  scheduling API  %s/v1          (docs/api.md)\n", ep.API)
 	fmt.Fprintf(w, "  sweeper         %s/metrics     /readyz\n", ep.API)
-	fmt.Fprintf(w, "  queue emulator  %s\n", ep.QueueURL)
+	w.WriteString(s.queueLine())
 	fmt.Fprintf(w, "  sandbox         %s/stats       %s/sends   (%s, refuses recipients matching %q)\n",
 		ep.SandboxURL, ep.SandboxURL, cfg.Rate, PermanentRecipient)
 	for i, u := range ep.WorkerURLs {
@@ -68,7 +68,11 @@ func (s *Stack) printIntro() {
 			"  The backlog is sent oldest first at the provider's pace; its catch-up shows in p95 lag until it is drained.\n",
 			Tenant, backlogFollowUps, followUpsPerDay, len(calendarItems), expiredRows, bouncedRows, PermanentRecipient)
 	}
-	fmt.Fprintf(w, "\n  this run's secrets are in %s/env (tenant token, service token, queue token, cron secret). In another shell:\n", rel)
+	secrets := "tenant token, service token, cron secret"
+	if ep.QueueToken != "" {
+		secrets = "tenant token, service token, queue token, cron secret"
+	}
+	fmt.Fprintf(w, "\n  this run's secrets and queue settings are in %s/env (%s). In another shell:\n", rel, secrets)
 	fmt.Fprintf(w, "    . %s/env\n", rel)
 	fmt.Fprintf(w, "    bin/owedctl dlq list                       # dead letters (the %q rows land here)\n", PermanentRecipient)
 	fmt.Fprintf(w, "    bin/owedctl queue stats\n")

@@ -5,9 +5,14 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // Endpoints are what a user or a test needs to reach the running stack. The
@@ -45,10 +50,17 @@ func webhookSecret() string {
 // owner may read it.
 func (s *Stack) writeEnvFile() error {
 	ep := s.ep
+	var queueVars strings.Builder
+	if s.cfg.Queue == backends.SQS {
+		queueVars.WriteString("# The AWS_ variables are placeholders the local SQS server accepts; they replace this shell's own.\n")
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.queueVars)) {
+		fmt.Fprintf(&queueVars, "export %s='%s'\n", k, s.queueVars[k])
+	}
 	body := fmt.Sprintf("# owedctl dev, started %s. Source it: . %s\n"+
-		"export OWED_QUEUE_URL=%s\nexport OWED_QUEUE_TOKEN=%s\nexport OWED_DATABASE_URL='%s'\n"+
+		"%sexport OWED_DATABASE_URL='%s'\n"+
 		"export OWED=%s\nexport TOKEN=%s\nexport OWED_API_TOKEN=%s\nexport OWED_CRON_SECRET=%s\n",
-		s.started.Format(time.RFC3339), s.envPath(), ep.QueueURL, ep.QueueToken, ep.AppURL,
+		s.started.Format(time.RFC3339), s.envPath(), queueVars.String(), ep.AppURL,
 		ep.API, ep.TenantToken, ep.ServiceToken, ep.CronSecret)
 	if err := os.WriteFile(s.envPath(), []byte(body), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", s.envPath(), err)

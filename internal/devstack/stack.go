@@ -1,6 +1,7 @@
 // Package devstack runs the whole of owed on one machine for `owedctl dev`
-// (make run): a throwaway PostgreSQL in a local folder, the queue emulator,
-// the sandbox provider, the sweeper, a pool of workers and a built-in
+// (make run): a throwaway PostgreSQL in a local folder, a queue server (the
+// emulator, or with --queue a JetStream server or the local SQS server), the
+// sandbox provider, the sweeper, a pool of workers and a built-in
 // scheduler standing in for the hosted cron, with a seeded workload and a
 // live status panel.
 //
@@ -15,12 +16,13 @@
 //
 // The files: config.go (Config and its defaults, Go constants only),
 // stack.go (the lifecycle), children.go (the services' processes),
-// postgres.go (the cluster), folder.go (Dir and --fresh), secrets.go (this
-// run's secrets and the env file that holds them), output.go and status.go
-// (the start-up line, the first screen, the panel), seed.go and
-// scheduler.go (the workload and the cron), control.go (Tuning and the
-// controls only a fault drill uses), apiclient.go (the stack's HTTP APIs as
-// a client with a token calls them).
+// queues.go (each backend's queue server, its provisioning and the settings
+// the services get), postgres.go (the cluster), folder.go (Dir and
+// --fresh), secrets.go (this run's secrets and the env file that holds
+// them), output.go and status.go (the start-up line, the first screen, the
+// panel), seed.go and scheduler.go (the workload and the cron), control.go
+// (Tuning and the controls only a fault drill uses), apiclient.go (the
+// stack's HTTP APIs as a client with a token calls them).
 package devstack
 
 import (
@@ -43,8 +45,8 @@ import (
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/emulator"
-	"github.com/owedhq/owed/internal/queue/rest"
 )
 
 // Stack is one running development system. Start it, Wait for the end, Stop
@@ -58,8 +60,11 @@ type Stack struct {
 	cluster *cluster
 	appDB   *sql.DB
 	ledger  *ledger.Ledger
-	queue   *rest.Client
+	queue   queue.Queue
 	sandbox *sandbox.Client
+	// queueVars are the queue settings every sweeper and worker gets, and
+	// the env file exports.
+	queueVars map[string]string
 	// procMu guards procs, which a restart changes while the stack runs.
 	procMu sync.Mutex
 	procs  []*launch.Process
@@ -232,6 +237,9 @@ func (s *Stack) stop(force <-chan struct{}) error {
 	}
 	if s.appDB != nil {
 		s.appDB.Close()
+	}
+	if s.queue != nil {
+		s.queue.Close()
 	}
 	if s.cluster != nil {
 		if err := s.cluster.stop(force); err != nil {

@@ -15,17 +15,17 @@ import (
 	"time"
 
 	"github.com/owedhq/owed/internal/devstack"
-	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/provider/sandbox"
-	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/tenant"
 )
 
 // Result is what one drill saw. Violations is empty when every invariant
 // held.
 type Result struct {
-	Seed     uint64
+	Seed uint64
+	// Queue is the queue backend the stack ran.
+	Queue    string
 	Faults   []Fault
 	Injected map[string]int
 	Workers  int
@@ -62,6 +62,13 @@ type Result struct {
 	FailedNotDeadLettered       []int64
 	SecretsInLogs               []string
 	LogDir                      string
+	// DeadLettersLost lists failed rows without a dead letter that settled
+	// before a queue server keeping its messages in memory (the local SQS
+	// server) last came back from a kill -9: the kill took their dead
+	// letters, or the server was down when the worker wrote them. Real SQS
+	// keeps them; the ledger still holds each row as failed, with its
+	// reason.
+	DeadLettersLost []int64
 	// DrainTime is from the faults being cleared to the last row settled;
 	// zero when the ledger never drained.
 	DrainTime time.Duration
@@ -72,10 +79,10 @@ type Result struct {
 
 // ledgerRow is what the checks read of one ledger row.
 type ledgerRow struct {
-	state       string
-	expiresAt   *time.Time
-	accepted    int
-	possibleDup bool
+	state                string
+	expiresAt, settledAt *time.Time
+	accepted             int
+	possibleDup          bool
 }
 
 // accept is one send the sandbox accepted, from its log.
@@ -103,7 +110,7 @@ func readLedger(ctx context.Context, db *sql.DB) (map[int64]ledgerRow, error) {
 	}
 	out := make(map[int64]ledgerRow, len(rows))
 	for _, r := range rows {
-		out[r.ID] = ledgerRow{state: string(r.State), expiresAt: r.ExpiresAt, accepted: r.Accepted,
+		out[r.ID] = ledgerRow{state: string(r.State), expiresAt: r.ExpiresAt, settledAt: r.SettledAt, accepted: r.Accepted,
 			possibleDup: r.PossibleDuplicate}
 	}
 	return out, nil
@@ -137,31 +144,10 @@ func readAccepts(path string) (map[int64][]accept, error) {
 	return out, sc.Err()
 }
 
-// deadLettered returns the ledger ids of every dead letter.
-func deadLettered(ctx context.Context, q queue.Queue) (map[int64]bool, error) {
-	ids := map[int64]bool{}
-	cursor := ""
-	for {
-		page, next, err := q.DeadLetters(ctx, 100, cursor)
-		if err != nil {
-			return nil, fmt.Errorf("list the dead letters: %w", err)
-		}
-		for _, d := range page {
-			var e envelope.Envelope
-			if err := json.Unmarshal(d.Body, &e); err == nil {
-				ids[e.ID] = true
-			}
-		}
-		if next == "" {
-			return ids, nil
-		}
-		cursor = next
-	}
-}
-
 // check compares the workload with the ledger, the sandbox's sends and the
-// dead letters, and fills res.
-func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, res *Result) error {
+// dead letters, and fills res. lostBefore, when set, is when a queue server
+// that loses its dead letters on a kill last came back.
+func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, lostBefore time.Time, res *Result) error {
 	ledgerRows, err := readLedger(ctx, db)
 	if err != nil {
 		return err
@@ -170,7 +156,7 @@ func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, res *
 	if err != nil {
 		return err
 	}
-	dead, err := deadLettered(ctx, s.Queue())
+	dead, err := s.DeadLetteredRows(ctx)
 	if err != nil {
 		return err
 	}
@@ -198,7 +184,11 @@ func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, res *
 			res.Expired++
 		case "failed":
 			res.Failed++
-			if !dead[r.id] {
+			switch {
+			case dead[r.id]:
+			case lr.settledAt != nil && !lr.settledAt.After(lostBefore):
+				res.DeadLettersLost = append(res.DeadLettersLost, r.id)
+			default:
 				res.FailedNotDeadLettered = append(res.FailedNotDeadLettered, r.id)
 			}
 		case "cancelled":
@@ -337,8 +327,8 @@ func (r *Result) Table(w io.Writer) {
 	if faults == "" {
 		faults = "none"
 	}
-	fmt.Fprintf(w, "owed drill: %d rows, faults %s\n  %d workers, tick %s, rate %s, rows due over %s, seed %d\n\n",
-		r.Scheduled, faults, r.Workers, r.Tick, r.Rate, r.Spread, r.Seed)
+	fmt.Fprintf(w, "owed drill: %d rows, queue %s, faults %s\n  %d workers, tick %s, rate %s, rows due over %s, seed %d\n\n",
+		r.Scheduled, r.Queue, faults, r.Workers, r.Tick, r.Rate, r.Spread, r.Seed)
 	if len(r.Injected) > 0 {
 		fmt.Fprintln(w, "faults injected")
 		kinds := make([]string, 0, len(r.Injected))
@@ -375,6 +365,7 @@ func (r *Result) Table(w io.Writer) {
 		{"accepted, then settled expired/failed", fmt.Sprint(len(r.AcceptedButSettledOtherwise))},
 		{"dead-letter depth", fmt.Sprint(r.DeadLetterDepth)},
 		{"failed, not dead-lettered (must be 0)", fmt.Sprint(len(r.FailedNotDeadLettered))},
+		{"dead letters lost in a queue restart", fmt.Sprint(len(r.DeadLettersLost))},
 		{"secrets in logs (must be 0)", fmt.Sprint(len(r.SecretsInLogs))},
 		{"time to drain after faults cleared", drain},
 		{"total", r.Total.Round(100 * time.Millisecond).String()},

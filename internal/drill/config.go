@@ -16,6 +16,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/owedhq/owed/internal/devstack"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 // Fault is one kind of failure the drill injects.
@@ -32,7 +35,9 @@ const (
 	// paused scheduler resumes (a large sweep publishing chunk after
 	// chunk), so some kills land between a publish and its queued mark.
 	SweeperKill Fault = "sweeper-kill"
-	// QueueRestart kills -9 the queue emulator and starts it again.
+	// QueueRestart kills -9 the queue server (the emulator, the JetStream
+	// server or the local SQS server, which loses every message it held)
+	// and starts it again.
 	QueueRestart Fault = "queue-restart"
 	// PGRestart restarts PostgreSQL with pg_ctl restart -m fast.
 	PGRestart Fault = "pg-restart"
@@ -48,9 +53,10 @@ const (
 	// (422): they must end failed and dead-lettered.
 	ProviderPermanent Fault = "provider-permanent"
 	// QueueRedelivery makes the queue deliver 10% of consumed messages a
-	// second time at once.
+	// second time at once (the emulator only).
 	QueueRedelivery Fault = "queue-redelivery"
-	// QueuePublish503 answers 10% of publishes 503 with a Retry-After.
+	// QueuePublish503 answers 10% of publishes 503 with a Retry-After (the
+	// emulator only).
 	QueuePublish503 Fault = "queue-publish-503"
 	// SchedulerPause stops the scheduler for a stretch while rows fall
 	// due, then resumes it.
@@ -63,13 +69,18 @@ const (
 var AllFaults = []Fault{WorkerKill, SweeperKill, QueueRestart, PGRestart, Provider5xx, ProviderTimeouts,
 	Provider429Storm, ProviderPermanent, QueueRedelivery, QueuePublish503, SchedulerPause, Scale}
 
-// ParseFaults reads a comma-separated list of fault names, "all" or
-// "none".
-func ParseFaults(s string) ([]Fault, error) {
+// emulatorFaults are injected by the queue emulator; no real queue can be
+// told to misbehave this way.
+var emulatorFaults = []Fault{QueueRedelivery, QueuePublish503}
+
+// ParseFaults reads a comma-separated list of fault names, "all" or "none",
+// for a drill on the queue backend queue: "all" is every fault that backend
+// can have, and a fault only the emulator injects is refused on another.
+func ParseFaults(s, queue string) ([]Fault, error) {
 	s = strings.TrimSpace(s)
 	switch s {
 	case "all":
-		return slices.Clone(AllFaults), nil
+		return slices.DeleteFunc(slices.Clone(AllFaults), func(f Fault) bool { return !applies(f, queue) }), nil
 	case "", "none":
 		return nil, nil
 	}
@@ -79,11 +90,19 @@ func ParseFaults(s string) ([]Fault, error) {
 		if !slices.Contains(AllFaults, f) {
 			return nil, fmt.Errorf("unknown fault %q: want all, none or a comma-separated list of %s", name, faultNames())
 		}
+		if !applies(f, queue) {
+			return nil, fmt.Errorf("fault %s: only the queue emulator injects it (--queue %s), not %s", f, backends.REST, queue)
+		}
 		if !slices.Contains(out, f) {
 			out = append(out, f)
 		}
 	}
 	return out, nil
+}
+
+// applies says whether a drill on queue can inject f.
+func applies(f Fault, queue string) bool {
+	return queue == backends.REST || !slices.Contains(emulatorFaults, f)
 }
 
 func faultNames() string {
@@ -113,6 +132,9 @@ type Config struct {
 	// BinDir holds owedctl, sweeper and worker; the running executable's
 	// folder when empty.
 	BinDir string
+	// Queue is the queue backend the stack runs (backends.Names);
+	// backends.Default when empty.
+	Queue string
 	// Rows is the size of the workload.
 	Rows   int
 	Faults []Fault
@@ -140,6 +162,7 @@ type Config struct {
 
 func (c *Config) applyDefaults() {
 	c.Dir = cmp.Or(c.Dir, DefaultDir)
+	c.Queue = cmp.Or(c.Queue, backends.Default)
 	c.Rows = cmp.Or(c.Rows, DefaultRows)
 	c.Tick = cmp.Or(c.Tick, DefaultTick)
 	c.Rate = cmp.Or(c.Rate, DefaultRate)
@@ -176,6 +199,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("--pause %s: must be above zero and below --spread %s", c.Pause, c.Spread)
 	case c.Storm < 2*time.Second || c.Storm >= c.Spread:
 		return fmt.Errorf("--storm %s: must be at least 2s and below --spread %s", c.Storm, c.Spread)
+	}
+	if err := devstack.CheckQueue(c.Queue); err != nil {
+		return err
+	}
+	for _, f := range c.Faults {
+		if !applies(f, c.Queue) {
+			return fmt.Errorf("--faults %s: only the queue emulator injects it (--queue %s), not %s", f, backends.REST, c.Queue)
+		}
 	}
 	return nil
 }

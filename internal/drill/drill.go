@@ -14,6 +14,7 @@ import (
 
 	"github.com/owedhq/owed/internal/devstack"
 	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/emulator"
 )
 
@@ -73,7 +74,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	workers := 2
-	sc := devstack.Config{Dir: cfg.Dir, BinDir: cfg.BinDir, Fresh: true, Tick: cfg.Tick, Rate: cfg.Rate, NoSeed: true,
+	sc := devstack.Config{Dir: cfg.Dir, BinDir: cfg.BinDir, Queue: cfg.Queue, Fresh: true, Tick: cfg.Tick, Rate: cfg.Rate, NoSeed: true,
 		SweeperPort: ports[0], QueuePort: ports[1], SandboxPort: ports[2], Tuning: devstack.Tuning{
 			WorkerConcurrency: drillWorkerConcurrency, SweeperEnv: drillSweeperEnv, WorkerEnv: drillWorkerEnv}}
 	if cfg.has(Scale) {
@@ -139,15 +140,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Seed: cfg.Seed, Faults: cfg.Faults, Injected: inj.counts, Workers: workers, Tick: cfg.Tick, Rate: cfg.Rate,
-		Spread: cfg.Spread}
+	res := &Result{Seed: cfg.Seed, Queue: cfg.Queue, Faults: cfg.Faults, Injected: inj.counts, Workers: workers, Tick: cfg.Tick,
+		Rate: cfg.Rate, Spread: cfg.Spread}
 	if drained {
 		res.DrainTime = time.Since(faultsCleared)
 	}
 	// Messages still moving (a redelivered copy of a settled row) may yet
 	// reach a worker; let them settle before counting sends.
 	quiesce(ctx, s)
-	if err := check(ctx, db, s, rows, res); err != nil {
+	var lostBefore time.Time
+	if devstack.QueueInMemory(cfg.Queue) {
+		lostBefore = inj.queueBack
+	}
+	if err := check(ctx, db, s, rows, lostBefore, res); err != nil {
 		return nil, err
 	}
 	res.Total = time.Since(began)
@@ -265,7 +270,12 @@ func (inj *injector) setProviderFaults(ctx context.Context, on, storm bool) erro
 	return nil
 }
 
+// setQueueFaults sets the emulator's faults; other backends have none to
+// set.
 func (inj *injector) setQueueFaults(ctx context.Context, on bool) error {
+	if inj.cfg.Queue != backends.REST {
+		return nil
+	}
 	var f emulator.Faults
 	if on && inj.cfg.has(QueueRedelivery) {
 		f.RedeliveryRate = queueRedeliveryRate

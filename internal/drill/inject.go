@@ -29,6 +29,10 @@ type injector struct {
 	mu     sync.Mutex
 	counts map[string]int
 	errs   []string
+	// queueBack is when the queue server last came back from a kill, with
+	// its queues: a dead letter written before it may have died with a
+	// server that keeps them in memory.
+	queueBack time.Time
 }
 
 func (inj *injector) goRun(fn func()) {
@@ -158,6 +162,11 @@ func (inj *injector) kill(window context.Context, name, what string) {
 	for range childRestartAttempts {
 		if err = inj.s.Kill(ctx, name); err == nil {
 			inj.count(what)
+			if name == "queue" {
+				inj.mu.Lock()
+				inj.queueBack = time.Now()
+				inj.mu.Unlock()
+			}
 			return
 		}
 		clock.Sleep(ctx, 2*time.Second)

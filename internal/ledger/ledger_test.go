@@ -797,6 +797,10 @@ func TestAuditSummarisesATenantsRows(t *testing.T) {
 		t.Fatalf("audit returned %+v, want acme's two rows", got)
 	}
 	for _, r := range got {
+		if (r.SettledAt != nil) != (r.State == StateDelivered) {
+			t.Errorf("audit row %d has settled_at %v; want it on the settled row only", r.ID, r.SettledAt)
+		}
+		r.SettledAt = nil
 		if r != want[r.ID] {
 			t.Errorf("audit row %+v, want %+v", r, want[r.ID])
 		}

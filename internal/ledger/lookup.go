@@ -102,6 +102,7 @@ type AuditRow struct {
 	ID        int64
 	State     State
 	ExpiresAt *time.Time
+	SettledAt *time.Time
 	// Accepted counts the sends the provider accepted.
 	Accepted int
 	// PossibleDuplicate is set when any send was recorded as a possible
@@ -121,11 +122,11 @@ func (l *Ledger) Audit(ctx context.Context, tenant string) ([]AuditRow, error) {
 		defer rows.Close()
 		for rows.Next() {
 			var r AuditRow
-			var exp sql.NullTime
-			if err := rows.Scan(&r.ID, &r.State, &exp, &r.Accepted, &r.PossibleDuplicate); err != nil {
+			var exp, settled sql.NullTime
+			if err := rows.Scan(&r.ID, &r.State, &exp, &settled, &r.Accepted, &r.PossibleDuplicate); err != nil {
 				return err
 			}
-			r.ExpiresAt = timePtr(exp)
+			r.ExpiresAt, r.SettledAt = timePtr(exp), timePtr(settled)
 			out = append(out, r)
 		}
 		return rows.Err()

@@ -323,7 +323,7 @@ SELECT count(*) FILTER (WHERE state = 'delivered'),
 
 	// qAudit summarises each of a tenant's rows with its sends.
 	qAudit = `
-SELECT n.id, n.state, n.expires_at,
+SELECT n.id, n.state, n.expires_at, n.settled_at,
        count(a.id) FILTER (WHERE a.outcome = 'accepted'),
        coalesce(bool_or(a.possible_duplicate), false)
   FROM owed_notifications n LEFT JOIN owed_notification_attempts a ON a.notification_id = n.id
