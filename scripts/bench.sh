@@ -6,8 +6,11 @@
 # throwaway PostgreSQL with fsync and synchronous_commit on (realistic
 # commit cost; OWED_TEST_PG_FSYNC=off to compare), loads pg_stat_statements
 # in it (statements per delivery), and runs bench/all, which prints the
-# combined table. BENCH_QUICK=1 runs smaller sizes (about 3 minutes instead
-# of about 15).
+# combined table. The end-to-end and provider-limited runs repeat on every
+# queue backend: rest (the emulator), jetstream (an embedded NATS server) and
+# sqs (owed-sqs-server from scripts/install-sqs.sh; skipped when it is not on
+# PATH; indicative only). BENCH_QUICK=1 runs smaller sizes (about 7 minutes
+# instead of about 30).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
