@@ -10,7 +10,7 @@
 # queue backend: rest (the emulator), jetstream (an embedded NATS server) and
 # sqs (owed-sqs-server from scripts/install-sqs.sh; skipped when it is not on
 # PATH; indicative only). BENCH_QUICK=1 runs smaller sizes (about 7 minutes
-# instead of about 30).
+# instead of about 30). Arguments go to bench/all, e.g. -only e2e,limited.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,4 +37,4 @@ echo "bench: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(psql -X -A
 exec "$@"
 SH
 )
-scripts/with-postgres.sh bash -c "$inner" bench "$dir/all" -dir "$dir" "${quick[@]}"
+scripts/with-postgres.sh bash -c "$inner" bench "$dir/all" -dir "$dir" "${quick[@]}" "$@"

@@ -4,9 +4,11 @@
 // environment of scripts/with-postgres.sh. The end-to-end and
 // provider-limited runs repeat on every queue backend (rest, jetstream, and
 // sqs when owed-sqs-server is installed), their rows named after it.
-// -quick picks sizes that finish in about seven minutes.
+// -quick picks sizes that finish in about seven minutes; -only runs some of
+// the programs.
 //
 //	scripts/bench.sh            # or: make bench, BENCH_QUICK=1 make bench
+//	BENCH_QUICK=1 scripts/bench.sh -only e2e,limited
 package main
 
 import (
@@ -18,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +33,9 @@ import (
 func main() {
 	dir := flag.String("dir", "", "folder holding the built benchmark programs and bin/sweeper, bin/worker")
 	quick := flag.Bool("quick", false, "smaller sizes, about seven minutes")
+	only := flag.String("only", "", "comma-separated programs to run (e2e,limited,…; deliver is BenchmarkDeliver); empty runs all")
 	flag.Parse()
+	want := func(name string) bool { return *only == "" || slices.Contains(strings.Split(*only, ","), name) }
 	bin := "-bin=" + *dir
 	steps := [][]string{
 		{"sweep", "-runs=11", "-sizes=10000,1000000", "-naive-max=1000000"},
@@ -50,6 +55,9 @@ func main() {
 	var rows []benchutil.Row
 	failed := false
 	for _, s := range steps {
+		if !want(s[0]) {
+			continue
+		}
 		fmt.Fprintf(os.Stderr, "== bench/%s %s\n", s[0], strings.Join(s[1:], " "))
 		start := time.Now()
 		cmd := exec.Command(filepath.Join(*dir, s[0]), append([]string{"-json"}, s[1:]...)...)
@@ -68,12 +76,14 @@ func main() {
 		rows = append(rows, got...)
 		fmt.Fprintf(os.Stderr, "== bench/%s took %s\n", s[0], time.Since(start).Round(time.Second))
 	}
-	got, err := deliverBench(*quick)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench/all: BenchmarkDeliver:", err)
-		failed = true
+	if want("deliver") {
+		got, err := deliverBench(*quick)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench/all: BenchmarkDeliver:", err)
+			failed = true
+		}
+		rows = append(rows, got...)
 	}
-	rows = append(rows, got...)
 	fmt.Println()
 	benchutil.Print(rows)
 	if err := stack.CheckQueue(backends.SQS); err != nil {

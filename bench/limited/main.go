@@ -168,9 +168,10 @@ func workerRun(ctx context.Context, queue string, duration, warmup time.Duration
 	if q == backends.SQS {
 		q = "sqs (local server: indicative)"
 	}
-	label := fmt.Sprintf("%s, %d/s (40/min scaled), %d worker processes × %d, %s", q, rate, workers, concurrency, duration)
-	// tag tells the runs bench/all makes (backends, senders) apart.
+	// tag tells the runs bench/all makes (backends, worker processes ×
+	// senders) apart.
 	tag := fmt.Sprintf("%s, %d×%d", queue, workers, concurrency)
+	label := fmt.Sprintf("%s, %d/s (40/min scaled), %d×%d, %s", q, rate, workers, concurrency, duration)
 	rows := []benchutil.Row{
 		{Name: "limited: accepted ÷ allowed, " + label, Value: benchutil.One(100 * acc), Unit: "%", Target: "≥ 97", Pass: benchutil.Check(acc >= 0.97)},
 		{Name: "limited: receives per delivery (workers' messages counter), " + tag, Value: benchutil.One(rec.PerDelivery()), Unit: "recv",
