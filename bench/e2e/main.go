@@ -138,11 +138,7 @@ func report(o opts, rate, receives, xacts, stmts []float64, dups int64, peak map
 	if !o.processes {
 		mode = fmt.Sprintf("%d in-process pools", o.workers)
 	}
-	q := o.queue
-	if q == backends.SQS {
-		q = "sqs (local server: indicative)"
-	}
-	label := fmt.Sprintf("%s, %d rows, %s × %d", q, o.rows, mode, o.concurrency)
+	label := fmt.Sprintf("%s, %d rows, %s × %d", stack.QueueLabel(o.queue), o.rows, mode, o.concurrency)
 	rs := benchutil.Summarise(rate)
 	throughput := benchutil.Row{Name: "e2e deliveries/s, " + label, Value: rs, Unit: "/s"}
 	if o.queue != backends.SQS {

@@ -138,23 +138,21 @@ func workerRun(ctx context.Context, queue string, duration, warmup time.Duration
 			}
 		}
 	}()
+	// The cron stops before the stack does (deferred calls run last first).
+	defer func() { stopCron(); cron.Wait() }()
 	time.Sleep(warmup)
 	s0, t0 := st.Sandbox.Stats(), time.Now()
 	r0, err := st.Receives(ctx)
 	if err != nil {
-		stopCron()
-		cron.Wait()
 		return nil, err
 	}
 	time.Sleep(duration)
 	s1, t1 := st.Sandbox.Stats(), time.Now()
 	r1, err := st.Receives(ctx)
-	var rss map[string]float64
-	if err == nil {
-		rss, err = st.PeakRSS()
+	if err != nil {
+		return nil, err
 	}
-	stopCron()
-	cron.Wait()
+	rss, err := st.PeakRSS()
 	if err != nil {
 		return nil, err
 	}
@@ -164,14 +162,10 @@ func workerRun(ctx context.Context, queue string, duration, warmup time.Duration
 	accepted, limited := s1.Accepted-s0.Accepted, s1.RateLimited-s0.RateLimited
 	allowed := rate * t1.Sub(t0).Seconds()
 	acc, r429 := float64(accepted)/allowed, float64(limited)/float64(accepted+limited)
-	q := queue
-	if q == backends.SQS {
-		q = "sqs (local server: indicative)"
-	}
 	// tag tells the runs bench/all makes (backends, worker processes ×
 	// senders) apart.
 	tag := fmt.Sprintf("%s, %d×%d", queue, workers, concurrency)
-	label := fmt.Sprintf("%s, %d/s (40/min scaled), %d×%d, %s", q, rate, workers, concurrency, duration)
+	label := fmt.Sprintf("%s, %d/s (40/min scaled), %d×%d, %s", stack.QueueLabel(queue), rate, workers, concurrency, duration)
 	rows := []benchutil.Row{
 		{Name: "limited: accepted ÷ allowed, " + label, Value: benchutil.One(100 * acc), Unit: "%", Target: "≥ 97", Pass: benchutil.Check(acc >= 0.97)},
 		{Name: "limited: receives per delivery (workers' messages counter), " + tag, Value: benchutil.One(rec.PerDelivery()), Unit: "recv",

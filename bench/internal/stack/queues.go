@@ -102,6 +102,15 @@ func CheckQueue(backend string) error {
 	return nil
 }
 
+// QueueLabel names backend in a result row; the local SQS server's rows say
+// that they are indicative only.
+func QueueLabel(backend string) string {
+	if backend == backends.SQS {
+		return "sqs (local server: indicative)"
+	}
+	return backend
+}
+
 // Stop stops the server and removes what it kept. It is safe to call twice.
 func (q *QueueServer) Stop() {
 	for _, f := range slices.Backward(q.stop) {
