@@ -10,7 +10,7 @@
 # queue backend: rest (the emulator), jetstream (an embedded NATS server) and
 # sqs (owed-sqs-server from scripts/install-sqs.sh; skipped when it is not on
 # PATH; indicative only). BENCH_QUICK=1 runs smaller sizes (about 7 minutes
-# instead of about 30). Arguments go to bench/all, e.g. -only e2e,limited.
+# instead of about 25). Arguments go to bench/all, e.g. -only e2e,limited.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
