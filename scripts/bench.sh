@@ -6,8 +6,11 @@
 # throwaway PostgreSQL with fsync and synchronous_commit on (realistic
 # commit cost; OWED_TEST_PG_FSYNC=off to compare), loads pg_stat_statements
 # in it (statements per delivery), and runs bench/all, which prints the
-# combined table. BENCH_QUICK=1 runs smaller sizes (about 3 minutes instead
-# of about 15).
+# combined table. The end-to-end and provider-limited runs repeat on every
+# queue backend: rest (the emulator), jetstream (an embedded NATS server) and
+# sqs (owed-sqs-server from scripts/install-sqs.sh; skipped when it is not on
+# PATH; indicative only). BENCH_QUICK=1 runs smaller sizes (about 7 minutes
+# instead of about 25). Arguments go to bench/all, e.g. -only e2e,limited.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,4 +37,4 @@ echo "bench: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(psql -X -A
 exec "$@"
 SH
 )
-scripts/with-postgres.sh bash -c "$inner" bench "$dir/all" -dir "$dir" "${quick[@]}"
+scripts/with-postgres.sh bash -c "$inner" bench "$dir/all" -dir "$dir" "${quick[@]}" "$@"

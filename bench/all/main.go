@@ -1,10 +1,14 @@
 // Command all runs every benchmark program with -json and the worker's Go
 // benchmark (BenchmarkDeliver), and prints their rows as one table. It
 // expects the programs built into -dir (scripts/bench.sh does that) and the
-// environment of scripts/with-postgres.sh. -quick picks sizes that finish in
-// about three minutes.
+// environment of scripts/with-postgres.sh. The end-to-end and
+// provider-limited runs repeat on every queue backend (rest, jetstream, and
+// sqs when owed-sqs-server is installed), their rows named after it.
+// -quick picks sizes that finish in about seven minutes; -only runs some of
+// the programs.
 //
 //	scripts/bench.sh            # or: make bench, BENCH_QUICK=1 make bench
+//	BENCH_QUICK=1 scripts/bench.sh -only e2e,limited
 package main
 
 import (
@@ -16,41 +20,44 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/owedhq/owed/bench/internal/benchutil"
+	"github.com/owedhq/owed/bench/internal/stack"
+	"github.com/owedhq/owed/internal/queue/backends"
 )
 
 func main() {
 	dir := flag.String("dir", "", "folder holding the built benchmark programs and bin/sweeper, bin/worker")
-	quick := flag.Bool("quick", false, "smaller sizes, about three minutes")
+	quick := flag.Bool("quick", false, "smaller sizes, about seven minutes")
+	only := flag.String("only", "", "comma-separated programs to run (e2e,limited,…; deliver is BenchmarkDeliver); empty runs all")
 	flag.Parse()
+	want := func(name string) bool { return *only == "" || slices.Contains(strings.Split(*only, ","), name) }
 	bin := "-bin=" + *dir
 	steps := [][]string{
 		{"sweep", "-runs=11", "-sizes=10000,1000000", "-naive-max=1000000"},
 		{"queue", "-runs=3"},
 		{"pace"},
-		{"e2e", "-processes", bin, "-rows=100000", "-runs=3"},
-		{"lag", bin},
-		{"limited", bin},
-		{"recovery", bin, "-runs=3"},
 	}
+	after := [][]string{{"lag", bin}, {"recovery", bin, "-runs=3"}}
 	if *quick {
 		steps = [][]string{
 			{"sweep", "-runs=5", "-sizes=10000,100000", "-naive-max=100000"},
 			{"queue", "-runs=1", "-messages=5000"},
 			{"pace", "-duration=10s"},
-			{"e2e", "-processes", bin, "-rows=20000"},
-			{"lag", bin, "-rows=500", "-window=1m"},
-			{"limited", bin, "-duration=30s"},
-			{"recovery", bin, "-runs=1"},
 		}
+		after = [][]string{{"lag", bin, "-rows=500", "-window=1m"}, {"recovery", bin, "-runs=1"}}
 	}
+	steps = append(append(steps, perQueue(bin, *quick)...), after...)
 	var rows []benchutil.Row
 	failed := false
 	for _, s := range steps {
+		if !want(s[0]) {
+			continue
+		}
 		fmt.Fprintf(os.Stderr, "== bench/%s %s\n", s[0], strings.Join(s[1:], " "))
 		start := time.Now()
 		cmd := exec.Command(filepath.Join(*dir, s[0]), append([]string{"-json"}, s[1:]...)...)
@@ -69,17 +76,50 @@ func main() {
 		rows = append(rows, got...)
 		fmt.Fprintf(os.Stderr, "== bench/%s took %s\n", s[0], time.Since(start).Round(time.Second))
 	}
-	got, err := deliverBench(*quick)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench/all: BenchmarkDeliver:", err)
-		failed = true
+	if want("deliver") {
+		got, err := deliverBench(*quick)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench/all: BenchmarkDeliver:", err)
+			failed = true
+		}
+		rows = append(rows, got...)
 	}
-	rows = append(rows, got...)
 	fmt.Println()
 	benchutil.Print(rows)
+	if err := stack.CheckQueue(backends.SQS); err != nil {
+		fmt.Printf("\nno sqs rows: %v\n", err)
+	}
 	if failed {
 		os.Exit(1)
 	}
+}
+
+// perQueue is the end-to-end run on every queue backend (bench/e2e skips
+// sqs when the local SQS server is not installed), then the provider-limited
+// run: as designed on rest with the inline sender beside it, and with 64
+// senders a worker (more sends in flight than the pace's max wait) on every
+// backend, which is where receives per delivery tells.
+func perQueue(bin string, quick bool) [][]string {
+	rows := map[string]string{backends.REST: "-rows=100000", backends.JetStream: "-rows=100000", backends.SQS: "-rows=20000"}
+	e2eRuns, limited, deep := "-runs=3", "-duration=2m", "-duration=1m"
+	if quick {
+		rows = map[string]string{backends.REST: "-rows=20000", backends.JetStream: "-rows=20000", backends.SQS: "-rows=5000"}
+		e2eRuns, limited, deep = "-runs=1", "-duration=30s", "-duration=30s"
+	}
+	var steps [][]string
+	for _, q := range backends.Names {
+		runs := e2eRuns
+		if q == backends.SQS {
+			// The local SQS server is indicative only: one run is enough.
+			runs = "-runs=1"
+		}
+		steps = append(steps, []string{"e2e", "-processes", bin, "-queue=" + q, rows[q], runs})
+	}
+	steps = append(steps, []string{"limited", bin, limited})
+	for _, q := range backends.Names {
+		steps = append(steps, []string{"limited", bin, "-queue=" + q, "-concurrency=64", "-inline=false", deep})
+	}
+	return steps
 }
 
 func parse(out *bytes.Buffer) ([]benchutil.Row, error) {

@@ -1,26 +1,37 @@
 // Command e2e measures end-to-end delivery throughput with the provider
-// unthrottled: N rows due now → sweeps publish them to the queue emulator →
-// workers claim, send to the sandbox provider, settle and ack → every row
-// delivered (ledger settled and sandbox counted). It reports deliveries per
-// second, Postgres transactions and statements per delivery (pg_stat_database;
-// pg_stat_statements calls by the application role when the extension is
-// loaded, as scripts/bench.sh does), and with -processes the peak resident
-// memory of each process.
+// unthrottled: N rows due now → sweeps publish them to the queue → workers
+// claim, send to the sandbox provider, settle and ack → every row delivered
+// (ledger settled and sandbox counted). It reports deliveries per second,
+// receives per delivery (the workers' owed_worker_messages_total over every
+// outcome, divided by its "delivered" series), Postgres transactions and
+// statements per delivery (pg_stat_database; pg_stat_statements calls by the
+// application role when the extension is loaded, as scripts/bench.sh does),
+// and with -processes the peak resident memory of each process.
+//
+// -queue picks the backend (OWED_QUEUE_BACKEND): rest (the emulator in this
+// process), jetstream (a NATS server embedded in this process on loopback),
+// or sqs (the local owed-sqs-server from scripts/install-sqs.sh as a child;
+// skipped with a message when it is not installed). The local SQS server is
+// a single-threaded Node.js emulator, not Amazon SQS: its figures are
+// indicative only.
 //
 // With -processes (what `make bench` runs) the sweeper and the workers are
 // the real bin/sweeper and bin/worker processes, configured by OWED_*
-// variables; the emulator and sandbox run in this process. Without it, each
-// "worker process" is a Worker with its own pool in this process, so a
-// profile (-cpuprofile) shows the whole path. Either way the sweeps run back
-// to back, as a cron would be called while a backlog lasts.
+// variables; the queue server and sandbox run as above. Without it, each
+// "worker process" is a Worker with its own pool in this process, on a
+// queue.Queue from backends.Open, so a profile (-cpuprofile) shows the whole
+// path. Either way the sweeps run back to back, as a cron would be called
+// while a backlog lasts.
 //
 //	make build && scripts/with-postgres.sh go run ./bench/e2e -processes -rows 100000
+//	make build && scripts/with-postgres.sh go run ./bench/e2e -processes -queue jetstream -rows 20000
 //	scripts/with-postgres.sh go run ./bench/e2e -rows 20000 -cpuprofile /tmp/e2e.prof
 package main
 
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http/httptest"
@@ -29,24 +40,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/bench/internal/benchutil"
 	"github.com/owedhq/owed/bench/internal/stack"
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/provider/webhook"
-	"github.com/owedhq/owed/internal/queue/emulator"
-	"github.com/owedhq/owed/internal/queue/rest"
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/sweep"
 	"github.com/owedhq/owed/internal/worker"
 )
 
 const (
-	queueToken = "bench-queue-token-0123456789"
-	tenants    = 20
+	tenants = 20
 	// riverDefault and riverTuned are River's drain rates measured on this
 	// machine kind (the issue's peer figures).
 	riverDefault = 1900
@@ -58,14 +70,14 @@ const (
 type opts struct {
 	rows, workers, concurrency int
 	processes                  bool
-	bin                        string
+	bin, queue                 string
 }
 
 // result is one run's figures.
 type result struct {
-	perSecond, xactsPer, stmtsPer float64
-	duplicates                    int64
-	rss                           map[string]float64
+	perSecond, receivesPer, xactsPer, stmtsPer float64
+	duplicates                                 int64
+	rss                                        map[string]float64
 }
 
 func main() { benchutil.Main("bench/e2e", run) }
@@ -77,10 +89,17 @@ func run() error {
 	flag.IntVar(&o.concurrency, "concurrency", 32, "sends in flight per worker (OWED_WORKER_CONCURRENCY)")
 	flag.BoolVar(&o.processes, "processes", false, "run real bin/sweeper and bin/worker processes")
 	flag.StringVar(&o.bin, "bin", "bin", "folder holding the sweeper and worker binaries (-processes)")
+	flag.StringVar(&o.queue, "queue", backends.Default, "queue backend: "+strings.Join(backends.Names, ", "))
 	runs := flag.Int("runs", 1, "repetitions, each on a fresh database")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the drains (in-process mode)")
 	flag.Parse()
 	ctx := context.Background()
+	if err := stack.CheckQueue(o.queue); errors.Is(err, stack.ErrNoSQSServer) {
+		fmt.Fprintf(os.Stderr, "bench/e2e: skipping -queue sqs: %v\n", err)
+		return nil
+	} else if err != nil {
+		return err
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -89,7 +108,7 @@ func run() error {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	var rate, xacts, stmts []float64
+	var rate, receives, xacts, stmts []float64
 	var dups int64
 	peak := map[string]float64{}
 	for r := 0; r < *runs; r++ {
@@ -97,9 +116,9 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "bench/e2e: run %d: %.0f deliveries/s, %.2f transactions and %.2f statements per delivery\n",
-			r+1, res.perSecond, res.xactsPer, res.stmtsPer)
-		rate, xacts = append(rate, res.perSecond), append(xacts, res.xactsPer)
+		fmt.Fprintf(os.Stderr, "bench/e2e: %s run %d: %.0f deliveries/s, %.3f receives, %.2f transactions and %.2f statements per delivery\n",
+			o.queue, r+1, res.perSecond, res.receivesPer, res.xactsPer, res.stmtsPer)
+		rate, receives, xacts = append(rate, res.perSecond), append(receives, res.receivesPer), append(xacts, res.xactsPer)
 		if res.stmtsPer >= 0 {
 			stmts = append(stmts, res.stmtsPer)
 		}
@@ -108,28 +127,41 @@ func run() error {
 			peak[k] = max(peak[k], v)
 		}
 	}
+	benchutil.Report(report(o, rate, receives, xacts, stmts, dups, peak))
+	return nil
+}
+
+// report builds the rows, named after the backend so bench/all can put
+// every backend's in one table.
+func report(o opts, rate, receives, xacts, stmts []float64, dups int64, peak map[string]float64) []benchutil.Row {
 	mode := fmt.Sprintf("%d worker processes", o.workers)
 	if !o.processes {
-		mode = fmt.Sprintf("%d in-process worker pools", o.workers)
+		mode = fmt.Sprintf("%d in-process pools", o.workers)
 	}
-	label := fmt.Sprintf("%d rows, %s × %d", o.rows, mode, o.concurrency)
+	label := fmt.Sprintf("%s, %d rows, %s × %d", stack.QueueLabel(o.queue), o.rows, mode, o.concurrency)
 	rs := benchutil.Summarise(rate)
-	rows := []benchutil.Row{
-		{Name: "e2e deliveries/s, " + label, Value: rs, Unit: "/s", Target: fmt.Sprintf("≥ %d", riverDefault),
-			Pass: benchutil.Check(rs.Median >= riverDefault)},
-		{Name: fmt.Sprintf("e2e deliveries/s ÷ River tuned (%d/s)", riverTuned),
-			Value: benchutil.Summary{Median: rs.Median / riverTuned, Min: rs.Min / riverTuned, Max: rs.Max / riverTuned, N: rs.N}, Unit: "×"},
-		{Name: "e2e ledger transactions per delivery", Value: benchutil.Summarise(xacts), Unit: "xact"},
+	throughput := benchutil.Row{Name: "e2e deliveries/s, " + label, Value: rs, Unit: "/s"}
+	if o.queue != backends.SQS {
+		// The peers' figure compares with owed on a queue that runs on this
+		// machine as it would in production, not with a local emulator of a
+		// remote service.
+		throughput.Target, throughput.Pass = fmt.Sprintf("≥ %d", riverDefault), benchutil.Check(rs.Median >= riverDefault)
 	}
+	rows := []benchutil.Row{throughput}
+	if o.queue != backends.SQS {
+		rows = append(rows, benchutil.Row{Name: fmt.Sprintf("e2e deliveries/s ÷ River tuned (%d/s), %s", riverTuned, o.queue),
+			Value: benchutil.Summary{Median: rs.Median / riverTuned, Min: rs.Min / riverTuned, Max: rs.Max / riverTuned, N: rs.N}, Unit: "×"})
+	}
+	rows = append(rows,
+		benchutil.Row{Name: "e2e receives per delivery (workers' messages counter), " + o.queue, Value: benchutil.Summarise(receives), Unit: "recv"},
+		benchutil.Row{Name: "e2e ledger transactions per delivery, " + o.queue, Value: benchutil.Summarise(xacts), Unit: "xact"})
 	if len(stmts) > 0 {
-		rows = append(rows, benchutil.Row{Name: "e2e ledger statements per delivery (pg_stat_statements, app role)",
+		rows = append(rows, benchutil.Row{Name: "e2e ledger statements per delivery (pg_stat_statements, app role), " + o.queue,
 			Value: benchutil.Summarise(stmts), Unit: "stmt"})
 	}
-	rows = append(rows, benchutil.Row{Name: "e2e duplicate sends (sandbox)", Value: benchutil.One(float64(dups)), Unit: "sends",
+	rows = append(rows, benchutil.Row{Name: "e2e duplicate sends (sandbox), " + o.queue, Value: benchutil.One(float64(dups)), Unit: "sends",
 		Target: "0", Pass: benchutil.Check(dups == 0)})
-	rows = append(rows, rssRows("during e2e", peak)...)
-	benchutil.Report(rows)
-	return nil
+	return append(rows, rssRows("during e2e, "+o.queue, peak)...)
 }
 
 // rssRows reports the sweeper's peak RSS and the largest worker's.
@@ -167,8 +199,9 @@ func once(ctx context.Context, o opts) (result, error) {
 	var elapsed time.Duration
 	var sb *sandbox.Server
 	var before benchutil.PGCounters
+	var rec benchutil.Receives
 	if o.processes {
-		st, err := stack.Start(ctx, stack.Config{DB: db, Bin: o.bin, Workers: o.workers, Concurrency: o.concurrency,
+		st, err := stack.Start(ctx, stack.Config{DB: db, Bin: o.bin, Queue: o.queue, Workers: o.workers, Concurrency: o.concurrency,
 			SandboxRate: "1000000/s", SandboxBurst: 1000000, MaxSends: o.rows + 1000, SweepBatch: 500, PublishAhead: time.Minute})
 		if err != nil {
 			return res, err
@@ -212,6 +245,9 @@ func once(ctx context.Context, o opts) (result, error) {
 			return res, err
 		}
 		elapsed = end.Sub(start)
+		if rec, err = waitCounted(ctx, st, o.rows); err != nil {
+			return res, err
+		}
 		if res.rss, err = st.PeakRSS(); err != nil {
 			return res, err
 		}
@@ -221,7 +257,7 @@ func once(ctx context.Context, o opts) (result, error) {
 		if before, err = db.Counters(ctx); err != nil {
 			return res, err
 		}
-		if elapsed, sb, err = inProcess(ctx, db, o); err != nil {
+		if elapsed, sb, rec, err = inProcess(ctx, db, o); err != nil {
 			return res, err
 		}
 		time.Sleep(2 * time.Second)
@@ -231,6 +267,7 @@ func once(ctx context.Context, o opts) (result, error) {
 		return res, err
 	}
 	res.perSecond = float64(o.rows) / elapsed.Seconds()
+	res.receivesPer = rec.PerDelivery()
 	res.xactsPer = float64(after.Xacts-before.Xacts) / float64(o.rows)
 	res.stmtsPer = -1
 	if before.Statements >= 0 {
@@ -259,31 +296,47 @@ func waitDelivered(ctx context.Context, db *benchutil.DB, sb *sandbox.Server, ro
 	return db.WaitSettled(ctx, 20*time.Millisecond)
 }
 
-// inProcess drains the ledger with the emulator, sandbox, sweeper and worker
-// pools all in this process.
-func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *sandbox.Server, error) {
-	qdb, err := benchutil.NewDB(ctx)
-	if err != nil {
-		return 0, nil, err
+// countLimit bounds the wait for the workers' counters to catch up with the
+// ledger: a worker counts a delivery just after its row is settled.
+const countLimit = 30 * time.Second
+
+// waitCounted reads the worker processes' receive counters once they count
+// every row delivered.
+func waitCounted(ctx context.Context, st *stack.Stack, rows int) (benchutil.Receives, error) {
+	ctx, cancel := context.WithTimeout(ctx, countLimit)
+	defer cancel()
+	for {
+		r, err := st.Receives(ctx)
+		if err == nil && r.Delivered >= float64(rows) {
+			return r, nil
+		}
+		if !clock.Sleep(ctx, 100*time.Millisecond) {
+			return r, fmt.Errorf("the workers counted %.0f of %d rows delivered within %s (%v)", r.Delivered, rows, countLimit, err)
+		}
 	}
-	defer qdb.Close()
-	ecfg := emulator.DefaultConfig()
-	ecfg.Token, ecfg.DatabaseURL, ecfg.MaxConns = queueToken, qdb.OwnerURL, 32
-	em, err := emulator.Open(ctx, ecfg, zerolog.Nop())
+}
+
+// inProcess drains the ledger with the queue server (but the local SQS
+// server's process), sandbox, sweeper and worker pools all in this process,
+// and returns the time it took, the sandbox and the workers' receives.
+func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *sandbox.Server, benchutil.Receives, error) {
+	var rec benchutil.Receives
+	qs, err := stack.StartQueue(ctx, o.queue)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, rec, err
 	}
-	em.Start(ctx)
-	esrv := httptest.NewServer(em)
-	defer func() { em.Drain(); esrv.Close(); em.Stop() }()
+	defer qs.Stop()
+	open := func() (queue.Queue, error) { return backends.Open(ctx, qs.Config, zerolog.Nop()) }
 	rate, _ := pace.ParseRate("1000000/s")
 	sb, err := sandbox.New(sandbox.Config{Rate: rate, Burst: 1000000, MaxSends: o.rows + 1000})
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, rec, err
 	}
 	ssrv := httptest.NewServer(sb)
 	defer ssrv.Close()
-	qcfg := rest.Config{URL: esrv.URL, Token: queueToken, Name: "e2e"}
+	// One set of worker metrics for every pool: their counters add up.
+	reg := prometheus.NewRegistry()
+	metrics := worker.NewMetrics(reg)
 
 	start := time.Now()
 	wctx, stop := context.WithCancel(ctx)
@@ -292,41 +345,43 @@ func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *s
 	for i := 0; i < o.workers; i++ {
 		pool, err := sql.Open("postgres", db.AppURL)
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, rec, err
 		}
 		pool.SetMaxOpenConns(o.concurrency + 4)
 		pool.SetMaxIdleConns(o.concurrency + 4)
 		defer pool.Close()
-		q, err := rest.New(qcfg)
+		q, err := open()
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, rec, err
 		}
+		defer q.Close()
 		sender, err := webhook.New(webhook.Config{URL: ssrv.URL + "/send", Name: "sandbox"})
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, rec, err
 		}
 		paces := worker.Paces(pool, pace.Unlimited)
 		w, err := worker.New(worker.Options{Ledger: ledger.New(pool, nil), Queue: q, Log: zerolog.Nop(),
-			Route: func(string) (provider.Sender, error) { return sender, nil }, Pace: paces,
+			Route: func(string) (provider.Sender, error) { return sender, nil }, Pace: paces, Metrics: metrics,
 			Concurrency: o.concurrency, ShutdownTimeout: 10 * time.Second})
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, rec, err
 		}
 		go func() { w.Run(wctx); done <- struct{}{} }()
 	}
-	sq, err := rest.New(qcfg)
+	sq, err := open()
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, rec, err
 	}
+	defer sq.Close()
 	sw, err := sweep.New(ledger.New(db.App, nil), sq, sweep.Config{Batch: 500, Budget: 50 * time.Second, PublishAhead: time.Minute,
 		RequeueAfter: 10 * time.Minute, KeyPrefix: "owed-"}, zerolog.Nop())
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, rec, err
 	}
 	for {
 		res, err := sw.Run(ctx)
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, rec, err
 		}
 		if res.Leased == 0 {
 			break
@@ -334,11 +389,12 @@ func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *s
 	}
 	end, err := waitDelivered(ctx, db, sb, o.rows)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, rec, err
 	}
 	stop()
 	for i := 0; i < o.workers; i++ {
 		<-done
 	}
-	return end.Sub(start), sb, nil
+	rec, err = benchutil.GatherReceives(reg)
+	return end.Sub(start), sb, rec, err
 }

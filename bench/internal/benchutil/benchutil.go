@@ -137,9 +137,9 @@ func One(x float64) Summary { return Summary{Median: x, Min: x, Max: x, N: 1} }
 
 // Print writes rows as an aligned table.
 func Print(rows []Row) {
-	fmt.Printf("%-72s %-40s %-6s %-8s %s\n", "benchmark", "value (median, min, max)", "unit", "target", "verdict")
+	fmt.Printf("%-84s %-40s %-6s %-8s %s\n", "benchmark", "value (median, min, max)", "unit", "target", "verdict")
 	for _, r := range rows {
-		fmt.Printf("%-72s %-40s %-6s %-8s %s\n", r.Name, r.Value, r.Unit, r.Target, r.Verdict())
+		fmt.Printf("%-84s %-40s %-6s %-8s %s\n", r.Name, r.Value, r.Unit, r.Target, r.Verdict())
 	}
 }
 

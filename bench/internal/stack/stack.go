@@ -1,9 +1,11 @@
 // Package stack runs owed as it is deployed, for the benchmarks that need
 // real processes: one bin/sweeper and N bin/worker processes configured only
 // through OWED_* variables and started through internal/launch (so they die
-// with the benchmark), against an in-process queue emulator and sandbox
-// provider on loopback. The benchmark plays the hosted cron: it calls
-// POST /cron/sweep itself, on whatever schedule it measures.
+// with the benchmark), against a queue of the backend asked for (queues.go:
+// the emulator or an embedded JetStream server in this process, or the
+// local SQS server as a child) and an in-process sandbox provider on
+// loopback. The benchmark plays the hosted cron: it calls POST /cron/sweep
+// itself, on whatever schedule it measures.
 //
 // The emulator keeps its tables in a database of its own, so the ledger
 // database's statistics (pg_stat_database, pg_stat_statements) count owed's
@@ -13,10 +15,12 @@ package stack
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -26,13 +30,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/owedhq/owed/bench/internal/benchutil"
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
-	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/sweep"
 )
 
@@ -51,7 +53,9 @@ type Config struct {
 	// DB is the ledger database; the processes connect as its app role.
 	DB *benchutil.DB
 	// Bin is the folder holding the sweeper and worker binaries.
-	Bin         string
+	Bin string
+	// Queue is the backend (backends.Names); empty is backends.Default.
+	Queue       string
 	Workers     int
 	Concurrency int
 	// ProviderRate is the workers' OWED_PROVIDER_RATE; empty is unlimited.
@@ -68,17 +72,18 @@ type Config struct {
 
 // Stack is a running system.
 type Stack struct {
-	Sandbox  *sandbox.Server
-	queueDB  *benchutil.DB
-	emulator *emulator.Emulator
-	qsrv     *httptest.Server
+	Sandbox *sandbox.Server
+	// Queue is the queue server the processes use.
+	Queue    *QueueServer
 	ssrv     *httptest.Server
 	procs    []*launch.Process
 	sweepURL string
-	http     *http.Client
+	// workerURLs are the workers' base URLs, for their /metrics.
+	workerURLs []string
+	http       *http.Client
 }
 
-// Start starts the emulator, the sandbox, the sweeper and the workers, and
+// Start starts the queue, the sandbox, the sweeper and the workers, and
 // returns once every process answers /healthz and the sweeper its /readyz.
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	s := &Stack{http: &http.Client{Timeout: 5 * time.Minute}}
@@ -89,16 +94,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}
 	}()
 	var err error
-	if s.queueDB, err = benchutil.NewDB(ctx); err != nil {
+	if s.Queue, err = StartQueue(ctx, cmp.Or(cfg.Queue, backends.Default)); err != nil {
 		return nil, err
 	}
-	ecfg := emulator.DefaultConfig()
-	ecfg.Token, ecfg.DatabaseURL, ecfg.MaxConns = queueToken, s.queueDB.OwnerURL, 32
-	if s.emulator, err = emulator.Open(ctx, ecfg, zerolog.Nop()); err != nil {
-		return nil, err
-	}
-	s.emulator.Start(ctx)
-	s.qsrv = httptest.NewServer(s.emulator)
 
 	rate, err := pace.ParseRate(cfg.SandboxRate)
 	if err != nil {
@@ -114,11 +112,8 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			return nil, fmt.Errorf("%w: run `make build` first, or pass the folder holding sweeper and worker", err)
 		}
 	}
-	common := map[string]string{
-		"OWED_DATABASE_URL": cfg.DB.AppURL,
-		"OWED_QUEUE_URL":    s.qsrv.URL, "OWED_QUEUE_TOKEN": queueToken, "OWED_QUEUE_NAME": "bench",
-		"OWED_LOG_LEVEL": "info",
-	}
+	common := maps.Clone(s.Queue.Env)
+	common["OWED_DATABASE_URL"], common["OWED_LOG_LEVEL"] = cfg.DB.AppURL, "info"
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -147,6 +142,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			"OWED_DB_MAX_CONNS": strconv.Itoa(cfg.Concurrency + 4)}); err != nil {
 			return nil, err
 		}
+		s.workerURLs = append(s.workerURLs, "http://"+addr)
 	}
 	ok = true
 	return s, nil
@@ -236,24 +232,42 @@ func (s *Stack) PeakRSS() (map[string]float64, error) {
 }
 
 // Stop terminates the processes, all at once (SIGTERM, then SIGKILL after
-// stopTimeout), then the emulator and the sandbox, and drops the queue's
-// database. It is safe to call on a partly started stack, and twice.
+// stopTimeout), then the queue server and the sandbox. It is safe to call
+// on a partly started stack, and twice.
 func (s *Stack) Stop() {
 	if err := launch.StopAll(s.procs, stopTimeout, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/stack:", err)
 	}
-	if s.qsrv != nil {
-		s.emulator.Drain()
-		s.qsrv.Close()
-		s.emulator.Stop()
+	if s.Queue != nil {
+		s.Queue.Stop()
 	}
 	if s.ssrv != nil {
 		s.ssrv.Close()
 	}
-	if s.queueDB != nil {
-		s.queueDB.Close()
+	s.procs, s.Queue, s.ssrv, s.workerURLs = nil, nil, nil, nil
+}
+
+// Receives adds up the workers' receive counters (their /metrics). Read it
+// before Stop.
+func (s *Stack) Receives(ctx context.Context) (benchutil.Receives, error) {
+	var total benchutil.Receives
+	for _, base := range s.workerURLs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+		if err != nil {
+			return total, err
+		}
+		resp, err := s.http.Do(req)
+		if err != nil {
+			return total, err
+		}
+		r, err := benchutil.ParseReceives(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return total, fmt.Errorf("%s/metrics: %w", base, err)
+		}
+		total = total.Add(r)
 	}
-	s.procs, s.qsrv, s.ssrv, s.queueDB = nil, nil, nil, nil
+	return total, nil
 }
 
 // freeAddr returns a loopback address nobody listens on right now.
