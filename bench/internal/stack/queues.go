@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/bench/internal/benchutil"
@@ -21,6 +20,7 @@ import (
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/emulator"
 	"github.com/owedhq/owed/internal/queue/jetstream"
+	"github.com/owedhq/owed/internal/queue/jetstream/jsserver"
 	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/queue/sqs"
 )
@@ -145,16 +145,11 @@ func (q *QueueServer) startJetStream(ctx context.Context) error {
 		return err
 	}
 	q.stop = append(q.stop, func() { os.RemoveAll(dir) })
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT,
-		JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	srv, err := jsserver.Start(jsserver.Config{Addr: "127.0.0.1:0", StoreDir: dir, Log: zerolog.Nop()})
 	if err != nil {
-		return fmt.Errorf("nats-server: %w", err)
+		return err
 	}
-	srv.Start()
-	q.stop = append(q.stop, func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(queueStartTimeout) {
-		return fmt.Errorf("nats-server did not accept clients within %s", queueStartTimeout)
-	}
+	q.stop = append(q.stop, srv.Shutdown)
 	// Provision creates the streams and the consumer with docs/queues.md's
 	// settings, which the services' defaults name too; they open them
 	// without provisioning, as in production.
