@@ -313,7 +313,8 @@ type countingPacer struct{ n *atomic.Int64 }
 func (countingPacer) Reserve(context.Context, time.Duration) (time.Duration, bool, error) {
 	return 0, true, nil
 }
-func (p countingPacer) Pause(context.Context, time.Duration) error { p.n.Add(1); return nil }
+func (p countingPacer) Pause(context.Context, time.Duration) error               { p.n.Add(1); return nil }
+func (countingPacer) Next(context.Context) (time.Duration, time.Duration, error) { return 0, 0, nil }
 
 func TestPermanentFailureAndPoisonAreDeadLettered(t *testing.T) {
 	b := setup(t, stacktest.Options{Sandbox: func(c *sandbox.Config) { c.Faults.PermanentRecipient = "bounce" }})
@@ -373,6 +374,10 @@ func TestShutdownDrainsCleanly(t *testing.T) {
 	if bl := read(t, b.Ledger.Backlog); bl.ByState[ledger.StateSending] != 0 {
 		t.Errorf("%d rows left in sending after a clean shutdown", bl.ByState[ledger.StateSending])
 	}
+	// Nothing is left in flight: what the worker held is acked, visible
+	// again, or back within its retry delay (under a second here), never
+	// hidden for the hour it was received for.
+	waitNotInFlight(t, b)
 	// A new worker finishes the job without duplicates.
 	if err := b.SandboxClient.SetFaults(bg, sandbox.Faults{}); err != nil {
 		t.Fatal(err)
@@ -381,6 +386,23 @@ func TestShutdownDrainsCleanly(t *testing.T) {
 	b.waitSettled(t, 60*time.Second)
 	if st := b.sandboxStats(t); st.Accepted != 300 || st.Duplicates != 0 {
 		t.Errorf("after restart: accepted=%d duplicates=%d, want 300 and 0", st.Accepted, st.Duplicates)
+	}
+}
+
+// waitNotInFlight polls the queue until no message is in flight, failing
+// the test if one still is after 20 s.
+func waitNotInFlight(t *testing.T, b *bundle) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		q := b.queueStats(t)
+		if q.InFlight == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d messages still in flight 20s after a clean shutdown: %+v", q.InFlight, q)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -487,7 +509,8 @@ type slowPacer struct{ wait time.Duration }
 func (p slowPacer) Reserve(context.Context, time.Duration) (time.Duration, bool, error) {
 	return p.wait, true, nil
 }
-func (slowPacer) Pause(context.Context, time.Duration) error { return nil }
+func (slowPacer) Pause(context.Context, time.Duration) error                 { return nil }
+func (slowPacer) Next(context.Context) (time.Duration, time.Duration, error) { return 0, 0, nil }
 
 // A row claimed before its expiry that waits past it for the provider's pace
 // is settled expired, not sent late.
@@ -555,7 +578,8 @@ func (p refuseOncePacer) Reserve(context.Context, time.Duration) (time.Duration,
 	}
 	return 0, true, nil
 }
-func (refuseOncePacer) Pause(context.Context, time.Duration) error { return nil }
+func (refuseOncePacer) Pause(context.Context, time.Duration) error                 { return nil }
+func (refuseOncePacer) Next(context.Context) (time.Duration, time.Duration, error) { return 0, 0, nil }
 
 // A row a dead worker may already have sent is re-claimed with its mark; if
 // that claim is handed back before sending (the pace has no slot), the mark
