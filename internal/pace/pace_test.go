@@ -504,10 +504,13 @@ func TestReserveWaitOnTheDatabaseClock(t *testing.T) {
 	l := mustNew(t, b.db.App, "sandbox", Rate{10, time.Second})
 	first := mustReserve(t, l, time.Second)
 	second := mustReserve(t, l, time.Second)
-	if !first.Granted || !second.Granted || second.At.Sub(first.At) != 100*time.Millisecond {
-		t.Fatalf("reservations = %+v, %+v, want granted 100ms apart", first, second)
+	// The second slot is one interval after the first, or later when a busy
+	// machine let more than an interval pass between the two reservations;
+	// never closer.
+	if !first.Granted || !second.Granted || second.At.Sub(first.At) < 100*time.Millisecond {
+		t.Fatalf("reservations = %+v, %+v, want granted at least 100ms apart", first, second)
 	}
-	if second.Wait <= 0 || second.Wait > 100*time.Millisecond {
+	if second.Wait > 100*time.Millisecond {
 		t.Fatalf("second wait = %s, want within one interval", second.Wait)
 	}
 }
