@@ -2,13 +2,10 @@ package worker_test
 
 import (
 	"context"
-	"database/sql"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/worker"
@@ -40,18 +37,10 @@ func TestBacklogBehindAProviderLimitIsReceivedOncePerDelivery(t *testing.T) {
 	if n := b.sweepAll(t); n != rows {
 		t.Fatalf("published %d, want %d", n, rows)
 	}
-	db, err := sql.Open("postgres", b.DB.AppURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	rate, err := pace.ParseRate("10/s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, paces := b.process(t, "10/s")
 	q := &countingQueue{Queue: b.Queue}
 	b.start(t, func(o *worker.Options) {
-		o.Queue, o.Ledger, o.Pace = q, ledger.New(db, nil), worker.Paces(db, rate)
+		o.Queue, o.Ledger, o.Pace = q, l, paces
 		o.Concurrency, o.PaceMaxWait = 16, 200*time.Millisecond
 	})
 	b.waitSettled(t, 60*time.Second)

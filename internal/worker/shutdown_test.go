@@ -119,23 +119,17 @@ func TestSendCutOffByShutdownCostsNoAttempt(t *testing.T) {
 // after the redrive is recorded as a possible duplicate.
 func TestUncertainLastSendKeepsTheMarkThroughARedrive(t *testing.T) {
 	b := setup(t, stacktest.Options{})
-	rows := b.Schedule(t, "acme", 1, time.Now().Add(-time.Second), nil)
-	b.sweepAll(t)
-	sender := &lostAnswer{Sender: b.Sender}
-	b.start(t, func(o *worker.Options) {
-		o.Route = func(string) (provider.Sender, error) { return sender, nil }
-		o.MaxAttempts = 1
-	})
+	id := b.startLosingFirstAnswer(t, func(o *worker.Options) { o.MaxAttempts = 1 })
 	b.waitSettled(t, 30*time.Second)
-	if d, _ := b.Ledger.Get(bg, "acme", rows[0].ID); d.State != ledger.StateFailed {
+	if d, _ := b.Ledger.Get(bg, "acme", id); d.State != ledger.StateFailed {
 		t.Fatalf("row after its one send lost its answer: %s, want failed", d.State)
 	}
-	if res, err := b.Ledger.Redrive(bg, "acme", rows[0].ID); err != nil || len(res) != 1 || !res[0].Reopened {
+	if res, err := b.Ledger.Redrive(bg, "acme", id); err != nil || len(res) != 1 || !res[0].Reopened {
 		t.Fatalf("redrive: %+v %v", res, err)
 	}
 	b.sweepAll(t)
 	b.waitSettled(t, 30*time.Second)
-	d, _ := b.Ledger.Get(bg, "acme", rows[0].ID)
+	d, _ := b.Ledger.Get(bg, "acme", id)
 	if d.State != ledger.StateDelivered || len(d.History) != 2 || !d.History[1].PossibleDuplicate {
 		t.Errorf("redriven row: state=%s history=%+v, want delivered on a second attempt flagged possible duplicate",
 			d.State, d.History)

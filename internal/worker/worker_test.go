@@ -406,6 +406,22 @@ func waitNotInFlight(t *testing.T, b *bundle) {
 	}
 }
 
+// process opens a pool of its own as the application role, standing in
+// for another worker process, and returns its ledger and its paces at rate.
+func (b *bundle) process(t *testing.T, rate string) (*ledger.Ledger, func(string) worker.Pacer) {
+	t.Helper()
+	db, err := sql.Open("postgres", b.DB.AppURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	r, err := pace.ParseRate(rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ledger.New(db, nil), worker.Paces(db, r)
+}
+
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
 // Two worker processes (separate pools, separate Worker values) share one
@@ -422,19 +438,8 @@ func TestTwoProcessesShareTheProvidersPace(t *testing.T) {
 	b.sweepAll(t)
 	start := time.Now()
 	for i := 0; i < 2; i++ {
-		db, err := sql.Open("postgres", b.DB.AppURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		rate, err := pace.ParseRate("10/s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		paces := worker.Paces(db, rate)
-		b.start(t, func(o *worker.Options) {
-			o.Ledger, o.Pace = ledger.New(db, nil), paces
-		})
+		l, paces := b.process(t, "10/s")
+		b.start(t, func(o *worker.Options) { o.Ledger, o.Pace = l, paces })
 	}
 	b.waitSettled(t, 60*time.Second)
 	elapsed := time.Since(start)
@@ -548,19 +553,27 @@ func (s *lostAnswer) Send(ctx context.Context, d provider.Delivery) (provider.Re
 	return res, err
 }
 
-// When a send's answer is lost the worker cannot know whether the provider
-// took it; the retry is recorded as a possible duplicate, never silently.
-func TestLostAnswerRetryIsRecordedAsPossibleDuplicate(t *testing.T) {
-	b := setup(t, stacktest.Options{})
+// startLosingFirstAnswer schedules one due row and starts a worker, changed
+// by change, whose sender loses the provider's first answer. It returns the
+// row's id.
+func (b *bundle) startLosingFirstAnswer(t *testing.T, change options) int64 {
+	t.Helper()
 	rows := b.Schedule(t, "acme", 1, time.Now().Add(-time.Second), nil)
 	b.sweepAll(t)
 	sender := &lostAnswer{Sender: b.Sender}
 	b.start(t, func(o *worker.Options) {
 		o.Route = func(string) (provider.Sender, error) { return sender, nil }
-		o.RetryBase = 20 * time.Millisecond
-	})
+	}, change)
+	return rows[0].ID
+}
+
+// When a send's answer is lost the worker cannot know whether the provider
+// took it; the retry is recorded as a possible duplicate, never silently.
+func TestLostAnswerRetryIsRecordedAsPossibleDuplicate(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	id := b.startLosingFirstAnswer(t, func(o *worker.Options) { o.RetryBase = 20 * time.Millisecond })
 	b.waitSettled(t, 30*time.Second)
-	d, _ := b.Ledger.Get(bg, "acme", rows[0].ID)
+	d, _ := b.Ledger.Get(bg, "acme", id)
 	if d.State != ledger.StateDelivered || len(d.History) != 2 || !d.History[1].PossibleDuplicate {
 		t.Errorf("row: %s history %+v, want delivered on a second attempt flagged possible duplicate", d.State, d.History)
 	}
