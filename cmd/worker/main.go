@@ -1,8 +1,10 @@
 // Command worker drains the delivery queue and sends through the configured
 // providers at their shared pace. Configuration is OWED_* variables (see the
-// README). SIGTERM stops consuming, lets in-flight sends finish within
-// OWED_SHUTDOWN_TIMEOUT, hands the rest back to the queue and exits 0; a
-// second signal exits at once.
+// README). SIGTERM stops consuming (a receive under way finishes, within
+// its 5 s long poll, and what it got is handed back), lets in-flight sends
+// finish within OWED_SHUTDOWN_TIMEOUT, hands the rest back to the queue
+// without costing any row an attempt, and exits 0; a second signal exits at
+// once.
 package main
 
 import (

@@ -368,14 +368,18 @@ func (l *Ledger) SettleSkipped(ctx context.Context, tenant string, id int64, rea
 
 // SettleFailed settles a row as failed with reason (a permanent error or
 // attempts exhausted). The attempt that failed, if any, is recorded with it.
-func (l *Ledger) SettleFailed(ctx context.Context, tenant string, id int64, reason string, a *Attempt) error {
+// uncertain says the provider may have accepted the last send even so (as
+// for ReleaseClaim): the row keeps the possible-duplicate mark, so the send
+// after a Redrive is recorded as a possible duplicate. The mark is kept as
+// well when a send of the row was already recorded as one.
+func (l *Ledger) SettleFailed(ctx context.Context, tenant string, id int64, reason string, a *Attempt, uncertain bool) error {
 	return l.withTenant(ctx, tenant, func(tx *txn) error {
 		if a != nil {
 			if err := recordAttempt(tx, id, *a); err != nil {
 				return err
 			}
 		}
-		_, err := tx.Exec(qSettleFailed, id, l.now(), reason)
+		_, err := tx.Exec(qSettleFailed, id, l.now(), reason, uncertain)
 		return err
 	})
 }

@@ -30,7 +30,7 @@ func mustFail(t *testing.T, b *bundle, tenant string, id int64, due time.Time, a
 	if c, err := b.l.ClaimForSend(ctx, tenant, id, ClaimParams{DueAt: due, LeaseFor: time.Minute}); err != nil || c.Outcome != ClaimSend {
 		t.Fatalf("claim before failing: %v %v", c.Outcome, err)
 	}
-	if err := b.l.SettleFailed(ctx, tenant, id, "permanent: 400 bad number", a); err != nil {
+	if err := b.l.SettleFailed(ctx, tenant, id, "permanent: 400 bad number", a, false); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -257,7 +257,7 @@ func TestRedriveKeepsThePossibleDuplicateMark(t *testing.T) {
 		t.Fatalf("claim after an uncertain send: %v dup=%v err=%v", c.Outcome, c.PossibleDuplicate, err)
 	}
 	if err := b.l.SettleFailed(ctx, "acme", id, "attempts exhausted", &Attempt{Provider: "p", StartedAt: b.now,
-		FinishedAt: b.now, Outcome: AttemptTransient, Error: "503", PossibleDuplicate: true}); err != nil {
+		FinishedAt: b.now, Outcome: AttemptTransient, Error: "503", PossibleDuplicate: true}, false); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := b.l.Redrive(ctx, "acme", id); err != nil || !res[0].Reopened {

@@ -211,11 +211,20 @@ UPDATE owed_notifications
        updated_at = coalesce($2::timestamptz, now())
  WHERE id = $1 AND settled_at IS NULL`
 
+	// qSettleFailed settles a row failed. claimed_at, the mark that the next
+	// send may duplicate an earlier one (see qRedrive), survives only when
+	// the last send's outcome was unknown ($4) or a send of the row was
+	// already recorded as a possible duplicate: either may have reached the
+	// provider. The claimed_at every other failed claim leaves behind is
+	// cleared, so it is not taken for such a mark.
 	qSettleFailed = `
-UPDATE owed_notifications
+UPDATE owed_notifications n
    SET state = 'failed', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL, last_error = $3,
+       claimed_at = CASE WHEN $4::boolean OR EXISTS (SELECT 1 FROM owed_notification_attempts a
+                                                     WHERE a.notification_id = n.id AND a.possible_duplicate)
+                         THEN n.claimed_at END,
        updated_at = coalesce($2::timestamptz, now())
- WHERE id = $1 AND settled_at IS NULL`
+ WHERE n.id = $1 AND n.settled_at IS NULL`
 
 	// qReleaseClaim returns a row a worker could not send now (rate limited,
 	// transient failure) to queued. Its message comes back after the nack's
@@ -237,11 +246,11 @@ UPDATE owed_notifications
 	// published under the new queue generation, so the next sweep leases
 	// them at once and publishes a fresh message under a new queue key.
 	// attempts is kept: it counts sends tried. claimed_at, the mark that the
-	// next send may duplicate an earlier one, is kept only when a send of
-	// the row was already recorded as a possible duplicate, since an
-	// earlier send that may have reached the provider still may have; the
-	// claimed_at every failed claim leaves behind is not such a mark. A row
-	// past its expiry stays failed: a redrive never sends a late nudge.
+	// next send may duplicate an earlier one, is kept as qSettleFailed left
+	// it: set only when the last send's outcome was unknown or a send was
+	// already recorded as a possible duplicate, since an earlier send that
+	// may have reached the provider still may have. A row past its expiry
+	// stays failed: a redrive never sends a late nudge.
 	//
 	// The rows are locked in id order first (see qMarkQueued). The final
 	// select reads the rows as they were before the update, so it takes the
@@ -254,9 +263,6 @@ WITH target AS (
     UPDATE owed_notifications n
        SET state = 'pending', settled_at = NULL, lease_until = NULL, published_at = NULL,
            queue_generation = n.queue_generation + 1,
-           claimed_at = CASE WHEN EXISTS (SELECT 1 FROM owed_notification_attempts a
-                                           WHERE a.notification_id = n.id AND a.possible_duplicate)
-                             THEN n.claimed_at END,
            last_error = 'redriven after: ' || coalesce(n.last_error, 'failed'),
            updated_at = coalesce($2::timestamptz, now())
       FROM target t

@@ -277,6 +277,23 @@ func (l *Limiter) State(ctx context.Context) (State, error) {
 	return s, nil
 }
 
+// Next says how far away the account's next free slot is, without taking
+// it: greatest(tat, now, paused_until) - now on the limiter's clock, read in
+// one statement that writes nothing (State's). An unlimited limiter answers
+// its local pause without the database. Workers ask before each receive, so
+// they do not fetch messages they could not send soon; the answer is a
+// moment's picture, and a slot it shows may be taken by another process
+// before the caller reserves it.
+func (l *Limiter) Next(ctx context.Context) (time.Duration, error) {
+	s, err := l.State(ctx)
+	if err != nil {
+		return 0, err
+	}
+	// A zero TAT or PausedUntil (never reserved, never paused) lies far in
+	// the past and counts as now.
+	return max(s.TAT.Sub(s.Now), s.PausedUntil.Sub(s.Now), 0), nil
+}
+
 // localPause is how long an unlimited limiter's in-memory pause still runs.
 func (l *Limiter) localPause() time.Duration {
 	l.mu.Lock()

@@ -257,6 +257,57 @@ func TestStateOfUnknownAccount(t *testing.T) {
 	}
 }
 
+// Next reads how far away the next slot is and takes nothing: the slot it
+// names is the one the next reservation gets, a pause pushes it back, and
+// an unlimited limiter answers without a database.
+func TestNextReadsTheSlotWithoutTakingIt(t *testing.T) {
+	b := setup(t)
+	l := mustNew(t, b.db.App, "sandbox", Rate{10, time.Second}, WithClock(b.clk))
+	next := func() time.Duration {
+		t.Helper()
+		d, err := l.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := next(); d != 0 {
+		t.Fatalf("Next of an unknown account = %s, want 0", d)
+	}
+	for range 3 {
+		mustReserve(t, l, time.Minute)
+	}
+	for range 2 {
+		if d := next(); d != 300*time.Millisecond {
+			t.Fatalf("Next after three slots = %s, want 300ms", d)
+		}
+	}
+	if r := mustReserve(t, l, time.Minute); !r.Granted || r.Wait != 300*time.Millisecond {
+		t.Fatalf("reservation after Next = %+v, want the slot Next named (300ms)", r)
+	}
+	b.clk.Advance(time.Second)
+	if d := next(); d != 0 {
+		t.Fatalf("Next once the slots passed = %s, want 0", d)
+	}
+	if err := l.Pause(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := next(); d != 5*time.Second {
+		t.Fatalf("Next during a 5s pause = %s, want 5s", d)
+	}
+
+	unlimited := mustNew(t, nil, "sandbox", Unlimited, WithClock(b.clk))
+	if d, err := unlimited.Next(ctx); err != nil || d != 0 {
+		t.Fatalf("unlimited Next = %s, %v, want 0 without a database", d, err)
+	}
+	if err := unlimited.Pause(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := unlimited.Next(ctx); err != nil || d != time.Minute {
+		t.Fatalf("unlimited Next during its local pause = %s, %v, want 1m", d, err)
+	}
+}
+
 func TestWaitSleepsUntilTheSlot(t *testing.T) {
 	b := setup(t)
 	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clk))
@@ -453,10 +504,13 @@ func TestReserveWaitOnTheDatabaseClock(t *testing.T) {
 	l := mustNew(t, b.db.App, "sandbox", Rate{10, time.Second})
 	first := mustReserve(t, l, time.Second)
 	second := mustReserve(t, l, time.Second)
-	if !first.Granted || !second.Granted || second.At.Sub(first.At) != 100*time.Millisecond {
-		t.Fatalf("reservations = %+v, %+v, want granted 100ms apart", first, second)
+	// The second slot is one interval after the first, or later when a busy
+	// machine let more than an interval pass between the two reservations;
+	// never closer.
+	if !first.Granted || !second.Granted || second.At.Sub(first.At) < 100*time.Millisecond {
+		t.Fatalf("reservations = %+v, %+v, want granted at least 100ms apart", first, second)
 	}
-	if second.Wait <= 0 || second.Wait > 100*time.Millisecond {
+	if second.Wait > 100*time.Millisecond {
 		t.Fatalf("second wait = %s, want within one interval", second.Wait)
 	}
 }

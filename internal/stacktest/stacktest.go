@@ -139,3 +139,6 @@ func (Unpaced) Reserve(context.Context, time.Duration) (time.Duration, bool, err
 
 // Pause does nothing.
 func (Unpaced) Pause(context.Context, time.Duration) error { return nil }
+
+// Next says a slot is free now, with no limit.
+func (Unpaced) Next(context.Context) (time.Duration, time.Duration, error) { return 0, 0, nil }

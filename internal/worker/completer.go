@@ -27,7 +27,20 @@ const (
 	// message is returned for, so the sweeper does not republish a row whose
 	// message is only waiting.
 	requeueGrace = 2 * time.Minute
+	// writeTimeout bounds one write that records an outcome or hands a
+	// message back, and one claim or ack batch. Such writes run on a
+	// context detached from the worker's, because shutdown must not cut
+	// them short (the provider answered, or the message would stay hidden
+	// for its visibility timeout), and a detached context still has a
+	// deadline.
+	writeTimeout = 10 * time.Second
 )
+
+// detach returns a context that shutdown does not cancel, ending after
+// writeTimeout.
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+}
 
 // retry says when and why a released row's message comes back.
 type retry struct {
@@ -59,6 +72,8 @@ func (w *Worker) delivered(dl *delivery, a ledger.Attempt) {
 // skip settles a row whose recipient has nothing to receive (the contact
 // opted out) and acks its message.
 func (w *Worker) skip(ctx context.Context, dl *delivery) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	if err := w.o.Ledger.SettleSkipped(ctx, dl.row.Tenant, dl.row.ID, "recipient has nothing to receive"); err != nil {
 		w.returnAfter(ctx, dl.msg, jitter(unavailableRetry), "ledger unavailable")
 		return
@@ -70,6 +85,8 @@ func (w *Worker) skip(ctx context.Context, dl *delivery) {
 // expire settles a row whose expiry passed after its claim and acks its
 // message.
 func (w *Worker) expire(ctx context.Context, dl *delivery) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	if err := w.o.Ledger.SettleExpired(ctx, dl.row.Tenant, dl.row.ID); err != nil {
 		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "ledger unavailable"})
 		return
@@ -78,9 +95,15 @@ func (w *Worker) expire(ctx context.Context, dl *delivery) {
 	w.ack(dl.msg.Receipt)
 }
 
-// fail settles the row failed and dead-letters its message.
-func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledger.Attempt) {
-	if err := w.o.Ledger.SettleFailed(ctx, dl.row.Tenant, dl.row.ID, reason, a); err != nil {
+// fail settles the row failed and dead-letters its message. uncertain says
+// the last send may have reached the provider even so.
+func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledger.Attempt, uncertain bool) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	// As in release: a claim that came with the possible-duplicate mark
+	// keeps it, so a redriven row's next send is recorded as one.
+	uncertain = uncertain || dl.possibleDuplicate
+	if err := w.o.Ledger.SettleFailed(ctx, dl.row.Tenant, dl.row.ID, reason, a, uncertain); err != nil {
 		dl.log.Warn().Err(err).Msg("could not settle the row failed; message returns later")
 		w.returnAfter(ctx, dl.msg, jitter(unavailableRetry), "ledger unavailable")
 		return
@@ -96,7 +119,7 @@ func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledge
 func (w *Worker) retryOrFail(ctx context.Context, dl *delivery, a ledger.Attempt, retryAfter time.Duration, uncertain bool) {
 	n := dl.row.Attempts + 1
 	if n >= w.o.MaxAttempts {
-		w.fail(ctx, dl, fmt.Sprintf("attempts exhausted (%d): %s", n, a.Error), &a)
+		w.fail(ctx, dl, fmt.Sprintf("attempts exhausted (%d): %s", n, a.Error), &a, uncertain)
 		return
 	}
 	delay := backoffDelay(w.o.RetryBase, n)
@@ -109,6 +132,8 @@ func (w *Worker) retryOrFail(ctx context.Context, dl *delivery, a ledger.Attempt
 
 // release gives the row back and brings its message back after r.after.
 func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	retryAt := w.o.Clock.Now().Add(r.after)
 	// A claim that came with the possible-duplicate mark keeps it through
 	// the release whatever this attempt's outcome: the earlier send may still
@@ -123,6 +148,15 @@ func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 	w.returnAfter(ctx, dl.msg, r.after, r.reason)
 }
 
+// abandon gives back a claimed row the worker stops working on because it
+// is shutting down (the shutdown timeout cut a step short): no attempt is
+// counted, and its message comes back at once. uncertain says a send was
+// under way when it was cut off.
+func (w *Worker) abandon(ctx context.Context, dl *delivery, uncertain bool) {
+	w.release(ctx, dl, retry{reason: "worker shutting down", uncertain: uncertain})
+	w.o.Metrics.outcome("retried")
+}
+
 // ack hands a settled row's message to the acker. Batching acks changes
 // when the queue hears of them, never their order relative to the settle:
 // only a message whose row is already settled gets here. A crash before the
@@ -135,6 +169,8 @@ func (w *Worker) ack(receipt string) { w.acks.post(receipt) }
 // counts, and that is fine: the ledger, not the queue's receive count,
 // decides dead letters.
 func (w *Worker) returnAfter(ctx context.Context, msg queue.Delivery, delay time.Duration, reason string) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	delay = min(max(delay, 0), queue.MaxVisibility)
 	if err := w.o.Queue.ChangeVisibility(ctx, msg.Receipt, delay); err != nil {
 		w.o.Log.Warn().Err(err).Str("message_id", msg.ID).Str("reason", reason).
@@ -146,6 +182,8 @@ func (w *Worker) returnAfter(ctx context.Context, msg queue.Delivery, delay time
 // and acks the original: the row is settled failed, or the message is
 // poison.
 func (w *Worker) deadLetter(ctx context.Context, msg queue.Delivery, reason, kind string) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	w.o.Metrics.deadLettered.WithLabelValues(kind).Inc()
 	if err := w.o.Queue.DeadLetter(ctx, msg, reason); err != nil {
 		w.o.Log.Warn().Err(err).Str("message_id", msg.ID).Msg("dead-letter failed; the message returns after its visibility timeout")
@@ -154,6 +192,8 @@ func (w *Worker) deadLetter(ctx context.Context, msg queue.Delivery, reason, kin
 
 // flushAcks acknowledges one batch of messages in one queue call.
 func (w *Worker) flushAcks(ctx context.Context, receipts []string) ([]struct{}, []error) {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
 	if err := w.o.Queue.Ack(ctx, receipts...); err != nil {
 		// The rows are settled; redelivered copies are absorbed.
 		w.o.Log.Warn().Err(err).Int("messages", len(receipts)).Msg("ack failed; the copies will be absorbed")
@@ -163,6 +203,8 @@ func (w *Worker) flushAcks(ctx context.Context, receipts []string) ([]struct{}, 
 
 // flushClaims claims one batch of rows in one ledger statement.
 func (w *Worker) flushClaims(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, []error) {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
 	claims, errs, err := w.o.Ledger.ClaimForSendBatch(ctx, reqs, ledger.ClaimParams{
 		LeaseFor: w.o.SendTimeout + w.o.VisibilityTimeout, EarlyTolerance: w.o.EarlyTolerance,
 	})
@@ -176,14 +218,15 @@ func (w *Worker) flushClaims(ctx context.Context, reqs []ledger.ClaimRequest) ([
 // retrying a failed batch with backoff for settleRetry: the sends already
 // happened, and losing their record would resend them.
 func (w *Worker) flushSettles(ctx context.Context, rows []ledger.Delivered) ([]struct{}, []error) {
-	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, settleRetry)
+	defer cancel()
 	delay := 100 * time.Millisecond
 	for {
 		_, errs, err := w.o.Ledger.SettleDeliveredBatch(ctx, rows)
 		if err == nil {
 			return nil, errs
 		}
-		if time.Since(start) > settleRetry || !clock.Sleep(ctx, jitter(delay)) {
+		if !clock.Sleep(ctx, jitter(delay)) {
 			return nil, fill(len(rows), err)
 		}
 		delay = min(delay*2, 5*time.Second)

@@ -38,20 +38,39 @@ type delivery struct {
 	sender  provider.Sender
 	pace    Pacer
 	request provider.Delivery
+	// unhold gives the message's place in the gate back; reserve calls it
+	// as soon as the slot is taken (or refused).
+	unhold func()
 }
 
 // execute processes one message end to end. Every path ends in exactly one
 // of: ack (row settled or nothing to do), return (comes back later), or
-// dead-letter.
+// dead-letter. ctx ends the shutdown timeout after the worker was told to
+// stop; whatever step it cuts short hands the row and its message back
+// without counting an attempt (abandon).
 func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
+	// The message holds a place in the gate from its receive until its
+	// slot is reserved, or until it leaves without one.
+	held := true
+	unhold := func() {
+		if held {
+			held = false
+			w.gate.done(1)
+		}
+	}
+	defer unhold()
 	dl, ok := w.claim(ctx, msg)
 	if !ok {
 		return
 	}
+	dl.unhold = unhold
 	// A message may surface up to the early tolerance before its due time
 	// (the sweeper publishes ahead in whole seconds). The claim is held;
 	// wait out the rest so the send is on time, not early.
-	clock.Sleep(ctx, dl.row.DueAt.Sub(w.o.Clock.Now()))
+	if !clock.Sleep(ctx, dl.row.DueAt.Sub(w.o.Clock.Now())) {
+		w.abandon(ctx, dl, false)
+		return
+	}
 	if !w.prepare(ctx, dl) || !w.reserve(ctx, dl) {
 		return
 	}
@@ -121,16 +140,20 @@ func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
 	row := dl.row
 	sender, err := w.o.Route(row.Channel)
 	if err != nil {
-		w.fail(ctx, dl, fmt.Sprintf("no provider for channel %q: %v", row.Channel, err), nil)
+		w.fail(ctx, dl, fmt.Sprintf("no provider for channel %q: %v", row.Channel, err), nil, false)
 		return false
 	}
 	msg, err := payload.Parse(row.Channel, row.Payload)
 	if err != nil {
-		w.fail(ctx, dl, "payload: "+err.Error(), nil)
+		w.fail(ctx, dl, "payload: "+err.Error(), nil, false)
 		return false
 	}
 	addr, skip, err := w.o.Resolver.Resolve(ctx, row.Tenant, row.Recipient, row.Channel)
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// The shutdown cut the look-up off: the recipient is not at fault.
+		w.abandon(ctx, dl, false)
+		return false
 	case err != nil:
 		// An unresolvable recipient is an attempt that failed before the
 		// provider: it backs off like one and, when attempts run out, ends
@@ -154,6 +177,12 @@ func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
 func (w *Worker) reserve(ctx context.Context, dl *delivery) bool {
 	m := w.o.Metrics
 	wait, granted, err := dl.pace.Reserve(ctx, w.o.PaceMaxWait)
+	// The slot is taken (or refused): the gate may count the next message.
+	dl.unhold()
+	if err != nil && ctx.Err() != nil {
+		w.abandon(ctx, dl, false)
+		return false
+	}
 	if err != nil {
 		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "pace unavailable: " + err.Error()})
 		m.outcome("retried")
@@ -167,7 +196,7 @@ func (w *Worker) reserve(ctx context.Context, dl *delivery) bool {
 		return false
 	}
 	if wait > 0 && !clock.Sleep(ctx, wait) {
-		w.release(context.WithoutCancel(ctx), dl, retry{reason: "worker shutting down"})
+		w.abandon(ctx, dl, false)
 		return false
 	}
 	return true
@@ -205,11 +234,20 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 	cancel()
 	stopExtend()
 	m.inFlight.Dec()
+	if sendErr != nil && ctx.Err() != nil {
+		// The shutdown timeout cut the send off: owed's own cancellation is
+		// no attempt and never fails the row. The request may have reached
+		// the provider, so the next send is flagged a possible duplicate.
+		dl.log.Warn().Err(sendErr).Msg("send cut off by the shutdown timeout; the row is released without an attempt")
+		w.abandon(ctx, dl, true)
+		return
+	}
 	attempt := ledger.Attempt{Provider: dl.sender.Name(), StartedAt: started, FinishedAt: w.o.Clock.Now(),
 		PossibleDuplicate: dl.possibleDuplicate}
 	// What happens next must not be cut short by shutdown: the provider has
 	// answered, and that answer is worth recording.
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancelWrites := detach(ctx)
+	defer cancelWrites()
 
 	if sendErr == nil {
 		attempt.ProviderMessageID, attempt.HTTPStatus = res.MessageID, res.HTTPStatus
@@ -238,7 +276,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 	case provider.Permanent:
 		m.attempts.WithLabelValues("permanent").Inc()
 		attempt.Outcome = ledger.AttemptPermanent
-		w.fail(ctx, dl, pe.Error(), &attempt)
+		w.fail(ctx, dl, pe.Error(), &attempt, false)
 	default:
 		m.attempts.WithLabelValues("transient").Inc()
 		attempt.Outcome = ledger.AttemptTransient

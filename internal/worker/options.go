@@ -29,7 +29,8 @@ const (
 	// PaceMaxWaitDefault is the longest a worker holds a message waiting for
 	// its turn at the provider; beyond it the message is returned to the
 	// queue until its turn (ChangeVisibility), so the backlog waits in the
-	// queue, not in memory. Each return costs a receive.
+	// queue, not in memory. Each return costs a receive, so the worker
+	// receives only as many messages as the pace can take within it.
 	PaceMaxWaitDefault = 2 * time.Second
 	// RetryBaseDefault is the first backoff after a transient failure; it
 	// doubles per attempt up to retryCap.
@@ -53,6 +54,11 @@ type Pacer interface {
 	Reserve(ctx context.Context, maxWait time.Duration) (wait time.Duration, granted bool, err error)
 	// Pause pushes every worker sharing the account back by d (a 429).
 	Pause(ctx context.Context, d time.Duration) error
+	// Next says, taking nothing, how far away the account's next free slot
+	// is and how far apart its slots are (0: the account is unlimited). The
+	// worker asks before each receive (see gate), so it should be a cheap
+	// read.
+	Next(ctx context.Context) (wait, interval time.Duration, err error)
 }
 
 // Resolver turns a row's recipient into the address the provider needs, in

@@ -143,6 +143,9 @@ func (p errPacer) Reserve(context.Context, time.Duration) (time.Duration, bool, 
 	return 0, false, p.err
 }
 func (p errPacer) Pause(context.Context, time.Duration) error { return p.err }
+func (p errPacer) Next(context.Context) (time.Duration, time.Duration, error) {
+	return 0, 0, p.err
+}
 
 // pacer adapts a pace.Limiter to the Pacer the worker uses.
 type pacer struct{ l *pace.Limiter }
@@ -164,6 +167,11 @@ func (p pacer) Reserve(ctx context.Context, maxWait time.Duration) (time.Duratio
 
 func (p pacer) Pause(ctx context.Context, d time.Duration) error {
 	return p.l.Pause(ctx, d)
+}
+
+func (p pacer) Next(ctx context.Context) (time.Duration, time.Duration, error) {
+	wait, err := p.l.Next(ctx)
+	return wait, p.l.Rate().Interval(), err
 }
 
 // Handler serves /healthz, /readyz and /metrics for the worker process;

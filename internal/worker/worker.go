@@ -20,6 +20,8 @@
 //     the provider's answer. It decides; it writes nothing itself.
 //   - completer.go writes every outcome: settle delivered, skipped, expired
 //     or failed, release with backoff, dead-letter, return and ack.
+//   - gate.go keeps the fetchers from receiving more than the providers'
+//     shared pace can send soon.
 //   - batch.go shares ledger commits and queue calls among the messages in
 //     flight; options.go holds Options and their defaults; service.go the
 //     OWED_* configuration, the pace adapter and the health handler.
@@ -27,7 +29,10 @@
 // Every instant the worker reads comes from one clock.Clock (Options.Clock,
 // the ledger's too). A wait is a duration computed from that clock's
 // instants, never against another clock, and is slept with clock.Sleep, so
-// shutdown cuts it short.
+// shutdown cuts it short. Work that shutdown must not cut short (a receive
+// under way, recording a provider's answer, handing a message back) runs on
+// a context detached from the worker's, and every such context has a
+// deadline. The worker's own shutdown never costs a row an attempt.
 package worker
 
 import (
@@ -54,9 +59,20 @@ const (
 	// ackBatch and ackLinger bound how acks are gathered into one call.
 	ackBatch  = 50
 	ackLinger = 5 * time.Millisecond
-	// consumeBatch and consumeWait shape one long poll of the queue.
+	// consumeBatch is the most messages one receive asks for: every
+	// backend's limit (SQS's is 10). The gate asks for fewer when the
+	// providers' pace cannot take that many soon.
 	consumeBatch = 10
-	consumeWait  = queue.MaxWait
+	// consumeWait is the long poll of one receive, shorter than the
+	// contract's queue.MaxWait because a shutdown waits for the receive in
+	// flight: cutting it off could leave what the server already handed out
+	// hidden for the whole visibility timeout, so it is let finish and what
+	// it got is handed back at once. 5 s keeps a shutdown prompt at the cost
+	// of an idle fetcher polling every 5 s instead of every 20 s.
+	consumeWait = 5 * time.Second
+	// receiveMargin is how long past consumeWait a receive may run (a slow
+	// answer, the client's own retry) before its detached context ends.
+	receiveMargin = 5 * time.Second
 	// consumeRetryMax caps the pause after consecutive failed polls, which
 	// grows by a second per failure.
 	consumeRetryMax = 30 * time.Second
@@ -75,6 +91,7 @@ type Worker struct {
 	claims  *batcher[ledger.ClaimRequest, ledger.Claim]
 	settles *batcher[ledger.Delivered, struct{}]
 	acks    *batcher[string, struct{}]
+	gate    *gate
 
 	mu      sync.Mutex
 	started bool
@@ -88,7 +105,7 @@ func New(o Options) (*Worker, error) {
 		return nil, errors.New("worker: Ledger, Queue, Route and Pace are required")
 	}
 	o.defaults()
-	w := &Worker{o: o}
+	w := &Worker{o: o, gate: newGate(o)}
 	w.claims = newBatcher(claimBatch, claimLinger, w.flushClaims)
 	w.settles = newBatcher(settleBatch, settleLinger, w.flushSettles)
 	w.acks = newBatcher(ackBatch, ackLinger, w.flushAcks)
@@ -153,12 +170,14 @@ func (w *Worker) run(ctx context.Context) {
 	// work carries one message from a fetcher to a sender. It is unbuffered:
 	// a fetcher only holds what it consumed until a sender is free.
 	work := make(chan queue.Delivery)
-	// sendCtx outlives ctx by the shutdown timeout, so a send under way
-	// when SIGTERM arrives can still be recorded and acked.
+	// sendCtx outlives ctx by the shutdown timeout at most (it is cancelled
+	// below), so a send under way when SIGTERM arrives can still be
+	// recorded and acked.
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
 	// The batchers outlive the senders: every settled row is recorded and
-	// its ack sent before the pool returns. Acks stop last.
+	// its ack sent before the pool returns. Acks stop last. Each flush has
+	// its own deadline.
 	bctx := context.WithoutCancel(ctx)
 	w.acks.start(bctx)
 	defer w.acks.stop()
@@ -178,55 +197,84 @@ func (w *Worker) run(ctx context.Context) {
 	fetchers := max(1, (w.o.Concurrency+9)/10)
 	var fetching sync.WaitGroup
 	for i := 0; i < fetchers; i++ {
-		fetching.Go(func() { w.fetch(ctx, sendCtx, work) })
+		fetching.Go(func() { w.fetch(ctx, work) })
 	}
 	<-ctx.Done()
-	fetching.Wait()
-	close(work)
-
-	done := make(chan struct{})
-	go func() { senders.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(w.o.ShutdownTimeout):
-		// Sends still running are cut off; each releases its claim and
-		// returns its message on the way out (a cancelled send is
-		// transient).
+	// The shutdown timeout runs from the stop, while a receive under way
+	// finishes too. Sends still running when it ends are cut off; each
+	// releases its claim, with no attempt counted, and returns its message
+	// on the way out.
+	cutOff := time.AfterFunc(w.o.ShutdownTimeout, func() {
 		w.o.Log.Warn().Dur("timeout", w.o.ShutdownTimeout).Msg("shutdown timeout: cancelling in-flight sends")
 		cancelSends()
-		<-done
-	}
+	})
+	defer cutOff.Stop()
+	fetching.Wait()
+	close(work)
+	senders.Wait()
 }
 
-// fetch long-polls the queue and hands messages to senders. At shutdown,
-// messages already received but not handed over are returned so they come
-// back at once instead of after their visibility timeout.
-func (w *Worker) fetch(ctx, sendCtx context.Context, work chan<- queue.Delivery) {
+// fetch receives as much as the gate lets through and hands it to
+// senders, until ctx ends. At shutdown, messages already received but not
+// handed over, including those of a receive that was under way, are
+// returned so they come back at once instead of after their visibility
+// timeout.
+func (w *Worker) fetch(ctx context.Context, work chan<- queue.Delivery) {
 	fail := 0
+	retry := func(err error, msg string) bool {
+		fail++
+		delay := jitter(min(time.Duration(fail)*time.Second, consumeRetryMax))
+		w.o.Log.Warn().Err(err).Dur("retry_in", delay).Msg(msg)
+		return clock.Sleep(ctx, delay)
+	}
 	for ctx.Err() == nil {
-		msgs, err := w.o.Queue.Receive(ctx, consumeBatch, consumeWait, w.o.VisibilityTimeout)
+		n, err := w.gate.take(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || !retry(err, "pace unreadable; not receiving") {
 				return
 			}
-			fail++
-			delay := jitter(min(time.Duration(fail)*time.Second, consumeRetryMax))
-			w.o.Log.Warn().Err(err).Dur("retry_in", delay).Msg("receive failed")
-			if !clock.Sleep(ctx, delay) {
+			continue
+		}
+		if n == 0 {
+			return
+		}
+		msgs, err := w.receive(ctx, n)
+		w.gate.done(n - len(msgs))
+		if err != nil {
+			if ctx.Err() != nil || !retry(err, "receive failed") {
 				return
 			}
 			continue
 		}
 		fail = 0
-		for i, msg := range msgs {
+		w.handOut(ctx, msgs, work)
+	}
+}
+
+// receive runs one long poll for up to n messages on a context detached
+// from ctx, so a shutdown lets it finish (see consumeWait) rather than cut
+// it off.
+func (w *Worker) receive(ctx context.Context, n int) ([]queue.Delivery, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), consumeWait+receiveMargin)
+	defer cancel()
+	return w.o.Queue.Receive(rctx, n, consumeWait, w.o.VisibilityTimeout)
+}
+
+// handOut gives msgs to senders one by one while ctx lasts; once it ends,
+// the rest go back to the queue at once.
+func (w *Worker) handOut(ctx context.Context, msgs []queue.Delivery, work chan<- queue.Delivery) {
+	for i, msg := range msgs {
+		if ctx.Err() == nil {
 			select {
 			case work <- msg:
+				continue
 			case <-ctx.Done():
-				for _, left := range msgs[i:] {
-					w.returnAfter(sendCtx, left, 0, "worker shutting down")
-				}
-				return
 			}
 		}
+		for _, left := range msgs[i:] {
+			w.returnAfter(ctx, left, 0, "worker shutting down")
+		}
+		w.gate.done(len(msgs) - i)
+		return
 	}
 }

@@ -313,7 +313,8 @@ type countingPacer struct{ n *atomic.Int64 }
 func (countingPacer) Reserve(context.Context, time.Duration) (time.Duration, bool, error) {
 	return 0, true, nil
 }
-func (p countingPacer) Pause(context.Context, time.Duration) error { p.n.Add(1); return nil }
+func (p countingPacer) Pause(context.Context, time.Duration) error               { p.n.Add(1); return nil }
+func (countingPacer) Next(context.Context) (time.Duration, time.Duration, error) { return 0, 0, nil }
 
 func TestPermanentFailureAndPoisonAreDeadLettered(t *testing.T) {
 	b := setup(t, stacktest.Options{Sandbox: func(c *sandbox.Config) { c.Faults.PermanentRecipient = "bounce" }})
@@ -373,6 +374,10 @@ func TestShutdownDrainsCleanly(t *testing.T) {
 	if bl := read(t, b.Ledger.Backlog); bl.ByState[ledger.StateSending] != 0 {
 		t.Errorf("%d rows left in sending after a clean shutdown", bl.ByState[ledger.StateSending])
 	}
+	// Nothing is left in flight: what the worker held is acked, visible
+	// again, or back within its retry delay (under a second here), never
+	// hidden for the hour it was received for.
+	waitNotInFlight(t, b)
 	// A new worker finishes the job without duplicates.
 	if err := b.SandboxClient.SetFaults(bg, sandbox.Faults{}); err != nil {
 		t.Fatal(err)
@@ -382,6 +387,39 @@ func TestShutdownDrainsCleanly(t *testing.T) {
 	if st := b.sandboxStats(t); st.Accepted != 300 || st.Duplicates != 0 {
 		t.Errorf("after restart: accepted=%d duplicates=%d, want 300 and 0", st.Accepted, st.Duplicates)
 	}
+}
+
+// waitNotInFlight polls the queue until no message is in flight, failing
+// the test if one still is after 20 s.
+func waitNotInFlight(t *testing.T, b *bundle) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		q := b.queueStats(t)
+		if q.InFlight == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d messages still in flight 20s after a clean shutdown: %+v", q.InFlight, q)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// process opens a pool of its own as the application role, standing in
+// for another worker process, and returns its ledger and its paces at rate.
+func (b *bundle) process(t *testing.T, rate string) (*ledger.Ledger, func(string) worker.Pacer) {
+	t.Helper()
+	db, err := sql.Open("postgres", b.DB.AppURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	r, err := pace.ParseRate(rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ledger.New(db, nil), worker.Paces(db, r)
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
@@ -400,19 +438,8 @@ func TestTwoProcessesShareTheProvidersPace(t *testing.T) {
 	b.sweepAll(t)
 	start := time.Now()
 	for i := 0; i < 2; i++ {
-		db, err := sql.Open("postgres", b.DB.AppURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		rate, err := pace.ParseRate("10/s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		paces := worker.Paces(db, rate)
-		b.start(t, func(o *worker.Options) {
-			o.Ledger, o.Pace = ledger.New(db, nil), paces
-		})
+		l, paces := b.process(t, "10/s")
+		b.start(t, func(o *worker.Options) { o.Ledger, o.Pace = l, paces })
 	}
 	b.waitSettled(t, 60*time.Second)
 	elapsed := time.Since(start)
@@ -487,7 +514,8 @@ type slowPacer struct{ wait time.Duration }
 func (p slowPacer) Reserve(context.Context, time.Duration) (time.Duration, bool, error) {
 	return p.wait, true, nil
 }
-func (slowPacer) Pause(context.Context, time.Duration) error { return nil }
+func (slowPacer) Pause(context.Context, time.Duration) error                 { return nil }
+func (slowPacer) Next(context.Context) (time.Duration, time.Duration, error) { return 0, 0, nil }
 
 // A row claimed before its expiry that waits past it for the provider's pace
 // is settled expired, not sent late.
@@ -525,19 +553,27 @@ func (s *lostAnswer) Send(ctx context.Context, d provider.Delivery) (provider.Re
 	return res, err
 }
 
-// When a send's answer is lost the worker cannot know whether the provider
-// took it; the retry is recorded as a possible duplicate, never silently.
-func TestLostAnswerRetryIsRecordedAsPossibleDuplicate(t *testing.T) {
-	b := setup(t, stacktest.Options{})
+// startLosingFirstAnswer schedules one due row and starts a worker, changed
+// by change, whose sender loses the provider's first answer. It returns the
+// row's id.
+func (b *bundle) startLosingFirstAnswer(t *testing.T, change options) int64 {
+	t.Helper()
 	rows := b.Schedule(t, "acme", 1, time.Now().Add(-time.Second), nil)
 	b.sweepAll(t)
 	sender := &lostAnswer{Sender: b.Sender}
 	b.start(t, func(o *worker.Options) {
 		o.Route = func(string) (provider.Sender, error) { return sender, nil }
-		o.RetryBase = 20 * time.Millisecond
-	})
+	}, change)
+	return rows[0].ID
+}
+
+// When a send's answer is lost the worker cannot know whether the provider
+// took it; the retry is recorded as a possible duplicate, never silently.
+func TestLostAnswerRetryIsRecordedAsPossibleDuplicate(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	id := b.startLosingFirstAnswer(t, func(o *worker.Options) { o.RetryBase = 20 * time.Millisecond })
 	b.waitSettled(t, 30*time.Second)
-	d, _ := b.Ledger.Get(bg, "acme", rows[0].ID)
+	d, _ := b.Ledger.Get(bg, "acme", id)
 	if d.State != ledger.StateDelivered || len(d.History) != 2 || !d.History[1].PossibleDuplicate {
 		t.Errorf("row: %s history %+v, want delivered on a second attempt flagged possible duplicate", d.State, d.History)
 	}
@@ -555,7 +591,8 @@ func (p refuseOncePacer) Reserve(context.Context, time.Duration) (time.Duration,
 	}
 	return 0, true, nil
 }
-func (refuseOncePacer) Pause(context.Context, time.Duration) error { return nil }
+func (refuseOncePacer) Pause(context.Context, time.Duration) error                 { return nil }
+func (refuseOncePacer) Next(context.Context) (time.Duration, time.Duration, error) { return 0, 0, nil }
 
 // A row a dead worker may already have sent is re-claimed with its mark; if
 // that claim is handed back before sending (the pace has no slot), the mark
