@@ -160,7 +160,7 @@ func TestDLQRedriveReopensOnlyFailedRows(t *testing.T) {
 	if c, err := s.Ledger.ClaimForSend(ctx, "acme", failed.ID, ledger.ClaimParams{DueAt: due, LeaseFor: time.Minute}); err != nil || c.Outcome != ledger.ClaimSend {
 		t.Fatalf("claim: %v %v", c.Outcome, err)
 	}
-	if err := s.Ledger.SettleFailed(ctx, "acme", failed.ID, "provider answered 400", nil); err != nil {
+	if err := s.Ledger.SettleFailed(ctx, "acme", failed.ID, "provider answered 400", nil, false); err != nil {
 		t.Fatal(err)
 	}
 	var msgs []queue.Message
