@@ -255,7 +255,11 @@ func TestExpiredRowIsNeverSent(t *testing.T) {
 	}
 }
 
-func TestWorkerDiedMidSendIsRecoveredAndCounted(t *testing.T) {
+// setupDeadWorkerClaim schedules one row whose message a worker took and
+// whose row it claimed before dying: the claim has a short lease and the
+// message is never acked.
+func setupDeadWorkerClaim(t *testing.T) (*bundle, []ledger.Scheduled) {
+	t.Helper()
 	b := setup(t, stacktest.Options{})
 	due := time.Now().Add(-time.Second).UTC().Truncate(time.Microsecond)
 	rows := b.Schedule(t, "acme", 1, due, nil)
@@ -269,6 +273,11 @@ func TestWorkerDiedMidSendIsRecoveredAndCounted(t *testing.T) {
 	if c, err := b.Ledger.ClaimForSend(bg, "acme", rows[0].ID, ledger.ClaimParams{DueAt: due, LeaseFor: time.Millisecond}); err != nil || c.Outcome != ledger.ClaimSend {
 		t.Fatalf("claim: %v %v", c.Outcome, err)
 	}
+	return b, rows
+}
+
+func TestWorkerDiedMidSendIsRecoveredAndCounted(t *testing.T) {
+	b, rows := setupDeadWorkerClaim(t)
 	b.start(t)
 	b.waitSettled(t, 30*time.Second)
 	d, _ := b.Ledger.Get(bg, "acme", rows[0].ID)
@@ -599,17 +608,7 @@ func (refuseOncePacer) Next(context.Context) (time.Duration, time.Duration, erro
 // must survive the release, so the send that finally happens is still
 // recorded as a possible duplicate.
 func TestPossibleDuplicateMarkSurvivesARelease(t *testing.T) {
-	b := setup(t, stacktest.Options{})
-	due := time.Now().Add(-time.Second).UTC().Truncate(time.Microsecond)
-	rows := b.Schedule(t, "acme", 1, due, nil)
-	b.sweepAll(t)
-	msgs, err := b.Queue.Consume(bg, rest.ConsumeOptions{MaxMessages: 1, VisibilityTimeout: time.Second})
-	if err != nil || len(msgs) != 1 {
-		t.Fatalf("consume: %v %d", err, len(msgs))
-	}
-	if c, err := b.Ledger.ClaimForSend(bg, "acme", rows[0].ID, ledger.ClaimParams{DueAt: due, LeaseFor: time.Millisecond}); err != nil || c.Outcome != ledger.ClaimSend {
-		t.Fatalf("claim: %v %v", c.Outcome, err)
-	}
+	b, rows := setupDeadWorkerClaim(t)
 	var refused atomic.Bool
 	b.start(t, func(o *worker.Options) {
 		o.Pace = func(string) worker.Pacer { return refuseOncePacer{&refused} }
