@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	neturl "net/url"
 	"os"
@@ -214,21 +213,14 @@ func setup(t *testing.T) (tmp, bin string, ports []int) {
 	return tmp, devstacktest.BuildBinaries(t, tmp), freePorts(t, 5)
 }
 
-// freePorts returns n loopback ports free a moment ago.
+// freePorts reserves n loopback ports until the test ends.
 func freePorts(t *testing.T, n int) []int {
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	t.Helper()
+	ports, release, err := ReservePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, ln := range lns {
-		ln.Close()
-	}
+	t.Cleanup(release)
 	return ports
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"time"
 
@@ -69,10 +68,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(8)
+	ports, releasePorts, err := devstack.ReservePorts(8)
 	if err != nil {
 		return nil, err
 	}
+	defer releasePorts()
 	workers := 2
 	sc := devstack.Config{Dir: cfg.Dir, BinDir: cfg.BinDir, Queue: cfg.Queue, Fresh: true, Tick: cfg.Tick, Rate: cfg.Rate, NoSeed: true,
 		SweeperPort: ports[0], QueuePort: ports[1], SandboxPort: ports[2], Tuning: devstack.Tuning{
@@ -221,26 +221,6 @@ func quiesce(ctx context.Context, s *devstack.Stack) {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-}
-
-// freePorts returns n loopback ports free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // sandboxFaults are the provider faults of the drill when on, with or
