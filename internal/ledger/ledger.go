@@ -25,6 +25,12 @@
 // same statements for a batch of one. These four functions are the only
 // ledger SQL kept outside this package, and only this package calls them.
 //
+// Besides these four functions, one trigger keeps ledger SQL outside this
+// package: owed_apply_intent (migrations/00013_intents.sql) applies a cancel
+// or reschedule that Cancel or Reschedule recorded on a row in flight when
+// the row leaves sending, whichever statement moves it, so the intent holds
+// through every release and settle path without each statement knowing it.
+//
 // Both scopes are transaction-local, so a pooled connection never carries
 // one request's tenant into the next. A statement run with neither matches
 // no row at all: an unscoped read is empty, not global.

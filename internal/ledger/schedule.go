@@ -230,9 +230,17 @@ func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotifica
 type ChangeResult struct {
 	// Changed counts open rows that were cancelled or moved.
 	Changed int64 `json:"changed"`
-	// InFlight counts rows a worker is sending right now; they were left
-	// alone, and their send's outcome stands.
+	// InFlight counts rows a worker is sending right now.
 	InFlight int64 `json:"in_flight"`
+	// Intents counts the rows in flight that now carry this change as an
+	// intent, applied when their send ends (migrations/00013_intents.sql):
+	// a send handed back (no pace slot, a 429, a transient error) takes it,
+	// so a cancelled row is never sent and a rescheduled one goes out at the
+	// new due time; a send that delivers first stands, and a reschedule then
+	// schedules a new row at the new time. A cancel gives every row in
+	// flight its intent; a reschedule leaves out a row whose cancel is still
+	// waiting, since the cancel came first and wins.
+	Intents int64 `json:"intents"`
 }
 
 func validateSubject(tenant, kind, ref string) *ValidationError {
@@ -244,20 +252,25 @@ func validateSubject(tenant, kind, ref string) *ValidationError {
 }
 
 // Cancel settles every open row of (tenant, kind, ref) as cancelled, say
-// when the ticket was closed. Settled rows, delivered ones above all, are
-// never changed.
+// when the ticket was closed, and records the cancel on every row a worker
+// is sending (ChangeResult.Intents). Settled rows, delivered ones above all,
+// are never changed.
 func (l *Ledger) Cancel(ctx context.Context, tenant, kind, ref string) (ChangeResult, error) {
 	if err := validateSubject(tenant, kind, ref).orNil(); err != nil {
 		return ChangeResult{}, err
 	}
-	return l.changeSubject(ctx, tenant, kind, ref, qCancel)
+	return l.changeSubject(ctx, tenant, kind, ref, qCancel, qRecordCancel)
 }
 
 // ErrConflict is returned when a reschedule would collide with a row already
 // scheduled for the same recipient, kind, ref and new due time.
 var ErrConflict = errors.New("ledger: a notification for this recipient, kind and ref_id is already scheduled at that due_at")
 
-// Reschedule moves every open row of (tenant, kind, ref) to newDue (a snooze).
+// Reschedule moves every open row of (tenant, kind, ref) to newDue (a
+// snooze), and records the move on every row a worker is sending
+// (ChangeResult.Intents). It changes nothing and returns ErrConflict when a
+// row, open or in flight, would land on a due time its recipient already has
+// a row for.
 func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDue time.Time) (ChangeResult, error) {
 	v := validateSubject(tenant, kind, ref)
 	if newDue.IsZero() {
@@ -266,7 +279,8 @@ func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDu
 	if err := v.orNil(); err != nil {
 		return ChangeResult{}, err
 	}
-	res, err := l.changeSubject(ctx, tenant, kind, ref, qReschedule, newDue.UTC().Truncate(time.Microsecond))
+	res, err := l.changeSubject(ctx, tenant, kind, ref, qReschedule, qRecordReschedule,
+		newDue.UTC().Truncate(time.Microsecond))
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) && pqErr.Code == "23505" {
 		return ChangeResult{}, ErrConflict
@@ -274,21 +288,97 @@ func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDu
 	return res, err
 }
 
-// changeSubject runs query (qCancel or qReschedule: $1 to $3 name the
-// subject, $4 is now, extra follow) and counts what it left in flight, both
-// at the one instant of its transaction.
-func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref, query string, extra ...any) (ChangeResult, error) {
+// changeSubject runs change (qCancel or qReschedule: $1 to $3 name the
+// subject, $4 is now, extra follow) on the open rows, then intent (its
+// qRecord… statement, same arguments) on the rows in flight, and counts
+// what is in flight, all at the one instant of its transaction. change locks
+// every unsettled row of the subject first, so no worker's release or settle
+// slips between the two statements. A clash the intent statement reports
+// rolls the whole change back as ErrConflict.
+func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref, change, intent string, extra ...any) (ChangeResult, error) {
 	var res ChangeResult
 	now := l.now()
+	args := append([]any{tenant, kind, ref, now}, extra...)
 	err := l.withTenant(ctx, tenant, func(tx *txn) error {
-		r, err := tx.Exec(query, append([]any{tenant, kind, ref, now}, extra...)...)
+		r, err := tx.Exec(change, args...)
 		if err != nil {
 			return err
 		}
 		if res.Changed, err = r.RowsAffected(); err != nil {
 			return err
 		}
+		var clash bool
+		if err := tx.QueryRow(intent, args...).Scan(&res.Intents, &clash); err != nil {
+			return err
+		}
+		if clash {
+			return ErrConflict
+		}
 		return tx.QueryRow(qCountInFlight, tenant, kind, ref, now).Scan(&res.InFlight)
 	})
-	return res, err
+	if err != nil {
+		return ChangeResult{}, err
+	}
+	return res, nil
 }
+
+// The intent statements, beside the calls that run them. Each answers how
+// many rows in flight took the intent and whether a reschedule would clash.
+// A row in flight is one a live worker is sending (the rows qCountInFlight
+// counts; the change statement already handled one whose claim ran out).
+// The intent waits on the row until it leaves sending: the trigger
+// owed_apply_intent (migrations/00013_intents.sql) applies or resolves it
+// then, and a new claim of the row keeps it.
+const (
+	subjectInFlight = `
+    SELECT n.id, n.recipient FROM owed_notifications n
+     WHERE n.tenant_id = $1 AND n.kind = $2 AND n.ref_id = $3 AND n.settled_at IS NULL
+       AND n.state = 'sending' AND n.lease_until > coalesce($4::timestamptz, now())`
+
+	// qRecordCancel records a cancel on the subject's rows in flight,
+	// replacing a reschedule still waiting there: the cancel is the later
+	// word.
+	qRecordCancel = `
+WITH recorded AS (
+    UPDATE owed_notifications n
+       SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL,
+           intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
+           updated_at = coalesce($4::timestamptz, now())
+      FROM (` + subjectInFlight + `) t
+     WHERE n.id = t.id
+    RETURNING n.id
+)
+SELECT count(*), false FROM recorded`
+
+	// qRecordReschedule records a move to $5 on the subject's rows in
+	// flight, except one whose cancel is still waiting (the cancel came
+	// first and wins, as for an open row a cancel already settled). The
+	// expiry target shifts by the same amount, as qReschedule shifts it.
+	// It records nothing and reports a clash when a row would land on the
+	// schedule key of another row (open or settled, moved there by
+	// qReschedule a moment ago included), or two rows in flight of one
+	// recipient on one key: the clash qReschedule meets as a unique
+	// violation, met here before the intent is applied, so a release never
+	// fails on it.
+	qRecordReschedule = `
+WITH target AS (
+    SELECT t.id, t.recipient FROM (` + subjectInFlight + `) t
+      JOIN owed_notifications n ON n.id = t.id
+     WHERE n.intent IS DISTINCT FROM 'cancel' OR n.intent_outcome IS NOT NULL
+), clash AS (
+    SELECT 1 FROM target t
+     WHERE EXISTS (SELECT 1 FROM owed_notifications o
+                    WHERE o.tenant_id = $1 AND o.recipient = t.recipient AND o.kind = $2 AND o.ref_id = $3
+                      AND o.due_at = $5::timestamptz AND o.id <> t.id)
+        OR (SELECT count(*) FROM target u WHERE u.recipient = t.recipient) > 1
+), recorded AS (
+    UPDATE owed_notifications n
+       SET intent = 'reschedule', intent_due_at = $5, intent_expires_at = n.expires_at + ($5 - n.due_at),
+           intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
+           updated_at = coalesce($4::timestamptz, now())
+      FROM target t
+     WHERE n.id = t.id AND NOT EXISTS (SELECT 1 FROM clash)
+    RETURNING n.id
+)
+SELECT count(*), EXISTS (SELECT 1 FROM clash) FROM recorded`
+)
