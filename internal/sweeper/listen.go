@@ -148,6 +148,10 @@ func (d *DueListener) Stop() {
 
 // listen turns notifications into wake-ups until ctx ends.
 func (d *DueListener) listen(ctx context.Context, l *pq.Listener) {
+	// The listener's own goroutine may be blocked handing over a
+	// notification when ctx ends; it exits once it can, after Close, and
+	// then closes Notify.
+	defer func() { go drain(l) }()
 	if err := l.Listen(DueChannel); err != nil {
 		if !errors.Is(err, net.ErrClosed) {
 			d.srv.log.Error().Err(err).Str("channel", DueChannel).
@@ -176,6 +180,12 @@ func (d *DueListener) listen(ctx context.Context, l *pq.Listener) {
 			// may take long to refuse; notifications keep flowing meanwhile.
 			go l.Ping()
 		}
+	}
+}
+
+// drain discards notifications until the closed listener closes Notify.
+func drain(l *pq.Listener) {
+	for range l.Notify {
 	}
 }
 

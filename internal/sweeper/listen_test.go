@@ -266,18 +266,3 @@ func TestDueRunsAreCoalesced(t *testing.T) {
 		t.Errorf("%d runs overlapped", most.Load())
 	}
 }
-
-func TestSweepOnNotifyIsOnByDefault(t *testing.T) {
-	clearEnv(t)
-	t.Setenv("OWED_DATABASE_URL", "postgres://owed_app@db/owed")
-	t.Setenv("OWED_CRON_SECRET", secret)
-	t.Setenv("OWED_QUEUE_URL", "http://127.0.0.1:8181")
-	t.Setenv("OWED_QUEUE_TOKEN", "dev-token")
-	if c, err := LoadConfig(); err != nil || !c.SweepOnNotify {
-		t.Errorf("LoadConfig() SweepOnNotify = %v (%v), want on by default", c.SweepOnNotify, err)
-	}
-	t.Setenv("OWED_SWEEP_ON_NOTIFY", "false")
-	if c, err := LoadConfig(); err != nil || c.SweepOnNotify {
-		t.Errorf("OWED_SWEEP_ON_NOTIFY=false: SweepOnNotify = %v (%v)", c.SweepOnNotify, err)
-	}
-}
