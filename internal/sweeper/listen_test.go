@@ -163,6 +163,23 @@ func nextNotification(t *testing.T, l *pq.Listener) *pq.Notification {
 	}
 }
 
+// A lost LISTEN connection is reopened, and a run follows the reconnect:
+// notifications sent while it was down are lost, so the run stands in for
+// them. Nothing is inserted here, so the second run can only be that one.
+func TestDueListenerReconnectsAndSweeps(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Options{})
+	d := startListening(t, s, true)
+	var killed bool
+	if err := s.DB.App.QueryRowContext(t.Context(), `
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN %'`).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the listener's connection: %v (killed=%v)", err, killed)
+	}
+	waitFor(t, "run after the reconnect", func() bool { return metricValue(t, d, "owed_sweep_notify_runs_total", "ok") >= 2 })
+	received(t, s, s.Schedule(t, "acme", 1, time.Now(), nil)[0].ID)
+}
+
 // With OWED_SWEEP_ON_NOTIFY off, a row due now stays owed: the notification
 // is sent (a listener of the test's own receives it), but nothing answers it.
 func TestSweepOnNotifyOffPublishesNothing(t *testing.T) {
