@@ -57,10 +57,10 @@ const (
 // (owed_sweep_notify_*), so owed_sweep_last_success_timestamp_seconds stays
 // the cron's heartbeat: a dead cron is not hidden by the fast path.
 type DueListener struct {
-	srv  *Server
-	on   bool
-	url  string
-	wake chan struct{}
+	srv *Server
+	on  bool
+	url string
+	coalescer
 
 	runs      *prometheus.CounterVec
 	published prometheus.Counter
@@ -75,7 +75,7 @@ type DueListener struct {
 // registry; call it once per Server. It listens as the role of
 // OWED_DATABASE_URL (LISTEN and the triggers' pg_notify need no privilege).
 func NewDueListener(s *Server) *DueListener {
-	d := &DueListener{srv: s, on: s.cfg.SweepOnNotify, url: s.cfg.DatabaseURL, wake: make(chan struct{}, 1),
+	d := &DueListener{srv: s, on: s.cfg.SweepOnNotify, url: s.cfg.DatabaseURL, coalescer: newCoalescer(),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "owed_sweep_notify_runs_total",
 			Help: "Sweep runs started by a due-now notification (not the cron), by outcome: ok, incomplete, stalled.",
@@ -189,24 +189,27 @@ func drain(l *pq.Listener) {
 	}
 }
 
-// poke asks for a run; a run already asked for absorbs it.
-func (d *DueListener) poke() {
+// coalescer turns wake-ups into calls of one function, one call at a time:
+// wake-ups during a call are folded into one more call after it.
+type coalescer struct{ wake chan struct{} }
+
+func newCoalescer() coalescer { return coalescer{wake: make(chan struct{}, 1)} }
+
+// poke asks for a call; a call already asked for absorbs it.
+func (c coalescer) poke() {
 	select {
-	case d.wake <- struct{}{}:
+	case c.wake <- struct{}{}:
 	default:
 	}
 }
 
-// loop sweeps once per wake-up until ctx ends.
-func (d *DueListener) loop(ctx context.Context) { d.runEach(ctx, d.sweepOnce) }
-
 // runEach calls run for each wake-up, one call at a time, until ctx ends.
-func (d *DueListener) runEach(ctx context.Context, run func(context.Context)) {
+func (c coalescer) runEach(ctx context.Context, run func(context.Context)) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-d.wake:
+		case <-c.wake:
 		}
 		if ctx.Err() != nil {
 			return
@@ -214,6 +217,9 @@ func (d *DueListener) runEach(ctx context.Context, run func(context.Context)) {
 		run(ctx)
 	}
 }
+
+// loop sweeps once per wake-up until ctx ends.
+func (d *DueListener) loop(ctx context.Context) { d.runEach(ctx, d.sweepOnce) }
 
 // sweepOnce is one notify-started run: the cron's run, counted in the
 // fast path's series.

@@ -251,7 +251,7 @@ func TestDueRunsAreCoalesced(t *testing.T) {
 	started := make(chan int, 10)
 	release := make(chan struct{})
 	var running, most, n atomic.Int32
-	d := &DueListener{wake: make(chan struct{}, 1)}
+	d := newCoalescer()
 	run := func(context.Context) {
 		k := running.Add(1)
 		most.Store(max(most.Load(), k))
