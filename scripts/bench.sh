@@ -11,6 +11,7 @@
 # sqs (owed-sqs-server from scripts/install-sqs.sh; skipped when it is not on
 # PATH; indicative only). BENCH_QUICK=1 runs smaller sizes (about 7 minutes
 # instead of about 25). Arguments go to bench/all, e.g. -only e2e,limited.
+# bench/immediate posts rows due now through the API and never calls the cron.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

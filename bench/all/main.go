@@ -52,6 +52,7 @@ func main() {
 		after = [][]string{{"lag", bin, "-rows=500", "-window=1m"}, {"recovery", bin, "-runs=1"}}
 	}
 	steps = append(append(steps, perQueue(bin, *quick)...), after...)
+	steps = append(steps, []string{"immediate", bin})
 	var rows []benchutil.Row
 	failed := false
 	for _, s := range steps {

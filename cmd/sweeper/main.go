@@ -1,5 +1,6 @@
-// Command sweeper is the URL the hosted cron calls every minute and the
-// scheduling API applications write to. Configuration is OWED_* variables
+// Command sweeper is the URL the hosted cron calls every minute, the
+// scheduling API applications write to, and the listener that sweeps rows
+// due now as soon as their insert commits. Configuration is OWED_* variables
 // (see the README); it runs until SIGTERM or SIGINT, then finishes in-flight
 // requests. A second signal exits at once.
 package main
@@ -35,5 +36,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// Rows due now are swept when their insert commits (OWED_SWEEP_ON_NOTIFY).
+	due := sweeper.NewDueListener(srv)
+	if err := due.Start(p.Ctx); err != nil {
+		return err
+	}
+	defer due.Stop()
 	return service.Serve(p.Ctx, p.Listener, srv.Handler(), p.Log)
 }

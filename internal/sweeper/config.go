@@ -39,6 +39,7 @@ type Config struct {
 	RequeueAfter      time.Duration `envconfig:"REQUEUE_AFTER"`
 	IdempotencyPrefix string        `envconfig:"IDEMPOTENCY_PREFIX"`
 
+	NotifyConfig
 	Materialise materialise.Config `ignored:"true"`
 	// Queue is the queue backend, OWED_QUEUE_BACKEND and its variables.
 	Queue backends.Config `ignored:"true"`
@@ -49,7 +50,8 @@ type Config struct {
 func Defaults() Config {
 	return Config{ListenAddr: ListenAddrDefault, LogLevel: service.LogLevelDefault, DBMaxConns: DBMaxConnsDefault,
 		SweepBatch: sweep.BatchDefault, SweepBudget: sweep.BudgetDefault, PublishAhead: sweep.PublishAheadDefault,
-		RequeueAfter: sweep.RequeueAfterDefault, IdempotencyPrefix: sweep.KeyPrefixDefault}
+		RequeueAfter: sweep.RequeueAfterDefault, IdempotencyPrefix: sweep.KeyPrefixDefault,
+		NotifyConfig: NotifyConfig{SweepOnNotify: SweepOnNotifyDefault}}
 }
 
 // LoadConfig reads the environment over Defaults. Errors name the variable.

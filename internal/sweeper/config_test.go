@@ -43,13 +43,14 @@ func TestLoadConfigAppliesTheDefaultsAndTheEnvironmentOverIt(t *testing.T) {
 	}
 	want := Defaults()
 	if c.ListenAddr != want.ListenAddr || c.LogLevel != want.LogLevel || c.DBMaxConns != want.DBMaxConns ||
-		c.Sweep() != want.Sweep() {
+		c.Sweep() != want.Sweep() || !c.SweepOnNotify {
 		t.Errorf("LoadConfig() = %+v, want the defaults %+v", c, want)
 	}
 
 	t.Setenv("OWED_SWEEP_BATCH", "7")
 	t.Setenv("OWED_LISTEN_ADDR", ":9999")
-	if c, err = LoadConfig(); err != nil || c.SweepBatch != 7 || c.ListenAddr != ":9999" {
+	t.Setenv("OWED_SWEEP_ON_NOTIFY", "false")
+	if c, err = LoadConfig(); err != nil || c.SweepBatch != 7 || c.ListenAddr != ":9999" || c.SweepOnNotify {
 		t.Errorf("LoadConfig() = %+v, %v; want the variables over the defaults", c, err)
 	}
 }

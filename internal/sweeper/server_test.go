@@ -23,12 +23,22 @@ func setup(t *testing.T) (*stacktest.Stack, http.Handler) {
 	t.Helper()
 	t.Parallel()
 	s := stacktest.New(t, stacktest.Options{})
+	return s, newServer(t, s, nil).Handler()
+}
+
+// newServer builds the service on s, with change (when not nil) applied to
+// its configuration.
+func newServer(t *testing.T, s *stacktest.Stack, change func(*Config)) *Server {
+	t.Helper()
 	cfg := Config{CronSecret: secret, SweepBatch: 500, SweepBudget: 30 * time.Second, PublishAhead: time.Minute,
 		RequeueAfter: 10 * time.Minute, IdempotencyPrefix: "owed-", DBMaxConns: 4,
 		Materialise: materialise.Config{Lookahead: 3 * time.Hour, DefaultLead: 10 * time.Minute},
 		Queue: backends.Config{Backend: backends.REST,
 			Rest: rest.Config{URL: s.QueueURL, Token: stacktest.QueueToken, Name: s.Queue.Name()}},
 		DatabaseURL: s.DB.AppURL}
+	if change != nil {
+		change(&cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +46,7 @@ func setup(t *testing.T) (*stacktest.Stack, http.Handler) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, srv.Handler()
+	return srv
 }
 
 func do(h http.Handler, method, path, auth string) *httptest.ResponseRecorder {

@@ -68,6 +68,9 @@ type Config struct {
 	MaxSends     int
 	SweepBatch   int
 	PublishAhead time.Duration
+	// SweepOnNotify is the sweeper's OWED_SWEEP_ON_NOTIFY. It is off unless
+	// set, so the benchmarks that play the cron measure the cron's sweeps.
+	SweepOnNotify bool
 }
 
 // Stack is a running system.
@@ -122,7 +125,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err := s.spawn(ctx, filepath.Join(cfg.Bin, "sweeper"), "sweeper", addr, common, map[string]string{
 		"OWED_CRON_SECRET":   cronSecret,
 		"OWED_SWEEP_BATCH":   strconv.Itoa(cfg.SweepBatch),
-		"OWED_PUBLISH_AHEAD": cfg.PublishAhead.String()}); err != nil {
+		"OWED_PUBLISH_AHEAD": cfg.PublishAhead.String(), "OWED_SWEEP_ON_NOTIFY": strconv.FormatBool(cfg.SweepOnNotify)}); err != nil {
 		return nil, err
 	}
 	if err := s.ready(ctx, "http://"+addr+"/readyz"); err != nil {
@@ -206,6 +209,9 @@ func (s *Stack) Sweep(ctx context.Context) (sweep.Result, error) {
 	}
 	return res, json.NewDecoder(resp.Body).Decode(&res)
 }
+
+// SweeperURL is the sweeper's base URL: its scheduling API and /metrics.
+func (s *Stack) SweeperURL() string { return strings.TrimSuffix(s.sweepURL, "/cron/sweep") }
 
 // PeakRSS returns each process's resident-set high-water mark (VmHWM) in
 // MiB, keyed by process name ("sweeper", "worker-1", …). Read it before Stop.

@@ -1,0 +1,244 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/lib/pq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/sweep"
+)
+
+// The fast path: a row scheduled due now is published within milliseconds
+// instead of at the next cron call. The ledger's triggers
+// (migrations/00014_due_notify.sql) send pg_notify(DueChannel) when a
+// committed statement leaves a pending row due within a minute, whoever
+// wrote it; the DueListener holds a LISTEN connection and answers each
+// notification with one sweep run, the same run the cron's call makes
+// (lease oldest first → publish → mark queued), so a backlog is never
+// jumped and a crash at any step heals by the cron's rules. The cron stays
+// the heartbeat and the safety net: a notification sent while the sweeper
+// was not listening is caught by the run after each (re)connect, or by the
+// next cron call.
+
+// NotifyConfig is the fast path's setting; Config embeds it.
+type NotifyConfig struct {
+	// SweepOnNotify runs a sweep as soon as a committed write leaves a row
+	// due within a minute (OWED_SWEEP_ON_NOTIFY).
+	SweepOnNotify bool `envconfig:"SWEEP_ON_NOTIFY"`
+}
+
+const (
+	// SweepOnNotifyDefault turns the fast path on.
+	SweepOnNotifyDefault = true
+	// DueChannel is the channel the ledger's triggers notify.
+	DueChannel = "owed_due"
+	// listenMinReconnect and listenMaxReconnect bound the listener's
+	// reconnect back-off (doubling from the first to the second).
+	listenMinReconnect = 250 * time.Millisecond
+	listenMaxReconnect = 10 * time.Second
+	// listenPing checks the idle LISTEN connection: a connection that died
+	// silently is noticed only when something is sent on it.
+	listenPing = time.Minute
+	// failedRunPause spaces the notify runs after one that failed (a queue
+	// refusing publishes), so inserts cannot drive a sweep loop against it;
+	// the cron's own calls are not paced.
+	failedRunPause = time.Second
+)
+
+// DueListener runs a sweep for every notification on DueChannel, coalesced:
+// at most one run at a time, and notifications that arrive during a run
+// make one more run after it. Its runs are counted in their own series
+// (owed_sweep_notify_*), so owed_sweep_last_success_timestamp_seconds stays
+// the cron's heartbeat: a dead cron is not hidden by the fast path.
+type DueListener struct {
+	srv *Server
+	on  bool
+	url string
+	coalescer
+
+	runs      *prometheus.CounterVec
+	published prometheus.Counter
+	up        prometheus.Gauge
+
+	mu   sync.Mutex
+	stop context.CancelFunc
+	done sync.WaitGroup
+}
+
+// NewDueListener returns the fast path of s and registers its series on s's
+// registry; call it once per Server. It listens as the role of
+// OWED_DATABASE_URL (LISTEN and the triggers' pg_notify need no privilege).
+func NewDueListener(s *Server) *DueListener {
+	d := &DueListener{srv: s, on: s.cfg.SweepOnNotify, url: s.cfg.DatabaseURL, coalescer: newCoalescer(),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "owed_sweep_notify_runs_total",
+			Help: "Sweep runs started by a due-now notification (not the cron), by outcome: ok, incomplete, stalled.",
+		}, []string{"outcome"}),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "owed_sweep_notify_published_total",
+			Help: "Rows published by sweep runs started by a due-now notification.",
+		}),
+		up: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "owed_sweep_notify_listening",
+			Help: "1 while the sweeper holds its LISTEN connection for due-now rows (OWED_SWEEP_ON_NOTIFY), else 0.",
+		}),
+	}
+	for _, o := range []string{"ok", "incomplete", "stalled"} {
+		d.runs.WithLabelValues(o)
+	}
+	s.reg.MustRegister(d.runs, d.published, d.up)
+	return d
+}
+
+// Start opens the LISTEN connection and the run loop in the background and
+// returns at once; with OWED_SWEEP_ON_NOTIFY off it does nothing. The
+// connection is retried until it succeeds, and a sweep runs after each
+// (re)connect, since notifications sent in between are lost. It ends at
+// Stop or when ctx ends.
+func (d *DueListener) Start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.on || d.stop != nil {
+		return nil
+	}
+	ctx, d.stop = context.WithCancel(ctx)
+	log := d.srv.log
+	l := pq.NewListener(d.url, listenMinReconnect, listenMaxReconnect, func(ev pq.ListenerEventType, err error) {
+		switch ev {
+		case pq.ListenerEventConnected, pq.ListenerEventReconnected:
+			d.up.Set(1)
+			log.Info().Str("channel", DueChannel).Str("event", ev.String()).Msg("sweeper: listening for due rows")
+		case pq.ListenerEventDisconnected:
+			d.up.Set(0)
+			if ctx.Err() == nil {
+				log.Warn().Err(err).Msg("sweeper: due-row listener disconnected; reconnecting, the cron covers the gap")
+			}
+		case pq.ListenerEventConnectionAttemptFailed:
+			log.Warn().Err(err).Msg("sweeper: due-row listener cannot connect; retrying, the cron covers the gap")
+		}
+	})
+	// Closing the listener also ends a Listen still waiting for its first
+	// connection.
+	context.AfterFunc(ctx, func() { l.Close() })
+	d.done.Add(2)
+	go func() { defer d.done.Done(); d.listen(ctx, l) }()
+	go func() { defer d.done.Done(); d.loop(ctx) }()
+	return nil
+}
+
+// Stop closes the connection and waits for a run under way to end (the run
+// is cancelled; the sweep hands back what it had not published). It is
+// safe before Start and twice.
+func (d *DueListener) Stop() {
+	d.mu.Lock()
+	stop := d.stop
+	d.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	d.done.Wait()
+	d.up.Set(0)
+}
+
+// listen turns notifications into wake-ups until ctx ends.
+func (d *DueListener) listen(ctx context.Context, l *pq.Listener) {
+	// The listener's own goroutine may be blocked handing over a
+	// notification when ctx ends; it exits once it can, after Close, and
+	// then closes Notify.
+	defer func() { go drain(l) }()
+	if err := l.Listen(DueChannel); err != nil {
+		if !errors.Is(err, net.ErrClosed) {
+			d.srv.log.Error().Err(err).Str("channel", DueChannel).
+				Msg("sweeper: cannot listen for due rows; they wait for the cron")
+		}
+		return
+	}
+	// Rows written before the LISTEN took effect sent their notifications
+	// to nobody.
+	d.poke()
+	ping := time.NewTicker(listenPing)
+	defer ping.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-l.Notify:
+			// A nil notification follows a reconnect: notifications sent
+			// while the connection was down are lost, so it sweeps too.
+			if !ok {
+				return
+			}
+			d.poke()
+		case <-ping.C:
+			// Ping waits for the server's answer, which a dead connection
+			// may take long to refuse; notifications keep flowing meanwhile.
+			go l.Ping()
+		}
+	}
+}
+
+// drain discards notifications until the closed listener closes Notify.
+func drain(l *pq.Listener) {
+	for range l.Notify {
+	}
+}
+
+// coalescer turns wake-ups into calls of one function, one call at a time:
+// wake-ups during a call are folded into one more call after it.
+type coalescer struct{ wake chan struct{} }
+
+func newCoalescer() coalescer { return coalescer{wake: make(chan struct{}, 1)} }
+
+// poke asks for a call; a call already asked for absorbs it.
+func (c coalescer) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// runEach calls run for each wake-up, one call at a time, until ctx ends.
+func (c coalescer) runEach(ctx context.Context, run func(context.Context)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		run(ctx)
+	}
+}
+
+// loop sweeps once per wake-up until ctx ends.
+func (d *DueListener) loop(ctx context.Context) { d.runEach(ctx, d.sweepOnce) }
+
+// sweepOnce is one notify-started run: the cron's run, counted in the
+// fast path's series.
+func (d *DueListener) sweepOnce(ctx context.Context) {
+	res, _ := d.srv.sweeper.Run(ctx)
+	d.observe(res)
+	if !res.Complete {
+		clock.Sleep(ctx, failedRunPause)
+	}
+}
+
+func (d *DueListener) observe(res sweep.Result) {
+	switch {
+	case res.Stalled:
+		d.runs.WithLabelValues("stalled").Inc()
+	case !res.Complete:
+		d.runs.WithLabelValues("incomplete").Inc()
+	default:
+		d.runs.WithLabelValues("ok").Inc()
+	}
+	d.published.Add(float64(res.Published))
+}

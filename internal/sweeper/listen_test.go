@@ -1,0 +1,285 @@
+package sweeper
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lib/pq"
+
+	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/envelope"
+	"github.com/owedhq/owed/internal/stacktest"
+	"github.com/owedhq/owed/internal/tenant"
+)
+
+// publishDeadline bounds the polls below: a test that fails says so
+// instead of hanging. It is not a latency bound.
+const publishDeadline = time.Minute
+
+// startListening starts the fast path on s and, with it on, waits for the
+// run that follows the LISTEN: from there on, a notification reaches it.
+func startListening(t *testing.T, s *stacktest.Stack, on bool) *DueListener {
+	t.Helper()
+	d := NewDueListener(newServer(t, s, func(c *Config) { c.SweepOnNotify = on }))
+	if err := d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	if on {
+		waitFor(t, "the run after the LISTEN", func() bool { return metricValue(t, d, "owed_sweep_notify_runs_total", "ok") >= 1 })
+	}
+	return d
+}
+
+// metricValue reads one of the fast path's series from the sweeper's
+// registry: the sample whose label value is label ("" for an unlabelled one).
+func metricValue(t *testing.T, d *DueListener, name, label string) float64 {
+	t.Helper()
+	fams, err := d.srv.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) > 0 && m.GetLabel()[0].GetValue() != label {
+				continue
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s{%s} on the registry", name, label)
+	return 0
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), publishDeadline)
+	defer cancel()
+	for !cond() {
+		if !clock.Sleep(ctx, 10*time.Millisecond) {
+			t.Fatalf("no %s within %s", what, publishDeadline)
+		}
+	}
+}
+
+// received long-polls the queue until it holds a message for each of ids.
+func received(t *testing.T, s *stacktest.Stack, ids ...int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), publishDeadline)
+	defer cancel()
+	for len(ids) > 0 {
+		msgs, err := s.Queue.Receive(ctx, 10, time.Second, 30*time.Second)
+		if err != nil {
+			t.Fatalf("waiting for rows %v on the queue: %v", ids, err)
+		}
+		for _, m := range msgs {
+			e, err := envelope.Decode(m.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = slices.DeleteFunc(ids, func(id int64) bool { return id == e.ID })
+		}
+	}
+}
+
+// insertAsApp writes one row due now by plain SQL, as an application that
+// writes the documented table directly would, as the application role.
+func insertAsApp(t *testing.T, db *sql.DB, ten, ref string) int64 {
+	t.Helper()
+	var id int64
+	err := tenant.InTx(t.Context(), db, ten, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(t.Context(), `
+INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at)
+VALUES ($1, 'r-sql', 'sms', 'reminder', $2, now()) RETURNING id`, ten, ref).Scan(&id)
+	})
+	if err != nil {
+		t.Fatalf("insert as the application role: %v", err)
+	}
+	return id
+}
+
+// A row due now is published without any cron call, whether it was
+// scheduled through the ledger (the API's path) or inserted by plain SQL,
+// both as the application role.
+func TestDueRowIsPublishedWithoutTheCron(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Options{})
+	notSuperuser(t, s.DB.App)
+	d := startListening(t, s, true)
+
+	sched := s.Schedule(t, "acme", 1, time.Now(), nil)
+	received(t, s, sched[0].ID)
+	received(t, s, insertAsApp(t, s.DB.App, "acme", "plain-sql"))
+	// The message is on the queue before its run is counted.
+	waitFor(t, "count of both rows in owed_sweep_notify_published_total", func() bool {
+		return metricValue(t, d, "owed_sweep_notify_published_total", "") == 2
+	})
+}
+
+// notSuperuser fails the test when db connects as a superuser, which would
+// pass any row-security check vacuously.
+func notSuperuser(t *testing.T, db *sql.DB) {
+	t.Helper()
+	var role string
+	var super bool
+	if err := db.QueryRowContext(t.Context(), `SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&role, &super); err != nil {
+		t.Fatal(err)
+	}
+	if super {
+		t.Fatalf("the application connection is the superuser %s", role)
+	}
+}
+
+// listenProbe is the test's own LISTEN on DueChannel.
+func listenProbe(t *testing.T, s *stacktest.Stack) *pq.Listener {
+	t.Helper()
+	l := pq.NewListener(s.DB.AppURL, listenMinReconnect, listenMaxReconnect, nil)
+	t.Cleanup(func() { l.Close() })
+	if err := l.Listen(DueChannel); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// nextNotification waits for the probe's next notification.
+func nextNotification(t *testing.T, l *pq.Listener) *pq.Notification {
+	t.Helper()
+	select {
+	case n := <-l.Notify:
+		return n
+	case <-time.After(publishDeadline):
+		t.Fatalf("no notification on %s within %s", DueChannel, publishDeadline)
+		return nil
+	}
+}
+
+// A lost LISTEN connection is reopened, and a run follows the reconnect:
+// notifications sent while it was down are lost, so the run stands in for
+// them. Nothing is inserted here, so the second run can only be that one.
+func TestDueListenerReconnectsAndSweeps(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Options{})
+	d := startListening(t, s, true)
+	var killed bool
+	if err := s.DB.App.QueryRowContext(t.Context(), `
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN %'`).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the listener's connection: %v (killed=%v)", err, killed)
+	}
+	waitFor(t, "run after the reconnect", func() bool { return metricValue(t, d, "owed_sweep_notify_runs_total", "ok") >= 2 })
+	received(t, s, s.Schedule(t, "acme", 1, time.Now(), nil)[0].ID)
+}
+
+// With OWED_SWEEP_ON_NOTIFY off, a row due now stays owed: the notification
+// is sent (a listener of the test's own receives it), but nothing answers it.
+func TestSweepOnNotifyOffPublishesNothing(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Options{})
+	d := startListening(t, s, false)
+	probe := listenProbe(t, s)
+
+	id := insertAsApp(t, s.DB.App, "acme", "off")
+	nextNotification(t, probe)
+	// The notification is out; give a listener that wrongly answered it
+	// the time a run takes, then look.
+	msgs, err := s.Queue.Receive(t.Context(), 10, 2*time.Second, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 0 {
+		t.Errorf("the queue got %d messages with OWED_SWEEP_ON_NOTIFY off", len(msgs))
+	}
+	var state string
+	if err := tenant.InTx(t.Context(), s.DB.App, "acme", func(tx *sql.Tx) error {
+		return tx.QueryRowContext(t.Context(), `SELECT state FROM owed_notifications WHERE id = $1`, id).Scan(&state)
+	}); err != nil || state != "pending" {
+		t.Errorf("row %d is %q (%v), want pending", id, state, err)
+	}
+	if got := metricValue(t, d, "owed_sweep_notify_listening", ""); got != 0 {
+		t.Errorf("owed_sweep_notify_listening = %v with the fast path off", got)
+	}
+}
+
+// Only rows that become pending and due notify: a row due in an hour, the
+// lease, and a leased row handed back unchanged (the sweep's release after
+// a refused publish, which would otherwise let a failing queue loop the
+// sweeper) send nothing; a reschedule to now does.
+func TestDueNotifyOnlyForRowsFallingDue(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Options{})
+	notSuperuser(t, s.DB.App)
+	probe := listenProbe(t, s)
+	later := s.Schedule(t, "acme", 1, time.Now().Add(time.Hour), nil)[0].ID
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if err := tenant.InTx(t.Context(), s.DB.App, "acme", func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(t.Context(), q, args...)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`UPDATE owed_notifications SET state = 'leased', lease_until = now() + interval '1 minute', due_at = now() WHERE id = $1`, later)
+	exec(`UPDATE owed_notifications SET state = 'pending', lease_until = NULL WHERE id = $1`, later)
+	// A marker the test sends itself after those statements: the first
+	// notification to arrive must be it, since notifications arrive in
+	// commit order.
+	exec(`SELECT pg_notify($1, 'marker')`, DueChannel)
+	if n := nextNotification(t, probe); n == nil || n.Extra != "marker" {
+		t.Fatalf("first notification %+v, want the marker: a statement above notified", n)
+	}
+	exec(`UPDATE owed_notifications SET due_at = now() - interval '1 second' WHERE id = $1`, later)
+	if n := nextNotification(t, probe); n == nil || n.Extra != "" {
+		t.Fatalf("notification %+v, want the trigger's for the reschedule", n)
+	}
+}
+
+// Notifications arriving during a run make exactly one more run, and runs
+// never overlap.
+func TestDueRunsAreCoalesced(t *testing.T) {
+	t.Parallel()
+	started := make(chan int, 10)
+	release := make(chan struct{})
+	var running, most, n atomic.Int32
+	d := newCoalescer()
+	run := func(context.Context) {
+		k := running.Add(1)
+		most.Store(max(most.Load(), k))
+		started <- int(n.Add(1))
+		<-release
+		running.Add(-1)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go d.runEach(ctx, run)
+
+	d.poke()
+	<-started
+	for range 5 {
+		d.poke()
+	}
+	release <- struct{}{}
+	<-started
+	if len(d.wake) != 0 {
+		t.Errorf("%d more runs are waiting after the coalesced one", len(d.wake))
+	}
+	release <- struct{}{}
+	d.poke()
+	if k := <-started; k != 3 {
+		t.Errorf("run %d after the coalesced one, want 3", k)
+	}
+	release <- struct{}{}
+	if most.Load() != 1 {
+		t.Errorf("%d runs overlapped", most.Load())
+	}
+}
