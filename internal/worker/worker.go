@@ -85,10 +85,12 @@ var ErrStarted = errors.New("worker: already started; a Worker runs once, build 
 // Worker is a pool of senders draining one queue.
 type Worker struct {
 	o Options
-	// claims, settles and acks share ledger commits and queue calls among
-	// the messages in flight. New builds them; the pool starts them and
-	// stops them after its last sender.
+	// claims, extends (the claims' heartbeats), settles and acks share
+	// ledger commits and queue calls among the messages in flight. New
+	// builds them; the pool starts them and stops them after its last
+	// sender.
 	claims  *batcher[ledger.ClaimRequest, ledger.Claim]
+	extends *batcher[ledger.Hold, struct{}]
 	settles *batcher[ledger.Delivered, struct{}]
 	acks    *batcher[string, struct{}]
 	gate    *gate
@@ -107,6 +109,7 @@ func New(o Options) (*Worker, error) {
 	o.defaults()
 	w := &Worker{o: o, gate: newGate(o)}
 	w.claims = newBatcher(claimBatch, claimLinger, w.flushClaims)
+	w.extends = newBatcher(claimBatch, claimLinger, w.flushExtends)
 	w.settles = newBatcher(settleBatch, settleLinger, w.flushSettles)
 	w.acks = newBatcher(ackBatch, ackLinger, w.flushAcks)
 	return w, nil
@@ -185,6 +188,8 @@ func (w *Worker) run(ctx context.Context) {
 	defer w.settles.stop()
 	w.claims.start(bctx)
 	defer w.claims.stop()
+	w.extends.start(bctx)
+	defer w.extends.stop()
 
 	var senders sync.WaitGroup
 	for i := 0; i < w.o.Concurrency; i++ {
