@@ -235,3 +235,26 @@ func TestMessageTheLedgerRefusesIsDeadLetteredAlone(t *testing.T) {
 		}
 	}
 }
+
+// A worker whose clock is off by an hour either way still sends on time and
+// unexpired: it measures the waits and the expiry the ledger answered from
+// the claim, by the database's clock, never the row's times against its own.
+func TestSkewedWorkerClockSendsOnTime(t *testing.T) {
+	for name, skew := range map[string]time.Duration{"behind": -time.Hour, "ahead": time.Hour} {
+		t.Run(name, func(t *testing.T) {
+			b := setup(t, stacktest.Options{})
+			exp := time.Now().Add(10 * time.Minute)
+			rows := b.Schedule(t, "acme", 3, time.Now().Add(-time.Second), func(_ int, r *ledger.NewNotification) {
+				r.ExpiresAt = &exp
+			})
+			b.sweepAll(t)
+			b.start(t, func(o *worker.Options) { o.Clock = clock.Offset(skew) })
+			b.waitSettled(t, 30*time.Second)
+			for _, r := range rows {
+				if d, _ := b.Ledger.Get(bg, "acme", r.ID); d.State != ledger.StateDelivered || len(d.History) != 1 {
+					t.Errorf("row %d: %s (%s) with %d attempts, want delivered on the first", r.ID, d.State, d.LastError, len(d.History))
+				}
+			}
+		})
+	}
+}
