@@ -75,7 +75,8 @@ type ClaimParams struct {
 	// DueAt is the due time the message was published for; a row whose due
 	// time differs was rescheduled and the message is stale.
 	DueAt time.Time
-	// LeaseFor is how long the claim holds the row against other workers.
+	// LeaseFor is how long the claim holds the row against other workers,
+	// from the ledger's now; the worker's heartbeat renews it (ExtendClaims).
 	LeaseFor time.Duration
 	// EarlyTolerance lets a message that arrives this much before the due
 	// time be sent anyway (clocks differ a little between machines).
@@ -95,7 +96,8 @@ func (l *Ledger) ClaimForSend(ctx context.Context, tenant string, id int64, p Cl
 }
 
 // decide says why a claim statement took the row or did not, from the row
-// as it was before the statement; an expired row is settled expired here.
+// as it was before the statement; an expired row that no live claim holds
+// is settled expired here.
 func (l *Ledger) decide(ctx context.Context, row Notification, took bool, due, now time.Time,
 	early time.Duration) (Claim, error) {
 	c := Claim{Row: row, Now: now}
