@@ -157,10 +157,11 @@ func TestDLQRedriveReopensOnlyFailedRows(t *testing.T) {
 	due := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
 	rows := s.Schedule(t, "acme", 2, due, nil)
 	failed, pending := rows[0], rows[1]
-	if c, err := s.Ledger.ClaimForSend(ctx, "acme", failed.ID, ledger.ClaimParams{DueAt: due, LeaseFor: time.Minute}); err != nil || c.Outcome != ledger.ClaimSend {
+	c, err := s.Ledger.ClaimForSend(ctx, "acme", failed.ID, ledger.ClaimParams{DueAt: due, LeaseFor: time.Minute})
+	if err != nil || c.Outcome != ledger.ClaimSend {
 		t.Fatalf("claim: %v %v", c.Outcome, err)
 	}
-	if err := s.Ledger.SettleFailed(ctx, "acme", failed.ID, "provider answered 400", nil, false); err != nil {
+	if err := s.Ledger.SettleFailed(ctx, c.Hold, "provider answered 400", nil, false); err != nil {
 		t.Fatal(err)
 	}
 	var msgs []queue.Message

@@ -46,7 +46,7 @@ func setupLookup(t *testing.T) lookupFixture {
 		t.Fatalf("claim: %v %v", c.Outcome, err)
 	}
 	start := time.Now()
-	if _, err := l.SettleDelivered(ctx, "acme", acme[0].ID, ledger.Attempt{Attempt: 1, Provider: "sandbox",
+	if _, err := l.SettleDelivered(ctx, c.Hold, ledger.Attempt{Attempt: 1, Provider: "sandbox",
 		StartedAt: start, FinishedAt: start.Add(40 * time.Millisecond), ProviderMessageID: "sbx-msg-77", HTTPStatus: 202}); err != nil {
 		t.Fatalf("settle: %v", err)
 	}

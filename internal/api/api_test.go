@@ -186,10 +186,11 @@ func TestGetShowsDelivery(t *testing.T) {
 	var res scheduleResult
 	b.do(t, "POST", "/v1/notifications", b.acme, batch(note("+15550001", "T-1", b.clk.Now()))).data(t, &res)
 	id := res.Notifications[0].ID
-	if _, err := b.ledger.ClaimForSend(ctx, "acme", id, ledger.ClaimParams{DueAt: b.clk.Now(), LeaseFor: time.Minute}); err != nil {
+	c, err := b.ledger.ClaimForSend(ctx, "acme", id, ledger.ClaimParams{DueAt: b.clk.Now(), LeaseFor: time.Minute})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ledger.SettleDelivered(ctx, "acme", id, ledger.Attempt{Attempt: 1, Provider: "sandbox",
+	if _, err := b.ledger.SettleDelivered(ctx, c.Hold, ledger.Attempt{Attempt: 1, Provider: "sandbox",
 		StartedAt: b.clk.Now(), FinishedAt: b.clk.Now(), ProviderMessageID: "msg-1"}); err != nil {
 		t.Fatal(err)
 	}

@@ -76,6 +76,11 @@ func (e Envelope) validate() error {
 		return fmt.Errorf("envelope: id must be a positive row id, got %d", e.ID)
 	case e.DueAt.IsZero():
 		return errors.New("envelope: due_at is required")
+	case e.DueAt.UTC().Year() < 0 || e.DueAt.UTC().Year() > 9999:
+		// An offset can carry a time the decoder read into a year JSON
+		// cannot write (and the ledger cannot hold): such a message could
+		// never be encoded again, nor its row claimed.
+		return fmt.Errorf("envelope: due_at %s is outside the years 0 to 9999 in UTC", e.DueAt.Format(time.RFC3339))
 	case e.Key == "" || len(e.Key) > 256:
 		return errors.New("envelope: key must be 1 to 256 bytes")
 	}

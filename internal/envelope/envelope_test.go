@@ -35,6 +35,8 @@ func TestDecodeRejects(t *testing.T) {
 		`{"v":1,"tenant_id":"a","id":1,"due_at":"2026-01-01T00:00:00Z","key":"k"} {}`:                             "trailing data",
 		`{"v":1,"tenant_id":"a","id":"1","due_at":"2026-01-01T00:00:00Z","key":"k"}`:                              "not valid JSON",
 		`{"v":1,"tenant_id":"a","id":1,"due_at":"yesterday","key":"k"}`:                                           "not valid JSON",
+		`{"v":1,"tenant_id":"a","id":1,"due_at":"9999-12-31T23:30:00-01:00","key":"k"}`:                           "outside the years",
+		`{"v":1,"tenant_id":"a\u0000b","id":1,"due_at":"2026-01-01T00:00:00Z","key":"k"}`:                         "control characters or NUL",
 		`{"v":1,"tenant_id":"a","id":1,"due_at":"2026-01-01T00:00:00Z","key":"` + strings.Repeat("k", 300) + `"}`: "key must be",
 	} {
 		_, err := Decode([]byte(body))
@@ -51,6 +53,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"v":1,"tenant_id":"acme","id":-7,"due_at":"0001-01-01T00:00:00Z","key":""}`))
 	f.Add([]byte(`{"v":1e400}`))
 	f.Add([]byte(`null`))
+	// A due time that an offset carries past year 9999 in UTC: accepted, it
+	// could not be encoded again.
+	f.Add([]byte(`{"v":1,"tenant_id":"acme","id":7,"due_at":"9999-12-31T23:30:00-01:00","key":"owed-7-1"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := Decode(b)
 		if err != nil {

@@ -51,11 +51,22 @@ func (o ClaimOutcome) String() string {
 type Claim struct {
 	Outcome ClaimOutcome
 	Row     Notification
+	// Hold names this claim for every write after it (ClaimSend only): the
+	// row and the claim token it took.
+	Hold Hold
 	// PossibleDuplicate is set when the row was claimed before and that
-	// claim never finished (a worker died mid-send): the provider may have
-	// accepted the first send.
+	// claim never finished (a worker died mid-send, or stalled until its
+	// lease ran out): the provider may have accepted the first send.
 	PossibleDuplicate bool
-	// Wait is how long until the row is due (ClaimEarly).
+	// Now is the ledger's instant of the claim. What the claim says about
+	// time is measured from it, by the ledger's clock: a worker that waits
+	// for the due time, or checks an expiry, measures the durations from Now
+	// (row.DueAt.Sub(c.Now)) on its own timer, never comparing the row's
+	// times with its own clock, which may be skewed.
+	Now time.Time
+	// Wait is how long, by the ledger's clock, until the row is due
+	// (ClaimEarly; ClaimSend, 0 when it is due already), or until the lease
+	// of the live claim holding it runs out (ClaimHeld).
 	Wait time.Duration
 }
 
@@ -64,7 +75,8 @@ type ClaimParams struct {
 	// DueAt is the due time the message was published for; a row whose due
 	// time differs was rescheduled and the message is stale.
 	DueAt time.Time
-	// LeaseFor is how long the claim holds the row against other workers.
+	// LeaseFor is how long the claim holds the row against other workers,
+	// from the ledger's now; the worker's heartbeat renews it (ExtendClaims).
 	LeaseFor time.Duration
 	// EarlyTolerance lets a message that arrives this much before the due
 	// time be sent anyway (clocks differ a little between machines).
@@ -84,37 +96,45 @@ func (l *Ledger) ClaimForSend(ctx context.Context, tenant string, id int64, p Cl
 }
 
 // decide says why a claim statement took the row or did not, from the row
-// as it was before the statement; an expired row is settled expired here.
+// as it was before the statement; an expired row that no live claim holds
+// is settled expired here.
 func (l *Ledger) decide(ctx context.Context, row Notification, took bool, due, now time.Time,
 	early time.Duration) (Claim, error) {
-	c := Claim{Row: row}
+	c := Claim{Row: row, Now: now}
 	var err error
 	// The statement took the row exactly when none of the cases below
-	// holds; the order here says which reason applies first.
+	// holds; the order here says which reason applies first. A row held by
+	// a live claim is that claim's to settle, even when it has expired
+	// meanwhile: its worker checks the expiry before it sends.
 	switch {
 	case row.State.Settled():
 		c.Outcome = ClaimSettled
 	case !row.DueAt.Equal(due):
 		c.Outcome = ClaimStale
+	case row.State == StateSending && row.LeaseUntil != nil && row.LeaseUntil.After(now):
+		c.Outcome = ClaimHeld
+		c.Wait = row.LeaseUntil.Sub(now)
 	case row.ExpiresAt != nil && !row.ExpiresAt.After(now):
 		c.Outcome = ClaimExpired
 		// Settled at the instant the claim judged it expired.
 		err = l.withTenant(ctx, row.Tenant, func(tx *txn) error {
-			_, err := tx.Exec(qSettleExpired, row.ID, now)
+			_, err := tx.Exec(qExpireUnclaimed, row.ID, now)
 			return err
 		})
-	case row.State == StateSending && row.LeaseUntil != nil && row.LeaseUntil.After(now):
-		c.Outcome = ClaimHeld
 	case row.DueAt.After(now.Add(early)):
 		c.Outcome = ClaimEarly
 		c.Wait = row.DueAt.Sub(now)
 	default:
 		c.Outcome = ClaimSend
+		c.Wait = max(row.DueAt.Sub(now), 0)
 		// A claimed_at left behind means the last claim neither settled nor
-		// released the row: its worker died, maybe after the provider took
-		// the message (or an uncertain release or a Redrive kept the mark).
+		// released the row: its worker died or lost its lease, maybe after
+		// the provider took the message (or an uncertain release or a
+		// Redrive kept the mark).
 		c.PossibleDuplicate = row.ClaimedAt != nil
 		c.Row.State, c.Row.ClaimedAt = StateSending, &now
+		// The statement returned the row's new claim_seq: this claim's token.
+		c.Hold = Hold{Tenant: row.Tenant, ID: row.ID, Seq: row.ClaimSeq}
 	}
 	if took != (c.Outcome == ClaimSend) {
 		return c, fmt.Errorf("ledger: claim of row %d disagrees with its reading (took=%v, outcome %s)", row.ID, took, c.Outcome)
@@ -139,19 +159,30 @@ type claimJSON struct {
 // ClaimForSendBatch is the worker's claim on many rows, possibly of many
 // tenants, before their sends: one statement and one commit, each row in its
 // own tenant's scope (see qClaimBatch); p.DueAt is ignored in favour of each
-// request's. It returns a Claim or an error (ErrNotFound for a row not
-// visible in its tenant's scope) per request, in input order; the error
-// return is for the batch as a whole.
+// request's. It returns a Claim or an error per request, in input order:
+// ErrNotFound for a row not visible in its tenant's scope, a
+// *ValidationError naming the field for a request the ledger can never
+// take (a tenant id tenant.Validate refuses, a due time outside what the
+// ledger holds). Such a request is left out of the statement, so it costs
+// the rest of the batch nothing; the error return is for the batch as a
+// whole (the ledger could not be reached).
 func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p ClaimParams) ([]Claim, []error, error) {
 	if p.LeaseFor <= 0 {
 		return nil, nil, fmt.Errorf("ledger: claim lease must be above zero, got %s", p.LeaseFor)
 	}
-	in := make([]claimJSON, len(reqs))
+	claims := make([]Claim, len(reqs))
+	errs := make([]error, len(reqs))
+	due := make([]time.Time, len(reqs))
+	in := make([]claimJSON, 0, len(reqs))
 	for i, r := range reqs {
-		if err := ValidateTenant(r.Tenant); err != nil {
-			return nil, nil, err
+		if errs[i] = checkClaim(r); errs[i] != nil {
+			continue
 		}
-		in[i] = claimJSON{Idx: i, Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt.UTC().Truncate(time.Microsecond)}
+		due[i] = r.DueAt.UTC().Truncate(time.Microsecond)
+		in = append(in, claimJSON{Idx: i, Tenant: r.Tenant, ID: r.ID, DueAt: due[i]})
+	}
+	if len(in) == 0 {
+		return claims, errs, nil
 	}
 	res, err := l.queryBatch(ctx, qClaimBatch, in, l.now(), seconds(p.LeaseFor), seconds(p.EarlyTolerance))
 	if err != nil {
@@ -177,17 +208,30 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 	if err := res.Err(); err != nil {
 		return nil, nil, err
 	}
-	claims := make([]Claim, len(reqs))
-	errs := make([]error, len(reqs))
-	for i := range reqs {
-		a, ok := answers[i]
+	for _, r := range in {
+		a, ok := answers[r.Idx]
 		if !ok {
-			errs[i] = ErrNotFound
+			errs[r.Idx] = ErrNotFound
 			continue
 		}
-		claims[i], errs[i] = l.decide(ctx, a.row, a.took, in[i].DueAt, a.now, p.EarlyTolerance)
+		claims[r.Idx], errs[r.Idx] = l.decide(ctx, a.row, a.took, due[r.Idx], a.now, p.EarlyTolerance)
 	}
 	return claims, errs, nil
+}
+
+// checkClaim refuses, naming the field, a claim request the ledger can
+// never take: its tenant id breaks tenant.Validate's rules, or its due time
+// lies outside the years 1 to 9999, which is all a timestamptz written as
+// JSON can hold (a queue message's due time with a large offset can fall
+// outside it once in UTC). Such a request would otherwise fail the whole
+// batch statement it shares with healthy ones.
+func checkClaim(r ClaimRequest) error {
+	v := &ValidationError{}
+	checkTenant(v, r.Tenant)
+	if y := r.DueAt.UTC().Year(); y < 1 || y > 9999 {
+		v.add(-1, "due_at", "%s is outside the years 1 to 9999", r.DueAt.UTC().Format(time.RFC3339))
+	}
+	return v.orNil()
 }
 
 // queryBatch runs one of the worker's batch statements with batch as its
@@ -251,156 +295,4 @@ func recordAttempt(tx *txn, id int64, a Attempt) error {
 		return ErrNotFound
 	}
 	return err
-}
-
-// SettleDelivered is SettleDeliveredBatch for one row: it records the
-// accepted send and settles the row delivered with the provider's message
-// id, in one transaction. It reports false when the row was already
-// delivered (a duplicate the provider accepted anyway; the attempt is still
-// recorded, since it happened).
-func (l *Ledger) SettleDelivered(ctx context.Context, tenant string, id int64, a Attempt) (bool, error) {
-	if a.StartedAt.IsZero() || a.FinishedAt.IsZero() {
-		return false, errAttemptTimes
-	}
-	changed, errs, err := l.SettleDeliveredBatch(ctx, []Delivered{{Tenant: tenant, ID: id, Attempt: a}})
-	if err != nil {
-		return false, err
-	}
-	if errs != nil && errs[0] != nil {
-		return false, errs[0]
-	}
-	return changed[0], nil
-}
-
-// Delivered is one accepted send to settle in a batch.
-type Delivered struct {
-	Tenant  string
-	ID      int64
-	Attempt Attempt
-}
-
-type deliveredJSON struct {
-	Idx               int       `json:"idx"`
-	Tenant            string    `json:"tenant_id"`
-	ID                int64     `json:"id"`
-	Provider          string    `json:"provider"`
-	StartedAt         time.Time `json:"started_at"`
-	MessageID         *string   `json:"message_id"`
-	HTTPStatus        *int      `json:"http_status"`
-	PossibleDuplicate bool      `json:"possible_duplicate"`
-}
-
-// SettleDeliveredBatch records many accepted sends and settles their rows
-// delivered, possibly of many tenants, in one statement and one commit (see
-// qSettleDeliveredBatch); each attempt finishes at the ledger's now, when
-// it is recorded. It reports, in input order,
-// whether each row changed; a row not visible in its tenant's scope is
-// reported as ErrNotFound in errs (nil errs when every row was found).
-func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (changed []bool, errs []error, err error) {
-	in := make([]deliveredJSON, len(rows))
-	for i, r := range rows {
-		if err := ValidateTenant(r.Tenant); err != nil {
-			return nil, nil, err
-		}
-		if r.Attempt.StartedAt.IsZero() {
-			return nil, nil, errors.New("ledger: an attempt needs its start time")
-		}
-		in[i] = deliveredJSON{Idx: i, Tenant: r.Tenant, ID: r.ID, Provider: r.Attempt.Provider,
-			StartedAt: r.Attempt.StartedAt.UTC(), PossibleDuplicate: r.Attempt.PossibleDuplicate}
-		if m := r.Attempt.ProviderMessageID; m != "" {
-			in[i].MessageID = &m
-		}
-		if st := r.Attempt.HTTPStatus; st != 0 {
-			in[i].HTTPStatus = &st
-		}
-	}
-	res, err := l.queryBatch(ctx, qSettleDeliveredBatch, in, l.now())
-	if err != nil {
-		return nil, nil, err
-	}
-	defer res.Close()
-	changed = make([]bool, len(rows))
-	seen := 0
-	for res.Next() {
-		var idx int
-		var ch sql.NullBool
-		if err := res.Scan(&idx, &ch); err != nil {
-			return nil, nil, err
-		}
-		if idx < 0 || idx >= len(rows) {
-			return nil, nil, fmt.Errorf("ledger: batch settle answered unknown index %d", idx)
-		}
-		if !ch.Valid {
-			if errs == nil {
-				errs = make([]error, len(rows))
-			}
-			errs[idx] = ErrNotFound
-		}
-		changed[idx] = ch.Bool
-		seen++
-	}
-	if err := res.Err(); err != nil {
-		return nil, nil, err
-	}
-	if seen != len(rows) {
-		return nil, nil, fmt.Errorf("ledger: batch settle answered %d of %d rows", seen, len(rows))
-	}
-	return changed, errs, nil
-}
-
-// SettleExpired settles a row whose expiry passed before it could be sent
-// (a worker that claimed it in time but waited past the expiry for the due
-// second or the provider's pace). A row already settled is left alone.
-func (l *Ledger) SettleExpired(ctx context.Context, tenant string, id int64) error {
-	return l.withTenant(ctx, tenant, func(tx *txn) error {
-		_, err := tx.Exec(qSettleExpired, id, l.now())
-		return err
-	})
-}
-
-// SettleSkipped settles a row the source says has nothing worth saying.
-func (l *Ledger) SettleSkipped(ctx context.Context, tenant string, id int64, reason string) error {
-	return l.withTenant(ctx, tenant, func(tx *txn) error {
-		_, err := tx.Exec(qSettleSkipped, id, l.now(), reason)
-		return err
-	})
-}
-
-// SettleFailed settles a row as failed with reason (a permanent error or
-// attempts exhausted). The attempt that failed, if any, is recorded with it.
-// uncertain says the provider may have accepted the last send even so (as
-// for ReleaseClaim): the row keeps the possible-duplicate mark, so the send
-// after a Redrive is recorded as a possible duplicate. The mark is kept as
-// well when a send of the row was already recorded as one.
-func (l *Ledger) SettleFailed(ctx context.Context, tenant string, id int64, reason string, a *Attempt, uncertain bool) error {
-	return l.withTenant(ctx, tenant, func(tx *txn) error {
-		if a != nil {
-			if err := recordAttempt(tx, id, *a); err != nil {
-				return err
-			}
-		}
-		_, err := tx.Exec(qSettleFailed, id, l.now(), reason, uncertain)
-		return err
-	})
-}
-
-// ReleaseClaim gives back a row the worker could not send now. Its message
-// returns at retryAt (the nack's delay); the row's lease is held until
-// retryAt plus requeueAfter so the sweeper does not publish it again
-// meanwhile. A transient failure passes its attempt; a rate-limited send
-// passes nil, because a 429 burns no attempt. uncertain says the provider
-// may have accepted the send even so (it timed out, or the connection
-// dropped without an answer): the next send of the row is then recorded as
-// a possible duplicate.
-func (l *Ledger) ReleaseClaim(ctx context.Context, tenant string, id int64, retryAt time.Time,
-	requeueAfter time.Duration, reason string, a *Attempt, uncertain bool) error {
-	return l.withTenant(ctx, tenant, func(tx *txn) error {
-		if a != nil {
-			if err := recordAttempt(tx, id, *a); err != nil {
-				return err
-			}
-		}
-		_, err := tx.Exec(qReleaseClaim, id, retryAt.UTC().Add(requeueAfter), nullString(reason), l.now(), uncertain)
-		return err
-	})
 }

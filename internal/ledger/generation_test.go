@@ -27,10 +27,8 @@ func queueKey(r Leased) string { return QueueKey("owed-", r.ID, r.DueAt, r.Queue
 
 func mustFail(t *testing.T, b *bundle, tenant string, id int64, due time.Time, a *Attempt) {
 	t.Helper()
-	if c, err := b.l.ClaimForSend(ctx, tenant, id, ClaimParams{DueAt: due, LeaseFor: time.Minute}); err != nil || c.Outcome != ClaimSend {
-		t.Fatalf("claim before failing: %v %v", c.Outcome, err)
-	}
-	if err := b.l.SettleFailed(ctx, tenant, id, "permanent: 400 bad number", a, false); err != nil {
+	h := mustClaim(t, b, tenant, id, ClaimParams{DueAt: due, LeaseFor: time.Minute})
+	if err := b.l.SettleFailed(ctx, h, "permanent: 400 bad number", a, false); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -158,7 +156,7 @@ func TestFailedRowIsClaimableOnlyAfterRedrive(t *testing.T) {
 	if err != nil || c.Outcome != ClaimSend || c.PossibleDuplicate {
 		t.Fatalf("claim after redrive: %v dup=%v err=%v, want send, not flagged", c.Outcome, c.PossibleDuplicate, err)
 	}
-	changed, err := b.l.SettleDelivered(ctx, "acme", id, Attempt{Provider: "sandbox", StartedAt: b.now, FinishedAt: b.now,
+	changed, err := b.l.SettleDelivered(ctx, c.Hold, Attempt{Provider: "sandbox", StartedAt: b.now, FinishedAt: b.now,
 		ProviderMessageID: "m-1"})
 	if err != nil || !changed {
 		t.Fatalf("settle delivered after redrive: %v %v", changed, err)
@@ -178,8 +176,8 @@ func TestRedriveOfARowNotFailedChangesNothing(t *testing.T) {
 	s := mustSchedule(t, b, "acme", row("a", "T-1", b.now), row("p", "T-2", b.now), expiring, row("f", "T-4", b.now))
 	delivered, pending, expiredFailed, failed := s[0].ID, s[1].ID, s[2].ID, s[3].ID
 	other := mustSchedule(t, b, "globex", row("g", "G-1", b.now))[0].ID
-	b.l.ClaimForSend(ctx, "acme", delivered, ClaimParams{DueAt: b.now, LeaseFor: time.Minute})
-	b.l.SettleDelivered(ctx, "acme", delivered, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now})
+	h := mustClaim(t, b, "acme", delivered, ClaimParams{DueAt: b.now, LeaseFor: time.Minute})
+	b.l.SettleDelivered(ctx, h, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now})
 	mustFail(t, b, "acme", expiredFailed, b.now, nil)
 	mustFail(t, b, "acme", failed, b.now, nil)
 	mustFail(t, b, "globex", other, b.now, nil)
@@ -247,8 +245,8 @@ func TestRedriveKeepsThePossibleDuplicateMark(t *testing.T) {
 	b := setup(t)
 	id := mustSchedule(t, b, "acme", row("a", "T-1", b.now))[0].ID
 	p := ClaimParams{DueAt: b.now, LeaseFor: time.Minute}
-	b.l.ClaimForSend(ctx, "acme", id, p)
-	if err := b.l.ReleaseClaim(ctx, "acme", id, b.now, 0, "timeout", &Attempt{Provider: "p", StartedAt: b.now,
+	h := mustClaim(t, b, "acme", id, p)
+	if err := b.l.ReleaseClaim(ctx, h, 0, 0, "timeout", &Attempt{Provider: "p", StartedAt: b.now,
 		FinishedAt: b.now, Outcome: AttemptTransient, Error: "timeout"}, true); err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +254,7 @@ func TestRedriveKeepsThePossibleDuplicateMark(t *testing.T) {
 	if err != nil || !c.PossibleDuplicate {
 		t.Fatalf("claim after an uncertain send: %v dup=%v err=%v", c.Outcome, c.PossibleDuplicate, err)
 	}
-	if err := b.l.SettleFailed(ctx, "acme", id, "attempts exhausted", &Attempt{Provider: "p", StartedAt: b.now,
+	if err := b.l.SettleFailed(ctx, c.Hold, "attempts exhausted", &Attempt{Provider: "p", StartedAt: b.now,
 		FinishedAt: b.now, Outcome: AttemptTransient, Error: "503", PossibleDuplicate: true}, false); err != nil {
 		t.Fatal(err)
 	}

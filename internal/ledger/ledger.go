@@ -14,16 +14,22 @@
 //     failed rows named by their dead letters.
 //
 // The worker's claim and its delivered settle, the two statements every
-// delivery runs, are ClaimForSendBatch and SettleDeliveredBatch. They call
-// the SQL functions owed_claim_batch and owed_settle_delivered_batch
-// (migrations/00008_worker_batches.sql), which run owed_claim and
-// owed_settle_delivered (migrations/00007_ledger_functions.sql) once per row
+// delivery runs, are ClaimForSendBatch and SettleDeliveredBatch; its claim
+// heartbeat is ExtendClaims. They call the SQL functions owed_claim_batch,
+// owed_settle_delivered_batch and owed_extend_claims, which run owed_claim
+// and owed_settle_delivered (or, for the heartbeat, one update) once per row
 // under that row's own tenant scope, so a batch of many tenants' rows costs
-// one round trip and one commit (the claim functions as last replaced by
-// migrations/00011_queue_generation.sql, the settle functions by
-// migrations/00010_owed_prefix.sql). ClaimForSend and SettleDelivered are the
-// same statements for a batch of one. These four functions are the only
-// ledger SQL kept outside this package, and only this package calls them.
+// one round trip and one commit (all as migrations/00012_claim_fence.sql
+// left them; the claim and settle first came in
+// migrations/00007_ledger_functions.sql and 00008_worker_batches.sql).
+// ClaimForSend and SettleDelivered are the same statements for a batch of
+// one. These functions are the only ledger SQL kept outside this package,
+// and only this package calls them.
+//
+// Every claim that takes a row moves its claim_seq on and hands the worker a
+// Hold (the row and that token). Every write after the claim names the Hold
+// and changes the row only while it is still the row's (fence.go): a worker
+// whose claim was superseded gets ErrClaimLost and has changed nothing.
 //
 // Besides these four functions, one trigger keeps ledger SQL outside this
 // package: owed_apply_intent (migrations/00013_intents.sql) applies a cancel
@@ -39,7 +45,10 @@
 // statement: in production it leaves the instant to the database
 // (coalesce($n, now())), so every process stamps leases and settles by one
 // clock; a test's stub fixes it. The package never reads the wall clock for
-// a row's times.
+// a row's times, and every lease is computed in SQL from that instant and a
+// duration (a release's lease included), never from an instant a caller
+// computed on its own clock. The claim returns its instant (Claim.Now), so a
+// worker measures what the claim told it as durations from it.
 //
 // Two keys follow a row. Its provider idempotency key (IdempotencyKey:
 // the row's id and due time) is the same on every send, so a provider that
@@ -272,6 +281,9 @@ type Notification struct {
 	UpdatedAt         time.Time  `json:"updated_at"`
 	// QueueGeneration counts the row's deliberate republishes (QueueKey).
 	QueueGeneration int `json:"queue_generation"`
+	// ClaimSeq counts the worker claims that took the row; the latest is
+	// the token of the claim that holds it now (Hold).
+	ClaimSeq int64 `json:"claim_seq"`
 }
 
 type scanner interface{ Scan(...any) error }
@@ -284,7 +296,7 @@ func scanNotification(s scanner, extra ...any) (Notification, error) {
 	var payload []byte
 	dest := []any{&n.ID, &n.Tenant, &n.Recipient, &n.Channel, &n.Kind, &n.RefID, &n.DueAt, &exp,
 		&payload, &n.State, &n.Attempts, &lease, &claimed, &published, &delivered, &settled,
-		&provider, &providerMsg, &lastErr, &n.CreatedAt, &n.UpdatedAt, &n.QueueGeneration}
+		&provider, &providerMsg, &lastErr, &n.CreatedAt, &n.UpdatedAt, &n.QueueGeneration, &n.ClaimSeq}
 	err := s.Scan(append(dest, extra...)...)
 	if err != nil {
 		return n, err

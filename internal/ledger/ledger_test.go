@@ -331,7 +331,7 @@ func TestExpiredLeaseIsClaimableAgainAndSettledNever(t *testing.T) {
 	if err != nil || c.Outcome != ClaimSend {
 		t.Fatalf("claim: %v %v", c.Outcome, err)
 	}
-	if _, err := b.l.SettleDelivered(ctx, "acme", s[0].ID, Attempt{Provider: "sandbox", StartedAt: b.now,
+	if _, err := b.l.SettleDelivered(ctx, c.Hold, Attempt{Provider: "sandbox", StartedAt: b.now,
 		FinishedAt: b.now, ProviderMessageID: "m-1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +396,7 @@ func TestClaimOutcomes(t *testing.T) {
 	if err != nil || c.Outcome != ClaimSend || !c.PossibleDuplicate {
 		t.Errorf("claim after a dead worker: %v dup=%v err=%v, want send flagged as possible duplicate", c.Outcome, c.PossibleDuplicate, err)
 	}
-	if _, err := b.l.SettleDelivered(ctx, "acme", s[0].ID, Attempt{Provider: "sandbox", StartedAt: b.now, FinishedAt: b.now,
+	if _, err := b.l.SettleDelivered(ctx, c.Hold, Attempt{Provider: "sandbox", StartedAt: b.now, FinishedAt: b.now,
 		ProviderMessageID: "m", PossibleDuplicate: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -427,12 +427,10 @@ func TestFailedSendStaysRetryableAndAttemptsAreKept(t *testing.T) {
 	s := mustSchedule(t, b, "acme", row("a", "T-1", b.now))
 	id := s[0].ID
 	p := ClaimParams{DueAt: b.now, LeaseFor: time.Minute}
-	if c, err := b.l.ClaimForSend(ctx, "acme", id, p); err != nil || c.Outcome != ClaimSend {
-		t.Fatal(c.Outcome, err)
-	}
+	h := mustClaim(t, b, "acme", id, p)
 	// A transient failure releases the claim and records the attempt, but
 	// never stamps delivered.
-	if err := b.l.ReleaseClaim(ctx, "acme", id, b.now.Add(10*time.Second), time.Minute, "503", &Attempt{
+	if err := b.l.ReleaseClaim(ctx, h, 10*time.Second, time.Minute, "503", &Attempt{
 		Provider: "sandbox", StartedAt: b.now, FinishedAt: b.now, Outcome: AttemptTransient, HTTPStatus: 503, Error: "unavailable"}, false); err != nil {
 		t.Fatal(err)
 	}
@@ -442,25 +440,26 @@ func TestFailedSendStaysRetryableAndAttemptsAreKept(t *testing.T) {
 	}
 	// A rate-limited send releases the claim without burning an attempt.
 	b.advance(10 * time.Second)
-	if c, _ := b.l.ClaimForSend(ctx, "acme", id, p); c.Outcome != ClaimSend || c.PossibleDuplicate {
+	c, _ := b.l.ClaimForSend(ctx, "acme", id, p)
+	if c.Outcome != ClaimSend || c.PossibleDuplicate {
 		t.Fatalf("reclaim after release: %v dup=%v", c.Outcome, c.PossibleDuplicate)
 	}
-	if err := b.l.ReleaseClaim(ctx, "acme", id, b.now.Add(30*time.Second), time.Minute, "rate limited", nil, false); err != nil {
+	if err := b.l.ReleaseClaim(ctx, c.Hold, 30*time.Second, time.Minute, "rate limited", nil, false); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := b.l.Get(ctx, "acme", id); d.Attempts != 1 {
 		t.Errorf("a 429 burned an attempt: attempts=%d", d.Attempts)
 	}
 	b.advance(30 * time.Second)
-	b.l.ClaimForSend(ctx, "acme", id, p)
-	changed, err := b.l.SettleDelivered(ctx, "acme", id, Attempt{Provider: "sandbox", StartedAt: b.now, FinishedAt: b.now, ProviderMessageID: "msg-7", HTTPStatus: 200})
+	h = mustClaim(t, b, "acme", id, p)
+	changed, err := b.l.SettleDelivered(ctx, h, Attempt{Provider: "sandbox", StartedAt: b.now, FinishedAt: b.now, ProviderMessageID: "msg-7", HTTPStatus: 200})
 	if err != nil || !changed {
 		t.Fatalf("settle delivered: changed=%v err=%v", changed, err)
 	}
 	// A second accepted send is recorded but does not move delivered_at.
 	first, _ := b.l.Get(ctx, "acme", id)
 	b.advance(time.Minute)
-	changed, err = b.l.SettleDelivered(ctx, "acme", id, Attempt{Provider: "sandbox", StartedAt: b.now, FinishedAt: b.now, ProviderMessageID: "msg-8"})
+	changed, err = b.l.SettleDelivered(ctx, h, Attempt{Provider: "sandbox", StartedAt: b.now, FinishedAt: b.now, ProviderMessageID: "msg-8"})
 	if err != nil || changed {
 		t.Errorf("second settle: changed=%v err=%v, want false", changed, err)
 	}
@@ -477,8 +476,8 @@ func TestCancelAndRescheduleTouchOpenRowsOnly(t *testing.T) {
 	b := setup(t)
 	s := mustSchedule(t, b, "acme", row("a", "TICKET-1", b.now), row("b", "TICKET-1", b.now.Add(time.Hour)))
 	// Row a is delivered; row b is still owed.
-	b.l.ClaimForSend(ctx, "acme", s[0].ID, ClaimParams{DueAt: b.now, LeaseFor: time.Minute})
-	b.l.SettleDelivered(ctx, "acme", s[0].ID, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now})
+	h := mustClaim(t, b, "acme", s[0].ID, ClaimParams{DueAt: b.now, LeaseFor: time.Minute})
+	b.l.SettleDelivered(ctx, h, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now})
 
 	newDue := b.now.Add(3 * time.Hour)
 	res, err := b.l.Reschedule(ctx, "acme", "follow_up", "TICKET-1", newDue)
@@ -601,24 +600,18 @@ func TestSettleDeliveredBatchScopesEachRowToItsTenant(t *testing.T) {
 	b := setup(t)
 	a := mustSchedule(t, b, "tenant-a", row("alice", "A-1", b.now), row("alan", "A-2", b.now))
 	bb := mustSchedule(t, b, "tenant-b", row("bob", "B-1", b.now))
-	for _, c := range []struct {
-		tenant string
-		id     int64
-	}{{"tenant-a", a[0].ID}, {"tenant-a", a[1].ID}, {"tenant-b", bb[0].ID}} {
-		if cl, err := b.l.ClaimForSend(ctx, c.tenant, c.id, ClaimParams{DueAt: b.now, LeaseFor: time.Minute}); err != nil || cl.Outcome != ClaimSend {
-			t.Fatalf("claim %d: %v %v", c.id, cl.Outcome, err)
-		}
-	}
+	p := ClaimParams{DueAt: b.now, LeaseFor: time.Minute}
+	ha0, ha1, hb0 := mustClaim(t, b, "tenant-a", a[0].ID, p), mustClaim(t, b, "tenant-a", a[1].ID, p), mustClaim(t, b, "tenant-b", bb[0].ID, p)
 	// a[1] is already delivered: the batch records the attempt, changes nothing.
-	if _, err := b.l.SettleDelivered(ctx, "tenant-a", a[1].ID, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now, ProviderMessageID: "first"}); err != nil {
+	if _, err := b.l.SettleDelivered(ctx, ha1, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now, ProviderMessageID: "first"}); err != nil {
 		t.Fatal(err)
 	}
 	at := Attempt{Provider: "sandbox", StartedAt: b.now, ProviderMessageID: "m", HTTPStatus: 202}
 	changed, errs, err := b.l.SettleDeliveredBatch(ctx, []Delivered{
-		{"tenant-a", a[0].ID, at},
-		{"tenant-a", a[1].ID, at},
-		{"tenant-b", bb[0].ID, at},
-		{"tenant-b", a[0].ID, at}, // forged: tenant-a's row under tenant-b
+		{ha0, at},
+		{ha1, at},
+		{hb0, at},
+		{Hold{"tenant-b", a[0].ID, ha0.Seq}, at}, // forged: tenant-a's row under tenant-b
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -645,8 +638,8 @@ func TestClaimForSendBatch(t *testing.T) {
 	b := setup(t)
 	a := mustSchedule(t, b, "tenant-a", row("alice", "A-1", b.now), row("alan", "A-2", b.now))
 	bb := mustSchedule(t, b, "tenant-b", row("bob", "B-1", b.now))
-	b.l.ClaimForSend(ctx, "tenant-a", a[1].ID, ClaimParams{DueAt: b.now, LeaseFor: time.Minute})
-	b.l.SettleDelivered(ctx, "tenant-a", a[1].ID, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now})
+	h := mustClaim(t, b, "tenant-a", a[1].ID, ClaimParams{DueAt: b.now, LeaseFor: time.Minute})
+	b.l.SettleDelivered(ctx, h, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now})
 	claims, errs, err := b.l.ClaimForSendBatch(ctx, []ClaimRequest{
 		{"tenant-b", bb[0].ID, b.now},
 		{"tenant-a", a[0].ID, b.now},
@@ -729,15 +722,24 @@ func TestConcurrentBookkeepingAndBatchesNeverDeadlock(t *testing.T) {
 			pick := shuffled(rng, 64)
 			run(func() error {
 				reqs := make([]ClaimRequest, len(pick))
-				rows := make([]Delivered, len(pick))
 				for j, id := range pick {
 					reqs[j] = ClaimRequest{Tenant: "bulk", ID: id, DueAt: due}
-					rows[j] = Delivered{Tenant: "bulk", ID: id, Attempt: Attempt{Provider: "p", StartedAt: time.Now()}}
 				}
-				if _, _, err := b.l.ClaimForSendBatch(ctx, reqs, ClaimParams{LeaseFor: time.Hour}); err != nil {
+				claims, _, err := b.l.ClaimForSendBatch(ctx, reqs, ClaimParams{LeaseFor: time.Hour})
+				if err != nil {
 					return err
 				}
-				_, _, err := b.l.SettleDeliveredBatch(ctx, rows)
+				rows := make([]Delivered, len(pick))
+				for j, id := range pick {
+					// A row another batch holds is settled under a stale
+					// token: the settle must not deadlock either.
+					h := claims[j].Hold
+					if claims[j].Outcome != ClaimSend {
+						h = Hold{Tenant: "bulk", ID: id}
+					}
+					rows[j] = Delivered{Hold: h, Attempt: Attempt{Provider: "p", StartedAt: time.Now()}}
+				}
+				_, _, err = b.l.SettleDeliveredBatch(ctx, rows)
 				return err
 			})
 		}
@@ -758,10 +760,8 @@ func TestUncertainReleaseFlagsTheNextSend(t *testing.T) {
 	p := ClaimParams{DueAt: b.now, LeaseFor: time.Minute}
 	for i, uncertain := range []bool{true, false} {
 		id := s[i].ID
-		if c, err := b.l.ClaimForSend(ctx, "acme", id, p); err != nil || c.Outcome != ClaimSend {
-			t.Fatal(c.Outcome, err)
-		}
-		if err := b.l.ReleaseClaim(ctx, "acme", id, b.now, 0, "timeout", &Attempt{Provider: "p", StartedAt: b.now,
+		h := mustClaim(t, b, "acme", id, p)
+		if err := b.l.ReleaseClaim(ctx, h, 0, 0, "timeout", &Attempt{Provider: "p", StartedAt: b.now,
 			FinishedAt: b.now, Outcome: AttemptTransient, Error: "timeout"}, uncertain); err != nil {
 			t.Fatal(err)
 		}
@@ -778,10 +778,8 @@ func TestAuditSummarisesATenantsRows(t *testing.T) {
 	b := setup(t)
 	s := mustSchedule(t, b, "acme", row("a", "T-1", b.now), row("b", "T-2", b.now))
 	mustSchedule(t, b, "globex", row("g", "G-1", b.now))
-	if _, err := b.l.ClaimForSend(ctx, "acme", s[0].ID, ClaimParams{DueAt: b.now, LeaseFor: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.l.SettleDelivered(ctx, "acme", s[0].ID, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now,
+	h := mustClaim(t, b, "acme", s[0].ID, ClaimParams{DueAt: b.now, LeaseFor: time.Minute})
+	if _, err := b.l.SettleDelivered(ctx, h, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now,
 		PossibleDuplicate: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ package ledger
 const (
 	notificationColumns = `id, tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
 		payload, state, attempts, lease_until, claimed_at, published_at, delivered_at, settled_at,
-		provider, provider_message_id, last_error, created_at, updated_at, queue_generation`
+		provider, provider_message_id, last_error, created_at, updated_at, queue_generation, claim_seq`
 
 	// qSchedule inserts a batch idempotently. The batch travels as one JSON
 	// array so a thousand rows cost one round trip. Rows already there are
@@ -164,11 +164,31 @@ UPDATE owed_notifications n
   FROM (SELECT id FROM owed_notifications WHERE id = ANY($1) AND state = 'leased' ORDER BY id FOR UPDATE) l
  WHERE n.id = l.id AND n.state = 'leased'`
 
+	// heldRow fences every write a worker makes after its claim: the row
+	// ($1) changes only while it is still sending under the claim token its
+	// worker holds ($2, claim_seq: see migrations/00012_claim_fence.sql). A
+	// row another claim has taken since, or the sweep re-leased after the
+	// lease ran out, matches nothing, and the empty RETURNING tells the
+	// caller so (ErrClaimLost). $3 is now in each of them.
+	heldRow = `
+ WHERE id = $1 AND claim_seq = $2 AND state = 'sending'
+RETURNING id`
+
+	// qExpireUnclaimed settles expired a row a claim found past its expiry
+	// and did not take ($2 is the claim's instant). A row a live worker is
+	// sending is left alone, as qExpireOverdue leaves it: the claim answers
+	// ClaimHeld for it, and only its holder settles it.
+	qExpireUnclaimed = `
+UPDATE owed_notifications
+   SET state = 'expired', settled_at = $2, lease_until = NULL, updated_at = $2,
+       last_error = 'expired before it was sent'
+ WHERE id = $1 AND settled_at IS NULL AND (state <> 'sending' OR lease_until <= $2)`
+
+	// qSettleExpired settles a held row whose expiry passed after its claim.
 	qSettleExpired = `
 UPDATE owed_notifications
-   SET state = 'expired', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL,
-       updated_at = coalesce($2::timestamptz, now()), last_error = 'expired before it was sent'
- WHERE id = $1 AND settled_at IS NULL`
+   SET state = 'expired', settled_at = coalesce($3::timestamptz, now()), lease_until = NULL,
+       updated_at = coalesce($3::timestamptz, now()), last_error = 'expired before it was sent'` + heldRow
 
 	// qClaimBatch is the worker's claim of many rows, possibly of many
 	// tenants, in one statement and one commit: owed_claim_batch
@@ -183,6 +203,10 @@ UPDATE owed_notifications
 	// row, so a stray or redriven copy of its message sends nothing. A row
 	// not visible in its tenant's scope answers nothing for its idx.
 	//
+	// A claim that takes the row moves its claim_seq on, and the row comes
+	// back with the new value: the token of this claim, which every later
+	// write names (heldRow; owed_claim as migrations/00012 left it).
+	//
 	// The claim's instant comes back as the last column, so the caller
 	// judges the rows by the instant that took them, and the lease ($3
 	// seconds) runs from it.
@@ -193,53 +217,70 @@ SELECT c.*, t.now
                         t.now + make_interval(secs => $4)) c`
 
 	// qSettleDeliveredBatch records accepted sends and settles their rows
-	// in one statement and one commit: owed_settle_delivered_batch
-	// (migrations/00008) runs owed_settle_delivered (migrations/00007) for
-	// each row in id order under the row's own tenant scope. delivered_at is
+	// in one statement and one commit: owed_settle_delivered_batch runs
+	// owed_settle_delivered (both as migrations/00012 left them) for each
+	// row in id order under the row's own tenant scope. delivered_at is
 	// stamped only on a row not delivered yet, so a row has one delivered_at
 	// however many copies of its message arrive; the attempt is recorded
 	// either way, because it happened. A row failed while its send was still
 	// under way (its claim's lease ran out and another worker failed it) is
-	// stamped delivered all the same: the provider's yes is the truth. A row
-	// not visible in its tenant's scope answers a NULL changed.
+	// stamped delivered all the same: the provider's yes is the truth.
+	//
+	// Each send names its claim's token. A send made under a claim that
+	// another has superseded is recorded as a possible duplicate; when that
+	// other claim still holds the row under a live lease (its send may be
+	// under way) the row is left to it (held_elsewhere) rather than settled
+	// from under it. A row not visible in its tenant's scope answers a NULL
+	// changed.
 	qSettleDeliveredBatch = `
-SELECT idx, changed FROM owed_settle_delivered_batch($1::jsonb, coalesce($2::timestamptz, now()))`
+SELECT idx, changed, held_elsewhere FROM owed_settle_delivered_batch($1::jsonb, coalesce($2::timestamptz, now()))`
 
+	// qExtendClaims is the heartbeat of many held claims, possibly of many
+	// tenants, in one statement and one commit: owed_extend_claims
+	// (migrations/00012) moves each row's lease to $3 seconds from now, if
+	// the row is still sending under the token named, in its tenant's scope,
+	// and says whether it was.
+	qExtendClaims = `
+SELECT idx, held FROM owed_extend_claims($1::jsonb, coalesce($2::timestamptz, now()),
+                                         coalesce($2::timestamptz, now()) + make_interval(secs => $3))`
+
+	// qSettleSkipped settles a held row whose recipient has nothing to
+	// receive.
 	qSettleSkipped = `
 UPDATE owed_notifications
-   SET state = 'skipped', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL, last_error = $3,
-       updated_at = coalesce($2::timestamptz, now())
- WHERE id = $1 AND settled_at IS NULL`
+   SET state = 'skipped', settled_at = coalesce($3::timestamptz, now()), lease_until = NULL, last_error = $4,
+       updated_at = coalesce($3::timestamptz, now())` + heldRow
 
-	// qSettleFailed settles a row failed. claimed_at, the mark that the next
-	// send may duplicate an earlier one (see qRedrive), survives only when
-	// the last send's outcome was unknown ($4) or a send of the row was
-	// already recorded as a possible duplicate: either may have reached the
-	// provider. The claimed_at every other failed claim leaves behind is
-	// cleared, so it is not taken for such a mark.
+	// qSettleFailed settles a held row failed. claimed_at, the mark that the
+	// next send may duplicate an earlier one (see qRedrive), survives only
+	// when the last send's outcome was unknown ($5) or a send of the row
+	// (the one just recorded included) was recorded as a possible
+	// duplicate: either may have reached the provider. The
+	// claimed_at every other failed claim leaves behind is cleared, so it is
+	// not taken for such a mark.
 	qSettleFailed = `
 UPDATE owed_notifications n
-   SET state = 'failed', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL, last_error = $3,
-       claimed_at = CASE WHEN $4::boolean OR EXISTS (SELECT 1 FROM owed_notification_attempts a
+   SET state = 'failed', settled_at = coalesce($3::timestamptz, now()), lease_until = NULL, last_error = $4,
+       claimed_at = CASE WHEN $5::boolean OR EXISTS (SELECT 1 FROM owed_notification_attempts a
                                                      WHERE a.notification_id = n.id AND a.possible_duplicate)
                          THEN n.claimed_at END,
-       updated_at = coalesce($2::timestamptz, now())
- WHERE n.id = $1 AND n.settled_at IS NULL`
+       updated_at = coalesce($3::timestamptz, now())` + heldRow
 
-	// qReleaseClaim returns a row a worker could not send now (rate limited,
-	// transient failure) to queued. Its message comes back after the nack's
-	// delay; the lease keeps the sweeper from republishing it before then.
+	// qReleaseClaim returns a held row a worker could not send now (rate
+	// limited, transient failure) to queued. Its message comes back after
+	// the nack's delay; the lease, $4 seconds from now (that delay and the
+	// requeue grace), keeps the sweeper from republishing it before then.
 	// claimed_at is cleared so the next claim is not taken for a crash.
 	//
-	// When the send's outcome is unknown ($5: it timed out, or the
+	// When the send's outcome is unknown ($6: it timed out, or the
 	// connection dropped, after the request may have reached the provider)
 	// claimed_at stays, so the next claim flags its send as a possible
 	// duplicate, exactly as after a worker that died mid-send.
 	qReleaseClaim = `
 UPDATE owed_notifications
-   SET state = 'queued', claimed_at = CASE WHEN $5 THEN claimed_at END, lease_until = $2, last_error = $3,
-       updated_at = coalesce($4::timestamptz, now())
- WHERE id = $1 AND state = 'sending'`
+   SET state = 'queued', claimed_at = CASE WHEN $6::boolean THEN claimed_at END,
+       lease_until = coalesce($3::timestamptz, now()) + make_interval(secs => $4), last_error = $5,
+       updated_at = coalesce($3::timestamptz, now())` + heldRow
 
 	// qRedrive reopens the failed rows of $1 (ids) in the caller's scope, as
 	// Redrive documents: back to pending, unsettled, unleased and never

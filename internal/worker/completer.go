@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -54,13 +55,26 @@ type retry struct {
 	uncertain bool
 }
 
+// Every outcome write below ends the claim's heartbeat first, so nothing
+// extends the lease or the message's visibility behind it, and is fenced by
+// the claim's Hold: when the claim was superseded (ledger.ErrClaimLost) the
+// write changed nothing and the message is left alone (claimLost).
+
 // delivered records an accepted send through the settler, which shares one
 // commit among the sends that finish together, then acks the message. When
 // the ledger could not record it within settleRetry the message is left
 // unacked: it is redelivered, the row is claimable when its lease ends, and
-// the resend carries the same idempotency key.
+// the resend carries the same idempotency key. A send whose claim was
+// superseded is still recorded, as a possible duplicate; if another worker
+// holds the row now, the row and the message are left to it.
 func (w *Worker) delivered(dl *delivery, a ledger.Attempt) {
-	if _, err := w.settles.do(ledger.Delivered{Tenant: dl.row.Tenant, ID: dl.row.ID, Attempt: a}); err != nil {
+	dl.lease.end()
+	_, err := w.settles.do(ledger.Delivered{Hold: dl.hold, Attempt: a})
+	if errors.Is(err, ledger.ErrClaimLost) {
+		w.claimLost(dl, "the delivered settle (the accepted send is recorded as a possible duplicate)")
+		return
+	}
+	if err != nil {
 		dl.log.Error().Err(err).Msg("provider accepted the send but the ledger could not record it; the message will be redelivered")
 		return
 	}
@@ -72,9 +86,15 @@ func (w *Worker) delivered(dl *delivery, a ledger.Attempt) {
 // skip settles a row whose recipient has nothing to receive (the contact
 // opted out) and acks its message.
 func (w *Worker) skip(ctx context.Context, dl *delivery) {
+	dl.lease.end()
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	if err := w.o.Ledger.SettleSkipped(ctx, dl.row.Tenant, dl.row.ID, "recipient has nothing to receive"); err != nil {
+	err := w.o.Ledger.SettleSkipped(ctx, dl.hold, "recipient has nothing to receive")
+	if errors.Is(err, ledger.ErrClaimLost) {
+		w.claimLost(dl, "the skipped settle")
+		return
+	}
+	if err != nil {
 		w.returnAfter(ctx, dl.msg, jitter(unavailableRetry), "ledger unavailable")
 		return
 	}
@@ -85,9 +105,15 @@ func (w *Worker) skip(ctx context.Context, dl *delivery) {
 // expire settles a row whose expiry passed after its claim and acks its
 // message.
 func (w *Worker) expire(ctx context.Context, dl *delivery) {
+	dl.lease.end()
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	if err := w.o.Ledger.SettleExpired(ctx, dl.row.Tenant, dl.row.ID); err != nil {
+	err := w.o.Ledger.SettleExpired(ctx, dl.hold)
+	if errors.Is(err, ledger.ErrClaimLost) {
+		w.claimLost(dl, "the expired settle")
+		return
+	}
+	if err != nil {
 		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "ledger unavailable"})
 		return
 	}
@@ -98,12 +124,20 @@ func (w *Worker) expire(ctx context.Context, dl *delivery) {
 // fail settles the row failed and dead-letters its message. uncertain says
 // the last send may have reached the provider even so.
 func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledger.Attempt, uncertain bool) {
+	dl.lease.end()
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	// As in release: a claim that came with the possible-duplicate mark
 	// keeps it, so a redriven row's next send is recorded as one.
 	uncertain = uncertain || dl.possibleDuplicate
-	if err := w.o.Ledger.SettleFailed(ctx, dl.row.Tenant, dl.row.ID, reason, a, uncertain); err != nil {
+	err := w.o.Ledger.SettleFailed(ctx, dl.hold, reason, a, uncertain)
+	if errors.Is(err, ledger.ErrClaimLost) {
+		// Never dead-letter on a superseded claim's behalf: the message may
+		// be the one the new holder is delivering.
+		w.claimLost(dl, "the failed settle")
+		return
+	}
+	if err != nil {
 		dl.log.Warn().Err(err).Msg("could not settle the row failed; message returns later")
 		w.returnAfter(ctx, dl.msg, jitter(unavailableRetry), "ledger unavailable")
 		return
@@ -131,16 +165,25 @@ func (w *Worker) retryOrFail(ctx context.Context, dl *delivery, a ledger.Attempt
 }
 
 // release gives the row back and brings its message back after r.after.
+// The row's lease is computed by the ledger from its own clock (r.after
+// plus requeueGrace from its now), never from the worker's.
 func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
+	dl.lease.end()
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	retryAt := w.o.Clock.Now().Add(r.after)
 	// A claim that came with the possible-duplicate mark keeps it through
 	// the release whatever this attempt's outcome: the earlier send may still
 	// have reached the provider, so the send that finally happens must be
 	// recorded as a possible duplicate too.
 	uncertain := r.uncertain || dl.possibleDuplicate
-	if err := w.o.Ledger.ReleaseClaim(ctx, dl.row.Tenant, dl.row.ID, retryAt, requeueGrace, r.reason, r.attempt, uncertain); err != nil {
+	err := w.o.Ledger.ReleaseClaim(ctx, dl.hold, r.after, requeueGrace, r.reason, r.attempt, uncertain)
+	if errors.Is(err, ledger.ErrClaimLost) {
+		// Another claim holds the row: its message, maybe this very one, is
+		// not this worker's to return.
+		w.claimLost(dl, "the release")
+		return
+	}
+	if err != nil {
 		// The claim's own lease will run out; the return still schedules
 		// the message, so the row is not stranded.
 		dl.log.Warn().Err(err).Msg("could not release the claim")
@@ -206,7 +249,7 @@ func (w *Worker) flushClaims(ctx context.Context, reqs []ledger.ClaimRequest) ([
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	claims, errs, err := w.o.Ledger.ClaimForSendBatch(ctx, reqs, ledger.ClaimParams{
-		LeaseFor: w.o.SendTimeout + w.o.VisibilityTimeout, EarlyTolerance: w.o.EarlyTolerance,
+		LeaseFor: w.leaseFor(), EarlyTolerance: w.o.EarlyTolerance,
 	})
 	if err != nil {
 		return nil, fill(len(reqs), err)

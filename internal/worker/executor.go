@@ -29,6 +29,19 @@ type delivery struct {
 	env envelope.Envelope
 	// row is the ledger row as claimed, in state sending.
 	row ledger.Notification
+	// hold names the claim: every write after it names hold, and changes
+	// the row only while the claim is still the row's.
+	hold ledger.Hold
+	// lease is the claim's heartbeat, from the claim to the outcome write.
+	lease *claimLease
+	// asked is the worker's clock reading taken before the claim was
+	// asked for, and claimedAt the ledger's instant of the claim: a time
+	// the ledger reported is placed on the worker's clock relative to them
+	// (see local), never compared with the worker's clock directly.
+	asked, claimedAt time.Time
+	// dueIn is how long after the claim the row is due, by the ledger's
+	// clock (0 when it was due already).
+	dueIn time.Duration
 	// possibleDuplicate says an earlier claim may have reached the
 	// provider: this send is flagged and counted.
 	possibleDuplicate bool
@@ -63,11 +76,15 @@ func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
 	if !ok {
 		return
 	}
+	// The heartbeat keeps the claim from here to the outcome write, whatever
+	// path the delivery takes; every outcome write ends it first.
+	defer dl.lease.end()
 	dl.unhold = unhold
 	// A message may surface up to the early tolerance before its due time
 	// (the sweeper publishes ahead in whole seconds). The claim is held;
-	// wait out the rest so the send is on time, not early.
-	if !clock.Sleep(ctx, dl.row.DueAt.Sub(w.o.Clock.Now())) {
+	// wait out the rest so the send is on time, not early. The wait is the
+	// ledger's, counted from the claim's answer, so it never ends early.
+	if !clock.Sleep(ctx, dl.dueIn) {
 		w.abandon(ctx, dl, false)
 		return
 	}
@@ -89,8 +106,17 @@ func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool
 		return nil, false
 	}
 	log := w.o.Log.With().Str("tenant_id", env.Tenant).Int64("id", env.ID).Str("message_id", msg.ID).Logger()
+	asked := w.o.Clock.Now()
 	claim, err := w.claims.do(ledger.ClaimRequest{Tenant: env.Tenant, ID: env.ID, DueAt: env.DueAt})
+	var invalid *ledger.ValidationError
 	switch {
+	case errors.As(err, &invalid):
+		// The ledger can never take this message's claim (a tenant id or a
+		// due time it cannot hold): dead-letter it alone, with the reason;
+		// the rest of its claim batch went on without it.
+		w.deadLetter(ctx, msg, "the ledger refuses the message: "+invalid.Error(), "invalid")
+		m.outcome("poison")
+		return nil, false
 	case errors.Is(err, ledger.ErrNotFound):
 		// The tenant named in the message cannot see this row: a forged or
 		// corrupted message, never something to retry.
@@ -120,18 +146,27 @@ func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool
 		w.ack(msg.Receipt)
 		return nil, false
 	case ledger.ClaimHeld:
-		// Another live worker is sending it; look again when its lease ends.
+		// Another live worker is sending it; look again when its lease ends
+		// (by the ledger's clock: claim.Wait).
 		m.outcome("held")
-		wait := claim.Row.LeaseUntil.Sub(w.o.Clock.Now())
-		w.returnAfter(ctx, msg, max(wait, time.Second), "held by another worker")
+		w.returnAfter(ctx, msg, max(claim.Wait, time.Second), "held by another worker")
 		return nil, false
 	case ledger.ClaimEarly:
 		m.outcome("early")
 		w.returnAfter(ctx, msg, claim.Wait, "not due yet")
 		return nil, false
 	}
-	return &delivery{msg: msg, env: env, row: claim.Row, possibleDuplicate: claim.PossibleDuplicate, log: log}, true
+	dl := &delivery{msg: msg, env: env, row: claim.Row, hold: claim.Hold, asked: asked, claimedAt: claim.Now,
+		dueIn: claim.Wait, possibleDuplicate: claim.PossibleDuplicate, log: log}
+	dl.lease = w.holdClaim(dl, asked)
+	return dl, true
 }
+
+// local places t, an instant the ledger reported, on the worker's clock,
+// as far from the claim as the ledger's clock put it: never later than t
+// truly is, since the claim's instant came after asked. An expiry reckoned
+// this way is never passed unnoticed, whatever the two clocks' offset.
+func (dl *delivery) local(t time.Time) time.Time { return dl.asked.Add(t.Sub(dl.claimedAt)) }
 
 // prepare routes the row to its provider, parses its payload and resolves
 // its recipient. It returns false when the row was settled or released
@@ -213,7 +248,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 	started := w.o.Clock.Now()
 	timeout := w.o.SendTimeout
 	if row.ExpiresAt != nil {
-		left := row.ExpiresAt.Sub(started)
+		left := dl.local(*row.ExpiresAt).Sub(started)
 		if left <= 0 {
 			w.expire(ctx, dl)
 			return
@@ -222,17 +257,29 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		// answer after the expiry would be a late nudge.
 		timeout = min(timeout, left)
 	}
+	// The guard before the side effect: the send goes out only while the
+	// claim is still this worker's, with lease enough left to cover it, so
+	// no other worker can claim the row while the provider may be taking it.
+	// The heartbeat keeps the lease beyond that while the send runs.
+	held, err := dl.lease.holds(timeout + w.beat())
+	if err != nil {
+		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "could not confirm the claim before sending: " + err.Error()})
+		m.outcome("retried")
+		return
+	}
+	if !held {
+		w.claimLost(dl, "the check before the send")
+		return
+	}
 
 	if dl.possibleDuplicate {
 		m.possibleDuplicates.Inc()
 		dl.log.Warn().Msg("resending a row whose previous worker died mid-send: possible duplicate")
 	}
 	m.inFlight.Inc()
-	stopExtend := w.keepVisible(ctx, dl.msg)
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	res, sendErr := dl.sender.Send(sctx, dl.request)
 	cancel()
-	stopExtend()
 	m.inFlight.Dec()
 	if sendErr != nil && ctx.Err() != nil {
 		// The shutdown timeout cut the send off: owed's own cancellation is
@@ -285,29 +332,4 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		uncertain := pe.HTTPStatus == 0 || pe.HTTPStatus == http.StatusGatewayTimeout
 		w.retryOrFail(ctx, dl, attempt, pe.RetryAfter, uncertain)
 	}
-}
-
-// keepVisible extends the message's visibility while a slow send runs, so
-// the queue does not hand it to another worker meanwhile.
-func (w *Worker) keepVisible(ctx context.Context, msg queue.Delivery) (stop func()) {
-	every := w.o.VisibilityTimeout / 2
-	if w.o.SendTimeout < every {
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if err := w.o.Queue.ChangeVisibility(ctx, msg.Receipt, w.o.VisibilityTimeout); err != nil {
-					w.o.Log.Warn().Err(err).Str("message_id", msg.ID).Msg("extend visibility failed")
-				}
-			}
-		}
-	}()
-	return func() { close(done) }
 }

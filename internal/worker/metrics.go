@@ -16,7 +16,7 @@ type Metrics struct {
 
 // messageOutcomes are the values of owed_worker_messages_total{outcome}.
 var messageOutcomes = []string{"delivered", "skipped", "failed", "expired", "stale", "absorbed_duplicate",
-	"held", "early", "retried", "rate_limited", "paced", "poison"}
+	"held", "early", "retried", "rate_limited", "paced", "poison", "claim_lost"}
 
 // NewMetrics registers the worker's series on reg; with a nil reg they are
 // kept but not exported.
@@ -39,8 +39,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		possibleDuplicates: counter("owed_worker_possible_duplicate_resends_total",
 			"Sends of a row whose previous worker died mid-send; the provider may have accepted the first."),
 		deadLettered: counterVec("owed_worker_dead_lettered_total",
-			"Messages sent to the dead letters, by reason: malformed, not_found, failed.",
-			"reason", "malformed", "not_found", "failed"),
+			"Messages sent to the dead letters, by reason: malformed, invalid (the ledger refuses it), not_found, failed.",
+			"reason", "malformed", "invalid", "not_found", "failed"),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "owed_worker_sends_in_flight",
 			Help: "Provider sends under way in this process.",

@@ -87,10 +87,10 @@ type Options struct {
 	Resolver Resolver
 	Log      zerolog.Logger
 	Metrics  *Metrics
-	// Clock stamps attempts and tells how long until a row is due, expires
-	// or may be retried; it is clock.Real() unless a test passes another.
-	// Give the ledger the same clock: the worker compares its instants with
-	// the ones the ledger stamps.
+	// Clock stamps attempts and measures the durations the ledger answers
+	// (until a row is due, expires, or its claim's lease ends); it is
+	// clock.Real() unless a test passes another. A test that stubs it gives
+	// the ledger the same clock, so the database's instant moves with it.
 	Clock clock.Clock
 
 	Concurrency       int

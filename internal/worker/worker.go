@@ -12,12 +12,28 @@
 // attempts and decides dead letters, and the worker moves a failed row's
 // message to the dead letters itself.
 //
+// A claim is the worker's only while it is fenced and alive. The ledger
+// hands each claim a token (ledger.Hold); every write after the claim names
+// it and changes the row only while it is still the row's, so a worker whose
+// claim was superseded (its lease ran out while it stalled, and another
+// worker claimed the row) changes nothing, logs it, and leaves the message
+// alone: it never acks, returns or dead-letters on a claim it no longer
+// holds, since the message may be the one the new holder is delivering.
+// From the claim to the outcome write a heartbeat (lease.go) extends the
+// row's lease and the message's visibility every third of the visibility
+// timeout, over the recipient look-up, the pace and due-second waits and
+// the send alike; and before the send the worker makes sure the claim is
+// still its own with lease enough left to cover the send, or does not send.
+//
 // The package is laid out the way River splits a job's life:
 //   - worker.go is the loop: Start, Stop and Run, the fetchers that
 //     long-poll the queue, the pool of senders, and the graceful shutdown.
 //   - executor.go is one message's delivery, a delivery value carried
-//     from the claim through the checks (due, recipient, pace, expiry) to
-//     the provider's answer. It decides; it writes nothing itself.
+//     from the claim through the checks (due, recipient, pace, expiry, the
+//     claim still held) to the provider's answer. It decides; it writes
+//     nothing itself.
+//   - lease.go is a claim's heartbeat and the reckoning of how long the
+//     claim is certainly still the worker's.
 //   - completer.go writes every outcome: settle delivered, skipped, expired
 //     or failed, release with backoff, dead-letter, return and ack.
 //   - gate.go keeps the fetchers from receiving more than the providers'
@@ -29,7 +45,13 @@
 // Every instant the worker reads comes from one clock.Clock (Options.Clock,
 // the ledger's too). A wait is a duration computed from that clock's
 // instants, never against another clock, and is slept with clock.Sleep, so
-// shutdown cuts it short. Work that shutdown must not cut short (a receive
+// shutdown cuts it short. The ledger's times (a lease's end, a due time, an
+// expiry) are never compared with the worker's clock: the ledger computes
+// the lease from its own now and answers durations measured from the
+// claim's instant (ledger.Claim.Wait, Claim.Now), which the worker counts
+// on its own clock from a reading taken before it asked, so a host whose
+// clock is off by any amount neither sends early nor trusts a lease longer
+// than the ledger granted it. Work that shutdown must not cut short (a receive
 // under way, recording a provider's answer, handing a message back) runs on
 // a context detached from the worker's, and every such context has a
 // deadline. The worker's own shutdown never costs a row an attempt.
@@ -85,10 +107,12 @@ var ErrStarted = errors.New("worker: already started; a Worker runs once, build 
 // Worker is a pool of senders draining one queue.
 type Worker struct {
 	o Options
-	// claims, settles and acks share ledger commits and queue calls among
-	// the messages in flight. New builds them; the pool starts them and
-	// stops them after its last sender.
+	// claims, extends (the claims' heartbeats), settles and acks share
+	// ledger commits and queue calls among the messages in flight. New
+	// builds them; the pool starts them and stops them after its last
+	// sender.
 	claims  *batcher[ledger.ClaimRequest, ledger.Claim]
+	extends *batcher[ledger.Hold, struct{}]
 	settles *batcher[ledger.Delivered, struct{}]
 	acks    *batcher[string, struct{}]
 	gate    *gate
@@ -107,6 +131,7 @@ func New(o Options) (*Worker, error) {
 	o.defaults()
 	w := &Worker{o: o, gate: newGate(o)}
 	w.claims = newBatcher(claimBatch, claimLinger, w.flushClaims)
+	w.extends = newBatcher(claimBatch, claimLinger, w.flushExtends)
 	w.settles = newBatcher(settleBatch, settleLinger, w.flushSettles)
 	w.acks = newBatcher(ackBatch, ackLinger, w.flushAcks)
 	return w, nil
@@ -185,6 +210,8 @@ func (w *Worker) run(ctx context.Context) {
 	defer w.settles.stop()
 	w.claims.start(bctx)
 	defer w.claims.stop()
+	w.extends.start(bctx)
+	defer w.extends.stop()
 
 	var senders sync.WaitGroup
 	for i := 0; i < w.o.Concurrency; i++ {

@@ -1,0 +1,176 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/owedhq/owed/internal/ledger"
+)
+
+// beatsPerVisibility is how many heartbeats fit in one visibility timeout:
+// the claim's lease and the message's visibility are renewed every third of
+// it, so two beats in a row may fail before either runs out.
+const beatsPerVisibility = 3
+
+// leaseFor is how long a claim, and each heartbeat, holds the row: long
+// enough for a whole send after a beat the worker could not make.
+func (w *Worker) leaseFor() time.Duration { return w.o.SendTimeout + w.o.VisibilityTimeout }
+
+// beat is the interval of a claim's heartbeat.
+func (w *Worker) beat() time.Duration { return w.o.VisibilityTimeout / beatsPerVisibility }
+
+// claimLease keeps one claim alive from the claim to the outcome write:
+// every beat it extends the row's lease in the ledger (fenced by the
+// claim's Hold) and the message's visibility in the queue, so neither the
+// sweep nor another worker takes the row while this worker is resolving,
+// waiting for the pace or the due second, or sending, however long that
+// takes. It stops at the first beat that finds the claim lost: the message
+// is then left to surface again.
+//
+// It also knows how long the claim is certainly still the worker's without
+// asking the ledger. The ledger stamps a lease from its own clock, so the
+// lease's end is never compared with the worker's clock. Instead each grant
+// is reckoned from the worker's own reading taken before the request left:
+// the ledger's now was later than that, so the lease ends no sooner than
+// that reading plus the lease's length, and the worker's clock only has to
+// measure the time since (its offset from the database's clock, however
+// large, cancels out).
+type claimLease struct {
+	w  *Worker
+	dl *delivery
+
+	mu sync.Mutex
+	// until is the instant, by the worker's clock, before which the claim
+	// is certainly still the worker's.
+	until time.Time
+	lost  bool
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// holdClaim starts the heartbeat of dl's claim, which the ledger granted
+// for leaseFor in answer to a request made at asked (the worker's clock).
+func (w *Worker) holdClaim(dl *delivery, asked time.Time) *claimLease {
+	cl := &claimLease{w: w, dl: dl, until: asked.Add(w.leaseFor()), stop: make(chan struct{}), done: make(chan struct{})}
+	go cl.run()
+	return cl
+}
+
+func (cl *claimLease) run() {
+	defer close(cl.done)
+	t := time.NewTicker(cl.w.beat())
+	defer t.Stop()
+	for {
+		select {
+		case <-cl.stop:
+			return
+		case <-t.C:
+		}
+		err := cl.renew()
+		if errors.Is(err, ledger.ErrClaimLost) {
+			// Not ours any more: the message is not this worker's to keep
+			// hidden either.
+			return
+		}
+		if err != nil {
+			cl.dl.log.Warn().Err(err).Msg("could not extend the claim's lease; trying again at the next beat")
+		}
+		cl.w.keepVisible(cl.dl)
+	}
+}
+
+// renew extends the claim's lease in the ledger now: nil when it did,
+// ledger.ErrClaimLost when the claim is no longer the row's.
+func (cl *claimLease) renew() error {
+	asked := cl.w.o.Clock.Now()
+	_, err := cl.w.extends.do(cl.dl.hold)
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	switch {
+	case err == nil:
+		if until := asked.Add(cl.w.leaseFor()); until.After(cl.until) {
+			cl.until = until
+		}
+	case errors.Is(err, ledger.ErrClaimLost):
+		cl.lost = true
+	}
+	return err
+}
+
+// holds reports whether the claim is still the worker's with at least need
+// of its lease left: at once when the last grant covers need, otherwise
+// after extending the lease in the ledger. It reports false with a nil
+// error when the claim is lost, and an error when the ledger could not say.
+func (cl *claimLease) holds(need time.Duration) (bool, error) {
+	if left, lost := cl.left(); lost || left >= need {
+		return !lost, nil
+	}
+	if err := cl.renew(); errors.Is(err, ledger.ErrClaimLost) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	if left, _ := cl.left(); left < need {
+		return false, fmt.Errorf("the claim's lease was extended, but only %s of it is left for a send of up to %s", left, need)
+	}
+	return true, nil
+}
+
+// left is how much of the claim's lease is certainly left, and whether the
+// claim is known to be lost.
+func (cl *claimLease) left() (time.Duration, bool) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.until.Sub(cl.w.o.Clock.Now()), cl.lost
+}
+
+// end stops the heartbeat and waits for a beat under way to finish, so
+// nothing extends the lease or the visibility after the outcome is written.
+// It is safe to call more than once.
+func (cl *claimLease) end() {
+	cl.stopOnce.Do(func() { close(cl.stop) })
+	<-cl.done
+}
+
+// keepVisible extends the message's visibility by another visibility
+// timeout, so the queue does not hand it to another worker while its row is
+// held.
+func (w *Worker) keepVisible(dl *delivery) {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	if err := w.o.Queue.ChangeVisibility(ctx, dl.msg.Receipt, w.o.VisibilityTimeout); err != nil {
+		dl.log.Warn().Err(err).Msg("extend visibility failed")
+	}
+}
+
+// flushExtends extends one batch of claims' leases in one ledger statement.
+func (w *Worker) flushExtends(ctx context.Context, holds []ledger.Hold) ([]struct{}, []error) {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	errs, err := w.o.Ledger.ExtendClaims(ctx, holds, w.leaseFor())
+	if err != nil {
+		return nil, fill(len(holds), err)
+	}
+	return nil, errs
+}
+
+// claimLost ends a delivery whose claim was superseded: its lease ran out
+// while this worker stalled or could not reach the ledger, and another
+// worker (or the sweep) has taken the row since. The write the worker tried
+// changed nothing, and the message is left exactly as it is: not acked,
+// returned or dead-lettered. It is no longer this worker's to decide: the
+// worker holding the row now may hold this very message, and a return or a
+// dead-letter through this receipt could hide it from that worker or remove
+// it. Left alone, it surfaces after its visibility timeout (the heartbeat no
+// longer extends it) and is absorbed or held like any other copy.
+func (w *Worker) claimLost(dl *delivery, during string) {
+	dl.lease.end()
+	w.o.Metrics.outcome("claim_lost")
+	dl.log.Warn().Str("during", during).Int64("claim_seq", dl.hold.Seq).
+		Msg("claim superseded: another worker holds the row now; the message is left to it")
+}
