@@ -36,6 +36,7 @@ func TestChangeInFlightAnswersTheIntent(t *testing.T) {
 	expect(t, b.do(t, "POST", "/v1/notifications", b.acme,
 		batch(note("+15550001", "T-1", now), note("+15550001", "T-2", now))), http.StatusOK)
 	var ids []int64
+	var holds []ledger.Hold
 	for _, ref := range []string{"T-1", "T-2"} {
 		rows, err := b.ledger.Find(ctx, "acme", ledger.Filter{RefID: ref})
 		if err != nil || len(rows) != 1 {
@@ -46,6 +47,7 @@ func TestChangeInFlightAnswersTheIntent(t *testing.T) {
 			t.Fatalf("claim %s: %v %v", ref, c.Outcome, err)
 		}
 		ids = append(ids, rows[0].ID)
+		holds = append(holds, c.Hold)
 	}
 	want := ledger.ChangeResult{InFlight: 1, Intents: 1}
 	if got := b.changeAnswer(t, "/v1/notifications/cancel", b.acme, map[string]any{"kind": "follow_up", "ref_id": "T-1"}); got != want {
@@ -56,8 +58,8 @@ func TestChangeInFlightAnswersTheIntent(t *testing.T) {
 		map[string]any{"kind": "follow_up", "ref_id": "T-2", "delay_seconds": 3600}); got != want {
 		t.Errorf("snooze in flight answered %+v, want %+v", got, want)
 	}
-	for _, id := range ids {
-		if err := b.ledger.ReleaseClaim(ctx, "acme", id, now.Add(time.Second), time.Minute, "waiting for the provider's pace", nil, false); err != nil {
+	for _, h := range holds {
+		if err := b.ledger.ReleaseClaim(ctx, h, time.Second, time.Minute, "waiting for the provider's pace", nil, false); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -36,9 +36,9 @@ func readIntent(t *testing.T, b *bundle, tn string, id int64) intentOf {
 	return in
 }
 
-// mustClaim takes row id for a send (a lease of a minute), failing unless
+// claimAt takes row id for a send (a lease of a minute), failing unless
 // the claim took it.
-func mustClaim(t *testing.T, b *bundle, id int64, due time.Time) Claim {
+func claimAt(t *testing.T, b *bundle, id int64, due time.Time) Claim {
 	t.Helper()
 	c, err := b.l.ClaimForSend(ctx, "acme", id, ClaimParams{DueAt: due, LeaseFor: time.Minute})
 	if err != nil || c.Outcome != ClaimSend {
@@ -51,7 +51,7 @@ func mustClaim(t *testing.T, b *bundle, id int64, due time.Time) Claim {
 // pace has no slot for it: no attempt, its message back in a second.
 func handBack(t *testing.T, b *bundle, id int64) {
 	t.Helper()
-	if err := b.l.ReleaseClaim(ctx, "acme", id, b.now.Add(time.Second), time.Minute,
+	if err := b.l.ReleaseClaim(ctx, heldNow(t, b, id), time.Second, time.Minute,
 		"waiting for the provider's pace", nil, false); err != nil {
 		t.Fatalf("release row %d: %v", id, err)
 	}
@@ -79,7 +79,7 @@ func wantChange(t *testing.T, what string, got ChangeResult, err error, want Cha
 func TestCancelInFlightHoldsThroughRelease(t *testing.T) {
 	b := setup(t)
 	id := mustSchedule(t, b, "acme", row("a", "T-1", b.now))[0].ID
-	mustClaim(t, b, id, b.now)
+	claimAt(t, b, id, b.now)
 
 	res, err := b.l.Cancel(ctx, "globex", "follow_up", "T-1")
 	wantChange(t, "another tenant's cancel", res, err, ChangeResult{})
@@ -125,7 +125,7 @@ func TestRescheduleInFlightHoldsThroughRelease(t *testing.T) {
 	if _, err := b.l.MarkQueued(ctx, []int64{id}, 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	mustClaim(t, b, id, due)
+	claimAt(t, b, id, due)
 
 	newDue := due.Add(2 * time.Hour)
 	res, err := b.l.Reschedule(ctx, "acme", "follow_up", "T-1", newDue)
@@ -157,7 +157,7 @@ func TestRescheduleInFlightHoldsThroughRelease(t *testing.T) {
 	if !next.DueAt.Equal(newDue) || queueKey(next) == queueKey(first) {
 		t.Errorf("lease at the new time: %+v key %q, want due %s under a new queue key (was %q)", next, queueKey(next), newDue, queueKey(first))
 	}
-	mustClaim(t, b, id, newDue)
+	claimAt(t, b, id, newDue)
 }
 
 // A claim taken over after the first claim's lease ran out (its worker
@@ -166,12 +166,12 @@ func TestNewClaimKeepsTheIntent(t *testing.T) {
 	b := setup(t)
 	id := mustSchedule(t, b, "acme", row("a", "T-1", b.now))[0].ID
 	due := b.now
-	mustClaim(t, b, id, due)
+	claimAt(t, b, id, due)
 	res, err := b.l.Cancel(ctx, "acme", "follow_up", "T-1")
 	wantChange(t, "cancel in flight", res, err, ChangeResult{InFlight: 1, Intents: 1})
 
 	b.advance(2 * time.Minute)
-	if c := mustClaim(t, b, id, due); !c.PossibleDuplicate {
+	if c := claimAt(t, b, id, due); !c.PossibleDuplicate {
 		t.Errorf("the claim after a lost one is not marked a possible duplicate")
 	}
 	if in := readIntent(t, b, "acme", id); in.Intent != "cancel" || in.Outcome != "" {
@@ -191,12 +191,12 @@ func TestIntentWhenTheSendSettles(t *testing.T) {
 	b := setup(t)
 	newDue := b.now.Add(time.Hour)
 	deliver := func(id int64) {
-		if _, err := b.l.SettleDelivered(ctx, "acme", id, Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now}); err != nil {
+		if _, err := b.l.SettleDelivered(ctx, heldNow(t, b, id), Attempt{Provider: "p", StartedAt: b.now, FinishedAt: b.now}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	fail := func(id int64) {
-		if err := b.l.SettleFailed(ctx, "acme", id, "permanent: 400 bad number", nil, false); err != nil {
+		if err := b.l.SettleFailed(ctx, heldNow(t, b, id), "permanent: 400 bad number", nil, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -214,7 +214,7 @@ func TestIntentWhenTheSendSettles(t *testing.T) {
 	} {
 		ref := "T-" + strings.ReplaceAll(c.name, ", ", "-")
 		id := mustSchedule(t, b, "acme", row("a", ref, b.now))[0].ID
-		mustClaim(t, b, id, b.now)
+		claimAt(t, b, id, b.now)
 		var res ChangeResult
 		var err error
 		if c.intent == "cancel" {
@@ -261,8 +261,8 @@ func TestSweepTakingBackALostClaimAppliesTheIntent(t *testing.T) {
 	b := setup(t)
 	s := mustSchedule(t, b, "acme", row("a", "SNOOZE", b.now), row("a", "CANCEL", b.now))
 	snoozed, cancelled := s[0].ID, s[1].ID
-	mustClaim(t, b, snoozed, b.now)
-	mustClaim(t, b, cancelled, b.now)
+	claimAt(t, b, snoozed, b.now)
+	claimAt(t, b, cancelled, b.now)
 	newDue := b.now.Add(10 * time.Minute)
 	res, err := b.l.Reschedule(ctx, "acme", "follow_up", "SNOOZE", newDue)
 	wantChange(t, "snooze", res, err, ChangeResult{InFlight: 1, Intents: 1})
@@ -292,8 +292,8 @@ func TestRescheduleInFlightClash(t *testing.T) {
 	s := mustSchedule(t, b, "acme", row("a", "T-1", b.now), row("a", "T-1", newDue), row("b", "T-1", b.now.Add(time.Minute)),
 		row("a", "T-2", b.now))
 	inFlight, open, late := s[0].ID, s[2].ID, s[3].ID
-	mustClaim(t, b, inFlight, b.now)
-	mustClaim(t, b, late, b.now)
+	claimAt(t, b, inFlight, b.now)
+	claimAt(t, b, late, b.now)
 	if _, err := b.l.Reschedule(ctx, "acme", "follow_up", "T-1", newDue); !errors.Is(err, ErrConflict) {
 		t.Fatalf("snooze onto a due time the recipient has: %v, want ErrConflict", err)
 	}
@@ -325,8 +325,8 @@ func TestRescheduleInFlightClash(t *testing.T) {
 func TestLaterWordOnARowInFlight(t *testing.T) {
 	b := setup(t)
 	s := mustSchedule(t, b, "acme", row("a", "T-1", b.now), row("a", "T-2", b.now))
-	mustClaim(t, b, s[0].ID, b.now)
-	mustClaim(t, b, s[1].ID, b.now)
+	claimAt(t, b, s[0].ID, b.now)
+	claimAt(t, b, s[1].ID, b.now)
 	newDue := b.now.Add(time.Hour)
 
 	res, err := b.l.Reschedule(ctx, "acme", "follow_up", "T-1", newDue)
@@ -345,4 +345,15 @@ func TestLaterWordOnARowInFlight(t *testing.T) {
 			t.Errorf("row %d after the release: %s due %s, want cancelled at %s", r.ID, d.State, d.DueAt, b.now)
 		}
 	}
+}
+
+// heldNow is the hold of the claim that last took row id of acme: the
+// token its worker would write with.
+func heldNow(t *testing.T, b *bundle, id int64) Hold {
+	t.Helper()
+	n, err := b.l.Get(ctx, "acme", id)
+	if err != nil {
+		t.Fatalf("row %d: %v", id, err)
+	}
+	return Hold{Tenant: "acme", ID: id, Seq: n.ClaimSeq}
 }
