@@ -76,7 +76,10 @@ func TestRetryAfterBeyondDeadlineReturnsAtOnce(t *testing.T) {
 	c, calls := fakeQueue(t, reply(503, `{"error":{"code":"unavailable","message":"maintenance","retryable":true}}`, "Retry-After", date))
 	// The deadline never ends the call by itself: had the client started
 	// waiting out the Retry-After, it would have called again after it.
-	_, err := c.Stats(deadlineOnly(20 * time.Second))
+	err := stopsForDeadline(t, 20*time.Second, func(ctx context.Context) error {
+		_, err := c.Stats(ctx)
+		return err
+	})
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Status != 503 || ae.Code != "unavailable" || !ae.Retryable || ae.RetryAfter < 25*time.Second {
 		t.Fatalf("got %v, want the 503 with its Retry-After", err)
@@ -86,12 +89,24 @@ func TestRetryAfterBeyondDeadlineReturnsAtOnce(t *testing.T) {
 	}
 }
 
-// deadlineOnly is a context whose deadline is d from now but which never
-// ends: a call given it can only stop because the client read the deadline
-// and chose not to wait past it, never because the context fired, however
-// slowly the machine runs.
-func deadlineOnly(d time.Duration) context.Context {
-	return deadlineCtx{Context: context.Background(), deadline: time.Now().Add(d)}
+// stopsForDeadline runs call with a context whose deadline is d from
+// now but which never ends, and returns what call returned. call can only
+// stop because the client read the deadline and chose not to wait past it,
+// never because the context fired, however slowly the machine runs. A
+// client that kept waiting would never return: the test fails once call has
+// run for the client's whole retry budget.
+func stopsForDeadline(t *testing.T, d time.Duration, call func(context.Context) error) error {
+	t.Helper()
+	ctx := deadlineCtx{Context: context.Background(), deadline: time.Now().Add(d)}
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(retryBudget):
+		t.Fatalf("still calling %s after a %s deadline", retryBudget, d)
+		return nil
+	}
 }
 
 type deadlineCtx struct {
@@ -140,17 +155,9 @@ func TestNetworkErrorsRetryWithinDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The context never ends by itself, so the call returns only if the
-	// client stops retrying when its next wait would pass the deadline; one
-	// that kept retrying past it would never return.
-	const deadline = 700 * time.Millisecond
-	done := make(chan error, 1)
-	go func() { done <- c.Ack(deadlineOnly(deadline), "1#1") }()
-	select {
-	case err = <-done:
-	case <-time.After(retryBudget):
-		t.Fatalf("still retrying %s after a %s deadline", retryBudget, deadline)
-	}
+	// The call returns only if the client stops retrying when its next
+	// wait would pass the deadline.
+	err = stopsForDeadline(t, 700*time.Millisecond, func(ctx context.Context) error { return c.Ack(ctx, "1#1") })
 	if err == nil || strings.Contains(err.Error(), secret) {
 		t.Fatalf("got %v, want a network error without the token", err)
 	}
