@@ -129,7 +129,7 @@ func testLongPoll(t *testing.T, s *suite) {
 	}
 	// Answered when the message came, not when the wait ran out.
 	if r.took >= wait {
-		t.Fatalf("long poll answered after %s, its whole %s wait, though a message was published during it", r.took, wait)
+		t.Fatalf("long poll answered after %s, its whole %s wait, though a message was published", r.took, wait)
 	}
 }
 
