@@ -130,7 +130,7 @@ func TestKillAndRestart(t *testing.T) {
 	if _, err := p.Restart(context.Background()); err == nil {
 		t.Error("Restart of a running child succeeded")
 	}
-	waitFor(t, func() bool { b, _ := os.ReadFile(log); return strings.Count(string(b), "started") == 1 })
+	waitStarted(t, log, 1)
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestKillAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Stop(0, nil)
-	waitFor(t, func() bool { b, _ := os.ReadFile(log); return strings.Count(string(b), "started") == 2 })
+	waitStarted(t, log, 2)
 	if q.Pid() == p.Pid() || !devstacktest.Alive(q.Pid()) {
 		t.Errorf("restarted pid %d (was %d) is not a new running process", q.Pid(), p.Pid())
 	}
@@ -159,9 +159,19 @@ func TestEnvironDropsOwedVariables(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, ok func() bool) {
+// waitStarted polls the children's log until it shows n starts, failing
+// the test with what it last read when 30 s pass.
+func waitStarted(t *testing.T, log string, n int) {
 	t.Helper()
-	for !ok() {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(log)
+		if strings.Count(string(b), "started") == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log shows %d starts after 30 s, want %d: %q", strings.Count(string(b), "started"), n, b)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }

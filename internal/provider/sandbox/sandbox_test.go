@@ -334,7 +334,10 @@ func TestNewValidates(t *testing.T) {
 
 func TestServeShutsDownGracefully(t *testing.T) {
 	t.Parallel()
-	srv, err := New(Config{Faults: Faults{TimeoutRate: 1, TimeoutSeconds: 30}})
+	// The longest hang there is: a shutdown that waited for it would hold
+	// Serve, and the send, for a minute.
+	hang := MaxTimeoutHang
+	srv, err := New(Config{Faults: Faults{TimeoutRate: 1, TimeoutSeconds: hang.Seconds()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,26 +350,30 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	go func() { done <- srv.Serve(ctx, ln) }()
 	sender, _ := webhook.New(webhook.Config{URL: "http://" + ln.Addr().String(), Timeout: 20 * time.Second})
 	// A send that hangs on the injected timeout must not hold shutdown
-	// for its full 30 seconds.
+	// for its full hang. The sender's own timeout is shorter than the hang:
+	// a send the shutdown did not end times out on the sender's side
+	// instead of being answered 504.
 	sent := make(chan error, 1)
+	sending := time.Now()
 	go func() {
 		_, err := sender.Send(context.Background(), delivery(1, "a@example.com"))
 		sent <- err
 	}()
-	for srv.Stats().Faults[FaultTimeout] == 0 {
-		time.Sleep(5 * time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); srv.Stats().Faults[FaultTimeout] == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the send was not hung within 30 s: stats %+v", srv.Stats())
+		}
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Serve: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Serve did not return after cancel")
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	// The hang began after sending did, so it could not have ended yet.
+	if waited := time.Since(sending); waited >= hang {
+		t.Fatalf("Serve returned %s after the send began: it waited out the %s hang", waited, hang)
 	}
 	if err := <-sent; provider.Classify(err).HTTPStatus != http.StatusGatewayTimeout {
-		t.Fatalf("hung send ended with %v, want 504", err)
+		t.Fatalf("hung send ended with %v, want 504: the shutdown did not answer it", err)
 	}
 	if _, err := sender.Send(context.Background(), delivery(2, "a@example.com")); !provider.IsTransient(err) {
 		t.Fatalf("send after shutdown: %v", err)

@@ -265,43 +265,89 @@ func TestFaultThrottle(t *testing.T) {
 		name, faults string
 		status       int
 	}{
-		{"429 seconds", `{"throttle_rate":1,"throttle_status":429,"throttle_scope":"publish","retry_after_seconds":1}`, 429},
-		{"503 HTTP date", `{"throttle_rate":1,"throttle_status":503,"throttle_scope":"all","retry_after_seconds":1,"retry_after_http_date":true}`, 503},
+		{"429 seconds", `"throttle_status":429,"throttle_scope":"publish"`, 429},
+		{"503 HTTP date", `"throttle_status":503,"throttle_scope":"all","retry_after_http_date":true`, 503},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, "", nil)
-			setFaults(t, b, tc.faults)
-			ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
+			throttle := func(retryAfter time.Duration) {
+				setFaults(t, b, fmt.Sprintf(`{"throttle_rate":1,%s,"retry_after_seconds":%d}`, tc.faults, int(retryAfter/time.Second)))
+			}
+			// A Retry-After far beyond the deadline, and a deadline far
+			// beyond any round trip: a client that waited, for the
+			// Retry-After or until the deadline, returns only once its
+			// context has ended.
+			const deadline, retryAfter = 30 * time.Second, 2 * time.Minute
+			throttle(retryAfter)
+			ctx, cancel := context.WithTimeout(b.ctx, deadline)
 			defer cancel()
-			start := time.Now()
 			_, err := b.client.PublishOne(ctx, msg("t"))
 			var ae *rest.APIError
-			if !errors.As(err, &ae) || ae.Status != tc.status || !ae.Retryable || ae.RetryAfter < time.Second/2 {
-				t.Fatalf("publish under throttle: %v, want a retryable %d with Retry-After", err, tc.status)
+			if !errors.As(err, &ae) || ae.Status != tc.status || !ae.Retryable || ae.RetryAfter < retryAfter-5*time.Second {
+				t.Fatalf("publish under throttle: %v, want a retryable %d with a Retry-After of %s", err, tc.status, retryAfter)
 			}
-			if time.Since(start) > 250*time.Millisecond {
-				t.Fatalf("gave up after %s; a Retry-After beyond the deadline should end the call at once", time.Since(start))
+			if ctx.Err() != nil {
+				t.Fatalf("publish under throttle returned only when its %s deadline ended (%v); a Retry-After "+
+					"beyond the deadline should end the call at once", deadline, err)
 			}
 			if tc.status == 503 {
 				if _, err := b.client.Stats(ctx); !errors.As(err, &ae) || ae.Status != 503 {
 					t.Fatalf("stats with scope all: %v, want 503", err)
 				}
 			}
-			// Lift the throttle while the client waits out its Retry-After:
-			// the retry then succeeds.
+			// Lift the throttle once the client has been refused and is
+			// waiting out its Retry-After: the retry then succeeds.
+			throttle(time.Second)
+			c, refused := b.watchedClient(t, tc.status)
 			done := make(chan error, 1)
 			go func() {
-				_, err := b.client.PublishOne(b.ctx, msg("t"))
+				_, err := c.PublishOne(b.ctx, msg("t"))
 				done <- err
 			}()
-			time.Sleep(100 * time.Millisecond)
+			select {
+			case <-refused:
+			case err := <-done:
+				t.Fatalf("publish returned %v before it was refused", err)
+			}
 			setFaults(t, b, `{}`)
 			if err := <-done; err != nil {
 				t.Fatalf("publish after the throttle lifted: %v", err)
 			}
 		})
 	}
+}
+
+// watchedClient is a client of b's emulator, on b's queue, through a server
+// that closes refused the first time the emulator answers status.
+func (b *bundle) watchedClient(t *testing.T, status int) (*rest.Client, <-chan struct{}) {
+	t.Helper()
+	refused := make(chan struct{})
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusWriter{ResponseWriter: w}
+		b.em.ServeHTTP(rec, r)
+		if rec.status == status {
+			once.Do(func() { close(refused) })
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c, err := rest.New(rest.Config{URL: srv.URL, Token: testToken, Name: b.client.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, refused
+}
+
+// statusWriter remembers the status a handler answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
 }
 
 func TestFaultLatency(t *testing.T) {

@@ -47,8 +47,15 @@ func TestServeEndsWaitingConsumes(t *testing.T) {
 		polled <- err
 	}()
 	// A waiting consume holds its queue's wake-up channel.
-	for !e.waiting("serve") {
-		time.Sleep(5 * time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); !e.waiting("serve"); time.Sleep(5 * time.Millisecond) {
+		select {
+		case err := <-polled:
+			t.Fatalf("the consume ended before it waited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no consume waited on the queue within 30 s")
+		}
 	}
 	cancel()
 	if err := <-served; err != nil {

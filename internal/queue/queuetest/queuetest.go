@@ -36,6 +36,11 @@ const MaxReceives = 5
 // timeout or a nack delay of one second a few times.
 const testTimeout = 45 * time.Second
 
+// timerSlack is how early the server may end a wait, a visibility timeout
+// or a delay: it measures them with its own timers, which may run a little
+// short of the instant the suite took before the call.
+const timerSlack = 100 * time.Millisecond
+
 // suite is what every subtest needs: the endpoint and a client on a fresh
 // queue.
 type suite struct {
