@@ -57,3 +57,40 @@ func TestBacklogBehindAProviderLimitIsReceivedOncePerDelivery(t *testing.T) {
 		t.Errorf("the sandbox refused %d sends: the worker outran the pace", st.RateLimited)
 	}
 }
+
+// Several worker processes (separate pools, separate Worker values, one
+// queue) behind one slow provider account: each receives only for slots it
+// has taken from the shared pace, so no process receives a message for a
+// slot another one takes. Counting only its own held messages, each process
+// used to receive for the same free slots, and all but one handed the
+// message back to receive it again (3–4 receives per delivery with 4
+// processes).
+func TestProcessesSharingAPaceReceiveOncePerDelivery(t *testing.T) {
+	const (
+		rows      = 80
+		processes = 4
+	)
+	b := setup(t, stacktest.Options{})
+	b.Schedule(t, "acme", rows, time.Now().Add(-time.Second), nil)
+	if n := b.sweepAll(t); n != rows {
+		t.Fatalf("published %d, want %d", n, rows)
+	}
+	q := &countingQueue{Queue: b.Queue}
+	for range processes {
+		l, paces := b.process(t, "20/s")
+		b.start(t, func(o *worker.Options) {
+			o.Queue, o.Ledger, o.Pace = q, l, paces
+			o.Concurrency, o.PaceMaxWait = 16, 300*time.Millisecond
+		})
+	}
+	b.waitSettled(t, 120*time.Second)
+	st := b.sandboxStats(t)
+	if st.Accepted != rows || st.Duplicates != 0 {
+		t.Errorf("sandbox: accepted=%d duplicates=%d, want %d and 0", st.Accepted, st.Duplicates, rows)
+	}
+	received := q.received.Load()
+	t.Logf("%d processes: %d receives for %d deliveries: %.2f per delivery", processes, received, rows, float64(received)/rows)
+	if limit := rows * 12 / 10; received > int64(limit) {
+		t.Errorf("%d receives for %d deliveries, want at most %d (1.2 per delivery)", received, rows, limit)
+	}
+}
