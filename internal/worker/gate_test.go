@@ -16,9 +16,12 @@ import (
 type countingQueue struct {
 	worker.Queue
 	received atomic.Int64
+	// calls counts the Receive calls begun.
+	calls atomic.Int64
 }
 
 func (q *countingQueue) Receive(ctx context.Context, max int, wait, visibility time.Duration) ([]queue.Delivery, error) {
+	q.calls.Add(1)
 	msgs, err := q.Queue.Receive(ctx, max, wait, visibility)
 	q.received.Add(int64(len(msgs)))
 	return msgs, err
@@ -92,5 +95,43 @@ func TestProcessesSharingAPaceReceiveOncePerDelivery(t *testing.T) {
 	t.Logf("%d processes: %d receives for %d deliveries: %.2f per delivery", processes, received, rows, float64(received)/rows)
 	if limit := rows * 12 / 10; received > int64(limit) {
 		t.Errorf("%d receives for %d deliveries, want at most %d (1.2 per delivery)", received, rows, limit)
+	}
+}
+
+// A worker takes slots ahead only while there is a backlog. On an empty
+// queue its first receive (made, as every first one, for slots taken
+// ahead) comes back empty and the slots go back to the pace, so an idle
+// worker holds none: a new message's slot is not pushed back by slots
+// taken for messages that never came.
+func TestIdleWorkerGivesItsSlotsBack(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	l, paces := b.process(t, "1/s")
+	before, _, err := paces("sandbox").Next(bg)
+	if err != nil || before != 0 {
+		t.Fatalf("the pace's next slot is %s away (%v) before the worker started, want now", before, err)
+	}
+	q := &countingQueue{Queue: b.Queue}
+	// Eight senders make one fetcher, so its second receive begins only
+	// after the first came back and the gate heard of it.
+	b.start(t, func(o *worker.Options) {
+		o.Queue, o.Ledger, o.Pace = q, l, paces
+		o.Concurrency, o.PaceMaxWait = 8, 20*time.Second
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for q.calls.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker began %d receives in 30s, want 2", q.calls.Load())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The first receive took ten slots, a second apart, that outlast its
+	// long poll; given back, the next free slot is the first of them, which
+	// has passed.
+	wait, _, err := paces("sandbox").Next(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wait >= time.Second {
+		t.Errorf("after an empty receive the pace's next slot is %s away: the worker kept the slots it took ahead", wait)
 	}
 }
