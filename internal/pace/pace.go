@@ -5,9 +5,14 @@
 // The pace is GCRA (the generic cell rate algorithm) kept in Postgres. The row
 // holds tat, the theoretical arrival time: the next slot starts at
 // greatest(tat, now, paused_until), and taking it moves tat one interval past
-// that start, in one INSERT … ON CONFLICT DO UPDATE. K processes reserving
-// concurrently therefore get slots exactly one interval apart, never closer,
-// and an idle account does not bank capacity for a burst.
+// that start, in one statement that locks the row first. K processes
+// reserving concurrently therefore get slots exactly one interval apart,
+// never closer, and an idle account does not bank capacity for a burst.
+// ReserveN takes several consecutive slots in that one statement (a worker
+// takes the slots for a batch before it receives the batch), Reserve is
+// ReserveN of one, and GiveBack moves tat back over the last slots of a
+// reservation only while no later one was taken, so giving back never frees
+// a slot another process holds.
 //
 // The database's clock is the truth. Workers run on different machines whose
 // clocks drift apart; the one clock every process reaches is the server's, so
