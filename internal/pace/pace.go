@@ -5,9 +5,14 @@
 // The pace is GCRA (the generic cell rate algorithm) kept in Postgres. The row
 // holds tat, the theoretical arrival time: the next slot starts at
 // greatest(tat, now, paused_until), and taking it moves tat one interval past
-// that start, in one INSERT … ON CONFLICT DO UPDATE. K processes reserving
-// concurrently therefore get slots exactly one interval apart, never closer,
-// and an idle account does not bank capacity for a burst.
+// that start, in one statement that locks the row first. K processes
+// reserving concurrently therefore get slots exactly one interval apart,
+// never closer, and an idle account does not bank capacity for a burst.
+// ReserveN takes several consecutive slots in that one statement (a worker
+// takes the slots for a batch before it receives the batch), Reserve is
+// ReserveN of one, and GiveBack moves tat back over the last slots of a
+// reservation only while no later one was taken, so giving back never frees
+// a slot another process holds.
 //
 // The database's clock is the truth. Workers run on different machines whose
 // clocks drift apart; the one clock every process reaches is the server's, so
@@ -35,7 +40,6 @@ package pace
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -46,22 +50,6 @@ import (
 // MaxAccountLength is the longest account name the owed_provider_pace table
 // accepts.
 const MaxAccountLength = 128
-
-// Reservation is the answer to one Reserve.
-type Reservation struct {
-	// Granted says the slot was taken. When false, nothing changed and Wait
-	// is how far away the earliest slot was: put the message back on the
-	// queue with a delay of at least Wait minus the max wait, so it returns
-	// when a slot is within reach.
-	Granted bool
-	// Wait is how long to wait before sending, from the moment Reserve
-	// returned (from the stubbed clock's reading, when WithClock injected
-	// one). It is never negative.
-	Wait time.Duration
-	// At is the slot's start on the limiter's clock (the database's unless a
-	// clock was injected); zero for an unlimited limiter.
-	At time.Time
-}
 
 // State is an account's pace, for metrics and owedctl.
 type State struct {
@@ -136,87 +124,6 @@ func (l *Limiter) Account() string { return l.account }
 
 // Rate is the rate this limiter keeps.
 func (l *Limiter) Rate() Rate { return l.rate }
-
-// Reserve takes the next free slot if it starts within maxWait, and says how
-// long to wait before sending. If it starts later, nothing is taken and the
-// Reservation says how far away it is: the caller should return the message
-// to the queue with a delay rather than hold it. One statement, one round
-// trip, either way.
-func (l *Limiter) Reserve(ctx context.Context, maxWait time.Duration) (Reservation, error) {
-	if maxWait < 0 {
-		return Reservation{}, fmt.Errorf("pace: max wait %s must not be negative", maxWait)
-	}
-	if l.rate.IsUnlimited() {
-		wait := l.localPause()
-		return Reservation{Granted: wait <= maxWait, Wait: wait}, nil
-	}
-	var (
-		granted        bool
-		at, now        time.Time
-		sent, received time.Time
-		err            error
-		// stubbed is the clock's one reading for this reservation, nil
-		// when the database's clock decides.
-		stubbed = l.clock.NowOrNil()
-	)
-	// Two tries: a refusal comes back empty when the account's row was
-	// created by a concurrent first reservation that committed after this
-	// statement's snapshot was taken, so the refusal's read cannot see it.
-	// Nothing was taken then, and the next statement's snapshot sees the row.
-	for range 2 {
-		sent = time.Now()
-		err = l.db.QueryRowContext(ctx, qReserve, l.account, l.interval, ceilMicros(maxWait), stubbed).
-			Scan(&granted, &at, &now)
-		received = time.Now()
-		if !errors.Is(err, sql.ErrNoRows) {
-			break
-		}
-	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return Reservation{}, fmt.Errorf("pace: reserve %q: the account's row is not visible; "+
-			"was it deleted from owed_provider_pace?", l.account)
-	}
-	if err != nil {
-		return Reservation{}, fmt.Errorf("pace: reserve %q: %w", l.account, err)
-	}
-	if stubbed != nil {
-		// A stubbed instant stands still during the statement: the wait is
-		// exactly the distance from it.
-		return Reservation{Granted: granted, Wait: max(at.Sub(now), 0), At: at}, nil
-	}
-	// Measuring the wait from the answer's arrival adds the statement's
-	// return trip, which varies by milliseconds under load, to every send:
-	// enough for a provider with a small burst to see two sends closer than
-	// its interval. The clock offset estimated from the fastest recent
-	// statement usually places the slot more tightly; both bounds are never
-	// early, so the earlier of the two is used.
-	l.offset.observe(sent, received, now)
-	start := received.Add(at.Sub(now))
-	if estimated := l.offset.latestLocal(at); estimated.Before(start) {
-		start = estimated
-	}
-	return Reservation{Granted: granted, Wait: max(time.Until(start), 0), At: at}, nil
-}
-
-// Wait reserves a slot and sleeps until it starts. A slot further away than
-// maxWait is not taken and not waited for: the Reservation says how far away
-// it was, as with Reserve. A cancelled context ends the sleep with ctx.Err();
-// the slot it held goes unused, which costs one interval of capacity and
-// never causes a burst.
-func (l *Limiter) Wait(ctx context.Context, maxWait time.Duration) (Reservation, error) {
-	r, err := l.Reserve(ctx, maxWait)
-	if err != nil || !r.Granted || r.Wait == 0 {
-		return r, err
-	}
-	t := time.NewTimer(r.Wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return r, nil
-	case <-ctx.Done():
-		return r, ctx.Err()
-	}
-}
 
 // Pause records a 429 with Retry-After: no slot, in any process sharing the
 // account, starts before now + retryAfter. A longer pause already recorded

@@ -7,8 +7,9 @@ package pace
 // clock_timestamp() rather than now(): now() is frozen at the start of the
 // transaction, before the statement waited for the row lock behind other
 // processes, so a slot computed from it could already lie in the past and let
-// two sends through closer than one interval. clock_timestamp() inside SET and
-// WHERE of ON CONFLICT DO UPDATE is read after the lock is held.
+// two sends through closer than one interval. clock_timestamp() in
+// qReserveN's UPDATE (which joins the row its locked CTE holds) and in SET
+// and WHERE of ON CONFLICT DO UPDATE is read after the lock is held.
 
 const (
 	// clockReserve, clockPause and clockState are "now" in each statement:
@@ -24,42 +25,64 @@ const (
 	maxWaitMicros  = `($3::bigint * interval '1 microsecond')`
 	pauseMicros    = `($2::bigint * interval '1 microsecond')`
 
-	// qReserve takes the next slot in one statement, or reports the earliest
-	// one without taking it. The slot starts at greatest(tat, now,
-	// paused_until) (greatest ignores a NULL paused_until) and taking it moves
-	// tat one interval past that start, so granted slots are never closer than
-	// one interval, whichever process took them. ON CONFLICT DO UPDATE locks
-	// the row and sees its latest committed version, which is what makes
-	// concurrent reservations from many processes queue up one interval apart
-	// instead of sharing a slot.
+	// qReserveN takes up to $5 slots in one statement, or reports the
+	// earliest one without taking any. locked reads the account's row FOR
+	// UPDATE: it waits for a concurrent reservation and then sees that
+	// reservation's version, not the statement's snapshot. taken computes
+	// "now" once, after that lock (a sub-select in SET, so tat and
+	// updated_at agree to the microsecond): the first slot starts at
+	// greatest(tat, now, paused_until) (greatest ignores a NULL
+	// paused_until), and tat moves past as many slots, one interval each, as
+	// start within max wait ($3), at most $5. Granted slots are therefore
+	// never closer than one interval, whichever process took them.
 	//
-	// A slot further away than max wait ($3) is not taken: the WHERE leaves the
-	// row as it is (but locked), nothing comes back from granted, and denied
-	// reads the row to say when the earliest slot is. FOR UPDATE there makes
-	// that read see the latest version (the one the upsert locked) rather than
-	// the statement's snapshot, which a concurrent reservation may have
-	// outdated. A first reservation inserts the row with its slot at now. A
-	// row another statement inserted after this one's snapshot is invisible
-	// to denied even FOR UPDATE, so a refusal racing the account's first
-	// reservation answers nothing; Reserve then asks again.
-	qReserve = `
-WITH granted AS (
-    INSERT INTO owed_provider_pace AS p (account, tat, updated_at)
-    VALUES ($1, ` + clockReserve + ` + ` + intervalMicros + `, ` + clockReserve + `)
-    ON CONFLICT (account) DO UPDATE
-       SET tat = greatest(p.tat, ` + clockReserve + `, p.paused_until) + ` + intervalMicros + `,
-           updated_at = ` + clockReserve + `
-     WHERE greatest(p.tat, ` + clockReserve + `, p.paused_until) <= ` + clockReserve + ` + ` + maxWaitMicros + `
-    RETURNING p.tat - ` + intervalMicros + ` AS slot_at, p.updated_at AS now
-), denied AS (
-    SELECT greatest(p.tat, c.now, p.paused_until) AS slot_at, c.now
-      FROM owed_provider_pace p, (SELECT ` + clockReserve + ` AS now) c
-     WHERE p.account = $1 AND NOT EXISTS (SELECT FROM granted)
-       FOR UPDATE OF p
+	// A first slot beyond max wait takes nothing: the WHERE leaves the row
+	// as it is (but locked) and taken answers nothing. The answer is the row
+	// as locked, and, when slots were taken, tat as left and the "now" they
+	// were computed from (updated_at); from those ReserveN works out the
+	// first slot and the count exactly. Without slots taken, the "now" is
+	// read again for the refusal's wait. An account without a row answers
+	// nothing: ReserveN creates it (qCreate) and asks again.
+	qReserveN = `
+WITH locked AS (
+    SELECT tat, paused_until
+      FROM owed_provider_pace
+     WHERE account = $1
+       FOR UPDATE
+), taken AS (
+    UPDATE owed_provider_pace p
+       SET (tat, updated_at) = (
+           SELECT s.start + least($5::int, floor((extract(epoch FROM s.now - s.start) * 1000000 + $3::bigint) / $2::bigint)::int + 1)
+                            * ` + intervalMicros + `,
+                  s.now
+             FROM (SELECT greatest(l.tat, c.now, l.paused_until) AS start, c.now
+                     FROM (SELECT ` + clockReserve + ` AS now) c) s)
+      FROM locked l
+     WHERE p.account = $1
+       AND greatest(l.tat, ` + clockReserve + `, l.paused_until) <= ` + clockReserve + ` + ` + maxWaitMicros + `
+    RETURNING p.tat, p.updated_at
 )
-SELECT true, slot_at, now FROM granted
-UNION ALL
-SELECT false, slot_at, now FROM denied`
+SELECT l.tat, l.paused_until, t.tat, coalesce(t.updated_at, ` + clockReserve + `)
+  FROM locked l LEFT JOIN taken t ON true`
+
+	// qCreate creates an account's row with nothing reserved: its tat is
+	// now, so the first slot starts at the first reservation's now.
+	qCreate = `
+INSERT INTO owed_provider_pace (account, tat, updated_at)
+VALUES ($1, coalesce($2::timestamptz, clock_timestamp()), coalesce($2::timestamptz, clock_timestamp()))
+ON CONFLICT (account) DO NOTHING`
+
+	// qGiveBack moves tat back by $3 microseconds (the last slots of a
+	// reservation) only if it still ends where that reservation left it
+	// ($2): then no process took a slot after them, and the next
+	// reservation starts at the first slot given back (or now, or the
+	// pause's end, whichever is latest). Anything else (a later
+	// reservation, a pause that moved tat) leaves the row alone.
+	qGiveBack = `
+UPDATE owed_provider_pace
+   SET tat = tat - ($3::bigint * interval '1 microsecond'),
+       updated_at = coalesce($4::timestamptz, clock_timestamp())
+ WHERE account = $1 AND tat = $2`
 
 	// qPause records a 429: no slot starts before now + Retry-After ($2).
 	// greatest() keeps a longer pause another process recorded. tat moves to

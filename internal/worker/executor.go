@@ -52,7 +52,9 @@ type delivery struct {
 	pace    Pacer
 	request provider.Delivery
 	// unhold gives the message's place in the gate back; reserve calls it
-	// as soon as the slot is taken (or refused).
+	// as soon as the slot is taken, from the gate's slots taken ahead or
+	// from the pace (or refused). A message that leaves without reserving
+	// leaves its place, and the slot the gate may hold for it, to the next.
 	unhold func()
 }
 
@@ -208,10 +210,16 @@ func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
 }
 
 // reserve takes the row's turn at the provider's shared pace and waits for
-// it. It returns false when the row was released instead.
+// it: the slot the gate took for it before the receive when there is one,
+// otherwise one reserved now. It returns false when the row was released
+// instead.
 func (w *Worker) reserve(ctx context.Context, dl *delivery) bool {
 	m := w.o.Metrics
-	wait, granted, err := dl.pace.Reserve(ctx, w.o.PaceMaxWait)
+	wait, granted := w.gate.slot(dl.sender.Name())
+	var err error
+	if !granted {
+		wait, granted, err = dl.pace.Reserve(ctx, w.o.PaceMaxWait)
+	}
 	// The slot is taken (or refused): the gate may count the next message.
 	dl.unhold()
 	if err != nil && ctx.Err() != nil {

@@ -3,11 +3,12 @@ package worker
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/payload"
 )
 
@@ -17,60 +18,134 @@ const gateMinSleep = 10 * time.Millisecond
 
 // gate keeps the worker from consuming messages it cannot send soon (every
 // receive counts on SQS, and a message received only to be handed back
-// costs one). Before each receive a fetcher asks the pace of every provider
-// account the worker serves how far away its next free slot is and how far
-// apart its slots are (Pacer.Next: a read, nothing is taken), and counts the
-// slots that start within the max wait (PaceMaxWait). The messages already
-// received and not yet past their reservation are subtracted: they will
-// take those slots. What is left, at most consumeBatch, sizes the receive;
-// when nothing is left the fetcher sleeps, cancellably, until a slot comes
-// within reach, instead of receiving.
+// costs one).
 //
-// Messages for every account share one queue, and a message's account is
-// known only once its row is claimed and routed. So with several accounts
-// the room is the sum of each account's slots within the max wait (an
-// unlimited account's is unbounded) less every message held, and the
+// When the worker serves exactly one provider account and its pace is
+// limited, the gate takes the slots before it receives (pre-taking): one
+// statement reserves up to consumeBatch of the account's next slots that
+// start within the max wait (PaceMaxWait) in the shared pace row
+// (pace.Limiter.ReserveN), and the fetcher receives at most as many
+// messages as this process holds slots for and no message has claimed. The
+// slots go into a pool, earliest first; each message takes the earliest one
+// when it reserves (slot, from executor.reserve) and sleeps until it. Slots
+// are taken in Postgres, so workers in other processes sharing the account
+// never receive for the same slots: a message received is a message with a
+// slot, and a backlog behind a provider limit is received about once per
+// delivery however many processes drain it.
+//
+// Slots received for but unused go back or to the next message. When a
+// receive brings fewer messages than slots were taken for, the surplus at
+// the end of the process's latest reservation goes back to the pace if no
+// process reserved after it (pace.Limiter.GiveBack); otherwise it stays in
+// the pool, as does the slot of a message that leaves without sending
+// (stale, settled, early, held by another worker), for the next message or
+// the next receive. A pooled slot that passed has expired and is dropped,
+// so a pooled slot is never used late (a late send, followed by another
+// process's on time, would reach the provider closer than the pace). A
+// stopped or crashed process wastes what its pool holds, at most
+// the max wait of the account's slots. A 429 (Pause) pushes the shared
+// pace back as before; slots already pooled are not revoked, as slots
+// reserved before the pause never were.
+//
+// Slots held through a receive that waits on an empty queue would pass
+// unused and push every new message's slot back by up to the max wait, so
+// the gate pre-takes only while there is a backlog: from the start, and
+// after each receive that came back full. After a short receive it gates
+// as it does for several accounts, below, until a receive comes back full
+// again; an idle or lightly loaded worker sends a new message at once.
+//
+// With several accounts, or an unlimited one, the gate takes nothing
+// ahead: messages of every account share one queue and a message's
+// account is known only once its row is claimed and routed, so no count of
+// slots taken ahead would match the messages received. Before each receive
+// a fetcher then asks the pace of every account how far away its next free
+// slot is and how far apart its slots are (Pacer.Next: a read, nothing is
+// taken) and counts the slots that start within the max wait, plus the
+// pooled ones. The messages received and not yet past their reservation
+// are subtracted: they will take those slots. What is left, at most
+// consumeBatch, sizes the receive; when nothing is left the fetcher sleeps,
+// cancellably, until a slot comes within reach. The room is the sum of
+// each account's slots (an unlimited account's is unbounded), and the
 // fetcher waits only while every account's next slot is further than the
-// max wait, or the held messages fill the slots there are. A message whose
+// max wait, or the held messages fill the slots there are. Workers in
+// other processes may take a slot a fetcher counted, and a message whose
 // account has no slot after all when it reserves is returned with
-// ChangeVisibility until its slot, as before. The gate counts only this
-// process's held messages: workers in other processes sharing an account
-// may take a slot a fetcher here counted, and the message that loses it is
-// returned the same way.
+// ChangeVisibility until its slot.
 type gate struct {
 	// paces are the paces of the accounts the worker serves; with none
 	// (no channel routes to a provider) the gate is always open, so the
 	// messages are received and settled failed for want of a provider.
 	paces   []Pacer
 	maxWait time.Duration
-	// mu serialises the room reads of the fetchers, so two of them never
-	// count the same slot.
+	clock   clock.Clock
+	// account and ahead are the one limited account the gate takes slots
+	// ahead for, and its pace; ahead is nil when it takes none.
+	account string
+	ahead   slotPacer
+	// wake is how many slots a pre-taking fetcher lets come within reach
+	// before it asks the pace again: one statement per slot would have
+	// every process's fetchers ask at every interval.
+	wake int
+
+	// fetch serialises the fetchers' counts and reservations, so two of
+	// them never count the same slot.
+	fetch sync.Mutex
+	// mu guards the rest; it is never held across a statement except a
+	// give back.
 	mu sync.Mutex
 	// held counts the messages received, or being received, that have not
 	// reserved their slot or left without one.
-	held atomic.Int64
+	held int
+	// pool holds the slots taken ahead and not yet claimed, as instants on
+	// the worker's clock, earliest first.
+	pool []time.Time
+	// last is the process's latest reservation; its lastLeft unclaimed
+	// slots are the pool's tail, the only ones that may go back.
+	last     pace.Slots
+	lastLeft int
+	// backlog says the latest receive came back full (or none came back
+	// yet): pre-take.
+	backlog bool
+	// notBefore is when the next slot worth asking for comes within reach.
+	notBefore time.Time
+}
+
+// slotPacer is a Pacer that takes several slots in one statement and gives
+// the last ones back: pace.Limiter, through the service's adapter.
+type slotPacer interface {
+	Pacer
+	Rate() pace.Rate
+	ReserveN(ctx context.Context, n int, maxWait time.Duration) (pace.Slots, error)
+	GiveBack(ctx context.Context, s pace.Slots, k int) (pace.Slots, bool, error)
 }
 
 // newGate builds the gate over the accounts o's router serves: the
 // distinct provider names of every channel it routes.
 func newGate(o Options) *gate {
-	g := &gate{maxWait: o.PaceMaxWait}
-	seen := map[string]bool{}
+	g := &gate{maxWait: o.PaceMaxWait, clock: o.Clock, backlog: true}
+	var names []string
 	for _, ch := range payload.Channels() {
 		s, err := o.Route(ch)
-		if err != nil || s == nil || seen[s.Name()] {
+		if err != nil || s == nil || slices.Contains(names, s.Name()) {
 			continue
 		}
-		seen[s.Name()] = true
+		names = append(names, s.Name())
 		g.paces = append(g.paces, o.Pace(s.Name()))
+	}
+	if len(g.paces) == 1 {
+		if sp, ok := g.paces[0].(slotPacer); ok && !sp.Rate().IsUnlimited() {
+			interval := sp.Rate().Interval()
+			g.account, g.ahead = names[0], sp
+			g.wake = min(consumeBatch, 1+int(g.maxWait/2/interval))
+		}
 	}
 	return g
 }
 
 // take waits until the pace has room and returns how many messages to
-// receive (1 to consumeBatch), counted as held: the caller gives back with
-// done what it did not receive. It returns 0 when ctx ends, and an error
-// when an account's pace could not be read and no other has room.
+// receive (1 to consumeBatch), counted as held: the caller reports with
+// received what came back. It returns 0 when ctx ends, and an error when
+// an account's pace could not be read and no other has room.
 func (g *gate) take(ctx context.Context) (int, error) {
 	for {
 		n, sleep, err := g.room(ctx)
@@ -83,27 +158,151 @@ func (g *gate) take(ctx context.Context) (int, error) {
 	}
 }
 
-// done gives back n held messages: they reserved their slot, or left (or
-// were never received) without one.
-func (g *gate) done(n int) { g.held.Add(-int64(n)) }
+// received reports a receive for asked messages (from take) that brought
+// got: the rest are no longer held. A full receive means a backlog, so the
+// gate takes slots ahead; a short one gives back what the pool holds
+// beyond the held messages, where it can.
+func (g *gate) received(ctx context.Context, asked, got int) {
+	g.fetch.Lock()
+	defer g.fetch.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.held -= asked - got
+	if g.ahead == nil {
+		return
+	}
+	g.backlog = got == asked
+	g.expire()
+	if k := min(len(g.pool)-g.held, g.lastLeft); got < asked && k > 0 {
+		kept, ok, err := g.ahead.GiveBack(ctx, g.last, k)
+		if err == nil && ok {
+			g.last, g.lastLeft, g.pool = kept, g.lastLeft-k, g.pool[:len(g.pool)-k]
+		}
+	}
+}
 
-// room counts the slots within the max wait less the held messages and,
-// when there is room, takes it (at most consumeBatch). With no room it
-// says how long until the accounts' slots could cover one more message
-// than is held.
-func (g *gate) room(ctx context.Context) (n int, sleep time.Duration, err error) {
-	if len(g.paces) == 0 {
-		g.held.Add(consumeBatch)
-		return consumeBatch, 0, nil
+// done gives back n held messages: they left (or were never handed out)
+// without reserving a slot.
+func (g *gate) done(n int) {
+	g.mu.Lock()
+	g.held -= n
+	g.mu.Unlock()
+}
+
+// slot hands a message of account the earliest slot taken ahead for it,
+// and says how long to wait for it; ok is false when the gate holds none
+// (another account, no slot taken ahead, or all expired): the message
+// reserves its own.
+func (g *gate) slot(account string) (wait time.Duration, ok bool) {
+	if g.ahead == nil || account != g.account {
+		return 0, false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	held := int(g.held.Load())
+	g.expire()
+	if len(g.pool) == 0 {
+		return 0, false
+	}
+	at := g.pool[0]
+	g.drop(1)
+	return max(at.Sub(g.clock.Now()), 0), true
+}
+
+// expire drops the pooled slots that passed.
+func (g *gate) expire() {
+	now := g.clock.Now()
+	n := 0
+	for n < len(g.pool) && g.pool[n].Before(now) {
+		n++
+	}
+	g.drop(n)
+}
+
+// drop removes the pool's first n slots.
+func (g *gate) drop(n int) {
+	g.pool = g.pool[n:]
+	g.lastLeft = min(g.lastLeft, len(g.pool))
+}
+
+// room returns how many messages to receive now, counted as held, or how
+// long to sleep before asking again.
+func (g *gate) room(ctx context.Context) (n int, sleep time.Duration, err error) {
+	if len(g.paces) == 0 {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.held += consumeBatch
+		return consumeBatch, 0, nil
+	}
+	g.fetch.Lock()
+	defer g.fetch.Unlock()
+	g.mu.Lock()
+	ahead := g.ahead != nil && g.backlog
+	g.mu.Unlock()
+	if ahead {
+		return g.takeAhead(ctx)
+	}
+	return g.count(ctx)
+}
+
+// takeAhead reserves slots for the next receive, unless the pool already
+// holds a batch beyond the held messages, or the last answer said no slot
+// is worth asking for yet.
+func (g *gate) takeAhead(ctx context.Context) (n int, sleep time.Duration, err error) {
+	g.mu.Lock()
+	g.expire()
+	free, now := len(g.pool)-g.held, g.clock.Now()
+	ask := free < consumeBatch && !now.Before(g.notBefore)
+	g.mu.Unlock()
+	if ask {
+		s, rerr := g.ahead.ReserveN(ctx, min(consumeBatch-free, pace.MaxReserveN), g.maxWait)
+		err = rerr
+		g.mu.Lock()
+		if err == nil {
+			now = g.clock.Now()
+			for _, w := range s.Waits {
+				g.pool = append(g.pool, now.Add(w))
+			}
+			if len(s.Waits) > 0 {
+				g.last, g.lastLeft = s, len(s.Waits)
+			}
+			// The next slot beyond these is the earliest free one; ask
+			// again when wake slots from it are within reach.
+			next := s.Wait
+			if len(s.Waits) > 0 {
+				next = s.Waits[len(s.Waits)-1] + s.Interval
+			}
+			g.notBefore = now.Add(next - g.maxWait + time.Duration(g.wake-1)*s.Interval)
+		}
+		g.mu.Unlock()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if free := len(g.pool) - g.held; free > 0 {
+		n = min(free, consumeBatch)
+		g.held += n
+		return n, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	return 0, g.notBefore.Sub(g.clock.Now()), nil
+}
+
+// count sizes the receive by the slots within the max wait that no
+// process took yet, without taking them, plus the pooled ones, less the
+// held messages. With no room it says how long until the accounts' slots
+// could cover one more message than is held.
+func (g *gate) count(ctx context.Context) (n int, sleep time.Duration, err error) {
+	g.mu.Lock()
+	g.expire()
+	pooled := len(g.pool)
+	g.mu.Unlock()
 	type outlook struct{ wait, interval time.Duration }
 	var (
 		accounts []outlook
-		slots    int
+		slots    = pooled
 		errs     []error
+		unbound  bool
 	)
 	for _, p := range g.paces {
 		wait, interval, err := p.Next(ctx)
@@ -115,15 +314,21 @@ func (g *gate) room(ctx context.Context) (n int, sleep time.Duration, err error)
 		case wait > g.maxWait:
 		case interval <= 0:
 			// An unlimited account takes whatever comes.
-			slots += held + consumeBatch
+			unbound = true
 		default:
 			slots += 1 + int((g.maxWait-wait)/interval)
 		}
 		accounts = append(accounts, outlook{wait, interval})
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	held := g.held
+	if unbound {
+		slots += held + consumeBatch
+	}
 	if room := slots - held; room > 0 {
 		n = min(room, consumeBatch)
-		g.held.Add(int64(n))
+		g.held += n
 		return n, 0, nil
 	}
 	if len(errs) > 0 {

@@ -174,6 +174,17 @@ func (p pacer) Next(ctx context.Context) (time.Duration, time.Duration, error) {
 	return wait, p.l.Rate().Interval(), err
 }
 
+// Rate, ReserveN and GiveBack let the gate take slots ahead (slotPacer).
+func (p pacer) Rate() pace.Rate { return p.l.Rate() }
+
+func (p pacer) ReserveN(ctx context.Context, n int, maxWait time.Duration) (pace.Slots, error) {
+	return p.l.ReserveN(ctx, n, maxWait)
+}
+
+func (p pacer) GiveBack(ctx context.Context, s pace.Slots, k int) (pace.Slots, bool, error) {
+	return p.l.GiveBack(ctx, s, k)
+}
+
 // Handler serves /healthz, /readyz and /metrics for the worker process;
 // /readyz reads q's stats to tell the queue is reachable.
 func Handler(db *sql.DB, q queue.Queue, reg *prometheus.Registry) http.Handler {

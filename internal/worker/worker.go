@@ -266,7 +266,7 @@ func (w *Worker) fetch(ctx context.Context, work chan<- queue.Delivery) {
 			return
 		}
 		msgs, err := w.receive(ctx, n)
-		w.gate.done(n - len(msgs))
+		w.gate.received(ctx, n, len(msgs))
 		if err != nil {
 			if ctx.Err() != nil || !retry(err, "receive failed") {
 				return
