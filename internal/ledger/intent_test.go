@@ -160,26 +160,43 @@ func TestRescheduleInFlightHoldsThroughRelease(t *testing.T) {
 	claimAt(t, b, id, newDue)
 }
 
-// A claim taken over after the first claim's lease ran out (its worker
-// died) keeps the intent, and the new worker's release applies it.
-func TestNewClaimKeepsTheIntent(t *testing.T) {
+// A claim whose lease ran out with an intent waiting (its worker died
+// mid-send) is not taken over as it stands: the next claim applies the
+// intent first, so a cancelled row is never sent again and a snoozed one
+// waits for its new time (still marked a possible duplicate, since the lost
+// send may have reached the provider).
+func TestClaimAfterALostOneAppliesTheIntent(t *testing.T) {
 	b := setup(t)
-	id := mustSchedule(t, b, "acme", row("a", "T-1", b.now))[0].ID
 	due := b.now
-	claimAt(t, b, id, due)
+	cancelled := mustSchedule(t, b, "acme", row("a", "T-1", due))[0].ID
+	snoozed := mustSchedule(t, b, "acme", row("a", "T-2", due))[0].ID
+	claimAt(t, b, cancelled, due)
+	claimAt(t, b, snoozed, due)
 	res, err := b.l.Cancel(ctx, "acme", "follow_up", "T-1")
 	wantChange(t, "cancel in flight", res, err, ChangeResult{InFlight: 1, Intents: 1})
+	newDue := due.Add(time.Hour)
+	res, err = b.l.Reschedule(ctx, "acme", "follow_up", "T-2", newDue)
+	wantChange(t, "snooze in flight", res, err, ChangeResult{InFlight: 1, Intents: 1})
 
 	b.advance(2 * time.Minute)
-	if c := claimAt(t, b, id, due); !c.PossibleDuplicate {
-		t.Errorf("the claim after a lost one is not marked a possible duplicate")
+	if c, err := b.l.ClaimForSend(ctx, "acme", cancelled, ClaimParams{DueAt: due, LeaseFor: time.Minute}); err != nil || c.Outcome != ClaimSettled {
+		t.Fatalf("claim after the lost one, cancel waiting: %v %v, want settled", c.Outcome, err)
 	}
-	if in := readIntent(t, b, "acme", id); in.Intent != "cancel" || in.Outcome != "" {
-		t.Fatalf("intent after the new claim: %+v, want the cancel still waiting", in)
+	if d := mustGet(t, b, cancelled); d.State != StateCancelled {
+		t.Errorf("row with a cancel waiting is %s after the next claim, want cancelled", d.State)
 	}
-	handBack(t, b, id)
-	if d := mustGet(t, b, id); d.State != StateCancelled {
-		t.Fatalf("after the new claim's release the row is %s, want cancelled", d.State)
+	if in := readIntent(t, b, "acme", cancelled); in.Outcome != "applied" {
+		t.Errorf("cancel intent %+v, want applied", in)
+	}
+	if c, err := b.l.ClaimForSend(ctx, "acme", snoozed, ClaimParams{DueAt: due, LeaseFor: time.Minute}); err != nil || c.Outcome != ClaimStale {
+		t.Fatalf("claim after the lost one, snooze waiting: %v %v, want stale", c.Outcome, err)
+	}
+	if d := mustGet(t, b, snoozed); d.State != StatePending || !d.DueAt.Equal(newDue) {
+		t.Errorf("snoozed row is %s due %s after the next claim, want pending due %s", d.State, d.DueAt, newDue)
+	}
+	b.advance(2 * time.Hour)
+	if c := claimAt(t, b, snoozed, newDue); !c.PossibleDuplicate {
+		t.Errorf("the send at the new time is not marked a possible duplicate of the lost one")
 	}
 }
 
