@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 )
@@ -43,7 +43,7 @@ func providerCmd(ctx context.Context, args []string) error {
 	env := sandboxEnv{Addr: sandbox.DefaultAddr, Rate: sandbox.DefaultRate, Burst: sandbox.DefaultBurst,
 		TimeoutSeconds: sandbox.DefaultTimeoutSeconds, TimeoutMode: sandbox.Timeout504,
 		StormRetryAfterSeconds: sandbox.DefaultStormRetryAfterSeconds}
-	if err := envconfig.Process("OWED_SANDBOX", &env); err != nil {
+	if err := config.Process("OWED_SANDBOX", &env); err != nil {
 		// envconfig names the variable and the value it could not parse.
 		return usageError{err.Error()}
 	}

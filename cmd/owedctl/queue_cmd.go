@@ -9,8 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/kelseyhightower/envconfig"
-
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/queue/emulator"
 	"github.com/owedhq/owed/internal/queue/wire"
 	"github.com/owedhq/owed/internal/service"
@@ -41,7 +40,7 @@ func queueCmd(ctx context.Context, args []string) error {
 
 func queueServe(ctx context.Context, args []string) error {
 	var cfg emulator.Config
-	if err := envconfig.Process("OWED", &cfg); err != nil {
+	if err := config.Process("OWED", &cfg); err != nil {
 		return usageError{err.Error()}
 	}
 	fs := newFlags("queue serve", "queue serve [flags]",

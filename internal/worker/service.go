@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/providers"
 	"github.com/owedhq/owed/internal/queue"
@@ -71,7 +71,7 @@ func defaultConfig() Config {
 func LoadConfig() (Config, error) {
 	c := defaultConfig()
 	for _, target := range []any{&c, &c.Providers} {
-		if err := envconfig.Process("OWED", target); err != nil {
+		if err := config.Process("OWED", target); err != nil {
 			return c, fmt.Errorf("configuration: %w", err)
 		}
 	}

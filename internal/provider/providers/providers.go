@@ -57,7 +57,7 @@ var carries = map[string][]string{
 	payload.ChannelWebhook:  {Sandbox, Webhook, None},
 }
 
-// Config is read with envconfig.Process("OWED", &cfg); every variable is
+// Config is read with config.Process("OWED", &cfg); every variable is
 // listed in docs/providers.md.
 type Config struct {
 	// Provider carries every channel without an override; DefaultProvider

@@ -5,8 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kelseyhightower/envconfig"
-
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/payload"
 )
 
@@ -18,7 +17,7 @@ func load(t *testing.T, env map[string]string) (Router, error) {
 		t.Setenv(k, v)
 	}
 	var cfg Config
-	if err := envconfig.Process("OWED", &cfg); err != nil {
+	if err := config.Process("OWED", &cfg); err != nil {
 		t.Fatal(err)
 	}
 	return New(cfg)

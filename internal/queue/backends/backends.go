@@ -13,9 +13,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/jetstream"
 	"github.com/owedhq/owed/internal/queue/rest"
@@ -50,7 +50,7 @@ type Config struct {
 func LoadConfig() (Config, error) {
 	c := Config{Backend: Default}
 	for _, part := range []any{&c, &c.Rest, &c.SQS, &c.JetStream} {
-		if err := envconfig.Process("OWED", part); err != nil {
+		if err := config.Process("OWED", part); err != nil {
 			return c, fmt.Errorf("configuration: %w", err)
 		}
 	}
