@@ -1,7 +1,9 @@
 // Command sweeper is the URL the hosted cron calls every minute and the
-// scheduling API applications write to. Configuration is OWED_* variables
-// (see the README); it runs until SIGTERM or SIGINT, then finishes in-flight
-// requests. A second signal exits at once.
+// scheduling API applications write to, on OWED_LISTEN_ADDR; /metrics and
+// /readyz are on OWED_METRICS_ADDR. Configuration is OWED_* variables (see
+// the README); it refuses to start as a database role that row-level
+// security does not bind. It runs until SIGTERM or SIGINT, then finishes
+// in-flight requests. A second signal exits at once.
 package main
 
 import (
@@ -19,7 +21,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	p, err := service.Start("sweeper", cfg.Basics())
+	b := cfg.Basics()
+	if b.Operations, err = service.LoadOperations(sweeper.MetricsAddrDefault); err != nil {
+		return err
+	}
+	p, err := service.Start("sweeper", b)
 	if err != nil {
 		return err
 	}
@@ -35,5 +41,5 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	return service.Serve(p.Ctx, p.Listener, srv.Handler(), p.Log)
+	return p.Serve(srv.Handler(), srv.OpsHandler())
 }
