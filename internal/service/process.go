@@ -100,14 +100,8 @@ func Start(name string, b Basics) (p *Process, err error) {
 	if p.DB, err = OpenDB(ctx, b.DatabaseURL, b.DBMaxConns); err != nil {
 		return p, err
 	}
-	if err = CheckRole(ctx, p.DB); err != nil {
-		var insecure *InsecureRoleError
-		if !b.AllowInsecureRole || !errors.As(err, &insecure) {
-			return p, err
-		}
-		log.Error().Str("role", insecure.Role).Strs("problems", insecure.Problems).
-			Msg(InsecureRoleVariable + " is set: running as an insecure database role; tenant isolation is not enforced. Development only")
-		err = nil
+	if err = guardRole(ctx, p.DB, log, b.AllowInsecureRole); err != nil {
+		return p, err
 	}
 	if p.Listener, err = Listen(b.ListenAddr, "OWED_LISTEN_ADDR"); err != nil {
 		return p, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/lib/pq"
+	"github.com/rs/zerolog"
 )
 
 // InsecureRoleVariable is the development-only escape hatch of CheckRole.
@@ -73,6 +74,31 @@ func CheckRole(ctx context.Context, db *sql.DB) error {
 		return nil
 	}
 	return &InsecureRoleError{Role: name, Problems: problems}
+}
+
+// CheckDatabase opens the database named by variable, checks its role (see
+// CheckRole) and closes it again: the start-up check of a process that
+// opens its own pool (the queue emulator).
+func CheckDatabase(ctx context.Context, log zerolog.Logger, variable, url string, allowInsecure bool) error {
+	db, err := OpenDatabase(ctx, variable, url, 1)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return guardRole(ctx, db, log, allowInsecure)
+}
+
+// guardRole runs CheckRole; with allowInsecure (InsecureRoleVariable) it
+// logs the refusal at error level, every problem named, and goes on.
+func guardRole(ctx context.Context, db *sql.DB, log zerolog.Logger, allowInsecure bool) error {
+	err := CheckRole(ctx, db)
+	var insecure *InsecureRoleError
+	if err == nil || !allowInsecure || !errors.As(err, &insecure) {
+		return err
+	}
+	log.Error().Str("role", insecure.Role).Strs("problems", insecure.Problems).
+		Msg(InsecureRoleVariable + " is set: running as an insecure database role, tenant isolation is not enforced; development only")
+	return nil
 }
 
 // InsecureRoleError is CheckRole's refusal.
