@@ -39,7 +39,7 @@ var faultFields = []string{"error_rate", "timeout_rate", "timeout_seconds", "tim
 
 func providerCmd(ctx context.Context, args []string) error {
 	const synopsis = "provider serve [flags]"
-	const example = "OWED_SANDBOX_SECRET=whsec_c2VjcmV0 owedctl provider serve --rate 40/m --error-rate 0.05 --permanent-recipient bounce"
+	const example = "OWED_SANDBOX_SECRET=whsec_$(openssl rand -base64 32) owedctl provider serve --rate 40/m --error-rate 0.05 --permanent-recipient bounce"
 	env := sandboxEnv{Addr: sandbox.DefaultAddr, Rate: sandbox.DefaultRate, Burst: sandbox.DefaultBurst,
 		TimeoutSeconds: sandbox.DefaultTimeoutSeconds, TimeoutMode: sandbox.Timeout504,
 		StormRetryAfterSeconds: sandbox.DefaultStormRetryAfterSeconds}
