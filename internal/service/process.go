@@ -86,7 +86,7 @@ func Start(name string, b Basics) (p *Process, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if b.MetricsAddr != "" && b.MetricsAddr == b.ListenAddr {
+	if b.MetricsAddr != "" && b.MetricsAddr == b.ListenAddr && !strings.HasSuffix(b.ListenAddr, ":0") {
 		return nil, fmt.Errorf("OWED_METRICS_ADDR=%s is OWED_LISTEN_ADDR: the operator listener needs an address of its own", b.MetricsAddr)
 	}
 	ctx, stop := SignalContext()
