@@ -140,7 +140,4 @@ func TestRedact(t *testing.T) {
 	if got := Redact("connect to db", "postgres://owed@db/owed"); got != "connect to db" {
 		t.Errorf("a URL without a password changed the text: %q", got)
 	}
-	if got := RedactURL("postgres://owed:S3cr3t@db/owed"); got != "postgres://owed:REDACTED@db/owed" {
-		t.Errorf("RedactURL = %q", got)
-	}
 }

@@ -46,19 +46,6 @@ func RedactError(err error, connStrings ...string) error {
 	return errors.New(Redact(err.Error(), connStrings...))
 }
 
-// RedactURL returns a URL for display with the password of its user
-// information replaced, or "(an unparsable URL)" when it does not parse.
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(an unparsable URL)"
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), Redacted)
-	}
-	return Redact(u.String(), raw)
-}
-
 // passwords returns the secrets c may carry, each as written and decoded.
 // A comma-separated list of URLs (OWED_NATS_URL) is read whole and one
 // URL at a time.
