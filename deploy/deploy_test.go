@@ -28,6 +28,7 @@ import (
 	"github.com/owedhq/owed/internal/queue/jetstream"
 	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/queue/sqs"
+	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweep"
 	"github.com/owedhq/owed/internal/sweeper"
 	"github.com/owedhq/owed/internal/worker"
@@ -48,7 +49,7 @@ var flagCodeVariables = []string{
 }
 
 // declaredVariables returns every variable the services read. Each struct is
-// listed the way its LoadConfig processes it (envconfig.Process("OWED", …)),
+// listed the way its LoadConfig processes it (config.Process("OWED", …)),
 // and envconfig itself names the keys, so nested prefixes (providers'
 // `envconfig:"WEBHOOK"` → OWED_WEBHOOK_URL) and embedded structs (the
 // emulator's Faults) follow the library's rules rather than a copy of them.
@@ -58,7 +59,8 @@ func declaredVariables(t *testing.T) map[string]bool {
 		&sweeper.Config{}, &materialise.Config{}, // sweeper.LoadConfig
 		&backends.Config{}, &rest.Config{}, &sqs.Config{}, &jetstream.Config{}, // backends.LoadConfig
 		&worker.Config{}, &providers.Config{}, // worker.LoadConfig, with backends.LoadConfig
-		&emulator.Config{}, // owedctl queue serve
+		&emulator.Config{},    // owedctl queue serve
+		&service.Operations{}, // service.LoadOperations, every service's start-up
 	}
 	vars := map[string]bool{}
 	for _, spec := range specs {

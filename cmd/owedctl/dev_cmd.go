@@ -25,10 +25,11 @@ func devCmd(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.Duration, "duration", 0, "stop after this long (for CI); 0 runs until Ctrl-C")
 	fs.BoolVar(&cfg.NoSeed, "no-seed", false, "start without the demo workload")
 	fs.StringVar(&cfg.Queue, "queue", backends.Default, "queue backend: rest (the emulator), jetstream (a JetStream server in --dir) or sqs (owed-sqs-server, from scripts/install-sqs.sh)")
-	fs.IntVar(&cfg.SweeperPort, "sweeper-port", devstack.DefaultSweeperPort, "sweeper (scheduling API, /cron, /metrics) port")
+	fs.IntVar(&cfg.SweeperPort, "sweeper-port", devstack.DefaultSweeperPort, "sweeper port (scheduling API, /cron)")
+	fs.IntVar(&cfg.SweeperMetricsPort, "sweeper-metrics-port", devstack.DefaultSweeperMetricsPort, "sweeper operator port (/metrics, /readyz)")
 	fs.IntVar(&cfg.QueuePort, "queue-port", devstack.DefaultQueuePort, "queue server port (the emulator's, JetStream's or the local SQS server's)")
 	fs.IntVar(&cfg.SandboxPort, "sandbox-port", devstack.DefaultSandboxPort, "sandbox provider port")
-	workerPorts := fs.String("worker-ports", joinPorts(devstack.DefaultWorkerPorts()), "comma-separated metrics ports, one worker process each")
+	workerPorts := fs.String("worker-ports", joinPorts(devstack.DefaultWorkerPorts()), "comma-separated worker ports (/healthz, /readyz, /metrics), one worker process each")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

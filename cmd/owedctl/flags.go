@@ -9,7 +9,9 @@ import (
 	"io"
 	"os"
 
-	_ "github.com/lib/pq" // the postgres driver
+	"github.com/lib/pq"
+
+	"github.com/owedhq/owed/internal/config"
 )
 
 // errHelp is returned when a command printed its help on request.
@@ -100,12 +102,13 @@ func openDatabase(dbURL string) (*sql.DB, error) {
 	if dbURL == "" {
 		return nil, usageError{"no database: set OWED_DATABASE_URL or pass --database-url"}
 	}
-	db, err := sql.Open("postgres", dbURL)
+	conn, err := pq.NewConnector(dbURL)
 	if err != nil {
-		// lib/pq's parse errors do not echo the URL, so a password stays out.
-		return nil, fmt.Errorf("open database: %w", err)
+		// lib/pq's parse error quotes the whole URL, password and all.
+		return nil, usageError{fmt.Sprintf("--database-url / OWED_DATABASE_URL is not a valid postgres URL (percent-encode special characters in the password): %v",
+			config.RedactError(err, dbURL))}
 	}
-	return db, nil
+	return sql.OpenDB(conn), nil
 }
 
 // openWith opens the database named by dbURL (see openDatabase) and builds

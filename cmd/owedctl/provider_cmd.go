@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 )
@@ -39,11 +39,11 @@ var faultFields = []string{"error_rate", "timeout_rate", "timeout_seconds", "tim
 
 func providerCmd(ctx context.Context, args []string) error {
 	const synopsis = "provider serve [flags]"
-	const example = "OWED_SANDBOX_SECRET=whsec_c2VjcmV0 owedctl provider serve --rate 40/m --error-rate 0.05 --permanent-recipient bounce"
+	const example = "OWED_SANDBOX_SECRET=whsec_$(openssl rand -base64 32) owedctl provider serve --rate 40/m --error-rate 0.05 --permanent-recipient bounce"
 	env := sandboxEnv{Addr: sandbox.DefaultAddr, Rate: sandbox.DefaultRate, Burst: sandbox.DefaultBurst,
 		TimeoutSeconds: sandbox.DefaultTimeoutSeconds, TimeoutMode: sandbox.Timeout504,
 		StormRetryAfterSeconds: sandbox.DefaultStormRetryAfterSeconds}
-	if err := envconfig.Process("OWED_SANDBOX", &env); err != nil {
+	if err := config.Process("OWED_SANDBOX", &env); err != nil {
 		// envconfig names the variable and the value it could not parse.
 		return usageError{err.Error()}
 	}

@@ -9,8 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/kelseyhightower/envconfig"
-
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/queue/emulator"
 	"github.com/owedhq/owed/internal/queue/wire"
 	"github.com/owedhq/owed/internal/service"
@@ -41,16 +40,20 @@ func queueCmd(ctx context.Context, args []string) error {
 
 func queueServe(ctx context.Context, args []string) error {
 	var cfg emulator.Config
-	if err := envconfig.Process("OWED", &cfg); err != nil {
+	if err := config.Process("OWED", &cfg); err != nil {
+		return usageError{err.Error()}
+	}
+	ops, err := service.LoadOperations("")
+	if err != nil {
 		return usageError{err.Error()}
 	}
 	fs := newFlags("queue serve", "queue serve [flags]",
-		"OWED_QUEUE_TOKEN=dev-token OWED_QUEUE_DATABASE_URL=postgres://owed_owner@localhost/owed owedctl queue serve --addr 127.0.0.1:8181")
+		"OWED_QUEUE_TOKEN=dev-token OWED_QUEUE_DATABASE_URL=postgres://owed_queue@localhost/owed owedctl queue serve --addr 127.0.0.1:8181")
 	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address ($OWED_QUEUE_ADDR)")
 	// The token and database URL default to empty rather than to their
 	// variables so --help never prints a secret.
 	token := fs.String("token", "", "bearer token clients must send (default $OWED_QUEUE_TOKEN; prefer the variable, flags show in ps)")
-	dbURL := fs.String("database-url", "", "PostgreSQL database for the owed_queue schema (default $OWED_QUEUE_DATABASE_URL)")
+	dbURL := fs.String("database-url", "", "PostgreSQL database for the owed_queue schema, as a role of its own, never the ledger's owner (default $OWED_QUEUE_DATABASE_URL)")
 	queues := fs.String("queues", strings.Join(cfg.Queues, ","), "comma-separated queue names to accept; empty accepts any ($OWED_QUEUE_QUEUES)")
 	fs.DurationVar(&cfg.DedupWindow, "dedup-window", cfg.DedupWindow, "how long an idempotency key is remembered ($OWED_QUEUE_DEDUP_WINDOW)")
 	fs.DurationVar(&cfg.VisibilityTimeout, "visibility-timeout", cfg.VisibilityTimeout, "visibility timeout of consumes that ask for none ($OWED_QUEUE_VISIBILITY_TIMEOUT)")
@@ -88,6 +91,12 @@ func queueServe(ctx context.Context, args []string) error {
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err.Error()}
+	}
+	// The emulator creates its schema with this role, so the check comes
+	// first: the ledger's owner (or a superuser) is refused before it
+	// creates anything.
+	if err := service.CheckDatabase(ctx, log, "OWED_QUEUE_DATABASE_URL", cfg.DatabaseURL, ops.AllowInsecureRole); err != nil {
+		return err
 	}
 
 	em, err := emulator.Open(ctx, cfg, log)

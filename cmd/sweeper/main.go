@@ -1,8 +1,10 @@
 // Command sweeper is the URL the hosted cron calls every minute, the
-// scheduling API applications write to, and the listener that sweeps rows
-// due now as soon as their insert commits. Configuration is OWED_* variables
-// (see the README); it runs until SIGTERM or SIGINT, then finishes in-flight
-// requests. A second signal exits at once.
+// scheduling API applications write to (both on OWED_LISTEN_ADDR), and the
+// listener that sweeps rows due now as soon as their insert commits; /metrics and
+// /readyz are on OWED_METRICS_ADDR. Configuration is OWED_* variables (see
+// the README); it refuses to start as a database role that row-level
+// security does not bind. It runs until SIGTERM or SIGINT, then finishes
+// in-flight requests. A second signal exits at once.
 package main
 
 import (
@@ -20,7 +22,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	p, err := service.Start("sweeper", cfg.Basics())
+	b := cfg.Basics()
+	if b.Operations, err = service.LoadOperations(sweeper.MetricsAddrDefault); err != nil {
+		return err
+	}
+	p, err := service.Start("sweeper", b)
 	if err != nil {
 		return err
 	}
@@ -42,5 +48,5 @@ func run() error {
 		return err
 	}
 	defer due.Stop()
-	return service.Serve(p.Ctx, p.Listener, srv.Handler(), p.Log)
+	return p.Serve(srv.Handler(), srv.OpsHandler())
 }

@@ -1,6 +1,9 @@
 // Command worker drains the delivery queue and sends through the configured
 // providers at their shared pace. Configuration is OWED_* variables (see the
-// README). SIGTERM stops consuming (a receive under way finishes, within
+// README); it refuses to start as a database role that row-level security
+// does not bind. Its listener (OWED_LISTEN_ADDR) is operational only:
+// /healthz, /readyz and /metrics, unless OWED_METRICS_ADDR moves the last
+// two to a listener of their own. SIGTERM stops consuming (a receive under way finishes, within
 // its 5 s long poll, and what it got is handed back), lets in-flight sends
 // finish within OWED_SHUTDOWN_TIMEOUT, hands the rest back to the queue
 // without costing any row an attempt, and exits 0; a second signal exits at
@@ -26,8 +29,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	ops, err := service.LoadOperations("")
+	if err != nil {
+		return err
+	}
 	p, err := service.Start("worker", service.Basics{LogLevel: cfg.LogLevel, DatabaseURL: cfg.DatabaseURL,
-		DBMaxConns: cfg.DBMaxConns, ListenAddr: cfg.ListenAddr})
+		DBMaxConns: cfg.DBMaxConns, ListenAddr: cfg.ListenAddr, Operations: ops})
 	if err != nil {
 		return err
 	}
@@ -60,7 +67,7 @@ func run() error {
 		Int("concurrency", cfg.Concurrency).Msg("worker starting")
 
 	srvErr := make(chan error, 1)
-	go func() { srvErr <- service.Serve(ctx, p.Listener, worker.Handler(db, q, reg), log) }()
+	go func() { srvErr <- p.Serve(service.HealthzOnly(), worker.Handler(db, q, reg)) }()
 	runErr := w.Run(ctx)
 	p.Shutdown()
 	return errors.Join(runErr, <-srvErr)

@@ -10,6 +10,7 @@ import (
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue/backends"
+	"github.com/owedhq/owed/internal/service"
 )
 
 // workerPrefix starts every worker's name: worker-1, worker-2, ….
@@ -42,17 +43,18 @@ func (s *Stack) binaries() (binaries, error) {
 // startChildren starts the queue server (and provisions it), the sandbox,
 // the sweepers and the workers, in that order (each needs the ones before
 // it), and waits for each to be ready before starting the next.
-func (s *Stack) startChildren(ctx context.Context, b binaries, ownerURL, appURL string) error {
+func (s *Stack) startChildren(ctx context.Context, b binaries, urls roleURLs) error {
 	cfg := s.cfg
-	s.ep = Endpoints{API: httpURL(cfg.SweeperPort), QueueURL: httpURL(cfg.QueuePort), SandboxURL: httpURL(cfg.SandboxPort),
-		CronSecret: secret(16), ServiceToken: secret(16), AppURL: appURL, WebhookSecret: webhookSecret()}
+	s.ep = Endpoints{API: httpURL(cfg.SweeperPort), Metrics: httpURL(cfg.SweeperMetricsPort), QueueURL: httpURL(cfg.QueuePort),
+		SandboxURL: httpURL(cfg.SandboxPort), CronSecret: secret(16), ServiceToken: secret(16), AppURL: urls.app,
+		WebhookSecret: webhookSecret()}
 	if cfg.Queue == backends.JetStream {
 		s.ep.QueueURL = s.natsURL()
 	}
 	if cfg.Queue == backends.REST {
-		s.ep.QueueToken = secret(16)
+		s.ep.QueueToken, s.ep.QueueFaultToken = secret(16), secret(16)
 	}
-	queueSpec, err := s.queueSpec(b, ownerURL)
+	queueSpec, err := s.queueSpec(b, urls.queue)
 	if err != nil {
 		return err
 	}
@@ -73,19 +75,20 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, ownerURL, appURL 
 		sweeperPorts = append(sweeperPorts, cfg.Tuning.SecondSweeperPort)
 	}
 	for i, port := range sweeperPorts {
-		// The first sweeper keeps the plain name its log has always had.
-		name := "sweeper"
+		// The first sweeper keeps the plain name its log has always had;
+		// a second one's operator listener is on a port nobody reads.
+		name, metrics := "sweeper", addr(cfg.SweeperMetricsPort)
 		if i > 0 {
-			name = "sweeper-" + strconv.Itoa(i+1)
+			name, metrics = "sweeper-"+strconv.Itoa(i+1), addr(0)
 		}
-		children = append(children, s.childSpec(name, b.sweeper, nil, port, queueVars, cfg.Tuning.SweeperEnv, map[string]string{
-			"OWED_DATABASE_URL": appURL, "OWED_LISTEN_ADDR": addr(port),
+		children = append(children, s.childSpec(name, b.sweeper, nil, port, queueVars, cfg.Tuning.SweeperEnv, s.roleVars(), map[string]string{
+			"OWED_DATABASE_URL": urls.app, "OWED_LISTEN_ADDR": addr(port), "OWED_METRICS_ADDR": metrics,
 			"OWED_CRON_SECRET": s.ep.CronSecret, "OWED_API_TOKEN": s.ep.ServiceToken}))
 		s.ep.SweeperURLs = append(s.ep.SweeperURLs, httpURL(port))
 	}
 	for i, port := range cfg.WorkerPorts {
-		children = append(children, s.childSpec(workerPrefix+strconv.Itoa(i+1), b.worker, nil, port, queueVars, cfg.Tuning.WorkerEnv, map[string]string{
-			"OWED_DATABASE_URL": appURL, "OWED_LISTEN_ADDR": addr(port), "OWED_PROVIDER_RATE": cfg.Rate,
+		children = append(children, s.childSpec(workerPrefix+strconv.Itoa(i+1), b.worker, nil, port, queueVars, cfg.Tuning.WorkerEnv, s.roleVars(), map[string]string{
+			"OWED_DATABASE_URL": urls.app, "OWED_LISTEN_ADDR": addr(port), "OWED_PROVIDER_RATE": cfg.Rate,
 			"OWED_PROVIDER": "sandbox", "OWED_SANDBOX_URL": s.ep.SandboxURL, "OWED_SANDBOX_SECRET": s.ep.WebhookSecret,
 			"OWED_WORKER_CONCURRENCY": strconv.Itoa(cfg.Tuning.WorkerConcurrency),
 			"OWED_SHUTDOWN_TIMEOUT":   workerShutdownTimeout.String()}))
@@ -98,6 +101,17 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, ownerURL, appURL 
 	}
 	s.sandbox = sandbox.NewClient(s.ep.SandboxURL)
 	return nil
+}
+
+// roleVars are the variables of every child that connects to the
+// database: with cfg.DatabaseURL, one role (the tables' owner, since it
+// migrates) serves everything, and the children run past the role check
+// (service.CheckRole), logging each problem.
+func (s *Stack) roleVars() map[string]string {
+	if s.cfg.DatabaseURL == "" {
+		return nil
+	}
+	return map[string]string{service.InsecureRoleVariable: "true"}
 }
 
 // startChild starts one child, waits until it is ready and watches it.

@@ -31,8 +31,11 @@ const (
 	DefaultRate = sandbox.DefaultRate
 	// Default ports, all on loopback.
 	DefaultSweeperPort = 8080
-	DefaultQueuePort   = 8181
-	DefaultSandboxPort = 8282
+	// DefaultSweeperMetricsPort is the sweeper's operator listener
+	// (/metrics, /readyz), as sweeper.MetricsAddrDefault.
+	DefaultSweeperMetricsPort = 8081
+	DefaultQueuePort          = 8181
+	DefaultSandboxPort        = 8282
 	// DefaultWorkerPort is the first worker's metrics port; each further
 	// worker takes the next one, DefaultWorkers in all.
 	DefaultWorkerPort = 9091
@@ -94,7 +97,11 @@ type Config struct {
 	// NoSeed starts the stack without the demo workload.
 	NoSeed                              bool
 	SweeperPort, QueuePort, SandboxPort int
-	WorkerPorts                         []int
+	// SweeperMetricsPort is the first sweeper's operator listener; zero
+	// takes a port ReservePorts holds for the stack while it runs (what
+	// `owedctl dev` passes is DefaultSweeperMetricsPort).
+	SweeperMetricsPort int
+	WorkerPorts        []int
 	// Tuning holds the settings only a fault drill changes.
 	Tuning Tuning
 	// Out receives the first screen and the status panel; Terminal says it
@@ -176,6 +183,9 @@ type namedPort struct {
 
 func (c Config) ports() []namedPort {
 	ps := []namedPort{{"--sweeper-port", c.SweeperPort}, {"--queue-port", c.QueuePort}, {"--sandbox-port", c.SandboxPort}}
+	if c.SweeperMetricsPort != 0 {
+		ps = append(ps, namedPort{"--sweeper-metrics-port", c.SweeperMetricsPort})
+	}
 	for _, p := range c.WorkerPorts {
 		ps = append(ps, namedPort{"--worker-ports", p})
 	}

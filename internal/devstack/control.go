@@ -108,13 +108,13 @@ func (s *Stack) PauseScheduler() { s.sched.paused.Store(true) }
 func (s *Stack) ResumeScheduler() { s.sched.paused.Store(false) }
 
 // SetQueueFaults replaces the queue emulator's injected faults through its
-// token-guarded POST /admin/faults, and remembers them for a restart. Only
+// POST /admin/faults, guarded by the fault token, and remembers them for a restart. Only
 // the emulator (--queue rest) injects faults.
 func (s *Stack) SetQueueFaults(ctx context.Context, f emulator.Faults) error {
 	if s.cfg.Queue != backends.REST {
 		return fmt.Errorf("set the queue faults: only the queue emulator (--queue rest) injects them, this stack runs %s", s.cfg.Queue)
 	}
-	if err := NewAPIClient(s.ep.QueueURL, s.ep.QueueToken, queueAdminTimeout).Post(ctx, "/admin/faults", f, nil); err != nil {
+	if err := NewAPIClient(s.ep.QueueURL, s.ep.QueueFaultToken, queueAdminTimeout).Post(ctx, "/admin/faults", f, nil); err != nil {
 		return fmt.Errorf("set the queue faults: %w", err)
 	}
 	s.queueFaultsMu.Lock()

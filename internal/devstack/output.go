@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/owedhq/owed/internal/service"
 )
 
 // What `owedctl dev` prints before the panel: the start-up line, the mode
@@ -35,7 +37,9 @@ func (s *Stack) printMode() {
 	rel := relPath(s.cfg.Dir)
 	switch {
 	case s.cfg.DatabaseURL != "":
-		fmt.Fprintf(s.cfg.Out, "owed dev: using the database in OWED_DATABASE_URL (--fresh does not wipe it); files in %s\n", rel)
+		fmt.Fprintf(s.cfg.Out, "owed dev: using the database in OWED_DATABASE_URL (--fresh does not wipe it); files in %s\n"+
+			"owed dev: its one role migrates, so it owns the tables: the services run with %s=true and log it (development only)\n",
+			rel, service.InsecureRoleVariable)
 	case s.resumed:
 		fmt.Fprintf(s.cfg.Out, "owed dev: resuming the ledger kept in %s from the last run (--fresh starts over)\n", rel)
 	default:
@@ -50,7 +54,7 @@ func (s *Stack) printIntro() {
 	w := &strings.Builder{}
 	rel := relPath(cfg.Dir)
 	fmt.Fprintf(w, "\n  scheduling API  %s/v1          (docs/api.md)\n", ep.API)
-	fmt.Fprintf(w, "  sweeper         %s/metrics     /readyz\n", ep.API)
+	fmt.Fprintf(w, "  sweeper         %s/metrics     /readyz   (the operator listener)\n", ep.Metrics)
 	w.WriteString(s.queueLine())
 	fmt.Fprintf(w, "  sandbox         %s/stats       %s/sends   (%s, refuses recipients matching %q)\n",
 		ep.SandboxURL, ep.SandboxURL, cfg.Rate, PermanentRecipient)
@@ -76,7 +80,7 @@ func (s *Stack) printIntro() {
 	fmt.Fprintf(w, "    . %s/env\n", rel)
 	fmt.Fprintf(w, "    bin/owedctl dlq list                       # dead letters (the %q rows land here)\n", PermanentRecipient)
 	fmt.Fprintf(w, "    bin/owedctl queue stats\n")
-	fmt.Fprintf(w, "    curl -s $OWED/metrics | grep '^owed_'\n")
+	fmt.Fprintf(w, "    curl -s $OWED_METRICS/metrics | grep '^owed_'\n")
 	fmt.Fprintf(w, "    curl -s -H \"Authorization: Bearer $TOKEN\" \"$OWED/v1/notifications?limit=5\"\n")
 	fmt.Fprintf(w, "    psql \"$OWED_DATABASE_URL\"\n")
 	fmt.Fprintf(w, "\nCtrl-C stops everything.\n\n")

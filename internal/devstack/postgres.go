@@ -19,13 +19,16 @@ import (
 	"github.com/owedhq/owed/internal/migrate"
 )
 
-// The roles the migrations and services expect: the owner runs migrations
-// and owns the queue emulator's schema; the services connect as the
-// application role, which is no superuser and cannot bypass row-level
-// security, so tenant isolation is as real here as in production.
+// The roles the migrations and services expect: the owner runs migrations;
+// the services connect as the application role, which is no superuser and
+// cannot bypass row-level security, so tenant isolation is as real here as
+// in production (the services refuse anything else: service.CheckRole);
+// the queue emulator connects as a role of its own that owns only its
+// owed_queue schema, never the ledger.
 const (
 	ownerRole = "owed_owner"
 	appRole   = "owed_app"
+	queueRole = "owed_queue"
 	dbName    = "owed"
 	// pgPort only names the socket file: the cluster listens on a unix
 	// socket in its own folder and on no TCP port, so it never collides.
@@ -250,8 +253,9 @@ func (c *cluster) superuserURL() string {
 	return fmt.Sprintf("postgres://postgres@/postgres?host=%s&port=%d&sslmode=disable", c.sock, pgPort)
 }
 
-// createRoles creates the two roles before migrating: the migrations grant
-// the application role its rights only when it exists.
+// createRoles creates the three roles before migrating (the migrations
+// grant the application role its rights only when it exists), the database,
+// and the emulator's schema owned by its role.
 func (c *cluster) createRoles(ctx context.Context) error {
 	su, err := sql.Open("postgres", c.superuserURL())
 	if err != nil {
@@ -270,6 +274,14 @@ func (c *cluster) createRoles(ctx context.Context) error {
 			return fmt.Errorf("create the database: %w", err)
 		}
 	}
+	db, err := sql.Open("postgres", c.url("postgres"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, qQueueSchema); err != nil {
+		return fmt.Errorf("give the queue emulator its schema: %w", err)
+	}
 	return nil
 }
 
@@ -283,6 +295,23 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '` + appRole + `') THEN
         CREATE ROLE ` + appRole + ` LOGIN NOSUPERUSER NOBYPASSRLS;
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '` + queueRole + `') THEN
+        CREATE ROLE ` + queueRole + ` LOGIN NOSUPERUSER NOBYPASSRLS;
+    END IF;
+END
+$$`
+	// qQueueSchema gives the emulator's role its schema. A cluster an
+	// earlier owedctl made has the schema as the owner's, which ran the
+	// emulator then: its tables (and their sequences) change hands too.
+	qQueueSchema = `
+CREATE SCHEMA IF NOT EXISTS owed_queue AUTHORIZATION ` + queueRole + `;
+ALTER SCHEMA owed_queue OWNER TO ` + queueRole + `;
+DO $$
+DECLARE t record;
+BEGIN
+    FOR t IN SELECT tablename FROM pg_tables WHERE schemaname = 'owed_queue' LOOP
+        EXECUTE format('ALTER TABLE owed_queue.%I OWNER TO ` + queueRole + `', t.tablename);
+    END LOOP;
 END
 $$`
 	qDatabaseExists = `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`
@@ -332,22 +361,27 @@ func (c *cluster) stop(force <-chan struct{}) error {
 	return nil
 }
 
+// roleURLs are the database URLs of the stack's three roles.
+type roleURLs struct{ owner, app, queue string }
+
 // database starts or reuses the local cluster, or takes cfg.DatabaseURL, and
-// returns the owner's and the application role's URLs.
-func (s *Stack) database(ctx context.Context) (ownerURL, appURL string, err error) {
-	if s.cfg.DatabaseURL != "" {
-		return s.cfg.DatabaseURL, s.cfg.DatabaseURL, nil
+// returns its roles' URLs. cfg.DatabaseURL is one role for everything (it
+// must migrate, so it owns the tables): the children are then started with
+// service.InsecureRoleVariable, and each logs that at error level.
+func (s *Stack) database(ctx context.Context) (roleURLs, error) {
+	if u := s.cfg.DatabaseURL; u != "" {
+		return roleURLs{u, u, u}, nil
 	}
 	c, err := newCluster(s.cfg.Dir, s.logDir())
 	if err != nil {
-		return "", "", err
+		return roleURLs{}, err
 	}
 	s.cluster = c
 	if err := c.start(ctx); err != nil {
-		return "", "", err
+		return roleURLs{}, err
 	}
 	s.progress("postgres")
-	return c.url(ownerRole), c.url(appRole), nil
+	return roleURLs{c.url(ownerRole), c.url(appRole), c.url(queueRole)}, nil
 }
 
 func (s *Stack) migrate(ctx context.Context, ownerURL string) error {

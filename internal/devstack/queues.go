@@ -74,7 +74,7 @@ func (s *Stack) natsStore() string { return filepath.Join(s.cfg.Dir, "nats") }
 // queueSpec is how the queue server is started: the emulator, the JetStream
 // server or the local SQS server, always as the child named "queue" on
 // --queue-port, so a drill kills -9 whichever runs.
-func (s *Stack) queueSpec(b binaries, ownerURL string) (launch.Spec, error) {
+func (s *Stack) queueSpec(b binaries, dbURL string) (launch.Spec, error) {
 	port := s.cfg.QueuePort
 	switch s.cfg.Queue {
 	case backends.JetStream:
@@ -90,8 +90,9 @@ func (s *Stack) queueSpec(b binaries, ownerURL string) (launch.Spec, error) {
 		spec.Ready = tcpReady(addr(port))
 		return spec, nil
 	}
-	return s.childSpec("queue", b.owedctl, []string{"queue", "serve"}, port, map[string]string{
-		"OWED_QUEUE_ADDR": addr(port), "OWED_QUEUE_TOKEN": s.ep.QueueToken, "OWED_QUEUE_DATABASE_URL": ownerURL}), nil
+	return s.childSpec("queue", b.owedctl, []string{"queue", "serve"}, port, s.roleVars(), map[string]string{
+		"OWED_QUEUE_ADDR": addr(port), "OWED_QUEUE_TOKEN": s.ep.QueueToken, "OWED_QUEUE_FAULT_TOKEN": s.ep.QueueFaultToken,
+		"OWED_QUEUE_DATABASE_URL": dbURL}), nil
 }
 
 // openQueue provisions the started queue server (the JetStream streams and

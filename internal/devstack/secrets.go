@@ -19,10 +19,14 @@ import (
 // secrets are made for this run only.
 type Endpoints struct {
 	API, QueueURL, SandboxURL string
+	// Metrics is the first sweeper's operator listener (/metrics, /readyz).
+	Metrics string
 	// SweeperURLs lists every sweeper, API first.
-	SweeperURLs               []string
-	WorkerURLs                []string
-	QueueToken, CronSecret    string
+	SweeperURLs            []string
+	WorkerURLs             []string
+	QueueToken, CronSecret string
+	// QueueFaultToken opens the emulator's /admin/faults.
+	QueueFaultToken           string
 	ServiceToken, TenantToken string
 	// WebhookSecret signs the workers' sends to the sandbox.
 	WebhookSecret string
@@ -59,9 +63,9 @@ func (s *Stack) writeEnvFile() error {
 	}
 	body := fmt.Sprintf("# owedctl dev, started %s. Source it: . %s\n"+
 		"%sexport OWED_DATABASE_URL='%s'\n"+
-		"export OWED=%s\nexport TOKEN=%s\nexport OWED_API_TOKEN=%s\nexport OWED_CRON_SECRET=%s\n",
+		"export OWED=%s\nexport OWED_METRICS=%s\nexport TOKEN=%s\nexport OWED_API_TOKEN=%s\nexport OWED_CRON_SECRET=%s\n",
 		s.started.Format(time.RFC3339), s.envPath(), queueVars.String(), ep.AppURL,
-		ep.API, ep.TenantToken, ep.ServiceToken, ep.CronSecret)
+		ep.API, ep.Metrics, ep.TenantToken, ep.ServiceToken, ep.CronSecret)
 	if err := os.WriteFile(s.envPath(), []byte(body), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", s.envPath(), err)
 	}

@@ -72,9 +72,11 @@ type Stack struct {
 	// after the emulator restarts (it starts with none).
 	queueFaultsMu sync.Mutex
 	queueFaults   *emulator.Faults
-	sched         *scheduler
-	seeder        *seeder
-	rate          pace.Rate
+	// releasePorts frees the ports the stack reserved for itself.
+	releasePorts func()
+	sched        *scheduler
+	seeder       *seeder
+	rate         pace.Rate
 	// panelHeight is how many lines the last panel drew, so the next one
 	// can move back over them; only the panel goroutine uses it.
 	panelHeight int
@@ -135,6 +137,13 @@ func (s *Stack) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if s.cfg.SweeperMetricsPort == 0 {
+		ports, release, err := ReservePorts(1)
+		if err != nil {
+			return err
+		}
+		s.cfg.SweeperMetricsPort, s.releasePorts = ports[0], release
+	}
 	if err := s.cfg.checkPorts(); err != nil {
 		return err
 	}
@@ -142,18 +151,18 @@ func (s *Stack) Start(ctx context.Context) (err error) {
 		return err
 	}
 	s.printMode()
-	ownerURL, appURL, err := s.database(ctx)
+	urls, err := s.database(ctx)
 	if err != nil {
 		return err
 	}
-	if err := s.migrate(ctx, ownerURL); err != nil {
+	if err := s.migrate(ctx, urls.owner); err != nil {
 		return err
 	}
-	if s.appDB, err = sql.Open("postgres", appURL); err != nil {
+	if s.appDB, err = sql.Open("postgres", urls.app); err != nil {
 		return fmt.Errorf("open the application database: %w", err)
 	}
 	s.ledger = ledger.New(s.appDB, nil)
-	if err := s.startChildren(ctx, bins, ownerURL, appURL); err != nil {
+	if err := s.startChildren(ctx, bins, urls); err != nil {
 		return err
 	}
 	if s.ep.TenantToken, _, err = api.NewTokens(s.appDB, nil).Create(ctx, Tenant, "owedctl dev"); err != nil {
@@ -245,6 +254,9 @@ func (s *Stack) stop(force <-chan struct{}) error {
 		if err := s.cluster.stop(force); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if s.releasePorts != nil {
+		s.releasePorts()
 	}
 	return errors.Join(errs...)
 }

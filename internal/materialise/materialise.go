@@ -125,17 +125,18 @@ type Result struct {
 	Skipped []Skipped `json:"skipped,omitempty"`
 }
 
-// Skipped is an item the run did not schedule.
+// Skipped is an item the run did not schedule. It names the item, never
+// its recipient: /cron/materialise answers with it, and the cron's logs
+// are no place for contact details.
 type Skipped struct {
-	Tenant    string `json:"tenant_id"`
-	Kind      string `json:"kind"`
-	RefID     string `json:"ref_id"`
-	Recipient string `json:"recipient"`
-	Reason    string `json:"reason"`
+	Tenant string `json:"tenant_id"`
+	Kind   string `json:"kind"`
+	RefID  string `json:"ref_id"`
+	Reason string `json:"reason"`
 }
 
 func skip(it Item, reason string) Skipped {
-	return Skipped{Tenant: it.Tenant, Kind: it.Kind, RefID: it.RefID, Recipient: it.Recipient, Reason: reason}
+	return Skipped{Tenant: it.Tenant, Kind: it.Kind, RefID: it.RefID, Reason: reason}
 }
 
 // Run materialises the items starting within the look-ahead window.

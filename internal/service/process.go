@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	_ "github.com/lib/pq" // the postgres driver
+	"github.com/lib/pq"
 	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/internal/config"
 )
 
 // Basics are the settings every owed service starts with. Each service reads
@@ -24,6 +27,36 @@ type Basics struct {
 	DatabaseURL string // OWED_DATABASE_URL
 	DBMaxConns  int    // OWED_DB_MAX_CONNS
 	ListenAddr  string // OWED_LISTEN_ADDR
+	Operations
+}
+
+// Operations are the start-up settings every service shares that its own
+// configuration does not carry. Read them with LoadOperations.
+type Operations struct {
+	// MetricsAddr is OWED_METRICS_ADDR, the operator listener: /metrics,
+	// /readyz and /healthz. Empty serves /metrics and /readyz on the main
+	// listener, which only a service whose main listener is itself
+	// operational (the worker's) may do.
+	MetricsAddr string `envconfig:"METRICS_ADDR"`
+	// AllowInsecureRole is OWED_ALLOW_INSECURE_DATABASE_ROLE: start even
+	// when CheckRole refuses the database role, logging every problem at
+	// error level. For a development database only.
+	AllowInsecureRole bool `envconfig:"ALLOW_INSECURE_DATABASE_ROLE"`
+}
+
+// LoadOperations reads Operations from the environment, MetricsAddr
+// defaulting to metricsAddr. A service with a default operator listener
+// (metricsAddr not empty) keeps one: its main listener is public, so an
+// empty OWED_METRICS_ADDR is refused rather than putting /metrics there.
+func LoadOperations(metricsAddr string) (Operations, error) {
+	o := Operations{MetricsAddr: metricsAddr}
+	if err := config.Process("OWED", &o); err != nil {
+		return o, fmt.Errorf("configuration: %w", err)
+	}
+	if metricsAddr != "" && o.MetricsAddr == "" {
+		return o, fmt.Errorf("OWED_METRICS_ADDR is empty: this service's main listener is public, so /metrics and /readyz need their own listener (default %s)", metricsAddr)
+	}
+	return o, nil
 }
 
 // Process is a started service: what its main needs before it builds the
@@ -34,46 +67,104 @@ type Process struct {
 	// Ctx ends at the first SIGINT or SIGTERM (see SignalContext) or at
 	// Shutdown.
 	Ctx context.Context
-	// DB is the pooled, pinged database.
+	// DB is the pooled, pinged database, as a role CheckRole accepted.
 	DB *sql.DB
 	// Listener is OWED_LISTEN_ADDR, open and not yet served.
 	Listener net.Listener
-	stop     context.CancelFunc
+	// Metrics is OWED_METRICS_ADDR, open and not yet served; nil when the
+	// service has no operator listener of its own.
+	Metrics net.Listener
+	stop    context.CancelFunc
 }
 
 // Start is every service's start-up, in this order: the logger, the signal
-// context, the database pool and the listener. On an error it closes again
-// what it opened.
-func Start(name string, b Basics) (*Process, error) {
+// context, the database pool and its role check (see CheckRole), the
+// listener and the operator listener. On an error it closes again what it
+// opened.
+func Start(name string, b Basics) (p *Process, err error) {
 	log, err := NewLogger(os.Stderr, name, b.LogLevel)
 	if err != nil {
 		return nil, err
 	}
+	if b.MetricsAddr != "" && b.MetricsAddr == b.ListenAddr && !strings.HasSuffix(b.ListenAddr, ":0") {
+		return nil, fmt.Errorf("OWED_METRICS_ADDR=%s is OWED_LISTEN_ADDR: the operator listener needs an address of its own", b.MetricsAddr)
+	}
 	ctx, stop := SignalContext()
-	db, err := OpenDB(ctx, b.DatabaseURL, b.DBMaxConns)
-	if err != nil {
-		stop()
-		return nil, err
+	p = &Process{Log: log, Ctx: ctx, stop: stop}
+	defer func() {
+		if err != nil {
+			p.Close()
+			p = nil
+		}
+	}()
+	if p.DB, err = OpenDB(ctx, b.DatabaseURL, b.DBMaxConns); err != nil {
+		return p, err
 	}
-	ln, err := Listen(b.ListenAddr, "OWED_LISTEN_ADDR")
-	if err != nil {
-		db.Close()
-		stop()
-		return nil, err
+	if err = guardRole(ctx, p.DB, log, b.AllowInsecureRole); err != nil {
+		return p, err
 	}
-	return &Process{Log: log, Ctx: ctx, DB: db, Listener: ln, stop: stop}, nil
+	if p.Listener, err = Listen(b.ListenAddr, "OWED_LISTEN_ADDR"); err != nil {
+		return p, err
+	}
+	if b.MetricsAddr != "" {
+		if p.Metrics, err = Listen(b.MetricsAddr, "OWED_METRICS_ADDR"); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
 }
 
 // Shutdown ends Ctx as a first signal would, so a service whose own work
 // ended stops its HTTP server too.
 func (p *Process) Shutdown() { p.stop() }
 
-// Close ends Ctx and closes the listener (unless a server already did) and
+// Close ends Ctx and closes the listeners (unless a server already did) and
 // the database pool.
 func (p *Process) Close() {
 	p.stop()
-	p.Listener.Close()
-	p.DB.Close()
+	if p.Listener != nil {
+		p.Listener.Close()
+	}
+	if p.Metrics != nil {
+		p.Metrics.Close()
+	}
+	if p.DB != nil {
+		p.DB.Close()
+	}
+}
+
+// Serve serves handler on the listener and ops (/metrics, /readyz and
+// /healthz) on the operator listener until Ctx ends or either server fails,
+// then shuts both down gracefully. Without an operator listener, ops's
+// /metrics and /readyz are served on the listener beside handler.
+func (p *Process) Serve(handler, ops http.Handler) error {
+	if p.Metrics == nil {
+		mux := http.NewServeMux()
+		mux.Handle("/", handler)
+		mux.Handle("/metrics", ops)
+		mux.Handle("/readyz", ops)
+		return Serve(p.Ctx, p.Listener, mux, p.Log)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- Serve(p.Ctx, p.Listener, handler, p.Log) }()
+	go func() { errc <- Server{Handler: ops, Log: p.Log, Name: "operator listener"}.Serve(p.Ctx, p.Metrics) }()
+	first := <-errc
+	p.Shutdown()
+	return errors.Join(first, <-errc)
+}
+
+// Healthz answers liveness: the process is up and serving.
+func Healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write([]byte(`{"status":"ok"}` + "\n"))
+}
+
+// HealthzOnly is the handler of a main listener that serves nothing but
+// GET /healthz (the worker's).
+func HealthzOnly() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", Healthz)
+	return mux
 }
 
 // Main runs a command's body and, when it fails, prints "name: error" to
@@ -102,16 +193,24 @@ func NewLogger(w io.Writer, service, level string) (zerolog.Logger, error) {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Str("service", service).Logger(), nil
 }
 
-// OpenDB opens and pings a pool. The error never repeats the URL, which may
-// carry a password.
+// OpenDB opens and pings a pool. Its errors name OWED_DATABASE_URL and never
+// repeat the URL's password, also when the URL does not parse (lib/pq's
+// parse error quotes the whole URL).
 func OpenDB(ctx context.Context, url string, maxConns int) (*sql.DB, error) {
+	return OpenDatabase(ctx, "OWED_DATABASE_URL", url, maxConns)
+}
+
+// OpenDatabase is OpenDB for the database named by variable.
+func OpenDatabase(ctx context.Context, variable, url string, maxConns int) (*sql.DB, error) {
 	if url == "" {
-		return nil, errors.New("OWED_DATABASE_URL is not set: give a postgres:// URL for the application role")
+		return nil, fmt.Errorf("%s is not set: give a postgres:// URL for the application role", variable)
 	}
-	db, err := sql.Open("postgres", url)
+	conn, err := pq.NewConnector(url)
 	if err != nil {
-		return nil, errors.New("OWED_DATABASE_URL is not a valid postgres URL")
+		return nil, fmt.Errorf("%s is not a valid postgres URL or connection string (percent-encode special characters in the password): %w",
+			variable, config.RedactError(err, url))
 	}
+	db := sql.OpenDB(conn)
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
@@ -119,7 +218,7 @@ func OpenDB(ctx context.Context, url string, maxConns int) (*sql.DB, error) {
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("connect to the database: %w", err)
+		return nil, fmt.Errorf("connect to the database (%s): %w", variable, config.RedactError(err, url))
 	}
 	return db, nil
 }

@@ -2,13 +2,18 @@ package service
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/testdb"
 )
 
@@ -73,6 +78,8 @@ func TestStartOpensEverythingOrNothing(t *testing.T) {
 		{func(b *Basics) { b.LogLevel = "loud" }, "OWED_LOG_LEVEL"},
 		{func(b *Basics) { b.DatabaseURL = "" }, "OWED_DATABASE_URL"},
 		{func(b *Basics) { b.ListenAddr = "127.0.0.1:-1" }, "OWED_LISTEN_ADDR"},
+		{func(b *Basics) { b.MetricsAddr = "127.0.0.1:-1" }, "OWED_METRICS_ADDR"},
+		{func(b *Basics) { b.ListenAddr, b.MetricsAddr = "127.0.0.1:18080", "127.0.0.1:18080" }, "OWED_METRICS_ADDR"},
 	} {
 		bad := b
 		c.change(&bad)
@@ -101,4 +108,44 @@ func TestStartOpensEverythingOrNothing(t *testing.T) {
 	if p.Ctx.Err() == nil {
 		t.Error("Shutdown did not end Ctx")
 	}
+}
+
+// TestCacheFetchesOncePerTTL: however many callers come at once, one fetch
+// answers them all, its error included, until the TTL has passed.
+func TestCacheFetchesOncePerTTL(t *testing.T) {
+	clk := clock.NewStub(time.Now())
+	var fetches atomic.Int32
+	release := make(chan struct{})
+	c := &Cache[int]{Clock: clk, Fetch: func(context.Context) (int, error) {
+		<-release
+		return int(fetches.Add(1)), errors.New("down")
+	}}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if v, err := c.Get(context.Background()); v != 1 || err == nil {
+				t.Errorf("Get = %d, %v; want the one fetch's 1 and its error", v, err)
+			}
+		}()
+	}
+	close(release)
+	wg.Wait()
+	clk.Advance(CacheTTLDefault - time.Microsecond)
+	if v, _ := c.Get(context.Background()); v != 1 || fetches.Load() != 1 {
+		t.Errorf("within the TTL: %d after %d fetches, want the cached 1", v, fetches.Load())
+	}
+	clk.Advance(time.Microsecond)
+	if v, _ := c.Get(context.Background()); v != 2 {
+		t.Errorf("after the TTL: %d, want a second fetch", v)
+	}
+	// A caller that gives up while another fetch holds the turn returns.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	c.turn <- struct{}{}
+	if _, err := c.Get(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Get with a cancelled context while another fetch runs: %v", err)
+	}
+	<-c.turn
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -68,8 +69,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_PUBLISH_AHEAD=%s must be 0 to %s, the longest delay every queue backend takes", c.PublishAhead, queue.MaxDelay)
 	case c.RequeueAfter <= 0:
 		return fmt.Errorf("OWED_REQUEUE_AFTER=%s must be above zero", c.RequeueAfter)
-	case c.KeyPrefix == "" || len(c.KeyPrefix) > 64:
-		return fmt.Errorf("OWED_IDEMPOTENCY_PREFIX=%q must be 1 to 64 bytes", c.KeyPrefix)
+	// The key is a webhook's webhook-id, and the signature covers
+	// "id.timestamp.body": a '.' in the id would blur where it ends.
+	case c.KeyPrefix == "" || len(c.KeyPrefix) > 64 || strings.Contains(c.KeyPrefix, "."):
+		return fmt.Errorf("OWED_IDEMPOTENCY_PREFIX=%q must be 1 to 64 bytes without '.'", c.KeyPrefix)
 	}
 	return nil
 }

@@ -4,8 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
-
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/service"
@@ -57,10 +56,10 @@ func Defaults() Config {
 // LoadConfig reads the environment over Defaults. Errors name the variable.
 func LoadConfig() (Config, error) {
 	c := Defaults()
-	if err := envconfig.Process("OWED", &c); err != nil {
+	if err := config.Process("OWED", &c); err != nil {
 		return c, fmt.Errorf("configuration: %w", err)
 	}
-	if err := envconfig.Process("OWED", &c.Materialise); err != nil {
+	if err := config.Process("OWED", &c.Materialise); err != nil {
 		return c, fmt.Errorf("configuration: %w", err)
 	}
 	var err error

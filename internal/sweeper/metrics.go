@@ -12,13 +12,16 @@ import (
 
 // The sweeper's /metrics reads the ledger's backlog and the queue's depths
 // when Prometheus scrapes, not when a sweep runs: these are the series that
-// must keep moving when sweeps stop. A run's own counts are sweep.Metrics.
+// must keep moving when sweeps stop. The Server hands the collectors reads
+// through a service.Cache, so a reading is at most a few seconds old and
+// scrapes in a loop cost one query per TTL. A run's own counts are
+// sweep.Metrics.
 
 // backlogCollector reads the ledger's backlog at scrape time, so the oldest
 // owed age keeps rising when sweeps stop: a paused cron or a claim that
 // matches nothing shows on the graph instead of freezing it.
 type backlogCollector struct {
-	ledger  *ledger.Ledger
+	backlog func(context.Context) (ledger.Backlog, error)
 	timeout time.Duration
 	rows    *prometheus.Desc
 	oldest  *prometheus.Desc
@@ -26,10 +29,10 @@ type backlogCollector struct {
 }
 
 // NewBacklogCollector returns a collector of owed_backlog_rows{state} and
-// owed_oldest_owed_age_seconds.
-func NewBacklogCollector(l *ledger.Ledger) prometheus.Collector {
+// owed_oldest_owed_age_seconds, read from backlog (the ledger's Backlog).
+func NewBacklogCollector(backlog func(context.Context) (ledger.Backlog, error)) prometheus.Collector {
 	return &backlogCollector{
-		ledger:  l,
+		backlog: backlog,
 		timeout: 5 * time.Second,
 		rows: prometheus.NewDesc("owed_backlog_rows",
 			"Unsettled ledger rows by state (pending, leased, queued, sending).", []string{"state"}, nil),
@@ -49,7 +52,7 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	b, err := c.ledger.Backlog(ctx)
+	b, err := c.backlog(ctx)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return

@@ -1,8 +1,10 @@
 // Package sweeper is the sweeper service: the URL the hosted cron calls
-// every minute (/cron/sweep), the look-ahead refill (/cron/materialise), the
-// scheduling API (/v1/…), health and metrics, with its configuration
-// (OWED_*, defaults in config.go) and the scrape-time backlog and queue
-// gauges (metrics.go). One run of the sweep is package sweep. The cron is a
+// every minute (/cron/sweep), the look-ahead refill (/cron/materialise) and
+// the scheduling API (/v1/…) on its public listener (Handler), health,
+// readiness and metrics on the operator listener (OpsHandler), with its
+// configuration (OWED_*, defaults in config.go) and the scrape-time backlog
+// and queue gauges (metrics.go), whose readings are cached for
+// service.CacheTTLDefault so scrapes cannot exhaust the pool. One run of the sweep is package sweep. The cron is a
 // heartbeat, never the source of truth: a missed call is recovered by the
 // next one, because the ledger, not the cron, knows what is owed.
 package sweeper
@@ -31,6 +33,11 @@ import (
 	"github.com/owedhq/owed/internal/sweep"
 )
 
+// MetricsAddrDefault is the sweeper's operator listener (OWED_METRICS_ADDR):
+// loopback, so nothing outside the host reads /metrics or /readyz unless
+// the deployment opens it (the Kubernetes manifests set :8081).
+const MetricsAddrDefault = "127.0.0.1:8081"
+
 // Server routes the sweeper's HTTP endpoints.
 type Server struct {
 	cfg     Config
@@ -44,7 +51,11 @@ type Server struct {
 	// cronSecret checks the hosted cron's bearer secret (OWED_CRON_SECRET).
 	cronSecret service.Bearer
 	log        zerolog.Logger
-	mux        *http.ServeMux
+	mux, ops   *http.ServeMux
+	// stats and ready cache the queue's stats and the readiness answer,
+	// shared by every scrape and probe (see service.Cache).
+	stats *service.Cache[queue.Stats]
+	ready *service.Cache[readiness]
 }
 
 // New assembles the service from its parts. clk (nil is clock.Real()) is the
@@ -59,24 +70,33 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	if err != nil {
 		return nil, err
 	}
+	backlog := &service.Cache[ledger.Backlog]{Fetch: l.Backlog, Clock: clk}
+	stats := &service.Cache[queue.Stats]{Fetch: q.Stats, Clock: clk}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		NewBacklogCollector(l), NewQueueCollector(q.Stats))
+		NewBacklogCollector(backlog.Get), NewQueueCollector(stats.Get))
 	s := &Server{cfg: cfg, clock: clk, ledger: l, queue: q, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
-		cronSecret: service.NewBearer(cfg.CronSecret), log: log,
-		mux: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise, clk)}
+		cronSecret: service.NewBearer(cfg.CronSecret), log: log, stats: stats,
+		mux: http.NewServeMux(), ops: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise, clk)}
+	s.ready = &service.Cache[readiness]{Fetch: s.readiness, Clock: clk}
 	s.mux.HandleFunc("/cron/sweep", s.cron(s.handleSweep))
 	s.mux.HandleFunc("/cron/materialise", s.cron(s.handleMaterialise))
 	s.mux.Handle("/v1/", api.New(api.Options{Ledger: l, Tokens: api.NewTokens(l.DB(), clk), ServiceToken: cfg.APIToken,
 		Log: log, Clock: clk}))
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
-	s.mux.HandleFunc("GET /readyz", s.handleReady)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /healthz", service.Healthz)
+	s.ops.HandleFunc("GET /healthz", service.Healthz)
+	s.ops.HandleFunc("GET /readyz", s.handleReady)
+	s.ops.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return s, nil
 }
 
-// Handler returns the routes.
+// Handler returns the public routes: /cron/*, /v1/ and /healthz.
 func (s *Server) Handler() http.Handler { return s.mux }
+
+// OpsHandler returns the operator routes, for OWED_METRICS_ADDR: /healthz,
+// /readyz and /metrics. They carry no secret, so they are never served on
+// the public listener.
+func (s *Server) OpsHandler() http.Handler { return s.ops }
 
 // cron wraps a /cron endpoint: POST only, bearer secret required.
 func (s *Server) cron(h http.HandlerFunc) http.HandlerFunc {
@@ -139,21 +159,35 @@ func (s *Server) handleMaterialise(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, res)
 }
 
+// readiness is one answer of /readyz.
+type readiness struct {
+	status int
+	checks map[string]string
+}
+
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
+	res, _ := s.ready.Get(r.Context())
+	if res.checks == nil {
+		// The wait for another probe's check ended with this request.
+		res = readiness{http.StatusServiceUnavailable, map[string]string{"status": "request cancelled"}}
+	}
+	writeJSON(w, res.status, res.checks)
+}
+
+// readiness checks the database, the schema version and the queue.
+func (s *Server) readiness(ctx context.Context) (readiness, error) {
 	checks := map[string]string{}
 	ok := true
 	if err := s.ledger.DB().PingContext(ctx); err != nil {
 		checks["database"], ok = "unreachable", false
 	} else if cur, target, err := migrate.AtHead(ctx, s.ledger.DB()); err != nil {
-		checks["database"], ok = "cannot read the migration version", false
+		checks["database"], ok = service.Unready("read the migration version", err), false
 	} else if cur != target {
 		checks["database"], ok = "schema not at head: run owedctl migrate up", false
 	} else {
 		checks["database"] = "ok"
 	}
-	if _, err := s.queue.Stats(ctx); err != nil {
+	if _, err := s.stats.Get(ctx); err != nil {
 		checks["queue"], ok = "unreachable", false
 	} else {
 		checks["queue"] = "ok"
@@ -162,7 +196,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, status, checks)
+	return readiness{status, checks}, nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -11,9 +11,11 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/rest"
+	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/stacktest"
 )
 
@@ -21,14 +23,28 @@ const secret = "cron-secret-0123456789abcdef"
 
 func setup(t *testing.T) (*stacktest.Stack, http.Handler) {
 	t.Helper()
+	s, srv := setupServer(t, nil)
+	return s, srv.Handler()
+}
+
+// setupServer builds the sweeper on its own stack, on clk (nil: the real
+// clock).
+func setupServer(t *testing.T, clk clock.Clock) (*stacktest.Stack, *Server) {
+	t.Helper()
 	t.Parallel()
 	s := stacktest.New(t, stacktest.Options{})
-	return s, newServer(t, s, nil).Handler()
+	return s, newServerOn(t, s, nil, clk)
 }
 
 // newServer builds the service on s, with change (when not nil) applied to
 // its configuration.
 func newServer(t *testing.T, s *stacktest.Stack, change func(*Config)) *Server {
+	t.Helper()
+	return newServerOn(t, s, change, nil)
+}
+
+// newServerOn is newServer on clk (nil: the real clock).
+func newServerOn(t *testing.T, s *stacktest.Stack, change func(*Config), clk clock.Clock) *Server {
 	t.Helper()
 	cfg := Config{CronSecret: secret, SweepBatch: 500, SweepBudget: 30 * time.Second, PublishAhead: time.Minute,
 		RequeueAfter: 10 * time.Minute, IdempotencyPrefix: "owed-", DBMaxConns: 4,
@@ -42,7 +58,7 @@ func newServer(t *testing.T, s *stacktest.Stack, change func(*Config)) *Server {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, s.Ledger, s.Queue, zerolog.Nop(), nil)
+	srv, err := New(cfg, s.Ledger, s.Queue, zerolog.Nop(), clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +94,8 @@ func TestCronAuthAndMethod(t *testing.T) {
 }
 
 func TestSweepReportsCounts(t *testing.T) {
-	s, h := setup(t)
+	s, srv := setupServer(t, nil)
+	h, ops := srv.Handler(), srv.OpsHandler()
 	s.Schedule(t, "acme", 7, time.Now().Add(-time.Minute), nil)
 	w := do(h, http.MethodPost, "/cron/sweep", "Bearer "+secret)
 	var res struct {
@@ -93,18 +110,48 @@ func TestSweepReportsCounts(t *testing.T) {
 	if res.Leased != 7 || res.Published != 7 || res.OldestOwedAgeS < 50 {
 		t.Errorf("sweep body: %s", w.Body)
 	}
-	m := do(h, http.MethodGet, "/metrics", "")
+	m := do(ops, http.MethodGet, "/metrics", "")
 	for _, want := range []string{`owed_sweep_runs_total{outcome="ok"} 1`, `owed_sweep_rows_total{result="published"} 7`,
 		`owed_backlog_rows{state="queued"} 7`, "owed_oldest_owed_age_seconds", "owed_queue_dead_letter_depth 0"} {
 		if !strings.Contains(m.Body.String(), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	if w := do(h, http.MethodGet, "/readyz", ""); w.Code != 200 {
+	if w := do(ops, http.MethodGet, "/readyz", ""); w.Code != 200 {
 		t.Errorf("/readyz: %d %s", w.Code, w.Body)
 	}
-	if w := do(h, http.MethodGet, "/healthz", ""); w.Code != 200 {
-		t.Errorf("/healthz: %d", w.Code)
+	for _, h := range []http.Handler{h, ops} {
+		if w := do(h, http.MethodGet, "/healthz", ""); w.Code != 200 {
+			t.Errorf("/healthz: %d", w.Code)
+		}
+	}
+}
+
+// TestScrapesAreCached: however often /metrics and /readyz are asked, the
+// backlog and the queue's stats are read once per service.CacheTTLDefault.
+// The clock is stubbed, so "within the TTL" needs no timing.
+func TestScrapesAreCached(t *testing.T) {
+	clk := clock.NewStub(time.Now())
+	s, srv := setupServer(t, clk)
+	ops := srv.OpsHandler()
+	s.Schedule(t, "acme", 2, time.Now().Add(time.Hour), nil)
+	const before = `owed_backlog_rows{state="pending"} 2`
+	if m := do(ops, http.MethodGet, "/metrics", "").Body.String(); !strings.Contains(m, before) {
+		t.Fatalf("/metrics lacks %q:\n%s", before, m)
+	}
+	if w := do(ops, http.MethodGet, "/readyz", ""); w.Code != 200 {
+		t.Fatalf("/readyz: %d %s", w.Code, w.Body)
+	}
+	s.Schedule(t, "acme", 3, time.Now().Add(2*time.Hour), nil)
+	for range 20 {
+		if m := do(ops, http.MethodGet, "/metrics", "").Body.String(); !strings.Contains(m, before) {
+			t.Fatalf("a scrape within the TTL read the ledger again: want %q still:\n%s", before, m)
+		}
+	}
+	clk.Advance(service.CacheTTLDefault)
+	const after = `owed_backlog_rows{state="pending"} 5`
+	if m := do(ops, http.MethodGet, "/metrics", "").Body.String(); !strings.Contains(m, after) {
+		t.Errorf("after the TTL /metrics lacks %q:\n%s", after, m)
 	}
 }
 
@@ -116,10 +163,10 @@ func TestMetricsPassPromtoolCheck(t *testing.T) {
 	if err != nil {
 		t.Skip("promtool is not installed (apt-get install prometheus, or run make test which installs it)")
 	}
-	s, h := setup(t)
+	s, srv := setupServer(t, nil)
 	s.Schedule(t, "acme", 3, time.Now().Add(-time.Minute), nil)
-	do(h, http.MethodPost, "/cron/sweep", "Bearer "+secret)
-	body := do(h, http.MethodGet, "/metrics", "").Body.String()
+	do(srv.Handler(), http.MethodPost, "/cron/sweep", "Bearer "+secret)
+	body := do(srv.OpsHandler(), http.MethodGet, "/metrics", "").Body.String()
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = strings.NewReader(body)
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -8,15 +8,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider/providers"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/backends"
+	"github.com/owedhq/owed/internal/service"
 )
 
 // Defaults of the service's own settings; the ones it shares with Options
@@ -71,7 +72,7 @@ func defaultConfig() Config {
 func LoadConfig() (Config, error) {
 	c := defaultConfig()
 	for _, target := range []any{&c, &c.Providers} {
-		if err := envconfig.Process("OWED", target); err != nil {
+		if err := config.Process("OWED", target); err != nil {
 			return c, fmt.Errorf("configuration: %w", err)
 		}
 	}
@@ -186,28 +187,31 @@ func (p pacer) GiveBack(ctx context.Context, s pace.Slots, k int) (pace.Slots, b
 }
 
 // Handler serves /healthz, /readyz and /metrics for the worker process;
-// /readyz reads q's stats to tell the queue is reachable.
+// /readyz pings the database and reads q's stats to tell the queue is
+// reachable. Its answer is cached for service.CacheTTLDefault, so probes and
+// scrapes in a loop cost one ping and one stats call per TTL.
 func Handler(db *sql.DB, q queue.Queue, reg *prometheus.Registry) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"status":"ok"}` + "\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		defer cancel()
-		w.Header().Set("Content-Type", "application/json")
+	ready := &service.Cache[string]{Fetch: func(ctx context.Context) (string, error) {
 		if err := db.PingContext(ctx); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write([]byte(`{"database":"unreachable"}` + "\n"))
-			return
+			return `{"database":"unreachable"}`, err
 		}
 		if _, err := q.Stats(ctx); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write([]byte(`{"database":"ok","queue":"unreachable"}` + "\n"))
-			return
+			return `{"database":"ok","queue":"unreachable"}`, err
 		}
-		w.Write([]byte(`{"database":"ok","queue":"ok"}` + "\n"))
+		return `{"database":"ok","queue":"ok"}`, nil
+	}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", service.Healthz)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		body, err := ready.Get(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		if body == "" {
+			body = `{"status":"request cancelled"}`
+		}
+		w.Write([]byte(body + "\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux

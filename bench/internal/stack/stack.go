@@ -121,14 +121,19 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	s.sweepURL = "http://" + addr + "/cron/sweep"
 	if err := s.spawn(ctx, filepath.Join(cfg.Bin, "sweeper"), "sweeper", addr, common, map[string]string{
 		"OWED_CRON_SECRET":   cronSecret,
+		"OWED_METRICS_ADDR":  metricsAddr,
 		"OWED_SWEEP_BATCH":   strconv.Itoa(cfg.SweepBatch),
 		"OWED_PUBLISH_AHEAD": cfg.PublishAhead.String(), "OWED_SWEEP_ON_NOTIFY": strconv.FormatBool(cfg.SweepOnNotify)}); err != nil {
 		return nil, err
 	}
-	if err := s.ready(ctx, "http://"+addr+"/readyz"); err != nil {
+	if err := s.ready(ctx, "http://"+metricsAddr+"/readyz"); err != nil {
 		return nil, err
 	}
 	for i := 0; i < cfg.Workers; i++ {

@@ -57,7 +57,7 @@ var carries = map[string][]string{
 	payload.ChannelWebhook:  {Sandbox, Webhook, None},
 }
 
-// Config is read with envconfig.Process("OWED", &cfg); every variable is
+// Config is read with config.Process("OWED", &cfg); every variable is
 // listed in docs/providers.md.
 type Config struct {
 	// Provider carries every channel without an override; DefaultProvider
@@ -178,7 +178,7 @@ func build(name string, cfg Config) (provider.Sender, error) {
 			url = DefaultSandboxURL
 		}
 		return webhook.New(webhook.Config{URL: url, Secret: cfg.SandboxSecret, Name: Sandbox,
-			EnvPrefix: "OWED_SANDBOX", Timeout: cfg.Timeout})
+			EnvPrefix: "OWED_SANDBOX", Timeout: cfg.Timeout, AllowHTTP: true})
 	case Webhook:
 		if cfg.Webhook.Secret == "" {
 			return nil, fmt.Errorf(`OWED_WEBHOOK_SECRET: required, "whsec_" followed by base64; receivers verify the signature`)

@@ -5,10 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kelseyhightower/envconfig"
-
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/payload"
 )
+
+// testSecret is a signing secret of webhook.MinSecretBytes bytes.
+const testSecret = "whsec_" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3"
 
 // load reads the environment the way the worker does. Tests using it call
 // t.Setenv and so cannot run in parallel.
@@ -18,7 +20,7 @@ func load(t *testing.T, env map[string]string) (Router, error) {
 		t.Setenv(k, v)
 	}
 	var cfg Config
-	if err := envconfig.Process("OWED", &cfg); err != nil {
+	if err := config.Process("OWED", &cfg); err != nil {
 		t.Fatal(err)
 	}
 	return New(cfg)
@@ -54,7 +56,7 @@ func TestEveryProviderFromTheEnvironment(t *testing.T) {
 		"OWED_SLACK_TOKEN":           "xoxb-1",
 		"OWED_PROVIDER_WEBHOOK":      "webhook",
 		"OWED_WEBHOOK_URL":           "https://hooks.example.com/owed",
-		"OWED_WEBHOOK_SECRET":        "whsec_c2VjcmV0",
+		"OWED_WEBHOOK_SECRET":        testSecret,
 		"OWED_PROVIDER_TIMEOUT":      "3s",
 		"OWED_TELEGRAM_BASE_URL":     "http://127.0.0.1:1",
 		"OWED_POSTMARK_SERVER_TOKEN": "unused because postmark is not selected",
@@ -100,6 +102,21 @@ func TestPostmarkAndNone(t *testing.T) {
 	}
 }
 
+// TestPlainHTTPOnlyForLoopback: a webhook over http:// carries recipients
+// and content in the clear, so it may reach this machine only. The sandbox,
+// a local test server, keeps plain http to any host (a compose network).
+func TestPlainHTTPOnlyForLoopback(t *testing.T) {
+	for _, u := range []string{"http://127.0.0.1:8089/hook", "http://localhost/hook", "http://[::1]:9/hook", "https://hooks.example.com"} {
+		if _, err := load(t, map[string]string{"OWED_PROVIDER_WEBHOOK": "webhook", "OWED_WEBHOOK_URL": u,
+			"OWED_WEBHOOK_SECRET": testSecret}); err != nil {
+			t.Errorf("OWED_WEBHOOK_URL=%s: %v", u, err)
+		}
+	}
+	if _, err := load(t, map[string]string{"OWED_SANDBOX_URL": "http://sandbox:8089", "OWED_SANDBOX_SECRET": testSecret}); err != nil {
+		t.Errorf("the sandbox on a compose network: %v", err)
+	}
+}
+
 func TestErrorsNameTheVariable(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -124,6 +141,16 @@ func TestErrorsNameTheVariable(t *testing.T) {
 			[]string{"OWED_PROVIDER_TIMEOUT"}},
 		{"bad sandbox url", map[string]string{"OWED_SANDBOX_URL": "localhost:8089"},
 			[]string{"OWED_SANDBOX_URL"}},
+		// "secret", 6 bytes: a key an offline guess reaches.
+		{"short webhook secret", map[string]string{"OWED_PROVIDER_WEBHOOK": "webhook", "OWED_WEBHOOK_URL": "https://x",
+			"OWED_WEBHOOK_SECRET": "whsec_c2VjcmV0"}, []string{"OWED_WEBHOOK_SECRET", "6 bytes", "at least 24"}},
+		// 23 bytes: one short.
+		{"webhook secret one byte short", map[string]string{"OWED_PROVIDER_WEBHOOK": "webhook", "OWED_WEBHOOK_URL": "https://x",
+			"OWED_WEBHOOK_SECRET": "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY="}, []string{"OWED_WEBHOOK_SECRET", "23 bytes"}},
+		{"short sandbox secret", map[string]string{"OWED_SANDBOX_SECRET": "whsec_c2VjcmV0"}, []string{"OWED_SANDBOX_SECRET"}},
+		{"plain http to another host", map[string]string{"OWED_PROVIDER_WEBHOOK": "webhook",
+			"OWED_WEBHOOK_URL": "http://hooks.example.com/owed", "OWED_WEBHOOK_SECRET": testSecret},
+			[]string{"OWED_WEBHOOK_URL", "loopback", "https"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := load(t, tt.env)

@@ -20,7 +20,7 @@ import (
 	"github.com/owedhq/owed/internal/provider/webhook"
 )
 
-var secret = webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("sandbox signing key"))
+var secret = webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("sandbox signing key, 24 bytes or more"))
 
 // draw is a settable fault draw.
 type draw struct {
@@ -147,7 +147,7 @@ func TestSignature(t *testing.T) {
 	b := setup(t, nil)
 	ctx := context.Background()
 	for name, s := range map[string]string{
-		"wrong secret": webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("another key")),
+		"wrong secret": webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("another signing key, as long as the first")),
 		"unsigned":     "",
 	} {
 		bad, err := webhook.New(webhook.Config{URL: b.url, Secret: s})

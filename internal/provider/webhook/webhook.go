@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -50,6 +51,10 @@ const DefaultTolerance = 5 * time.Minute
 // errors when Config.EnvPrefix is empty.
 const DefaultEnvPrefix = "OWED_WEBHOOK"
 
+// MinSecretBytes is the shortest signing key New accepts: a shorter HMAC key
+// is within reach of an offline guess from one signed request.
+const MinSecretBytes = 24
+
 // Config configures the adapter. With the OWED_WEBHOOK prefix the variables
 // are OWED_WEBHOOK_URL and OWED_WEBHOOK_SECRET.
 type Config struct {
@@ -63,6 +68,11 @@ type Config struct {
 	Name string `ignored:"true"`
 	// EnvPrefix names the variables in errors; DefaultEnvPrefix when empty.
 	EnvPrefix string `ignored:"true"`
+	// AllowHTTP lets an http:// URL name any host. Without it http:// is
+	// for loopback only, since the body carries recipients and content in
+	// the clear; only the sandbox provider, a local test server that may
+	// sit on a compose network, sets it.
+	AllowHTTP bool `ignored:"true"`
 	// Timeout bounds one send; provider.DefaultTimeout when zero.
 	Timeout time.Duration `ignored:"true"`
 	// Clock stamps webhook-timestamp and dates Retry-After answers;
@@ -98,6 +108,13 @@ func New(cfg Config) (*Client, error) {
 		if key, err = ParseSecret(cfg.Secret); err != nil {
 			return nil, fmt.Errorf("%s_SECRET: %v", prefix, err)
 		}
+		if len(key) < MinSecretBytes {
+			return nil, fmt.Errorf("%s_SECRET: the key is %d bytes, want at least %d: \"whsec_\" followed by base64 of random bytes, e.g. whsec_$(openssl rand -base64 32)",
+				prefix, len(key), MinSecretBytes)
+		}
+	}
+	if u.Scheme == "http" && !cfg.AllowHTTP && !loopback(u.Hostname()) {
+		return nil, fmt.Errorf("%s_URL: http:// is for a loopback receiver only (got host %s): use https://", prefix, u.Host)
 	}
 	name := cfg.Name
 	if name == "" {
@@ -204,6 +221,16 @@ func firstNonEmpty(s ...string) string {
 		}
 	}
 	return ""
+}
+
+// loopback reports whether host names this machine: localhost or a loopback
+// address. Any other name may resolve anywhere.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // ParseSecret decodes a Standard Webhooks secret: "whsec_" followed by

@@ -13,9 +13,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/jetstream"
 	"github.com/owedhq/owed/internal/queue/rest"
@@ -50,7 +50,7 @@ type Config struct {
 func LoadConfig() (Config, error) {
 	c := Config{Backend: Default}
 	for _, part := range []any{&c, &c.Rest, &c.SQS, &c.JetStream} {
-		if err := envconfig.Process("OWED", part); err != nil {
+		if err := config.Process("OWED", part); err != nil {
 			return c, fmt.Errorf("configuration: %w", err)
 		}
 	}
@@ -58,17 +58,32 @@ func LoadConfig() (Config, error) {
 }
 
 // Validate checks the backend's name and the chosen backend's settings,
-// naming the variable at fault.
+// naming the variable at fault. Its errors never carry a password a queue
+// URL holds (see redact).
 func (c Config) Validate() error {
+	var err error
 	switch c.Backend {
 	case REST:
-		return c.Rest.Validate()
+		err = c.Rest.Validate()
 	case SQS:
-		return c.SQS.Validate()
+		err = c.SQS.Validate()
 	case JetStream:
-		return c.JetStream.Validate()
+		err = c.JetStream.Validate()
+	default:
+		err = fmt.Errorf("OWED_QUEUE_BACKEND=%q is not a queue backend: want one of %s", c.Backend, strings.Join(Names, ", "))
 	}
-	return fmt.Errorf("OWED_QUEUE_BACKEND=%q is not a queue backend: want one of %s", c.Backend, strings.Join(Names, ", "))
+	return c.redact(err)
+}
+
+// redact removes from err every password the queue URLs carry. The
+// backends quote a URL they cannot parse (OWED_QUEUE_URL=%q) and the NATS
+// client's parse error quotes the whole URL, password and all; this is the
+// one place every backend's errors pass through.
+func (c Config) redact(err error) error {
+	if err == nil {
+		return nil
+	}
+	return config.RedactError(err, c.Rest.URL, c.SQS.QueueURL, c.SQS.DeadLetterQueueURL, c.SQS.Endpoint, c.JetStream.URL)
 }
 
 // Target names what the backend works on, for logs and owedctl's tables:
@@ -95,8 +110,14 @@ func orDefault(v, def string) string {
 }
 
 // Open validates cfg and connects to its backend. log receives the REST
-// client's retries; the other backends log nothing of their own.
+// client's retries; the other backends log nothing of their own. Its errors
+// are redacted as Validate's.
 func Open(ctx context.Context, cfg Config, log zerolog.Logger) (queue.Queue, error) {
+	q, err := open(ctx, cfg, log)
+	return q, cfg.redact(err)
+}
+
+func open(ctx context.Context, cfg Config, log zerolog.Logger) (queue.Queue, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

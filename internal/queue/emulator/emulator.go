@@ -34,6 +34,7 @@ import (
 	"github.com/lib/pq"
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/queue/wire"
 	"github.com/owedhq/owed/internal/service"
@@ -74,8 +75,13 @@ const (
 type Config struct {
 	// Addr is the listen address.
 	Addr string `envconfig:"QUEUE_ADDR" default:"127.0.0.1:8181"`
-	// Token is the bearer token every /queue and /admin request must carry.
+	// Token is the bearer token every /queue request must carry.
 	Token string `envconfig:"QUEUE_TOKEN"`
+	// FaultToken is the bearer token of /admin/faults, which changes how
+	// every client is answered: a queue client's token does not open it.
+	// Empty turns run-time fault injection off (the start-up faults still
+	// apply).
+	FaultToken string `envconfig:"QUEUE_FAULT_TOKEN"`
 	// DatabaseURL names the PostgreSQL database holding the owed_queue schema.
 	DatabaseURL string `envconfig:"QUEUE_DATABASE_URL"`
 	// Queues, when set, is the only queue names accepted; empty accepts any
@@ -118,6 +124,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Token == "":
 		return errors.New("OWED_QUEUE_TOKEN is not set: the emulator requires a bearer token")
+	case c.FaultToken != "" && c.FaultToken == c.Token:
+		return errors.New("OWED_QUEUE_FAULT_TOKEN is OWED_QUEUE_TOKEN: the fault endpoint needs a secret queue clients do not hold")
 	case c.DatabaseURL == "":
 		return errors.New("OWED_QUEUE_DATABASE_URL is not set: name the PostgreSQL database for the owed_queue schema")
 	case c.DedupWindow <= 0:
@@ -140,15 +148,17 @@ func (c Config) Validate() error {
 // Emulator serves the queue contract. Build it with Open, call Start, serve
 // it as an http.Handler (or with Serve), and Stop it.
 type Emulator struct {
-	cfg     Config
-	db      *sql.DB
-	store   *store
-	log     zerolog.Logger
-	bearer  service.Bearer
-	queues  map[string]bool
-	faults  atomic.Pointer[Faults]
-	waiters notifier
-	mux     *http.ServeMux
+	cfg    Config
+	db     *sql.DB
+	store  *store
+	log    zerolog.Logger
+	bearer service.Bearer
+	// faultBearer checks /admin/faults (Config.FaultToken).
+	faultBearer service.Bearer
+	queues      map[string]bool
+	faults      atomic.Pointer[Faults]
+	waiters     notifier
+	mux         *http.ServeMux
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -171,7 +181,7 @@ func Open(ctx context.Context, cfg Config, log zerolog.Logger) (*Emulator, error
 	}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("emulator: connect to OWED_QUEUE_DATABASE_URL: %w", err)
+		return nil, fmt.Errorf("emulator: connect to OWED_QUEUE_DATABASE_URL: %w", config.RedactError(err, cfg.DatabaseURL))
 	}
 	if err := ensureSchema(ctx, db); err != nil {
 		db.Close()
@@ -183,12 +193,14 @@ func Open(ctx context.Context, cfg Config, log zerolog.Logger) (*Emulator, error
 		return nil, err
 	}
 	e := &Emulator{
-		cfg:     cfg,
-		db:      db,
-		store:   st,
-		log:     log,
-		bearer:  service.NewBearer(cfg.Token),
-		closing: make(chan struct{}),
+		cfg:    cfg,
+		db:     db,
+		store:  st,
+		log:    log,
+		bearer: service.NewBearer(cfg.Token),
+		// faultBearer of an empty FaultToken matches nothing.
+		faultBearer: service.NewBearer(cfg.FaultToken),
+		closing:     make(chan struct{}),
 	}
 	if len(cfg.Queues) > 0 {
 		e.queues = make(map[string]bool, len(cfg.Queues))
@@ -207,8 +219,8 @@ func Open(ctx context.Context, cfg Config, log zerolog.Logger) (*Emulator, error
 func openDB(cfg Config) (*sql.DB, error) {
 	conn, err := pq.NewConnector(cfg.DatabaseURL)
 	if err != nil {
-		// pq's parse errors do not echo the URL, so a password stays out.
-		return nil, fmt.Errorf("emulator: OWED_QUEUE_DATABASE_URL: %w", err)
+		// pq's parse error quotes the whole URL, password and all.
+		return nil, fmt.Errorf("emulator: OWED_QUEUE_DATABASE_URL is not a valid postgres URL: %w", config.RedactError(err, cfg.DatabaseURL))
 	}
 	setup := "SET application_name = 'owed-queue-emulator'"
 	if !cfg.SynchronousCommit {

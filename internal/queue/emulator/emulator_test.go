@@ -25,7 +25,10 @@ import (
 	"github.com/owedhq/owed/internal/testdb"
 )
 
-const testToken = "emulator-test-token-7d2e"
+const (
+	testToken      = "emulator-test-token-7d2e"
+	testFaultToken = "emulator-test-fault-token-41c9"
+)
 
 // syncBuffer collects log lines from several goroutines.
 type syncBuffer struct {
@@ -62,7 +65,7 @@ func setup(t *testing.T, dbURL string, change func(*emulator.Config)) *bundle {
 		dbURL = testdb.New(t).OwnerURL
 	}
 	cfg := emulator.DefaultConfig()
-	cfg.Token = testToken
+	cfg.Token, cfg.FaultToken = testToken, testFaultToken
 	cfg.DatabaseURL = dbURL
 	if change != nil {
 		change(&cfg)
@@ -100,7 +103,8 @@ func (b *bundle) clientFor(t *testing.T, name string) *rest.Client {
 }
 
 // request sends what the client would never send, with the token when
-// authorized, and returns the answer's status and error message.
+// authorized (the fault token for /admin/), and returns the answer's status
+// and error message.
 func (b *bundle) request(t *testing.T, method, path, body string, authorized bool) (int, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(b.ctx, method, b.srv.URL+path, strings.NewReader(body))
@@ -108,7 +112,11 @@ func (b *bundle) request(t *testing.T, method, path, body string, authorized boo
 		t.Fatal(err)
 	}
 	if authorized {
-		req.Header.Set("Authorization", "Bearer "+testToken)
+		token := testToken
+		if strings.HasPrefix(path, "/admin/") {
+			token = testFaultToken
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -446,6 +454,7 @@ func TestConfigValidateNamesTheVariable(t *testing.T) {
 	t.Parallel()
 	for want, change := range map[string]func(*emulator.Config){
 		"OWED_QUEUE_TOKEN":              func(c *emulator.Config) { c.Token = "" },
+		"OWED_QUEUE_FAULT_TOKEN":        func(c *emulator.Config) { c.FaultToken = c.Token },
 		"OWED_QUEUE_DATABASE_URL":       func(c *emulator.Config) { c.DatabaseURL = "" },
 		"OWED_QUEUE_MAX_RECEIVES":       func(c *emulator.Config) { c.MaxReceives = 0 },
 		"OWED_QUEUE_VISIBILITY_TIMEOUT": func(c *emulator.Config) { c.VisibilityTimeout = 13 * time.Hour },

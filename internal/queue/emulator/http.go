@@ -116,7 +116,7 @@ func (e *Emulator) routes() {
 	} {
 		m.Handle(ep.path, e.endpoint(ep.method, ep.publish, ep.serve))
 	}
-	m.Handle("/admin/faults", e.authorized(http.HandlerFunc(e.adminFaults)))
+	m.Handle("/admin/faults", e.faultsAuthorized(http.HandlerFunc(e.adminFaults)))
 	m.Handle("/", e.authorized(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("no endpoint %s %s; see docs/queue-api.md", r.Method, r.URL.Path))
 	})))
@@ -125,6 +125,21 @@ func (e *Emulator) routes() {
 
 // ServeHTTP serves the contract.
 func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) { e.mux.ServeHTTP(w, r) }
+
+// faultsAuthorized lets through requests carrying the fault token
+// (Config.FaultToken), never the queue token: a queue client that could set
+// faults could throttle or redeliver for every other client.
+func (e *Emulator) faultsAuthorized(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !e.faultBearer.Authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="owed-queue-faults"`)
+			writeError(w, &apiError{status: http.StatusUnauthorized, code: wire.CodeUnauthorized,
+				msg: "/admin/faults takes the fault token (OWED_QUEUE_FAULT_TOKEN), not the queue token; without one set it is off"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
 
 // authorized lets through requests carrying the bearer token.
 func (e *Emulator) authorized(h http.Handler) http.Handler {

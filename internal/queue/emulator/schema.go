@@ -18,8 +18,19 @@ const schemaLockKey = 0x6f776564_7175 // "owedqu"
 // dead-letter and a redrive are single-row updates rather than moves between
 // tables. Idempotency keys live apart from messages because they must outlive
 // an ack or a dead-letter delete for the whole dedup window.
+//
+// The schema is created only when missing: CREATE SCHEMA IF NOT EXISTS
+// needs the CREATE privilege on the database even when the schema exists,
+// and the emulator's own role (never the ledger's owner) is given the schema,
+// not the database.
 const schemaDDL = `
-CREATE SCHEMA IF NOT EXISTS owed_queue;
+DO $$
+BEGIN
+	IF to_regnamespace('owed_queue') IS NULL THEN
+		CREATE SCHEMA owed_queue;
+	END IF;
+END
+$$;
 
 CREATE TABLE IF NOT EXISTS owed_queue.messages (
 	id              bigserial PRIMARY KEY,

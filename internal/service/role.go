@@ -1,0 +1,125 @@
+package service
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/lib/pq"
+	"github.com/rs/zerolog"
+)
+
+// InsecureRoleVariable is the development-only escape hatch of CheckRole.
+const InsecureRoleVariable = "OWED_ALLOW_INSECURE_DATABASE_ROLE"
+
+// qRole reads, for the session's role, everything that would make
+// row-level security a no-op for it. Role attributes are not inherited, but
+// a member of a superuser or BYPASSRLS role can SET ROLE to it, and a member
+// of a table's owner can act as the owner (ALTER TABLE … DISABLE ROW LEVEL
+// SECURITY, DROP POLICY), so membership counts as much as the role itself.
+// current_setting reads what every new session starts with: the URL's
+// options, PGOPTIONS, ALTER ROLE … SET and ALTER DATABASE … SET all land
+// there before owed's first statement.
+const qRole = `
+SELECT r.rolname, r.rolsuper, r.rolbypassrls,
+       coalesce((SELECT string_agg(m.rolname, ', ' ORDER BY m.rolname) FROM pg_roles m
+                 WHERE m.oid <> r.oid AND (m.rolsuper OR m.rolbypassrls) AND pg_has_role(r.oid, m.oid, 'MEMBER')), ''),
+       coalesce((SELECT string_agg(c.relname, ', ' ORDER BY c.relname) FROM pg_class c
+                 WHERE c.relkind IN ('r', 'p') AND c.relname LIKE 'owed\_%' AND pg_has_role(r.oid, c.relowner, 'MEMBER')), ''),
+       coalesce(current_setting('owed.bypass_rls', true), ''),
+       coalesce(current_setting('owed.tenant_id', true), '')
+FROM pg_roles r WHERE r.rolname = current_user`
+
+// CheckRole refuses a database role a service must not run as: a superuser
+// or a BYPASSRLS role (row-level security does not bind either), a role that
+// owns an owed_ table (an owner may turn the policies off), a member of any
+// of those, and a session on which owed.bypass_rls or owed.tenant_id is
+// already set (every statement would run across tenants, or in one tenant's
+// scope without asking for it). The error names the role and every
+// problem. Run it on a fresh pool: a connection that has run a scoped
+// transaction no longer shows what a session starts with.
+func CheckRole(ctx context.Context, db *sql.DB) error {
+	var (
+		name                 string
+		super, bypass        bool
+		members, owns        string
+		bypassRLS, tenantSet string
+	)
+	if err := db.QueryRowContext(ctx, qRole).Scan(&name, &super, &bypass, &members, &owns, &bypassRLS, &tenantSet); err != nil {
+		return fmt.Errorf("check the database role: %w", err)
+	}
+	var problems []string
+	if super {
+		problems = append(problems, "it is a superuser, which row-level security does not bind")
+	}
+	if bypass {
+		problems = append(problems, "it has BYPASSRLS, so row-level security does not bind it")
+	}
+	if members != "" {
+		problems = append(problems, "it is a member of "+members+", a superuser or BYPASSRLS role it can SET ROLE to")
+	}
+	if owns != "" {
+		problems = append(problems, "it owns (or is a member of the owner of) "+owns+", and an owner can turn row-level security off")
+	}
+	const from = "for every session (from the URL's options, PGOPTIONS, ALTER ROLE … SET or ALTER DATABASE … SET)"
+	if bypassRLS != "" {
+		problems = append(problems, fmt.Sprintf("owed.bypass_rls is %q %s, which turns tenant isolation off for every statement", bypassRLS, from))
+	}
+	if tenantSet != "" {
+		problems = append(problems, fmt.Sprintf("owed.tenant_id is set %s, so a statement outside a tenant scope sees that tenant's rows", from))
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return &InsecureRoleError{Role: name, Problems: problems}
+}
+
+// CheckDatabase opens the database named by variable, checks its role (see
+// CheckRole) and closes it again: the start-up check of a process that
+// opens its own pool (the queue emulator).
+func CheckDatabase(ctx context.Context, log zerolog.Logger, variable, url string, allowInsecure bool) error {
+	db, err := OpenDatabase(ctx, variable, url, 1)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return guardRole(ctx, db, log, allowInsecure)
+}
+
+// guardRole runs CheckRole; with allowInsecure (InsecureRoleVariable) it
+// logs the refusal at error level, every problem named, and goes on.
+func guardRole(ctx context.Context, db *sql.DB, log zerolog.Logger, allowInsecure bool) error {
+	err := CheckRole(ctx, db)
+	var insecure *InsecureRoleError
+	if err == nil || !allowInsecure || !errors.As(err, &insecure) {
+		return err
+	}
+	log.Error().Str("role", insecure.Role).Strs("problems", insecure.Problems).
+		Msg(InsecureRoleVariable + " is set: running as an insecure database role, tenant isolation is not enforced; development only")
+	return nil
+}
+
+// InsecureRoleError is CheckRole's refusal.
+type InsecureRoleError struct {
+	Role     string
+	Problems []string
+}
+
+func (e *InsecureRoleError) Error() string {
+	return fmt.Sprintf("refusing to run as database role %q: %s. Connect as the application role (docs/security.md), "+
+		"or, on a development machine only, set %s=true", e.Role, strings.Join(e.Problems, "; "), InsecureRoleVariable)
+}
+
+// Unready says why a readiness check that had to do something failed: a
+// permission the role lacks is named as such (a role other than owed_app
+// that was not granted the application role's rights), anything else as
+// "cannot <what>".
+func Unready(what string, err error) string {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) && pqErr.Code == "42501" {
+		return "permission denied to " + what + " (" + pqErr.Message + "): grant this role the application role's privileges, e.g. GRANT owed_app TO <role> (docs/security.md)"
+	}
+	return "cannot " + what
+}
