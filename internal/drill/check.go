@@ -69,10 +69,12 @@ type Result struct {
 	// keeps them; the ledger still holds each row as failed, with its
 	// reason.
 	DeadLettersLost []int64
-	// DrainTime is from the faults being cleared to the last row settled;
-	// zero when the ledger never drained.
-	DrainTime time.Duration
-	Total     time.Duration
+	// ScheduleTime is how long posting the workload took; DrainTime is from
+	// the faults being cleared to the last row settled (zero when the
+	// ledger never drained); CheckTime is the invariant checks' reading of
+	// the ledger, the sandbox's log and the dead letters.
+	ScheduleTime, DrainTime, CheckTime time.Duration
+	Total                              time.Duration
 
 	Violations []string
 }
@@ -325,7 +327,9 @@ func (r *Result) Table(w io.Writer) {
 		{"failed, not dead-lettered (must be 0)", fmt.Sprint(len(r.FailedNotDeadLettered))},
 		{"dead letters lost in a queue restart", fmt.Sprint(len(r.DeadLettersLost))},
 		{"secrets in logs (must be 0)", fmt.Sprint(len(r.SecretsInLogs))},
+		{"time to schedule the workload", r.ScheduleTime.Round(100 * time.Millisecond).String()},
 		{"time to drain after faults cleared", drain},
+		{"time to check the invariants", r.CheckTime.Round(100 * time.Millisecond).String()},
 		{"total", r.Total.Round(100 * time.Millisecond).String()},
 	}
 	for _, l := range lines {

@@ -2,6 +2,7 @@ package drill
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -40,7 +41,7 @@ func readReceipts(path string) (map[int64][]receipt, error) {
 		line := sc.Bytes()
 		// Most lines are other outcomes (429s, 5xx) or other messages; a
 		// substring test skips them without decoding.
-		if !strings.Contains(string(line), `"outcome":"accepted"`) {
+		if !bytes.Contains(line, []byte(`"outcome":"accepted"`)) {
 			continue
 		}
 		var l struct {
