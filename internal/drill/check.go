@@ -15,6 +15,7 @@ import (
 
 	"github.com/owedhq/owed/internal/devstack"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/tenant"
 )
 
@@ -69,6 +70,11 @@ type Result struct {
 	// keeps them; the ledger still holds each row as failed, with its
 	// reason.
 	DeadLettersLost []int64
+	// DeadLettersUnlisted lists failed rows whose dead letter the queue
+	// could not show: a backend without a cursor (SQS) lists at most 1,000,
+	// and the dead-letter depth holds at least as many unlisted ones. With
+	// fewer unlisted than such rows, they are FailedNotDeadLettered.
+	DeadLettersUnlisted []int64
 	// ScheduleTime is how long posting the workload took; DrainTime is from
 	// the faults being cleared to the last row settled (zero when the
 	// ledger never drained); CheckTime is the invariant checks' reading of
@@ -189,6 +195,11 @@ func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, lostB
 		}
 	}
 	res.Lost = len(lostMissing) + len(lostUnsent)
+	// Only SQS has no cursor; every other listing is whole.
+	if unlisted := st.DeadLetterDepth - int64(len(dead)); res.Queue == backends.SQS && unlisted > 0 &&
+		int64(len(res.FailedNotDeadLettered)) <= unlisted {
+		res.DeadLettersUnlisted, res.FailedNotDeadLettered = res.FailedNotDeadLettered, nil
+	}
 	v := &res.Violations
 	// The sandbox's own counter must agree with its log, or the drill's
 	// view of the sends is incomplete and proves nothing.
@@ -326,6 +337,7 @@ func (r *Result) Table(w io.Writer) {
 		{"dead-letter depth", fmt.Sprint(r.DeadLetterDepth)},
 		{"failed, not dead-lettered (must be 0)", fmt.Sprint(len(r.FailedNotDeadLettered))},
 		{"dead letters lost in a queue restart", fmt.Sprint(len(r.DeadLettersLost))},
+		{"dead letters past the queue's listing", fmt.Sprint(len(r.DeadLettersUnlisted))},
 		{"secrets in logs (must be 0)", fmt.Sprint(len(r.SecretsInLogs))},
 		{"time to schedule the workload", r.ScheduleTime.Round(100 * time.Millisecond).String()},
 		{"time to drain after faults cleared", drain},
