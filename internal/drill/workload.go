@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/owedhq/owed/internal/devstack"
@@ -119,49 +118,27 @@ func plan(cfg Config, start time.Time, rng *rand.Rand) ([]row, []input) {
 type client struct{ *devstack.APIClient }
 
 // scheduleBatch is how many rows one POST carries: well under the API's
-// 1 MiB body limit. scheduleParallel POSTs are in flight at once, so one
-// slow insert (a sweep publishing thousands of rows shares the cores and
-// the ledger) does not hold up the rest of the workload.
-const (
-	scheduleBatch    = 1000
-	scheduleParallel = 4
-)
+// 1 MiB body limit.
+const scheduleBatch = 1000
 
 // schedule posts the workload and fills in the ids the API gave.
 func (c *client) schedule(ctx context.Context, rows []row, ins []input) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, scheduleParallel)
-	for lo := 0; lo < len(ins) && ctx.Err() == nil; lo += scheduleBatch {
+	for lo := 0; lo < len(ins); lo += scheduleBatch {
 		hi := min(lo+scheduleBatch, len(ins))
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			// Each batch writes only its own rows' ids.
-			if err := c.scheduleBatch(ctx, rows[lo:hi], ins[lo:hi]); err != nil {
-				cancel(fmt.Errorf("schedule rows %d to %d: %w", lo, hi, err))
-			}
-		})
-	}
-	wg.Wait()
-	return context.Cause(ctx)
-}
-
-func (c *client) scheduleBatch(ctx context.Context, rows []row, ins []input) error {
-	var out struct {
-		Notifications []struct {
-			ID int64 `json:"id"`
-		} `json:"notifications"`
-	}
-	if err := c.Post(ctx, "/v1/notifications", map[string]any{"notifications": ins}, &out); err != nil {
-		return err
-	}
-	if len(out.Notifications) != len(ins) {
-		return fmt.Errorf("scheduled %d rows, the API answered for %d", len(ins), len(out.Notifications))
-	}
-	for i, n := range out.Notifications {
-		rows[i].id = n.ID
+		var out struct {
+			Notifications []struct {
+				ID int64 `json:"id"`
+			} `json:"notifications"`
+		}
+		if err := c.Post(ctx, "/v1/notifications", map[string]any{"notifications": ins[lo:hi]}, &out); err != nil {
+			return fmt.Errorf("schedule rows %d to %d: %w", lo, hi, err)
+		}
+		if len(out.Notifications) != hi-lo {
+			return fmt.Errorf("scheduled %d rows, the API answered for %d", hi-lo, len(out.Notifications))
+		}
+		for i, n := range out.Notifications {
+			rows[lo+i].id = n.ID
+		}
 	}
 	return nil
 }
