@@ -178,7 +178,10 @@ func (s *Stack) DeadLetteredRows(ctx context.Context) (map[int64]bool, error) {
 	ids := map[int64]bool{}
 	cursor := ""
 	for {
-		page, next, err := s.queue.DeadLetters(ctx, 100, cursor)
+		// The most a backend lists at once: SQS has no cursor, so its one
+		// page is the whole listing (a page of 100 hid every dead letter
+		// past the 100th).
+		page, next, err := s.queue.DeadLetters(ctx, 1000, cursor)
 		if err != nil {
 			return nil, fmt.Errorf("list the dead letters: %w", err)
 		}

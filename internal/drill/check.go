@@ -1,10 +1,9 @@
 package drill
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +15,7 @@ import (
 
 	"github.com/owedhq/owed/internal/devstack"
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/tenant"
 )
 
@@ -40,12 +39,14 @@ type Result struct {
 	// Lost counts rows missing from the ledger, or delivered in the ledger
 	// but never accepted by the provider.
 	Lost int
-	// Duplicates counts accepts at the provider beyond the first per
-	// idempotency key; ExplainedDuplicates lists the rows whose resend the
-	// ledger recorded as a possible duplicate, Unexplained the others.
-	Duplicates          int
-	ExplainedDuplicates []int64
-	UnexplainedDups     []int64
+	// Duplicates counts receipts at the provider beyond the first of each
+	// row; DuplicateRows lists the rows received more than once, and
+	// UnrecordedDups those of them that break the per-row duplicate
+	// invariant (see dupRow.breaks): a resend the ledger did not record as
+	// a possible duplicate.
+	Duplicates     int
+	DuplicateRows  []int64
+	UnrecordedDups []int64
 	// PossibleDuplicateRows counts rows with an attempt recorded as a
 	// possible duplicate (a claim after a worker died mid-send).
 	PossibleDuplicateRows int
@@ -69,10 +70,17 @@ type Result struct {
 	// keeps them; the ledger still holds each row as failed, with its
 	// reason.
 	DeadLettersLost []int64
-	// DrainTime is from the faults being cleared to the last row settled;
-	// zero when the ledger never drained.
-	DrainTime time.Duration
-	Total     time.Duration
+	// DeadLettersUnlisted lists failed rows whose dead letter the queue
+	// could not show: a backend without a cursor (SQS) lists at most 1,000,
+	// and the dead-letter depth holds at least as many unlisted ones. With
+	// fewer unlisted than such rows, they are FailedNotDeadLettered.
+	DeadLettersUnlisted []int64
+	// ScheduleTime is how long posting the workload took; DrainTime is from
+	// the faults being cleared to the last row settled (zero when the
+	// ledger never drained); CheckTime is the invariant checks' reading of
+	// the ledger, the sandbox's log and the dead letters.
+	ScheduleTime, DrainTime, CheckTime time.Duration
+	Total                              time.Duration
 
 	Violations []string
 }
@@ -83,12 +91,6 @@ type ledgerRow struct {
 	expiresAt, settledAt *time.Time
 	accepted             int
 	possibleDup          bool
-}
-
-// accept is one send the sandbox accepted, from its log.
-type accept struct {
-	key string
-	at  time.Time
 }
 
 // inTenant reads the ledger in the drill tenant's scope.
@@ -116,34 +118,6 @@ func readLedger(ctx context.Context, db *sql.DB) (map[int64]ledgerRow, error) {
 	return out, nil
 }
 
-// readAccepts reads every accepted send from the sandbox's log, by ledger
-// id. The log, unlike the sandbox's /sends, has no size limit and keeps each
-// duplicate's own line. Its times have whole seconds.
-func readAccepts(path string) (map[int64][]accept, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read the sandbox log: %w", err)
-	}
-	defer f.Close()
-	out := map[int64][]accept{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var l struct {
-			Message        string    `json:"message"`
-			Outcome        string    `json:"outcome"`
-			Key            string    `json:"key"`
-			NotificationID int64     `json:"notification_id"`
-			Time           time.Time `json:"time"`
-		}
-		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Message != "sandbox send" || l.Outcome != "accepted" {
-			continue
-		}
-		out[l.NotificationID] = append(out[l.NotificationID], accept{key: l.Key, at: l.Time})
-	}
-	return out, sc.Err()
-}
-
 // check compares the workload with the ledger, the sandbox's sends and the
 // dead letters, and fills res. lostBefore, when set, is when a queue server
 // that loses its dead letters on a kill last came back.
@@ -152,10 +126,15 @@ func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, lostB
 	if err != nil {
 		return err
 	}
-	accepts, err := readAccepts(filepath.Join(s.LogDir(), "sandbox.log"))
+	accepts, err := readReceipts(filepath.Join(s.LogDir(), "sandbox.log"))
 	if err != nil {
 		return err
 	}
+	dups, err := checkDuplicates(ctx, ledger.New(db, nil), accepts)
+	if err != nil {
+		return err
+	}
+	res.Duplicates, res.DuplicateRows, res.UnrecordedDups = dups.sends, dupIDs(dups.rows), dupIDs(dups.unrecorded)
 	dead, err := s.DeadLetteredRows(ctx)
 	if err != nil {
 		return err
@@ -201,18 +180,10 @@ func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, lostB
 		if lr.possibleDup {
 			res.PossibleDuplicateRows++
 		}
-		if len(acc) > 1 {
-			res.Duplicates += len(acc) - 1
-			if lr.possibleDup {
-				res.ExplainedDuplicates = append(res.ExplainedDuplicates, r.id)
-			} else {
-				res.UnexplainedDups = append(res.UnexplainedDups, r.id)
-			}
-		}
 		if len(acc) > 0 && (lr.state == "expired" || lr.state == "failed") {
 			res.AcceptedButSettledOtherwise = append(res.AcceptedButSettledOtherwise, r.id)
 		}
-		if sentAfterExpiry(ctx, s.Sandbox(), r, acc) {
+		if sentAfterExpiry(r, acc) {
 			res.ExpiredSent = append(res.ExpiredSent, r.id)
 		}
 		want := map[rowKind]string{kindExpired: "expired", kindBounce: "failed", kindCancel: "cancelled"}[r.kind]
@@ -224,6 +195,11 @@ func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, lostB
 		}
 	}
 	res.Lost = len(lostMissing) + len(lostUnsent)
+	// Only SQS has no cursor; every other listing is whole.
+	if unlisted := st.DeadLetterDepth - int64(len(dead)); res.Queue == backends.SQS && unlisted > 0 &&
+		int64(len(res.FailedNotDeadLettered)) <= unlisted {
+		res.DeadLettersUnlisted, res.FailedNotDeadLettered = res.FailedNotDeadLettered, nil
+	}
 	v := &res.Violations
 	// The sandbox's own counter must agree with its log, or the drill's
 	// view of the sends is incomplete and proves nothing.
@@ -237,7 +213,9 @@ func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, lostB
 	if res.StillOwed > 0 {
 		*v = append(*v, fmt.Sprintf("%d rows still owed after the drain limit (raise --duration-limit, or look at the oldest: owedctl notifications find)", res.StillOwed))
 	}
-	addIDs(v, res.UnexplainedDups, "sent twice without a resend recorded as a possible duplicate")
+	if line := dups.violation(); line != "" {
+		*v = append(*v, line)
+	}
 	addIDs(v, res.ExpiredSent, "sent after its expiry")
 	addIDs(v, wrongEnd, "ended in the wrong state for its kind (expired/bounce/cancel rows)")
 	addIDs(v, res.FailedNotDeadLettered, "failed but not dead-lettered")
@@ -245,23 +223,15 @@ func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, lostB
 }
 
 // sentAfterExpiry reports whether the provider accepted r after its expiry,
-// or at all when it was scheduled already expired. The first accept's time
-// comes from the sandbox (to the microsecond); a duplicate's from the log,
-// whose whole seconds can only make a late send look earlier, never later.
-func sentAfterExpiry(ctx context.Context, sbx *sandbox.Client, r row, acc []accept) bool {
+// or at all when it was scheduled already expired.
+func sentAfterExpiry(r row, acc []receipt) bool {
 	if r.expiresAt == nil || len(acc) == 0 {
 		return false
 	}
 	if r.kind == kindExpired {
 		return true
 	}
-	for _, a := range acc {
-		if a.at.After(*r.expiresAt) {
-			return true
-		}
-	}
-	sends, err := sbx.Sends(ctx, sandbox.SendQuery{Key: acc[0].key, Limit: 1})
-	return err == nil && len(sends) > 0 && sends[0].AcceptedAt.After(*r.expiresAt)
+	return slices.ContainsFunc(acc, func(a receipt) bool { return a.at.After(*r.expiresAt) })
 }
 
 // addIDs adds one violation naming up to ten of ids.
@@ -308,7 +278,7 @@ func secretsInLogs(dir string, ep devstack.Endpoints) ([]string, error) {
 			return nil, err
 		}
 		for kind, secret := range secrets {
-			if secret != "" && strings.Contains(string(b), secret) {
+			if secret != "" && bytes.Contains(b, []byte(secret)) {
 				found = append(found, fmt.Sprintf("%s in %s", kind, e.Name()))
 			}
 		}
@@ -345,9 +315,9 @@ func (r *Result) Table(w io.Writer) {
 	if r.DrainTime > 0 {
 		drain = r.DrainTime.Round(100 * time.Millisecond).String()
 	}
-	dups := fmt.Sprint(r.Duplicates)
-	if len(r.ExplainedDuplicates) > 0 {
-		dups += "  (recorded as possible duplicates: rows " + idList(r.ExplainedDuplicates, 20) + ")"
+	dupRows := fmt.Sprint(len(r.DuplicateRows))
+	if len(r.DuplicateRows) > 0 {
+		dupRows += "  (rows " + idList(r.DuplicateRows, 20) + ")"
 	}
 	lines := []struct{ k, v string }{
 		{"rows scheduled", fmt.Sprint(r.Scheduled)},
@@ -358,16 +328,20 @@ func (r *Result) Table(w io.Writer) {
 		{"skipped", fmt.Sprint(r.Skipped)},
 		{"still owed (must be 0)", fmt.Sprint(r.StillOwed)},
 		{"lost (must be 0)", fmt.Sprint(r.Lost)},
-		{"duplicate sends at the provider", dups},
-		{"  not recorded as possible (must be 0)", fmt.Sprint(len(r.UnexplainedDups))},
+		{"duplicate sends at the provider", fmt.Sprint(r.Duplicates)},
+		{"rows received more than once", dupRows},
+		{"  a resend unrecorded (must be 0)", fmt.Sprint(len(r.UnrecordedDups))},
 		{"rows with a possible-duplicate attempt", fmt.Sprint(r.PossibleDuplicateRows)},
 		{"expired rows sent (must be 0)", fmt.Sprint(len(r.ExpiredSent))},
 		{"accepted, then settled expired/failed", fmt.Sprint(len(r.AcceptedButSettledOtherwise))},
 		{"dead-letter depth", fmt.Sprint(r.DeadLetterDepth)},
 		{"failed, not dead-lettered (must be 0)", fmt.Sprint(len(r.FailedNotDeadLettered))},
 		{"dead letters lost in a queue restart", fmt.Sprint(len(r.DeadLettersLost))},
+		{"dead letters past the queue's listing", fmt.Sprint(len(r.DeadLettersUnlisted))},
 		{"secrets in logs (must be 0)", fmt.Sprint(len(r.SecretsInLogs))},
+		{"time to schedule the workload", r.ScheduleTime.Round(100 * time.Millisecond).String()},
 		{"time to drain after faults cleared", drain},
+		{"time to check the invariants", r.CheckTime.Round(100 * time.Millisecond).String()},
 		{"total", r.Total.Round(100 * time.Millisecond).String()},
 	}
 	for _, l := range lines {

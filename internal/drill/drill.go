@@ -114,8 +114,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := api.schedule(ctx, rows, ins); err != nil {
 		return nil, err
 	}
+	scheduleTime := time.Since(start)
 	fmt.Fprintf(cfg.Out, "drill: scheduled %d rows in %.1fs; injecting %v for %s\n",
-		len(rows), time.Since(start).Seconds(), cfg.Faults, cfg.Spread)
+		len(rows), scheduleTime.Seconds(), cfg.Faults, cfg.Spread)
 
 	// The fault window: every injector stops when the last row has fallen
 	// due; the cancel rows are cancelled half-way through it.
@@ -141,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Seed: cfg.Seed, Queue: cfg.Queue, Faults: cfg.Faults, Injected: inj.counts, Workers: workers, Tick: cfg.Tick,
-		Rate: cfg.Rate, Spread: cfg.Spread}
+		Rate: cfg.Rate, Spread: cfg.Spread, ScheduleTime: scheduleTime}
 	if drained {
 		res.DrainTime = time.Since(faultsCleared)
 	}
@@ -152,9 +153,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if devstack.QueueInMemory(cfg.Queue) {
 		lostBefore = inj.queueBack
 	}
+	checkStart := time.Now()
 	if err := check(ctx, db, s, rows, lostBefore, res); err != nil {
 		return nil, err
 	}
+	res.CheckTime = time.Since(checkStart)
 	res.Total = time.Since(began)
 	res.Violations = append(res.Violations, inj.errs...)
 	if err := s.DiedErr(); err != nil {

@@ -95,8 +95,13 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	}
 	sent, dup := s.rec.accept(key, p, now)
 	s.mu.Unlock()
+	// The line is the receipt: one per accepted send, duplicates included,
+	// with the row, the key and the instant to the microsecond (the log's
+	// own time has whole seconds), so a reader can count and time every
+	// receipt of every row.
 	log.Info().Str("outcome", "accepted").Bool("duplicate", dup).Str("tenant", sent.Tenant).
-		Int64("notification_id", sent.NotificationID).Str("message_id", sent.MessageID).Msg("sandbox send")
+		Int64("notification_id", sent.NotificationID).Str("message_id", sent.MessageID).
+		Str("accepted_at", now.UTC().Format(time.RFC3339Nano)).Msg("sandbox send")
 	writeJSON(w, http.StatusOK, map[string]any{"id": sent.MessageID, "duplicate": dup})
 }
 
