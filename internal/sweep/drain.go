@@ -59,11 +59,9 @@ func (d *drain) slice(ctx context.Context, kind ledger.Slice, limit int) (bool, 
 	limit = min(limit, d.room)
 	switch {
 	case limit <= 0:
-		d.res.HeldBack = HeldBackpressure
-		return false, nil
+		return false, d.hold(ctx, HeldBackpressure)
 	case time.Since(d.start)+2*d.slowest >= d.s.cfg.Budget:
-		d.res.HeldBack = HeldBudget
-		return false, nil
+		return false, d.hold(ctx, HeldBudget)
 	}
 	began := time.Now()
 	leased, err := d.s.ledger.Lease(ctx, ledger.LeaseParams{Limit: limit, Ahead: d.s.cfg.PublishAhead,
@@ -88,6 +86,19 @@ func (d *drain) slice(ctx context.Context, kind ledger.Slice, limit int) (bool, 
 	}
 	d.slowest = max(d.slowest, time.Since(began))
 	return len(leased) == limit, nil
+}
+
+// hold ends the run's slices for reason, which the result reports only when
+// a row is still leasable: the last slice may have taken the last one.
+func (d *drain) hold(ctx context.Context, reason string) error {
+	left, err := d.s.ledger.Leasable(ctx, d.s.cfg.PublishAhead)
+	if err != nil {
+		return fmt.Errorf("check for leasable rows: %w", err)
+	}
+	if left {
+		d.res.HeldBack = reason
+	}
+	return nil
 }
 
 // publishSlice publishes a slice chunk by chunk. When a chunk fails, or the

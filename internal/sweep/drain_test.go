@@ -70,6 +70,16 @@ func TestBackpressureHoldsRowsUntilWorkersFreeRoom(t *testing.T) {
 	}
 }
 
+func TestRunThatLeasesTheLastRowAtTheCapHoldsNothingBack(t *testing.T) {
+	cfg := testConfig
+	cfg.MaxOutstanding = 150
+	b := setupWith(t, stacktest.Options{}, cfg, nil)
+	b.Schedule(t, "acme", 150, b.clk.Now().Add(-time.Minute), nil)
+	if res := b.run(t); res.Leased != 150 || res.HeldBack != "" {
+		t.Errorf("run: %+v, want all 150 leased and nothing held back", res)
+	}
+}
+
 func TestPacedCapBoundsTheRun(t *testing.T) {
 	cfg := testConfig
 	cfg.ProviderRate, _ = pace.ParseRate("30/m")
