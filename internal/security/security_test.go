@@ -45,7 +45,8 @@ func setup(t *testing.T) fixture {
 	t.Helper()
 	st := stacktest.New(t, stacktest.Options{})
 	cfg := sweeper.Config{CronSecret: cronSecret, APIToken: serviceToken, SweepBatch: 500, SweepBudget: 30 * time.Second,
-		PublishAhead: time.Minute, RequeueAfter: 10 * time.Minute, IdempotencyPrefix: "owed-", DBMaxConns: 4,
+		PublishAhead: time.Minute, RequeueAfter: 10 * time.Minute, SweepRequeueBatch: 500, SweepMaxOutstanding: 100000,
+		SweepInterval: time.Minute, IdempotencyPrefix: "owed-", DBMaxConns: 4,
 		Materialise: materialise.Config{Lookahead: 3 * time.Hour, DefaultLead: 10 * time.Minute},
 		Queue: backends.Config{Backend: backends.REST,
 			Rest: rest.Config{URL: st.QueueURL, Token: stacktest.QueueToken, Name: st.Queue.Name()}},
