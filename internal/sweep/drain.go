@@ -20,6 +20,8 @@ type drain struct {
 	room    int
 	cursor  ledger.Cursor
 	slowest time.Duration
+	// held is set once a slice was held back: the run leases no more.
+	held bool
 }
 
 // run leases slice after slice. The first slice of pending rows leaves room
@@ -91,6 +93,10 @@ func (d *drain) slice(ctx context.Context, kind ledger.Slice, limit int) (bool, 
 // hold ends the run's slices for reason, which the result reports only when
 // a row is still leasable: the last slice may have taken the last one.
 func (d *drain) hold(ctx context.Context, reason string) error {
+	if d.held {
+		return nil
+	}
+	d.held = true
 	left, err := d.s.ledger.Leasable(ctx, d.s.cfg.PublishAhead)
 	if err != nil {
 		return fmt.Errorf("check for leasable rows: %w", err)
