@@ -9,8 +9,10 @@
 # combined table. The end-to-end and provider-limited runs repeat on every
 # queue backend: rest (the emulator), jetstream (an embedded NATS server) and
 # sqs (owed-sqs-server from scripts/install-sqs.sh; skipped when it is not on
-# PATH; indicative only). BENCH_QUICK=1 runs smaller sizes (about 7 minutes
-# instead of about 25). Arguments go to bench/all, e.g. -only e2e,limited.
+# PATH; indicative only), and bench/burst plays a strict once-a-minute cron
+# over a 100,000-row burst. BENCH_QUICK=1 runs smaller sizes (about 9
+# minutes instead of about 30). Arguments go to bench/all, e.g. -only
+# e2e,limited or -only burst.
 # bench/immediate posts rows due now through the API and never calls the cron.
 set -euo pipefail
 cd "$(dirname "$0")/.."

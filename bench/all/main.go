@@ -4,8 +4,9 @@
 // environment of scripts/with-postgres.sh. The end-to-end and
 // provider-limited runs repeat on every queue backend (rest, jetstream, and
 // sqs when owed-sqs-server is installed), their rows named after it.
-// -quick picks sizes that finish in about seven minutes; -only runs some of
-// the programs.
+// -quick picks sizes that finish in about nine minutes; -only runs some of
+// the programs (bench/burst, a 100,000-row burst under a strict minute
+// cron, adds about five minutes to the full run).
 //
 //	scripts/bench.sh            # or: make bench, BENCH_QUICK=1 make bench
 //	BENCH_QUICK=1 scripts/bench.sh -only e2e,limited
@@ -32,7 +33,7 @@ import (
 
 func main() {
 	dir := flag.String("dir", "", "folder holding the built benchmark programs and bin/sweeper, bin/worker")
-	quick := flag.Bool("quick", false, "smaller sizes, about seven minutes")
+	quick := flag.Bool("quick", false, "smaller sizes, about nine minutes")
 	only := flag.String("only", "", "comma-separated programs to run (e2e,limited,…; deliver is BenchmarkDeliver); empty runs all")
 	flag.Parse()
 	want := func(name string) bool { return *only == "" || slices.Contains(strings.Split(*only, ","), name) }
@@ -42,14 +43,14 @@ func main() {
 		{"queue", "-runs=3"},
 		{"pace"},
 	}
-	after := [][]string{{"lag", bin}, {"recovery", bin, "-runs=3"}}
+	after := [][]string{{"lag", bin}, {"recovery", bin, "-runs=3"}, {"burst", bin}}
 	if *quick {
 		steps = [][]string{
 			{"sweep", "-runs=5", "-sizes=10000,100000", "-naive-max=100000"},
 			{"queue", "-runs=1", "-messages=5000"},
 			{"pace", "-duration=10s"},
 		}
-		after = [][]string{{"lag", bin, "-rows=500", "-window=1m"}, {"recovery", bin, "-runs=1"}}
+		after = [][]string{{"lag", bin, "-rows=500", "-window=1m"}, {"recovery", bin, "-runs=1"}, {"burst", bin, "-rows=20000"}}
 	}
 	steps = append(append(steps, perQueue(bin, *quick)...), after...)
 	steps = append(steps, []string{"immediate", bin})

@@ -6,10 +6,11 @@
 // transaction scoped to its tenant by tenant.Enter, except exactly these
 // cross-tenant statements, scoped by tenant.EnterAllTenants instead:
 //
-//   - Lease, ExpireOverdue, MarkQueued and ReleaseLeased: the sweeper's claim
-//     over every tenant's owed rows and its bookkeeping of that claim
-//     (ExplainLease runs the same claim under EXPLAIN and rolls it back);
-//   - Backlog, OldestOwedAge, Leasable, GetAny and Stats: operator
+//   - Survey, Lease, ExpireOverdue, MarkQueued and ReleaseLeased: the
+//     sweeper's look at what is owed and held, its claim over every tenant's
+//     owed rows and its bookkeeping of that claim (ExplainLease runs the
+//     same claim under EXPLAIN and rolls it back);
+//   - Backlog, Leasable, GetAny and Stats: operator
 //     aggregates and look-ups, and RedriveAny, the operator's redrive of
 //     failed rows named by their dead letters.
 //

@@ -216,20 +216,6 @@ func (l *Ledger) Stats(ctx context.Context, since time.Time) (Stats, error) {
 
 func secondsToDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// OldestOwedAge is how long the oldest unsettled, already due row has been
-// owed, across every tenant; zero when nothing due is owed.
-func (l *Ledger) OldestOwedAge(ctx context.Context) (time.Duration, error) {
-	var oldest sql.NullTime
-	var now time.Time
-	err := l.withAllTenants(ctx, func(tx *txn) error {
-		return tx.QueryRow(qOldestOwed, l.now()).Scan(&oldest, &now)
-	})
-	if err != nil || !oldest.Valid {
-		return 0, err
-	}
-	return now.Sub(oldest.Time), nil
-}
-
 // Leasable reports whether any row is owed and free to lease within ahead:
 // when a sweep leased nothing but this is true, the claim is broken (the
 // silent zero), not idle.

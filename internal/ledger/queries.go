@@ -87,14 +87,15 @@ UPDATE owed_notifications n
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($4::timestamptz, now())` + subjectOpenRows
 
-	// qLease is the sweeper's claim, in one statement: the inner select is
-	// exactly the partial index owed_notifications_owed_due plus the lease test,
-	// SKIP LOCKED lets a concurrent sweep step over rows this one holds
-	// instead of queueing behind them, and the LIMIT bounds the run. There is
-	// no lower bound on due_at: after a pause, the oldest owed rows go first.
-	// RETURNING shows published_at before this statement (it is not set
-	// here), which tells a republish from a first publish. $2 is the lease
-	// and $3 the publish-ahead window, in seconds from now.
+	// qLease is the sweeper's claim of every owed row, in one statement: the
+	// inner select reads the partial index owed_notifications_owed_due
+	// ((due_at, id) of unsettled rows) plus the lease test, SKIP LOCKED lets
+	// a concurrent sweep step over rows this one holds instead of queueing
+	// behind them, and the LIMIT bounds the slice. There is no lower bound
+	// on due_at: after a pause, the oldest owed rows go first. RETURNING
+	// shows published_at before this statement (it is not set here), which
+	// tells a republish from a first publish. $2 is the lease and $3 the
+	// publish-ahead window, in seconds from now.
 	//
 	// A row published before (queued or sending with its lease run out: its
 	// message was lost, acked or dead-lettered, or its worker died) is
@@ -103,21 +104,40 @@ UPDATE owed_notifications n
 	// published (the sweep died between the publish and the mark) keeps its
 	// generation: its message is probably in the queue already, and the
 	// same key lets a deduplicating queue absorb the repeat.
-	qLease = `
+	//
+	// A sweep run leases in two kinds of slice, so requeues never starve new
+	// rows: qLeasePending takes pending rows after a (due_at, id) cursor
+	// ($5, $6), which the index reads as a range, so a run's next slice
+	// starts where its last one ended instead of stepping again over the
+	// rows it already leased; qLeaseRequeue takes rows whose lease ran out.
+	qLease        = leaseHead + leaseFree + leaseTail
+	qLeasePending = leaseHead + `
+           AND state = 'pending' AND (due_at, id) > ($5::timestamptz, $6::bigint)` + leaseTail
+	qLeaseRequeue = leaseHead + `
+           AND state <> 'pending' AND lease_until <= coalesce($1::timestamptz, now())` + leaseTail
+
+	leaseHead = `
 UPDATE owed_notifications n
    SET state = 'leased', lease_until = coalesce($1::timestamptz, now()) + make_interval(secs => $2),
        queue_generation = n.queue_generation + CASE WHEN n.published_at IS NULL THEN 0 ELSE 1 END,
        updated_at = coalesce($1::timestamptz, now())
   FROM (SELECT id FROM owed_notifications
-         WHERE settled_at IS NULL
-           AND due_at <= coalesce($1::timestamptz, now()) + make_interval(secs => $3)
-           AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))
-           AND (state = 'pending' OR lease_until <= coalesce($1::timestamptz, now()))
-         ORDER BY due_at
+         WHERE ` + owedByHorizon
+	leaseTail = `
+         ORDER BY due_at, id
          LIMIT $4
          FOR UPDATE SKIP LOCKED) owed
  WHERE n.id = owed.id
 RETURNING n.id, n.tenant_id, n.due_at, n.published_at IS NOT NULL, n.queue_generation`
+
+	// owedByHorizon is an unsettled, unexpired row due by the publish-ahead
+	// horizon ($1 now, $3 the window in seconds); leaseFree adds that no
+	// live lease holds it.
+	owedByHorizon = `settled_at IS NULL
+           AND due_at <= coalesce($1::timestamptz, now()) + make_interval(secs => $3)
+           AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))`
+	leaseFree = `
+           AND (state = 'pending' OR lease_until <= coalesce($1::timestamptz, now()))`
 
 	// qExpireOverdue settles rows whose expiry passed before they were sent.
 	// A row a live worker is sending is skipped: that worker checked the
@@ -387,12 +407,6 @@ SELECT (SELECT count(*) FROM (SELECT notification_id FROM owed_notification_atte
 )
 
 const (
-	// qOldestOwed is the due time of the oldest unsettled row already due
-	// (one step down the partial index), and the instant it was asked at.
-	qOldestOwed = `
-SELECT min(due_at), coalesce($1::timestamptz, now())
-  FROM owed_notifications WHERE settled_at IS NULL AND due_at <= coalesce($1::timestamptz, now())`
-
 	// qLeasableExists tells whether a lease could have returned something:
 	// the check behind "a sweep that leased nothing while rows are owed".
 	qLeasableExists = `
@@ -401,4 +415,27 @@ SELECT EXISTS (SELECT 1 FROM owed_notifications
                   AND due_at <= coalesce($1::timestamptz, now()) + make_interval(secs => $2)
                   AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))
                   AND (state = 'pending' OR lease_until <= coalesce($1::timestamptz, now())))`
+
+	// qSurvey is what a sweep run looks at before it leases, in one
+	// statement ($1 now, $3 the publish-ahead window in seconds, $2 how far
+	// to count): the rows a live lease holds (leased, queued or sending,
+	// due by the horizon, which every leased row was), counted up to $2 so
+	// the count costs at most the backpressure cap; whether pending rows
+	// and rows whose lease ran out wait (the first index entry of each);
+	// and the due time of the oldest unsettled row already due (one step
+	// down the partial index), with the instant it was asked at. Every part
+	// reads owed_notifications_owed_due from its start, so an idle survey
+	// costs what is owed by the horizon, not what the ledger holds.
+	qSurvey = `
+SELECT (SELECT count(*) FROM (SELECT FROM owed_notifications
+                               WHERE settled_at IS NULL
+                                 AND due_at <= coalesce($1::timestamptz, now()) + make_interval(secs => $3)
+                                 AND state <> 'pending' AND lease_until > coalesce($1::timestamptz, now())
+                               LIMIT $2) held),
+       EXISTS (SELECT FROM owed_notifications WHERE ` + owedByHorizon + ` AND state = 'pending'),
+       EXISTS (SELECT FROM owed_notifications WHERE ` + owedByHorizon + `
+                  AND state <> 'pending' AND lease_until <= coalesce($1::timestamptz, now())),
+       (SELECT min(due_at) FROM owed_notifications
+         WHERE settled_at IS NULL AND due_at <= coalesce($1::timestamptz, now())),
+       coalesce($1::timestamptz, now())`
 )

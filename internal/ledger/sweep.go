@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -26,7 +27,29 @@ type Leased struct {
 	QueueGeneration int
 }
 
-// LeaseParams bound one sweep's claim.
+// Slice says which owed rows one Lease takes.
+type Slice int
+
+const (
+	// SliceOwed takes every owed row: pending, or its lease ran out.
+	SliceOwed Slice = iota
+	// SlicePending takes pending rows only (never published, handed back,
+	// rescheduled or redriven), after LeaseParams.After.
+	SlicePending
+	// SliceRequeue takes only rows whose lease ran out (leased, queued or
+	// sending): a sweep that died before its mark, a lost message, a worker
+	// that died. A run gives them a slice of their own so they never
+	// starve pending rows.
+	SliceRequeue
+)
+
+// Cursor is a place in the lease's order, oldest due first and then by id.
+type Cursor struct {
+	DueAt time.Time
+	ID    int64
+}
+
+// LeaseParams bound one slice of a sweep.
 type LeaseParams struct {
 	// Limit caps the rows leased (OWED_SWEEP_BATCH).
 	Limit int
@@ -36,6 +59,12 @@ type LeaseParams struct {
 	// For is how long the sweeper holds the rows before another sweep may
 	// take them (a crashed sweeper heals when it runs out).
 	For time.Duration
+	// Slice picks the rows; the zero value is SliceOwed.
+	Slice Slice
+	// After, for SlicePending, takes only rows after it in the lease's
+	// order: a run passes the last row of its previous slice. The zero
+	// Cursor starts at the oldest.
+	After Cursor
 }
 
 func (p LeaseParams) validate() error {
@@ -46,22 +75,38 @@ func (p LeaseParams) validate() error {
 		return fmt.Errorf("ledger: lease duration must be above zero, got %s", p.For)
 	case p.Ahead < 0:
 		return fmt.Errorf("ledger: publish-ahead window must not be negative, got %s", p.Ahead)
+	case p.Slice < SliceOwed || p.Slice > SliceRequeue:
+		return fmt.Errorf("ledger: unknown lease slice %d", p.Slice)
 	}
 	return nil
 }
 
-// Lease claims up to p.Limit owed rows across every tenant, oldest due
-// first, in one statement: rows that are pending, or whose lease (leased,
-// queued or sending) ran out. Rows past their expiry are never returned.
-// Concurrent calls never return the same row. A row published before gets
-// its next queue generation here (see qLease).
+// statement returns the lease statement of p's slice and its arguments.
+func (p LeaseParams) statement(now any) (string, []any) {
+	args := []any{now, seconds(p.For), seconds(p.Ahead), p.Limit}
+	switch p.Slice {
+	case SlicePending:
+		return qLeasePending, append(args, p.After.DueAt, p.After.ID)
+	case SliceRequeue:
+		return qLeaseRequeue, args
+	}
+	return qLease, args
+}
+
+// Lease claims up to p.Limit owed rows of p.Slice across every tenant,
+// oldest due first, in one statement: rows that are pending, or whose lease
+// (leased, queued or sending) ran out. Rows past their expiry are never
+// returned. Concurrent calls never return the same row. A row published
+// before gets its next queue generation here (see qLease). The rows come
+// back in the lease's order, so the last one is the next slice's Cursor.
 func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
+	query, args := p.statement(l.now())
 	var out []Leased
 	err := l.withAllTenants(ctx, func(tx *txn) error {
-		rows, err := tx.Query(qLease, l.now(), seconds(p.For), seconds(p.Ahead), p.Limit)
+		rows, err := tx.Query(query, args...)
 		if err != nil {
 			return err
 		}
@@ -87,6 +132,43 @@ func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
 		return out[i].ID < out[j].ID
 	})
 	return out, nil
+}
+
+// Survey is what a sweep run sees before it leases.
+type Survey struct {
+	// Outstanding counts the rows a live lease holds (leased, queued or
+	// sending), up to the limit Survey was given.
+	Outstanding int
+	// Pending and Requeues say whether a pending row, and a row whose lease
+	// ran out, is owed by the publish-ahead horizon.
+	Pending, Requeues bool
+	// OldestOwedAge is how long the oldest unsettled, already due row has
+	// been owed; zero when nothing due is owed.
+	OldestOwedAge time.Duration
+}
+
+// Survey reads, in one statement across every tenant, the work outstanding
+// (counted up to countUpTo, so the count never costs more than the
+// backpressure cap), whether anything waits to be leased within ahead, and
+// the oldest owed age (see qSurvey).
+func (l *Ledger) Survey(ctx context.Context, ahead time.Duration, countUpTo int) (Survey, error) {
+	if countUpTo <= 0 {
+		return Survey{}, fmt.Errorf("ledger: survey count limit must be above zero, got %d", countUpTo)
+	}
+	var s Survey
+	var oldest sql.NullTime
+	var now time.Time
+	err := l.withAllTenants(ctx, func(tx *txn) error {
+		return tx.QueryRow(qSurvey, l.now(), countUpTo, seconds(ahead)).
+			Scan(&s.Outstanding, &s.Pending, &s.Requeues, &oldest, &now)
+	})
+	if err != nil {
+		return Survey{}, err
+	}
+	if oldest.Valid {
+		s.OldestOwedAge = now.Sub(oldest.Time)
+	}
+	return s, nil
 }
 
 // ExpireOverdue settles up to limit owed rows whose expires_at has passed as
@@ -149,8 +231,8 @@ func (l *Ledger) ExplainLease(ctx context.Context, p LeaseParams) (plan string, 
 	if err := tenant.EnterAllTenants(ctx, tx); err != nil {
 		return "", 0, err
 	}
-	rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+qLease,
-		l.now(), seconds(p.For), seconds(p.Ahead), p.Limit)
+	query, args := p.statement(l.now())
+	rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+query, args...)
 	if err != nil {
 		return "", 0, err
 	}

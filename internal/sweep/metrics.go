@@ -11,6 +11,8 @@ import (
 type Metrics struct {
 	runs        *prometheus.CounterVec
 	rows        *prometheus.CounterVec
+	slices      prometheus.Counter
+	heldBack    *prometheus.CounterVec
 	duration    prometheus.Histogram
 	lastSuccess prometheus.Gauge
 }
@@ -24,8 +26,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "owed_sweep_rows_total",
-			Help: "Ledger rows handled by sweeps, by what happened: leased, published, republished, expired, released.",
+			Help: "Ledger rows handled by sweeps, by what happened: leased, requeued (leased because their lease ran out), published, republished, expired, released.",
 		}, []string{"result"}),
+		slices: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "owed_sweep_slices_total",
+			Help: "Lease statements of sweep runs that leased rows (each at most OWED_SWEEP_BATCH).",
+		}),
+		heldBack: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "owed_sweep_held_back_total",
+			Help: "Sweep runs that stopped with rows still leasable, by reason: backpressure (the work outstanding reached the cap), budget (too little of OWED_SWEEP_BUDGET left).",
+		}, []string{"reason"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "owed_sweep_duration_seconds",
 			Help:    "Wall time of one sweep run.",
@@ -39,10 +49,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range []string{"ok", "incomplete", "stalled"} {
 		m.runs.WithLabelValues(o)
 	}
-	for _, r := range []string{"leased", "published", "republished", "expired", "released"} {
+	for _, r := range []string{"leased", "requeued", "published", "republished", "expired", "released"} {
 		m.rows.WithLabelValues(r)
 	}
-	reg.MustRegister(m.runs, m.rows, m.duration, m.lastSuccess)
+	for _, r := range []string{HeldBackpressure, HeldBudget} {
+		m.heldBack.WithLabelValues(r)
+	}
+	reg.MustRegister(m.runs, m.rows, m.slices, m.heldBack, m.duration, m.lastSuccess)
 	return m
 }
 
@@ -58,9 +71,14 @@ func (m *Metrics) Observe(r Result, now time.Time) {
 		m.lastSuccess.Set(float64(now.Unix()))
 	}
 	m.rows.WithLabelValues("leased").Add(float64(r.Leased))
+	m.rows.WithLabelValues("requeued").Add(float64(r.Requeued))
 	m.rows.WithLabelValues("published").Add(float64(r.Published))
 	m.rows.WithLabelValues("republished").Add(float64(r.Republished))
 	m.rows.WithLabelValues("expired").Add(float64(r.Expired))
 	m.rows.WithLabelValues("released").Add(float64(r.Released))
+	m.slices.Add(float64(r.Slices))
+	if r.HeldBack != "" {
+		m.heldBack.WithLabelValues(r.HeldBack).Inc()
+	}
 	m.duration.Observe(float64(r.DurationMS) / 1000)
 }

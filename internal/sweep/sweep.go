@@ -1,34 +1,53 @@
-// Package sweep is one run of the minute sweep: settle what expired, lease a
-// bounded oldest-first slice of what is owed, publish one queue message per
-// row, and mark the rows queued; and the counters of those runs (Metrics).
-// It never marks a row queued that the queue did not accept, and never
-// publishes a row past its expiry. The service that calls it (the cron
-// endpoint, the configuration, the scrape-time backlog and queue gauges) is
-// package sweeper.
+// Package sweep is one run of the minute sweep: settle what expired, then
+// lease bounded oldest-first slices of what is owed, publish one queue
+// message per row, and mark the rows queued, slice after slice, until
+// nothing leasable is left, the run's time budget is near, or the work
+// outstanding reaches what the workers can send before the next sweep
+// (backpressure); and the counters of those runs (Metrics). Rows whose lease
+// ran out get a capped slice of their own each run, so they never starve
+// rows falling due. It never marks a row queued that the queue did not
+// accept, never publishes a row past its expiry, and hands back every row it
+// leased and did not publish. Runs may overlap (the cron, a fast path): SKIP
+// LOCKED keeps them off each other's rows. The service that calls it (the
+// cron endpoint, the configuration, the scrape-time backlog and queue
+// gauges) is package sweeper.
 package sweep
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/clock"
-	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
 )
 
-// Defaults for Config; the sweeper's configuration applies them.
+// Defaults for Config; the sweeper's configuration applies them, and New
+// applies those of RequeueBatch, MaxOutstanding and Interval to a library
+// caller's zero settings.
 const (
 	BatchDefault        = 500
 	BudgetDefault       = 50 * time.Second
 	PublishAheadDefault = 60 * time.Second
 	RequeueAfterDefault = 10 * time.Minute
 	KeyPrefixDefault    = "owed-"
+	// RequeueBatchDefault caps the rows whose lease ran out that one run
+	// leases: as many as one slice of new rows.
+	RequeueBatchDefault = BatchDefault
+	// MaxOutstandingDefault caps the rows held by a live lease (leased,
+	// queued, sending) when the provider is not paced: workers that send
+	// about 830 a second drain it in the two minutes the paced cap also
+	// looks ahead (the cron interval plus the publish-ahead window).
+	MaxOutstandingDefault = 100000
+	// IntervalDefault is how often the cron calls the sweep.
+	IntervalDefault = time.Minute
 	// leaseMargin is added to the budget for the sweeper's own lease, so a
 	// run that is still inside its budget never loses its rows to another.
 	leaseMargin = 10 * time.Second
@@ -40,9 +59,10 @@ const (
 
 // Config shapes every run.
 type Config struct {
-	// Batch caps the rows leased by one run (OWED_SWEEP_BATCH).
+	// Batch caps the rows leased by one slice (OWED_SWEEP_BATCH).
 	Batch int
-	// Budget is a run's time budget (OWED_SWEEP_BUDGET).
+	// Budget is a run's time budget (OWED_SWEEP_BUDGET): no slice starts
+	// when less than twice the slowest slice so far is left of it.
 	Budget time.Duration
 	// PublishAhead leases rows falling due within this window and publishes
 	// them with a delay (OWED_PUBLISH_AHEAD).
@@ -50,6 +70,19 @@ type Config struct {
 	// RequeueAfter republishes a queued row still unsettled this long after
 	// its due time (OWED_REQUEUE_AFTER).
 	RequeueAfter time.Duration
+	// RequeueBatch caps the rows whose lease ran out that one run leases
+	// (OWED_SWEEP_REQUEUE_BATCH); zero is RequeueBatchDefault.
+	RequeueBatch int
+	// MaxOutstanding caps the rows a live lease holds, above which a run
+	// leases nothing more (OWED_SWEEP_MAX_OUTSTANDING); zero is
+	// MaxOutstandingDefault. See OutstandingCap.
+	MaxOutstanding int
+	// Interval is how often the cron calls the sweep (OWED_SWEEP_INTERVAL);
+	// zero is IntervalDefault.
+	Interval time.Duration
+	// ProviderRate is the workers' pace (OWED_PROVIDER_RATE); the zero Rate
+	// is unpaced.
+	ProviderRate pace.Rate
 	// KeyPrefix starts every idempotency key (OWED_IDEMPOTENCY_PREFIX).
 	KeyPrefix string
 	// Clock tells the time the publish delays count from; nil is
@@ -58,8 +91,25 @@ type Config struct {
 	Clock clock.Clock
 }
 
-// Validate names the first unusable setting.
+// withDefaults fills the zero settings New defaults.
+func (c Config) withDefaults() Config {
+	if c.RequeueBatch == 0 {
+		c.RequeueBatch = RequeueBatchDefault
+	}
+	if c.MaxOutstanding == 0 {
+		c.MaxOutstanding = MaxOutstandingDefault
+	}
+	if c.Interval == 0 {
+		c.Interval = IntervalDefault
+	}
+	return c
+}
+
+// Validate names the first unusable setting. New applies the defaults of
+// the settings that have them first; Validate alone takes none, so a
+// variable set to zero fails here.
 func (c Config) Validate() error {
+	r := c.ProviderRate
 	switch {
 	case c.Batch <= 0:
 		return fmt.Errorf("OWED_SWEEP_BATCH=%d must be above zero", c.Batch)
@@ -69,6 +119,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_PUBLISH_AHEAD=%s must be 0 to %s, the longest delay every queue backend takes", c.PublishAhead, queue.MaxDelay)
 	case c.RequeueAfter <= 0:
 		return fmt.Errorf("OWED_REQUEUE_AFTER=%s must be above zero", c.RequeueAfter)
+	case c.RequeueBatch <= 0:
+		return fmt.Errorf("OWED_SWEEP_REQUEUE_BATCH=%d must be above zero", c.RequeueBatch)
+	case c.MaxOutstanding <= 0:
+		return fmt.Errorf("OWED_SWEEP_MAX_OUTSTANDING=%d must be above zero", c.MaxOutstanding)
+	case c.Interval <= 0:
+		return fmt.Errorf("OWED_SWEEP_INTERVAL=%s must be above zero: how often the cron calls /cron/sweep", c.Interval)
+	case r.Count < 0 || (r.Count > 0) != (r.Per > 0):
+		return fmt.Errorf("OWED_PROVIDER_RATE=%+v is not a rate: read it with pace.ParseRate", r)
 	// The key is a webhook's webhook-id, and the signature covers
 	// "id.timestamp.body": a '.' in the id would blur where it ends.
 	case c.KeyPrefix == "" || len(c.KeyPrefix) > 64 || strings.Contains(c.KeyPrefix, "."):
@@ -77,22 +135,60 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// OutstandingCap is the backpressure cap: the rows a live lease may hold
+// (leased, queued or sending) before a run leases no more. Paced, it is what
+// the workers can send before the next sweep, the rate times the cron
+// interval plus the publish-ahead window (whose rows are published a window
+// early), and at most MaxOutstanding; unpaced, MaxOutstanding. The pace is
+// the one OWED_PROVIDER_RATE gives every account, so the cap counts one
+// account's sends.
+func (c Config) OutstandingCap() int {
+	c = c.withDefaults()
+	r := c.ProviderRate
+	if r.IsUnlimited() {
+		return c.MaxOutstanding
+	}
+	sends := math.Ceil(float64(r.Count) * (c.Interval + c.PublishAhead).Seconds() / r.Per.Seconds())
+	return int(max(1, min(sends, float64(c.MaxOutstanding))))
+}
+
 // Publisher is the part of queue.Queue a sweep uses.
 type Publisher interface {
 	Publish(ctx context.Context, msgs []queue.Message) ([]queue.PublishResult, error)
 }
 
+// Why a run stopped with rows still leasable (Result.HeldBack).
+const (
+	// HeldBackpressure: the work outstanding reached OutstandingCap.
+	HeldBackpressure = "backpressure"
+	// HeldBudget: too little of the budget was left for another slice.
+	HeldBudget = "budget"
+)
+
 // Result counts what one run did. Complete is false when the run could not
-// finish: the queue refused, or the budget ran out with leased rows left.
+// finish: the queue refused, or the budget ran out while a slice was being
+// published. A run that stops early on purpose (HeldBack) is complete.
 type Result struct {
-	Leased      int `json:"leased"`
+	// Slices counts the lease statements that leased rows.
+	Slices int `json:"slices"`
+	Leased int `json:"leased"`
+	// Requeued counts the rows leased because their lease ran out (the
+	// run's requeue slice).
+	Requeued    int `json:"requeued"`
 	Published   int `json:"published"`
 	Republished int `json:"republished"`
 	// Deduplicated counts messages the queue recognised by their key; only
 	// a backend that deduplicates (rest, jetstream) reports any.
-	Deduplicated   int     `json:"deduplicated"`
-	Expired        int64   `json:"expired"`
-	Released       int     `json:"released"`
+	Deduplicated int   `json:"deduplicated"`
+	Expired      int64 `json:"expired"`
+	Released     int   `json:"released"`
+	// Outstanding is the rows a live lease held when the run began,
+	// counted up to MaxOutstanding, the run's backpressure cap.
+	Outstanding    int `json:"outstanding"`
+	MaxOutstanding int `json:"max_outstanding"`
+	// HeldBack says why the run stopped while rows were still leasable:
+	// HeldBackpressure or HeldBudget; empty when it leased all it found.
+	HeldBack       string  `json:"held_back,omitempty"`
 	DurationMS     int64   `json:"duration_ms"`
 	OldestOwedAgeS float64 `json:"oldest_owed_age_s"`
 	Complete       bool    `json:"complete"`
@@ -102,7 +198,7 @@ type Result struct {
 	Error   string `json:"error,omitempty"`
 }
 
-// Sweeper runs sweeps.
+// Sweeper runs sweeps. Its Run is safe to call concurrently.
 type Sweeper struct {
 	ledger *ledger.Ledger
 	queue  Publisher
@@ -116,6 +212,7 @@ type Sweeper struct {
 
 // New returns a Sweeper; cfg must be valid.
 func New(l *ledger.Ledger, q Publisher, cfg Config, log zerolog.Logger) (*Sweeper, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -144,124 +241,30 @@ func (s *Sweeper) Run(ctx context.Context) (res Result, err error) {
 		s.logRun(res, err)
 	}()
 
-	// Expiry first, bounded like the lease: a row past its expires_at is
+	// Expiry first, bounded like a slice: a row past its expires_at is
 	// settled, never published.
 	if res.Expired, err = s.ledger.ExpireOverdue(ctx, s.cfg.Batch); err != nil {
 		return res, fmt.Errorf("expire overdue rows: %w", err)
 	}
-	leased, err := s.ledger.Lease(ctx, ledger.LeaseParams{
-		Limit: s.cfg.Batch, Ahead: s.cfg.PublishAhead, For: s.cfg.Budget + leaseMargin,
-	})
+	limit := s.cfg.OutstandingCap()
+	sv, err := s.ledger.Survey(ctx, s.cfg.PublishAhead, limit)
 	if err != nil {
-		return res, fmt.Errorf("lease owed rows: %w", err)
+		return res, fmt.Errorf("survey owed rows: %w", err)
 	}
-	res.Leased = len(leased)
-	if len(leased) == 0 {
+	res.Outstanding, res.MaxOutstanding, res.OldestOwedAgeS = sv.Outstanding, limit, sv.OldestOwedAge.Seconds()
+	d := &drain{s: s, res: &res, start: start, room: limit - sv.Outstanding}
+	if err = d.run(ctx, sv); err != nil {
+		return res, err
+	}
+	if res.Leased == 0 && res.HeldBack == "" && (sv.Pending || sv.Requeues) {
+		// The survey saw rows to lease and the slices got none. A
+		// concurrent run may have taken them since; asked again, a claim
+		// that cannot see what is owed still finds rows, and is reported.
 		if res.Stalled, err = s.ledger.Leasable(ctx, s.cfg.PublishAhead); err != nil {
 			return res, fmt.Errorf("check for leasable rows: %w", err)
 		}
 	}
-
-	for i := 0; i < len(leased); i += publishChunk {
-		chunk := leased[i:min(i+publishChunk, len(leased))]
-		if time.Since(start) >= s.cfg.Budget {
-			err = errBudget
-		} else {
-			err = s.publish(ctx, chunk, &res)
-		}
-		if err != nil {
-			// Hand back what was not published so the next run takes it at
-			// once. A context that ran out still gets its release: it uses
-			// a fresh, short deadline.
-			rest := ids(leased[i:])
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			n, rerr := s.ledger.ReleaseLeased(rctx, rest)
-			rcancel()
-			res.Released += int(n)
-			if rerr != nil {
-				s.log.Warn().Err(rerr).Int("rows", len(rest)).Msg("release leased rows failed; they heal when their lease runs out")
-			}
-			break
-		}
-	}
-	if age, aerr := s.ledger.OldestOwedAge(context.WithoutCancel(ctx)); aerr == nil {
-		res.OldestOwedAgeS = age.Seconds()
-	}
-	return res, err
-}
-
-// publish sends one chunk and marks the accepted rows queued.
-func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Result) error {
-	now := s.clock.Now()
-	msgs := make([]queue.Message, len(chunk))
-	for i, r := range chunk {
-		key := ledger.IdempotencyKey(s.cfg.KeyPrefix, r.ID, r.DueAt)
-		body, err := envelope.Encode(envelope.Envelope{Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt, Key: key})
-		if err != nil {
-			return fmt.Errorf("encode row %d: %w", r.ID, err)
-		}
-		// The queue key adds the row's generation, so a deliberate
-		// republish is never deduplicated away; the provider's key is the row's.
-		msgs[i] = queue.Message{Key: ledger.QueueKey(s.cfg.KeyPrefix, r.ID, r.DueAt, r.QueueGeneration), Body: body}
-		// Queues count delays in whole seconds and round up; rounding down
-		// here instead lets the message surface up to a second early, and
-		// the worker waits out the rest (within its early tolerance), so the
-		// send lands at the due time rather than up to a second late. A row
-		// due beyond the longest delay surfaces early and the worker returns
-		// it until it is due.
-		if wait := r.DueAt.Sub(now).Truncate(time.Second); wait > 0 {
-			msgs[i].Delay = min(wait, queue.MaxDelay)
-		}
-	}
-	results, err := s.queue.Publish(ctx, msgs)
-	if err != nil {
-		return fmt.Errorf("publish: %w", err)
-	}
-	if len(results) != len(msgs) {
-		return fmt.Errorf("publish: queue answered %d results for %d messages", len(results), len(msgs))
-	}
-	var accepted, refused []int64
-	var firstRefusal string
-	for i, r := range results {
-		if r.Err != nil {
-			refused = append(refused, chunk[i].ID)
-			if firstRefusal == "" {
-				firstRefusal = r.Err.Error()
-			}
-			continue
-		}
-		accepted = append(accepted, chunk[i].ID)
-		res.Published++
-		if chunk[i].Republish {
-			res.Republished++
-		}
-		if r.Deduplicated {
-			res.Deduplicated++
-		}
-	}
-	if s.afterPublish != nil {
-		if err := s.afterPublish(accepted); err != nil {
-			return err
-		}
-	}
-	// The mark must outlive a cancelled run: the queue already holds these
-	// messages, and a lost mark costs a republish (a second message,
-	// absorbed by the worker's claim, or by the key where the queue
-	// deduplicates).
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if _, err := s.ledger.MarkQueued(mctx, accepted, s.cfg.RequeueAfter); err != nil {
-		return fmt.Errorf("mark %d rows queued: %w", len(accepted), err)
-	}
-	if len(refused) > 0 {
-		n, err := s.ledger.ReleaseLeased(mctx, refused)
-		res.Released += int(n)
-		if err != nil {
-			return fmt.Errorf("release %d refused rows: %w", len(refused), err)
-		}
-		return fmt.Errorf("queue refused %d of %d messages: %s", len(refused), len(msgs), firstRefusal)
-	}
-	return nil
+	return res, nil
 }
 
 func (s *Sweeper) logRun(res Result, err error) {
@@ -272,8 +275,10 @@ func (s *Sweeper) logRun(res Result, err error) {
 	case err != nil:
 		ev = s.log.Error().Err(err)
 	}
-	ev.Int("leased", res.Leased).Int("published", res.Published).Int("republished", res.Republished).
-		Int("deduplicated", res.Deduplicated).Int64("expired", res.Expired).Int("released", res.Released).
+	ev.Int("slices", res.Slices).Int("leased", res.Leased).Int("requeued", res.Requeued).
+		Int("published", res.Published).Int("republished", res.Republished).Int("deduplicated", res.Deduplicated).
+		Int64("expired", res.Expired).Int("released", res.Released).
+		Int("outstanding", res.Outstanding).Int("max_outstanding", res.MaxOutstanding).Str("held_back", res.HeldBack).
 		Int64("duration_ms", res.DurationMS).Float64("oldest_owed_age_s", res.OldestOwedAgeS).
 		Bool("complete", err == nil).Msg("sweep")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue/emulator"
 	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/stacktest"
@@ -27,17 +28,28 @@ type bundle struct {
 }
 
 var testConfig = Config{Batch: 100, Budget: 30 * time.Second, PublishAhead: time.Minute,
-	RequeueAfter: 10 * time.Minute, KeyPrefix: "owed-"}
+	RequeueAfter: 10 * time.Minute, RequeueBatch: 50, MaxOutstanding: 100000, Interval: time.Minute,
+	KeyPrefix: "owed-"}
 
 func setup(t *testing.T, o stacktest.Options) *bundle {
+	t.Helper()
+	return setupWith(t, o, testConfig, nil)
+}
+
+// setupWith is setup with a sweep configuration of the test's own and,
+// when wrap is not nil, the queue the sweeper publishes to wrapped by it.
+func setupWith(t *testing.T, o stacktest.Options, cfg Config, wrap func(Publisher) Publisher) *bundle {
 	t.Helper()
 	t.Parallel()
 	s := stacktest.New(t, o)
 	b := &bundle{Stack: s, clk: clock.NewStub(time.Now().Truncate(time.Second))}
 	s.Ledger = ledger.New(s.DB.App, b.clk)
-	cfg := testConfig
 	cfg.Clock = b.clk
-	sw, err := New(s.Ledger, s.Queue, cfg, zerolog.Nop())
+	var q Publisher = s.Queue
+	if wrap != nil {
+		q = wrap(q)
+	}
+	sw, err := New(s.Ledger, q, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,40 +91,39 @@ func (b *bundle) consumeAll(t *testing.T) []envelope.Envelope {
 func TestMissedHourIsRecoveredOldestFirstInBoundedSlices(t *testing.T) {
 	b := setup(t, stacktest.Options{})
 	// An hour of rows fell due while no sweep ran: 250 rows over 60 minutes.
-	b.Schedule(t, "acme", 250, b.clk.Now(), func(i int, r *ledger.NewNotification) {
-		r.DueAt = b.clk.Now().Add(-time.Hour).Add(time.Duration(i) * 14 * time.Second)
+	start := b.clk.Now().Add(-time.Hour)
+	rows := b.Schedule(t, "acme", 250, b.clk.Now(), func(i int, r *ledger.NewNotification) {
+		r.DueAt = start.Add(time.Duration(i) * 14 * time.Second)
 	})
-	var runs []Result
-	for {
-		res := b.run(t)
-		if res.Leased == 0 {
-			break
-		}
-		if res.Leased > testConfig.Batch {
-			t.Fatalf("a run leased %d, above the batch of %d", res.Leased, testConfig.Batch)
-		}
-		runs = append(runs, res)
+	due := map[int64]time.Time{}
+	for i, r := range rows {
+		due[r.ID] = start.Add(time.Duration(i) * 14 * time.Second)
 	}
-	if len(runs) != 3 || runs[0].Leased != 100 || runs[2].Leased != 50 {
-		t.Errorf("runs: %+v, want 100, 100, 50", runs)
+	var order []int64
+	b.sw.afterPublish = func(ids []int64) error { order = append(order, ids...); return nil }
+	// One run takes the whole backlog, in slices of at most the batch.
+	res := b.run(t)
+	if res.Leased != 250 || res.Published != 250 || res.Slices != 3 || res.HeldBack != "" {
+		t.Errorf("run: %+v, want 250 leased and published in 3 slices of at most %d", res, testConfig.Batch)
 	}
-	if runs[0].OldestOwedAgeS < 3000 {
-		t.Errorf("first run saw oldest owed age %.0fs, want about an hour", runs[0].OldestOwedAgeS)
+	if res.OldestOwedAgeS < 3000 {
+		t.Errorf("the run saw oldest owed age %.0fs, want about an hour", res.OldestOwedAgeS)
 	}
-	got := b.consumeAll(t)
-	if len(got) != 250 {
-		t.Fatalf("queue holds %d messages, want 250", len(got))
+	// Oldest first across the slices: every row is published after every
+	// row due before it.
+	if len(order) != 250 {
+		t.Fatalf("%d rows published, want 250", len(order))
 	}
-	// Oldest first: the first slice holds exactly the 100 oldest due times.
-	cut := b.clk.Now().Add(-time.Hour).Add(99 * 14 * time.Second)
-	first := map[int64]bool{}
-	for _, e := range got {
-		if !e.DueAt.After(cut) {
-			first[e.ID] = true
+	for i := 1; i < len(order); i++ {
+		if due[order[i]].Before(due[order[i-1]]) {
+			t.Fatalf("row %d (due %s) published after row %d (due %s)", order[i-1], due[order[i-1]], order[i], due[order[i]])
 		}
 	}
-	if len(first) != 100 {
-		t.Errorf("%d messages due at or before the 100th oldest, want 100", len(first))
+	if got := b.consumeAll(t); len(got) != 250 {
+		t.Errorf("queue holds %d messages, want 250", len(got))
+	}
+	if res := b.run(t); res.Leased != 0 || res.Slices != 0 || res.Outstanding != 250 {
+		t.Errorf("second run: %+v, want nothing leased and the 250 queued rows outstanding", res)
 	}
 }
 
@@ -286,6 +297,10 @@ func TestConfigValidateNamesTheVariable(t *testing.T) {
 		{func(c *Config) { c.Budget = 0 }, "OWED_SWEEP_BUDGET"},
 		{func(c *Config) { c.PublishAhead = -time.Second }, "OWED_PUBLISH_AHEAD"},
 		{func(c *Config) { c.RequeueAfter = 0 }, "OWED_REQUEUE_AFTER"},
+		{func(c *Config) { c.RequeueBatch = 0 }, "OWED_SWEEP_REQUEUE_BATCH"},
+		{func(c *Config) { c.MaxOutstanding = 0 }, "OWED_SWEEP_MAX_OUTSTANDING"},
+		{func(c *Config) { c.Interval = 0 }, "OWED_SWEEP_INTERVAL"},
+		{func(c *Config) { c.ProviderRate = pace.Rate{Count: 3} }, "OWED_PROVIDER_RATE"},
 		{func(c *Config) { c.KeyPrefix = "" }, "OWED_IDEMPOTENCY_PREFIX"},
 	} {
 		cfg := testConfig

@@ -6,6 +6,7 @@ import (
 
 	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/materialise"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweep"
@@ -32,11 +33,20 @@ type Config struct {
 	APIToken   string `envconfig:"API_TOKEN"`
 	DBMaxConns int    `envconfig:"DB_MAX_CONNS"`
 
-	SweepBatch        int           `envconfig:"SWEEP_BATCH"`
-	SweepBudget       time.Duration `envconfig:"SWEEP_BUDGET"`
+	SweepBatch          int           `envconfig:"SWEEP_BATCH"`
+	SweepBudget         time.Duration `envconfig:"SWEEP_BUDGET"`
+	SweepRequeueBatch   int           `envconfig:"SWEEP_REQUEUE_BATCH"`
+	SweepMaxOutstanding int           `envconfig:"SWEEP_MAX_OUTSTANDING"`
+	// SweepInterval is how often the hosted cron calls /cron/sweep; with
+	// ProviderRate it sets the backpressure cap (sweep.Config.OutstandingCap).
+	SweepInterval     time.Duration `envconfig:"SWEEP_INTERVAL"`
 	PublishAhead      time.Duration `envconfig:"PUBLISH_AHEAD"`
 	RequeueAfter      time.Duration `envconfig:"REQUEUE_AFTER"`
 	IdempotencyPrefix string        `envconfig:"IDEMPOTENCY_PREFIX"`
+	// ProviderRate is the workers' OWED_PROVIDER_RATE, read here too so a
+	// sweep publishes no more than the pace lets the workers send before
+	// the next one; empty or "unlimited" is unpaced.
+	ProviderRate pace.Rate `envconfig:"PROVIDER_RATE"`
 
 	NotifyConfig
 	Materialise materialise.Config `ignored:"true"`
@@ -48,9 +58,11 @@ type Config struct {
 // read from the environment.
 func Defaults() Config {
 	return Config{ListenAddr: ListenAddrDefault, LogLevel: service.LogLevelDefault, DBMaxConns: DBMaxConnsDefault,
-		SweepBatch: sweep.BatchDefault, SweepBudget: sweep.BudgetDefault, PublishAhead: sweep.PublishAheadDefault,
-		RequeueAfter: sweep.RequeueAfterDefault, IdempotencyPrefix: sweep.KeyPrefixDefault,
-		NotifyConfig: NotifyConfig{SweepOnNotify: SweepOnNotifyDefault}}
+		SweepBatch: sweep.BatchDefault, SweepBudget: sweep.BudgetDefault, SweepRequeueBatch: sweep.RequeueBatchDefault,
+		SweepMaxOutstanding: sweep.MaxOutstandingDefault, SweepInterval: sweep.IntervalDefault,
+		PublishAhead: sweep.PublishAheadDefault, RequeueAfter: sweep.RequeueAfterDefault,
+		IdempotencyPrefix: sweep.KeyPrefixDefault,
+		NotifyConfig:      NotifyConfig{SweepOnNotify: SweepOnNotifyDefault}}
 }
 
 // LoadConfig reads the environment over Defaults. Errors name the variable.
@@ -78,7 +90,8 @@ func (c Config) Basics() service.Basics {
 // Sweep returns the sweep settings.
 func (c Config) Sweep() sweep.Config {
 	return sweep.Config{Batch: c.SweepBatch, Budget: c.SweepBudget, PublishAhead: c.PublishAhead,
-		RequeueAfter: c.RequeueAfter, KeyPrefix: c.IdempotencyPrefix}
+		RequeueAfter: c.RequeueAfter, RequeueBatch: c.SweepRequeueBatch, MaxOutstanding: c.SweepMaxOutstanding,
+		Interval: c.SweepInterval, ProviderRate: c.ProviderRate, KeyPrefix: c.IdempotencyPrefix}
 }
 
 // Validate names the first unusable setting.

@@ -47,7 +47,8 @@ func newServer(t *testing.T, s *stacktest.Stack, change func(*Config)) *Server {
 func newServerOn(t *testing.T, s *stacktest.Stack, change func(*Config), clk clock.Clock) *Server {
 	t.Helper()
 	cfg := Config{CronSecret: secret, SweepBatch: 500, SweepBudget: 30 * time.Second, PublishAhead: time.Minute,
-		RequeueAfter: 10 * time.Minute, IdempotencyPrefix: "owed-", DBMaxConns: 4,
+		RequeueAfter: 10 * time.Minute, SweepRequeueBatch: 500, SweepMaxOutstanding: 100000, SweepInterval: time.Minute,
+		IdempotencyPrefix: "owed-", DBMaxConns: 4,
 		Materialise: materialise.Config{Lookahead: 3 * time.Hour, DefaultLead: 10 * time.Minute},
 		Queue: backends.Config{Backend: backends.REST,
 			Rest: rest.Config{URL: s.QueueURL, Token: stacktest.QueueToken, Name: s.Queue.Name()}},
@@ -99,19 +100,20 @@ func TestSweepReportsCounts(t *testing.T) {
 	s.Schedule(t, "acme", 7, time.Now().Add(-time.Minute), nil)
 	w := do(h, http.MethodPost, "/cron/sweep", "Bearer "+secret)
 	var res struct {
-		Leased, Published, Republished int
-		Expired                        int64
-		DurationMS                     int64   `json:"duration_ms"`
-		OldestOwedAgeS                 float64 `json:"oldest_owed_age_s"`
+		Leased, Published, Republished, Slices int
+		MaxOutstanding                         int `json:"max_outstanding"`
+		Expired                                int64
+		DurationMS                             int64   `json:"duration_ms"`
+		OldestOwedAgeS                         float64 `json:"oldest_owed_age_s"`
 	}
 	if err := json.Unmarshal(w.Body.Bytes(), &res); err != nil || w.Code != 200 {
 		t.Fatalf("sweep: %d %s (%v)", w.Code, w.Body, err)
 	}
-	if res.Leased != 7 || res.Published != 7 || res.OldestOwedAgeS < 50 {
+	if res.Leased != 7 || res.Published != 7 || res.Slices != 1 || res.MaxOutstanding != 100000 || res.OldestOwedAgeS < 50 {
 		t.Errorf("sweep body: %s", w.Body)
 	}
 	m := do(ops, http.MethodGet, "/metrics", "")
-	for _, want := range []string{`owed_sweep_runs_total{outcome="ok"} 1`, `owed_sweep_rows_total{result="published"} 7`,
+	for _, want := range []string{`owed_sweep_runs_total{outcome="ok"} 1`, `owed_sweep_rows_total{result="published"} 7`, "owed_sweep_slices_total 1",
 		`owed_backlog_rows{state="queued"} 7`, "owed_oldest_owed_age_seconds", "owed_queue_dead_letter_depth 0"} {
 		if !strings.Contains(m.Body.String(), want) {
 			t.Errorf("/metrics lacks %q", want)
