@@ -135,17 +135,6 @@ func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool
 	}
 	switch claim.Outcome {
 	case ledger.ClaimSettled:
-		if claim.Row.State == ledger.StateFailed {
-			// A failed row's message belongs in the dead letters. The worker
-			// that failed it settles first and dead-letters second, so one
-			// killed (or refused by the queue) in between leaves this copy
-			// as the only message: acking it would leave on-call nothing to
-			// see or redrive. A second dead letter for the row is harmless;
-			// a redrive reopens the row once.
-			w.deadLetter(ctx, msg, "row failed: "+claim.Row.LastError, "failed")
-			m.outcome("failed")
-			return nil, false
-		}
 		m.duplicatesAbsorbed.Inc()
 		m.outcome("absorbed_duplicate")
 		w.ack(msg.Receipt)

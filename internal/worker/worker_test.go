@@ -231,40 +231,6 @@ func TestDuplicateQueueDeliveryIsAbsorbed(t *testing.T) {
 	}
 }
 
-// A worker killed between settling a row failed and dead-lettering its
-// message leaves the message in the queue; the next worker to receive it
-// finds the row failed and dead-letters it, so on-call still sees the row.
-func TestCopyOfAFailedRowIsDeadLettered(t *testing.T) {
-	b := setup(t, stacktest.Options{})
-	due := time.Now().Add(-time.Second)
-	rows := b.Schedule(t, "acme", 1, due, nil)
-	b.sweepAll(t)
-	d, err := b.Ledger.Get(bg, "acme", rows[0].ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := b.Ledger.ClaimForSend(bg, "acme", rows[0].ID, ledger.ClaimParams{DueAt: d.DueAt, LeaseFor: time.Minute})
-	if err != nil || c.Outcome != ledger.ClaimSend {
-		t.Fatalf("claim: %v %v", c.Outcome, err)
-	}
-	if err := b.Ledger.SettleFailed(bg, c.Hold, "permanent: 422 invalid recipient", nil, false); err != nil {
-		t.Fatal(err)
-	}
-	b.start(t)
-	deadline := time.Now().Add(30 * time.Second)
-	q := b.queueStats(t)
-	for (q.DeadLetterDepth < 1 || q.Visible+q.InFlight+q.Delayed > 0) && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-		q = b.queueStats(t)
-	}
-	if q.DeadLetterDepth != 1 || q.Visible+q.InFlight+q.Delayed != 0 {
-		t.Errorf("queue %+v, want the failed row's message dead-lettered and nothing else left", q)
-	}
-	if st := b.sandboxStats(t); st.Accepted != 0 {
-		t.Errorf("sandbox accepted %d sends of a failed row, want 0", st.Accepted)
-	}
-}
-
 func TestExpiredRowIsNeverSent(t *testing.T) {
 	b := setup(t, stacktest.Options{})
 	now := time.Now()
