@@ -130,21 +130,29 @@ func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledge
 	// As in release: a claim that came with the possible-duplicate mark
 	// keeps it, so a redriven row's next send is recorded as one.
 	uncertain = uncertain || dl.possibleDuplicate
+	// The dead letter is written before the row is settled failed: a worker
+	// killed in between leaves the row sending, so its lease runs out and
+	// the row is tried again (and dead-lettered again), instead of a failed
+	// row whose message a later copy acks as a stray, leaving on-call
+	// nothing to see or redrive. A dead letter the queue refused is logged
+	// and the row still settles: the ledger has the failure either way.
+	dlErr := w.deadLetter(ctx, dl.msg, reason, "failed")
 	err := w.o.Ledger.SettleFailed(ctx, dl.hold, reason, a, uncertain)
 	if errors.Is(err, ledger.ErrClaimLost) {
-		// Never dead-letter on a superseded claim's behalf: the message may
-		// be the one the new holder is delivering.
+		// Another claim holds the row now; it settles the row its own way.
 		w.claimLost(dl, "the failed settle")
 		return
 	}
 	if err != nil {
-		dl.log.Warn().Err(err).Msg("could not settle the row failed; message returns later")
-		w.returnAfter(ctx, dl.msg, jitter(unavailableRetry), "ledger unavailable")
+		// The message is in the dead letters already; the row stays
+		// sending until its lease runs out and is then tried again.
+		dl.log.Warn().Err(err).Msg("could not settle the row failed; it is retried once its lease runs out")
 		return
 	}
 	w.o.Metrics.outcome("failed")
-	dl.log.Warn().Str("reason", reason).Msg("notification failed; message dead-lettered")
-	w.deadLetter(ctx, dl.msg, reason, "failed")
+	if dlErr == nil {
+		dl.log.Warn().Str("reason", reason).Msg("notification failed; message dead-lettered")
+	}
 }
 
 // retryOrFail records a transient failure: the row is retried with
@@ -224,13 +232,15 @@ func (w *Worker) returnAfter(ctx context.Context, msg queue.Delivery, delay time
 // deadLetter moves the message to the queue's dead letters with the reason
 // and acks the original: the row is settled failed, or the message is
 // poison.
-func (w *Worker) deadLetter(ctx context.Context, msg queue.Delivery, reason, kind string) {
+func (w *Worker) deadLetter(ctx context.Context, msg queue.Delivery, reason, kind string) error {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	w.o.Metrics.deadLettered.WithLabelValues(kind).Inc()
-	if err := w.o.Queue.DeadLetter(ctx, msg, reason); err != nil {
+	err := w.o.Queue.DeadLetter(ctx, msg, reason)
+	if err != nil {
 		w.o.Log.Warn().Err(err).Str("message_id", msg.ID).Msg("dead-letter failed; the message returns after its visibility timeout")
 	}
+	return err
 }
 
 // flushAcks acknowledges one batch of messages in one queue call.
