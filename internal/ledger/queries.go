@@ -46,7 +46,10 @@ SELECT id, state FROM owed_notifications
 
 	// subjectOpenRows picks the open rows of one subject ($1 tenant, $2
 	// kind, $3 ref_id; $4 is now) for qCancel and qReschedule. A row a
-	// worker is sending right now is left alone: its outcome is the truth.
+	// worker is sending right now is left alone here: its outcome is the
+	// truth, and the cancel or reschedule is recorded on it as an intent
+	// instead (qRecordCancel, qRecordReschedule in schedule.go), applied
+	// when the send ends (migrations/00013).
 	//
 	// The rows are locked in id order first, as every multi-row update a
 	// worker may race is (see qMarkQueued).
