@@ -85,7 +85,7 @@ const (
 // countB counts tenantB's rows of table as the transaction sees them.
 func countB(tx *sql.Tx, table string) (int, error) {
 	var n int
-	err := tx.QueryRow(`SELECT count(*) FROM `+table+` WHERE tenant_id = 'tenant-b'`).Scan(&n)
+	err := tx.QueryRow(`SELECT count(*) FROM ` + table + ` WHERE tenant_id = 'tenant-b'`).Scan(&n)
 	return n, err
 }
 
