@@ -141,7 +141,39 @@ CREATE POLICY owed_notifications_definer ON owed_notifications TO owed_definer U
 CREATE POLICY owed_notification_attempts_definer ON owed_notification_attempts TO owed_definer USING (true);
 CREATE POLICY owed_items_definer ON owed_items TO owed_definer USING (true);
 
+-- owed_definer_takes_functions hands every SECURITY DEFINER function of
+-- this schema not yet owed_definer's to it, after revoking EXECUTE from
+-- PUBLIC and granting it to owed_runtime for the functions named in
+-- p_runtime (any other is private to the definer's own functions).
+-- Migrations 00019 and 00020 call it after creating their functions.
+-- Changing an owner takes membership of the new owner and its CREATE on the
+-- schema, so the migrating role holds both for the call alone. It runs as
+-- its caller, and only the owner may call it.
+-- +goose StatementBegin
+CREATE PROCEDURE owed_definer_takes_functions(p_runtime text[])
+LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
+DECLARE
+    f record;
+BEGIN
+    GRANT owed_definer TO CURRENT_USER;
+    GRANT CREATE ON SCHEMA public TO owed_definer;
+    FOR f IN SELECT p.oid::regprocedure AS sig, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+              WHERE n.nspname = 'public' AND p.prosecdef AND p.proowner <> 'owed_definer'::regrole LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f.sig);
+        IF f.proname = ANY (p_runtime) THEN
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO owed_runtime', f.sig);
+        END IF;
+        EXECUTE format('ALTER FUNCTION %s OWNER TO owed_definer', f.sig);
+    END LOOP;
+    REVOKE CREATE ON SCHEMA public FROM owed_definer;
+    REVOKE owed_definer FROM CURRENT_USER;
+END
+$$;
+-- +goose StatementEnd
+REVOKE EXECUTE ON PROCEDURE owed_definer_takes_functions(text[]) FROM PUBLIC;
+
 -- +goose Down
+DROP PROCEDURE owed_definer_takes_functions(text[]);
 DROP POLICY owed_items_definer ON owed_items;
 DROP POLICY owed_notification_attempts_definer ON owed_notification_attempts;
 DROP POLICY owed_notifications_definer ON owed_notifications;

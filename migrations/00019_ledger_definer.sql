@@ -223,50 +223,11 @@ SELECT i.tenant_id, i.recipient, i.channel, i.kind, i.ref_id, i.starts_at, i.lea
 $$;
 -- +goose StatementEnd
 
-REVOKE EXECUTE ON FUNCTION owed_sweep_lease_sql(integer),
-    owed_sweep_lease(integer, timestamptz, double precision, double precision, integer, timestamptz, bigint),
-    owed_sweep_explain_lease(integer, timestamptz, double precision, double precision, integer, timestamptz, bigint),
-    owed_sweep_survey(timestamptz, integer, double precision),
-    owed_sweep_leasable(timestamptz, double precision),
-    owed_sweep_expire(timestamptz, integer),
-    owed_sweep_mark_queued(bigint[], timestamptz, double precision),
-    owed_sweep_release(bigint[], timestamptz),
-    owed_ledger_backlog(timestamptz),
-    owed_ledger_stats(timestamptz),
-    owed_ledger_tenants_of(bigint[]),
-    owed_materialise_upcoming(timestamptz, timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION
-    owed_sweep_lease(integer, timestamptz, double precision, double precision, integer, timestamptz, bigint),
-    owed_sweep_explain_lease(integer, timestamptz, double precision, double precision, integer, timestamptz, bigint),
-    owed_sweep_survey(timestamptz, integer, double precision),
-    owed_sweep_leasable(timestamptz, double precision),
-    owed_sweep_expire(timestamptz, integer),
-    owed_sweep_mark_queued(bigint[], timestamptz, double precision),
-    owed_sweep_release(bigint[], timestamptz),
-    owed_ledger_backlog(timestamptz),
-    owed_ledger_stats(timestamptz),
-    owed_ledger_tenants_of(bigint[]),
-    owed_materialise_upcoming(timestamptz, timestamptz) TO owed_runtime;
-
--- Hand every SECURITY DEFINER function to owed_definer. Changing an owner
--- takes membership of the new owner and its CREATE on the schema, so the
--- migrating role holds both for this statement alone.
--- +goose StatementBegin
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    GRANT owed_definer TO CURRENT_USER;
-    GRANT CREATE ON SCHEMA public TO owed_definer;
-    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-              WHERE n.nspname = 'public' AND p.prosecdef AND p.proowner <> 'owed_definer'::regrole LOOP
-        EXECUTE format('ALTER FUNCTION %s OWNER TO owed_definer', f);
-    END LOOP;
-    REVOKE CREATE ON SCHEMA public FROM owed_definer;
-    REVOKE owed_definer FROM CURRENT_USER;
-END
-$$;
--- +goose StatementEnd
+-- Each to owed_definer, EXECUTE for owed_runtime alone (migrations/00018);
+-- owed_sweep_lease_sql is the definer's own.
+CALL owed_definer_takes_functions(ARRAY['owed_sweep_lease', 'owed_sweep_explain_lease', 'owed_sweep_survey',
+    'owed_sweep_leasable', 'owed_sweep_expire', 'owed_sweep_mark_queued', 'owed_sweep_release', 'owed_ledger_backlog',
+    'owed_ledger_stats', 'owed_ledger_tenants_of', 'owed_materialise_upcoming']);
 
 -- +goose Down
 -- Dropping a function takes membership of its owner, for these statements

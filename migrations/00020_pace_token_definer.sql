@@ -116,40 +116,9 @@ UPDATE owed_api_tokens SET last_used_at = coalesce($2, now())
 $$;
 -- +goose StatementEnd
 
-REVOKE EXECUTE ON FUNCTION owed_pace_reserve(text, bigint, bigint, timestamptz, integer),
-    owed_pace_create(text, timestamptz),
-    owed_pace_give_back(text, timestamptz, bigint, timestamptz),
-    owed_pace_pause(text, bigint, timestamptz),
-    owed_pace_record_limited_minute(text, timestamptz),
-    owed_token_authenticate(bytea, timestamptz, double precision),
-    owed_token_touch(bigint, timestamptz, double precision) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION owed_pace_reserve(text, bigint, bigint, timestamptz, integer),
-    owed_pace_create(text, timestamptz),
-    owed_pace_give_back(text, timestamptz, bigint, timestamptz),
-    owed_pace_pause(text, bigint, timestamptz),
-    owed_pace_record_limited_minute(text, timestamptz),
-    owed_token_authenticate(bytea, timestamptz, double precision),
-    owed_token_touch(bigint, timestamptz, double precision) TO owed_runtime;
-
--- As in migrations/00019: every SECURITY DEFINER function goes to
--- owed_definer, the migrating role holding what that takes for this
--- statement alone.
--- +goose StatementBegin
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    GRANT owed_definer TO CURRENT_USER;
-    GRANT CREATE ON SCHEMA public TO owed_definer;
-    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-              WHERE n.nspname = 'public' AND p.prosecdef AND p.proowner <> 'owed_definer'::regrole LOOP
-        EXECUTE format('ALTER FUNCTION %s OWNER TO owed_definer', f);
-    END LOOP;
-    REVOKE CREATE ON SCHEMA public FROM owed_definer;
-    REVOKE owed_definer FROM CURRENT_USER;
-END
-$$;
--- +goose StatementEnd
+-- Each to owed_definer, EXECUTE for owed_runtime alone (migrations/00018).
+CALL owed_definer_takes_functions(ARRAY['owed_pace_reserve', 'owed_pace_create', 'owed_pace_give_back',
+    'owed_pace_pause', 'owed_pace_record_limited_minute', 'owed_token_authenticate', 'owed_token_touch']);
 
 -- +goose Down
 GRANT owed_definer TO CURRENT_USER;
