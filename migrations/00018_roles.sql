@@ -66,12 +66,31 @@ $$;
 
 GRANT USAGE ON SCHEMA public TO owed_runtime, owed_apps, owed_token_admin, owed_definer;
 
+-- owed_copy_table_grants grants p_to the DML p_from has on p_table: Up
+-- moves owed_app's grants to owed_runtime, Down moves them back.
+-- +goose StatementBegin
+CREATE PROCEDURE owed_copy_table_grants(p_from text, p_to text, p_table text)
+LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
+DECLARE
+    privs text;
+BEGIN
+    SELECT string_agg(DISTINCT g.privilege_type, ', ') INTO privs
+      FROM information_schema.role_table_grants g
+     WHERE g.grantee = p_from AND g.table_schema = 'public' AND g.table_name = p_table
+       AND g.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE');
+    IF privs IS NOT NULL THEN
+        EXECUTE format('GRANT %s ON %I TO %I', privs, p_table, p_to);
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+REVOKE EXECUTE ON PROCEDURE owed_copy_table_grants(text, text, text) FROM PUBLIC;
+
 -- +goose StatementBegin
 DO $$
 DECLARE
     t record;
     p record;
-    privs text;
 BEGIN
     FOR t IN SELECT c.relname, c.relrowsecurity,
                     EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'tenant_id'
@@ -81,13 +100,7 @@ BEGIN
         -- A table nobody listed below (added by a later feature) keeps for
         -- owed_runtime what owed_app had on it.
         IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'owed_app') THEN
-            SELECT string_agg(DISTINCT g.privilege_type, ', ') INTO privs
-              FROM information_schema.role_table_grants g
-             WHERE g.grantee = 'owed_app' AND g.table_schema = 'public' AND g.table_name = t.relname
-               AND g.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE');
-            IF privs IS NOT NULL THEN
-                EXECUTE format('GRANT %s ON %I TO owed_runtime', privs, t.relname);
-            END IF;
+            CALL owed_copy_table_grants('owed_app', 'owed_runtime', t.relname);
             EXECUTE format('REVOKE ALL ON %I FROM owed_app', t.relname);
         END IF;
         IF NOT t.relrowsecurity THEN
@@ -183,20 +196,13 @@ DO $$
 DECLARE
     t record;
     p record;
-    privs text;
     app boolean := EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'owed_app');
 BEGIN
     FOR t IN SELECT c.relname, c.relrowsecurity
                FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
               WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') LOOP
         IF app THEN
-            SELECT string_agg(DISTINCT g.privilege_type, ', ') INTO privs
-              FROM information_schema.role_table_grants g
-             WHERE g.grantee = 'owed_runtime' AND g.table_schema = 'public' AND g.table_name = t.relname
-               AND g.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE');
-            IF privs IS NOT NULL THEN
-                EXECUTE format('GRANT %s ON %I TO owed_app', privs, t.relname);
-            END IF;
+            CALL owed_copy_table_grants('owed_runtime', 'owed_app', t.relname);
         END IF;
         EXECUTE format('REVOKE ALL ON %I FROM owed_runtime, owed_apps, owed_token_admin, owed_definer', t.relname);
         IF NOT t.relrowsecurity THEN
@@ -226,3 +232,4 @@ $$;
 -- +goose StatementEnd
 
 REVOKE USAGE ON SCHEMA public FROM owed_runtime, owed_apps, owed_token_admin, owed_definer;
+DROP PROCEDURE owed_copy_table_grants(text, text, text);
