@@ -2,10 +2,13 @@
 # with-postgres.sh CMD [ARGS...]
 #
 # Starts a throwaway PostgreSQL cluster (initdb into a temporary folder, a free
-# port, a unix socket), creates the owner role owed_owner (CREATEDB, not a
-# superuser) and the application role owed_app (not a superuser, no
-# BYPASSRLS), runs CMD with these variables exported, and stops the cluster on
-# exit, also when CMD fails or the script is interrupted:
+# port, a unix socket), creates the owner role owed_owner (CREATEDB, and
+# CREATEROLE because the migrations create owed's group roles; not a
+# superuser), the application role owed_app (not a superuser, no BYPASSRLS;
+# the migrations make it a member of owed_runtime) and the token
+# administrator owed_admin (made a member of owed_token_admin), runs CMD with
+# these variables exported, and stops the cluster on exit, also when CMD
+# fails or the script is interrupted:
 #
 #   OWED_TEST_DATABASE_URL  owner connection to the database "owed"
 #   OWED_TEST_APP_USER      the application role's name
@@ -75,10 +78,11 @@ CONF
 
 psql_su() { psql -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
 psql_su <<SQL
-CREATE ROLE owed_owner LOGIN CREATEDB NOSUPERUSER NOBYPASSRLS;
+CREATE ROLE owed_owner LOGIN CREATEDB CREATEROLE NOSUPERUSER NOBYPASSRLS;
 -- Dropping a test database WITH (FORCE) ends the app role's connections.
 GRANT pg_signal_backend TO owed_owner;
 CREATE ROLE owed_app LOGIN NOSUPERUSER NOBYPASSRLS;
+CREATE ROLE owed_admin LOGIN NOSUPERUSER NOBYPASSRLS;
 CREATE DATABASE owed OWNER owed_owner;
 SQL
 

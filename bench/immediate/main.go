@@ -95,7 +95,7 @@ func run() error {
 		return err
 	}
 	defer st.Stop()
-	token, _, err := api.NewTokens(db.App, nil).Create(ctx, tenantID, "bench/immediate")
+	token, _, err := api.NewTokens(db.Admin, nil).Create(ctx, tenantID, "bench/immediate")
 	if err != nil {
 		return err
 	}

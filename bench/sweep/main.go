@@ -205,7 +205,7 @@ func scheduleOwed(ctx context.Context, l *ledger.Ledger, n int, prefix string, d
 // benchmark as the owner; owed itself never runs them.
 
 func settleAll(ctx context.Context, db *benchutil.DB) error {
-	return tenant.InTxAllTenants(ctx, db.Owner, func(tx *sql.Tx) error {
+	return db.OwnerTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE owed_notifications SET state = 'delivered', delivered_at = now(),
 		    settled_at = now(), lease_until = NULL WHERE settled_at IS NULL AND due_at < now()`)
 		return err
@@ -215,7 +215,7 @@ func settleAll(ctx context.Context, db *benchutil.DB) error {
 func addSettled(ctx context.Context, db *benchutil.DB, from, to int) error {
 	for lo := from; lo < to; lo += 500000 {
 		hi := min(to, lo+500000)
-		if err := tenant.InTxAllTenants(ctx, db.Owner, func(tx *sql.Tx) error {
+		if err := db.OwnerTx(ctx, func(tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at,
 			        payload, state, attempts, delivered_at, settled_at, provider, provider_message_id)
 			    SELECT 'tenant-' || (g % $3), 'settled-r' || g, 'sms', 'reminder', 'settled-' || g,

@@ -19,7 +19,9 @@ import (
 // tokensCmd creates, lists and revokes tenant API tokens. A token's plaintext
 // is printed once, by create, to stdout alone (so a script can capture it);
 // list never shows it, and revoke takes the id or, for a leaked token whose
-// id nobody knows, the token itself.
+// id nobody knows, the token itself. It connects as a member of
+// owed_token_admin (owed_admin in the local stacks), the one role that may
+// write owed_api_tokens: the services' role may not (docs/security.md).
 func tokensCmd(ctx context.Context, args []string) error {
 	const synopsis = "tokens create|list|revoke [flags]"
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -42,7 +44,7 @@ func tokensCmd(ctx context.Context, args []string) error {
 }
 
 func tokensDatabaseFlag(fs *flag.FlagSet) *string {
-	return databaseFlag(fs, "database holding owed_api_tokens; the application role suffices")
+	return databaseFlag(fs, "database holding owed_api_tokens, as a member of owed_token_admin (e.g. owed_admin); the services' role may not write tokens")
 }
 
 func openTokens(dbURL string) (*api.Tokens, func(), error) {

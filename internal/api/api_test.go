@@ -25,7 +25,8 @@ const serviceToken = "service-secret-for-tests-0123456789"
 type bundle struct {
 	db      *testdb.DB
 	ledger  *ledger.Ledger
-	tokens  *Tokens
+	tokens  *Tokens // as the application role: the handler's
+	admin   *Tokens // as the token administrator: Create, Revoke, List
 	handler http.Handler
 	clk     *clock.Stub
 	logs    *bytes.Buffer
@@ -39,11 +40,12 @@ func setup(t *testing.T) *bundle {
 	b := &bundle{db: testdb.New(t), clk: clock.NewStub(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), logs: &bytes.Buffer{}}
 	b.ledger = ledger.New(b.db.App, b.clk)
 	b.tokens = NewTokens(b.db.App, b.clk)
+	b.admin = NewTokens(b.db.Admin, b.clk)
 	var err error
-	if b.acme, _, err = b.tokens.Create(ctx, "acme", "acme backend"); err != nil {
+	if b.acme, _, err = b.admin.Create(ctx, "acme", "acme backend"); err != nil {
 		t.Fatal(err)
 	}
-	if b.globex, _, err = b.tokens.Create(ctx, "globex", ""); err != nil {
+	if b.globex, _, err = b.admin.Create(ctx, "globex", ""); err != nil {
 		t.Fatal(err)
 	}
 	b.handler = New(Options{Ledger: b.ledger, Tokens: b.tokens, ServiceToken: serviceToken,
@@ -325,11 +327,11 @@ func TestWrongContentTypeIs415(t *testing.T) {
 
 func TestAuthentication(t *testing.T) {
 	b := setup(t)
-	revoked, id, err := b.tokens.Create(ctx, "acme", "old")
+	revoked, id, err := b.admin.Create(ctx, "acme", "old")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.tokens.Revoke(ctx, id); err != nil {
+	if _, err := b.admin.Revoke(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	for name, token := range map[string]string{

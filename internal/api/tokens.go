@@ -52,12 +52,21 @@ type Token struct {
 // row-level security (a token is looked up before its tenant is known) and
 // holds only SHA-256 hashes; the plaintext exists once, in Create's return
 // value.
+//
+// Two roles use it (migrations/00018, 00020). The API, as the runtime role,
+// only Authenticates: it may not read the table, and resolves a token by its
+// hash through owed_token_authenticate and refreshes last_used_at through
+// owed_token_touch, SECURITY DEFINER functions that answer the token's id
+// and tenant and nothing of any other token. Create, Revoke, RevokeToken
+// and List are owedctl tokens', as a member of owed_token_admin, the only
+// role that may insert or update tokens.
 type Tokens struct {
 	db    *sql.DB
 	clock clock.Clock
 }
 
-// NewTokens returns a token store over db (the application role suffices).
+// NewTokens returns a token store over db: the runtime role to
+// Authenticate, a member of owed_token_admin for everything else.
 // Its times come from clk (nil is clock.Real(): the database's clock).
 func NewTokens(db *sql.DB, clk clock.Clock) *Tokens {
 	if clk == nil {
@@ -72,15 +81,13 @@ const (
 	qTokenCreate = `
 INSERT INTO owed_api_tokens (tenant_id, token_hash, name, created_at) VALUES ($1, $2, $3, coalesce($4, now()))
 RETURNING id`
-	// qTokenAuthenticate also says whether last_used_at is older than the
-	// resolution ($3 seconds), so a fresh token costs no write.
-	qTokenAuthenticate = `
-SELECT id, tenant_id, last_used_at IS NULL OR last_used_at < coalesce($2, now()) - make_interval(secs => $3)
-  FROM owed_api_tokens WHERE token_hash = $1 AND revoked_at IS NULL`
-	// qTokenTouch re-checks staleness so concurrent requests write once.
-	qTokenTouch = `
-UPDATE owed_api_tokens SET last_used_at = coalesce($2, now())
- WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < coalesce($2, now()) - make_interval(secs => $3))`
+	// qTokenAuthenticate finds the live token of hash $1 and also says
+	// whether last_used_at is older than the resolution ($3 seconds), so a
+	// fresh token costs no write (owed_token_authenticate).
+	qTokenAuthenticate = `SELECT id, tenant_id, stale FROM owed_token_authenticate($1, $2, $3)`
+	// qTokenTouch records the use, re-checking staleness so concurrent
+	// requests write once (owed_token_touch).
+	qTokenTouch = `SELECT owed_token_touch($1, $2, $3)`
 	// qTokenRevoke keeps the first revocation time when revoked twice.
 	qTokenRevokeByID = `
 UPDATE owed_api_tokens SET revoked_at = coalesce(revoked_at, $2, now()) WHERE id = $1

@@ -9,7 +9,7 @@ import (
 
 func TestTokensLifecycle(t *testing.T) {
 	b := setup(t)
-	plain, id, err := b.tokens.Create(ctx, "initech", "billing backend")
+	plain, id, err := b.admin.Create(ctx, "initech", "billing backend")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestTokensLifecycle(t *testing.T) {
 	if err != nil || tenant != "initech" {
 		t.Fatalf("authenticate: %q, %v; want initech", tenant, err)
 	}
-	list, err := b.tokens.List(ctx, "initech")
+	list, err := b.admin.List(ctx, "initech")
 	if err != nil || len(list) != 1 || list[0].ID != id || list[0].Name != "billing backend" ||
 		list[0].LastUsedAt == nil || !list[0].LastUsedAt.Equal(b.clk.Now()) || list[0].RevokedAt != nil {
 		t.Fatalf("list %+v (%v), want the token, used now, not revoked", list, err)
@@ -41,12 +41,12 @@ func TestTokensLifecycle(t *testing.T) {
 	if _, err := b.tokens.Authenticate(ctx, plain); err != nil {
 		t.Fatal(err)
 	}
-	list, _ = b.tokens.List(ctx, "initech")
+	list, _ = b.admin.List(ctx, "initech")
 	if !list[0].LastUsedAt.Equal(b.clk.Now().Add(-30 * time.Second)) {
 		t.Errorf("last_used_at %s rewritten within a minute", list[0].LastUsedAt)
 	}
 
-	revoked, err := b.tokens.RevokeToken(ctx, plain)
+	revoked, err := b.admin.RevokeToken(ctx, plain)
 	if err != nil || revoked.ID != id || revoked.RevokedAt == nil {
 		t.Fatalf("revoke by token: %+v, %v", revoked, err)
 	}
@@ -55,14 +55,14 @@ func TestTokensLifecycle(t *testing.T) {
 	}
 	// Revoking again keeps the first revocation time.
 	b.clk.Advance(time.Hour)
-	again, err := b.tokens.Revoke(ctx, id)
+	again, err := b.admin.Revoke(ctx, id)
 	if err != nil || !again.RevokedAt.Equal(*revoked.RevokedAt) {
 		t.Fatalf("second revoke: %+v, %v; want revoked_at kept at %s", again, err, revoked.RevokedAt)
 	}
-	if _, err := b.tokens.Revoke(ctx, id+1000); !errors.Is(err, ErrTokenNotFound) {
+	if _, err := b.admin.Revoke(ctx, id+1000); !errors.Is(err, ErrTokenNotFound) {
 		t.Errorf("revoke unknown id: %v, want ErrTokenNotFound", err)
 	}
-	if _, _, err := b.tokens.Create(ctx, "", "x"); err == nil || !strings.Contains(err.Error(), "tenant_id") {
+	if _, _, err := b.admin.Create(ctx, "", "x"); err == nil || !strings.Contains(err.Error(), "tenant_id") {
 		t.Errorf("create without tenant: %v, want an error naming tenant_id", err)
 	}
 }
@@ -71,19 +71,19 @@ func TestTokensLifecycle(t *testing.T) {
 // statement's $now is NULL and the database's clock decides.
 func TestTokensOnTheDatabaseClock(t *testing.T) {
 	b := setup(t)
-	tokens := NewTokens(b.db.App, nil)
-	plain, id, err := tokens.Create(ctx, "initech", "")
+	tokens, admin := NewTokens(b.db.App, nil), NewTokens(b.db.Admin, nil)
+	plain, id, err := admin.Create(ctx, "initech", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tokens.Authenticate(ctx, plain); err != nil {
 		t.Fatal(err)
 	}
-	list, err := tokens.List(ctx, "initech")
+	list, err := admin.List(ctx, "initech")
 	if err != nil || len(list) != 1 || list[0].LastUsedAt == nil || list[0].LastUsedAt.Before(list[0].CreatedAt) {
 		t.Fatalf("list %+v (%v), want the token used at or after its creation", list, err)
 	}
-	revoked, err := tokens.Revoke(ctx, id)
+	revoked, err := admin.Revoke(ctx, id)
 	if err != nil || revoked.RevokedAt == nil || revoked.RevokedAt.Before(list[0].CreatedAt) {
 		t.Fatalf("revoke: %+v, %v; want revoked at or after its creation", revoked, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/owedhq/owed/internal/api"
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/migrate"
 )
@@ -28,6 +29,7 @@ import (
 const (
 	ownerRole = "owed_owner"
 	appRole   = "owed_app"
+	adminRole = "owed_admin"
 	queueRole = "owed_queue"
 	dbName    = "owed"
 	// pgPort only names the socket file: the cluster listens on a unix
@@ -290,7 +292,13 @@ const (
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '` + ownerRole + `') THEN
-        CREATE ROLE ` + ownerRole + ` LOGIN CREATEDB NOSUPERUSER NOBYPASSRLS;
+        CREATE ROLE ` + ownerRole + ` LOGIN CREATEDB CREATEROLE NOSUPERUSER NOBYPASSRLS;
+    END IF;
+    -- The migrations create owed's group roles (migrations/00018); a
+    -- cluster an earlier owedctl made has an owner without CREATEROLE.
+    ALTER ROLE ` + ownerRole + ` CREATEROLE;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '` + adminRole + `') THEN
+        CREATE ROLE ` + adminRole + ` LOGIN NOSUPERUSER NOBYPASSRLS;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '` + appRole + `') THEN
         CREATE ROLE ` + appRole + ` LOGIN NOSUPERUSER NOBYPASSRLS;
@@ -361,8 +369,9 @@ func (c *cluster) stop(force <-chan struct{}) error {
 	return nil
 }
 
-// roleURLs are the database URLs of the stack's three roles.
-type roleURLs struct{ owner, app, queue string }
+// roleURLs are the database URLs of the stack's roles: admin creates the
+// tenant token (a member of owed_token_admin).
+type roleURLs struct{ owner, app, queue, admin string }
 
 // database starts or reuses the local cluster, or takes cfg.DatabaseURL, and
 // returns its roles' URLs. cfg.DatabaseURL is one role for everything (it
@@ -370,7 +379,7 @@ type roleURLs struct{ owner, app, queue string }
 // service.InsecureRoleVariable, and each logs that at error level.
 func (s *Stack) database(ctx context.Context) (roleURLs, error) {
 	if u := s.cfg.DatabaseURL; u != "" {
-		return roleURLs{u, u, u}, nil
+		return roleURLs{u, u, u, u}, nil
 	}
 	c, err := newCluster(s.cfg.Dir, s.logDir())
 	if err != nil {
@@ -381,7 +390,7 @@ func (s *Stack) database(ctx context.Context) (roleURLs, error) {
 		return roleURLs{}, err
 	}
 	s.progress("postgres")
-	return roleURLs{c.url(ownerRole), c.url(appRole), c.url(queueRole)}, nil
+	return roleURLs{c.url(ownerRole), c.url(appRole), c.url(queueRole), c.url(adminRole)}, nil
 }
 
 func (s *Stack) migrate(ctx context.Context, ownerURL string) error {
@@ -395,5 +404,24 @@ func (s *Stack) migrate(ctx context.Context, ownerURL string) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	s.progress(fmt.Sprintf("migrated(%d applied)", len(applied)))
+	if s.cfg.DatabaseURL != "" {
+		// One role for everything: it owns the tables, and runs the
+		// services' cross-tenant functions only as a member of owed_runtime.
+		if _, err := db.ExecContext(ctx, "GRANT owed_runtime TO CURRENT_USER"); err != nil {
+			return fmt.Errorf("make the database role a member of owed_runtime: %w", err)
+		}
+	}
 	return nil
+}
+
+// createToken creates the dev tenant's API token as the token
+// administrator (owed_admin: the runtime role may not insert tokens).
+func createToken(ctx context.Context, adminURL string) (string, error) {
+	db, err := sql.Open("postgres", adminURL)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	token, _, err := api.NewTokens(db, nil).Create(ctx, Tenant, "owedctl dev")
+	return token, err
 }

@@ -40,7 +40,6 @@ import (
 
 	_ "github.com/lib/pq" // the postgres driver
 
-	"github.com/owedhq/owed/internal/api"
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
@@ -165,7 +164,7 @@ func (s *Stack) Start(ctx context.Context) (err error) {
 	if err := s.startChildren(ctx, bins, urls); err != nil {
 		return err
 	}
-	if s.ep.TenantToken, _, err = api.NewTokens(s.appDB, nil).Create(ctx, Tenant, "owedctl dev"); err != nil {
+	if s.ep.TenantToken, err = createToken(ctx, urls.admin); err != nil {
 		return fmt.Errorf("create the %s tenant token: %w", Tenant, err)
 	}
 	if err := s.writeEnvFile(); err != nil {

@@ -2,17 +2,20 @@
 // owed_notifications table, its owed_notification_attempts, and every
 // statement that reads or writes them. Nothing outside this package writes SQL against the ledger.
 //
-// Row-level security is forced on both tables. Every statement runs inside a
-// transaction scoped to its tenant by tenant.Enter, except exactly these
-// cross-tenant statements, scoped by tenant.EnterAllTenants instead:
+// Row-level security is forced on both tables, and its policies name the
+// roles they serve (migrations/00018): owed_runtime, the services' group,
+// sees a tenant's rows only in a transaction scoped to it by tenant.Enter.
+// No setting opens every tenant. The cross-tenant statements are SECURITY
+// DEFINER functions owned by owed_definer, a role no login is a member of,
+// each answering only the columns its caller reads (migrations/00019):
 //
 //   - Survey, Lease, ExpireOverdue, MarkQueued and ReleaseLeased: the
 //     sweeper's look at what is owed and held, its claim over every tenant's
 //     owed rows and its bookkeeping of that claim (ExplainLease runs the
 //     same claim under EXPLAIN and rolls it back);
-//   - Backlog, Leasable, GetAny and Stats: operator
-//     aggregates and look-ups, and RedriveAny, the operator's redrive of
-//     failed rows named by their dead letters.
+//   - Backlog, Leasable and Stats: operator aggregates;
+//   - GetAny and RedriveAny ask only whose rows the ids are, then read or
+//     redrive each row in its own tenant's scope.
 //
 // The worker's claim and its delivered settle, the two statements every
 // delivery runs, are ClaimForSendBatch and SettleDeliveredBatch; its claim
@@ -24,23 +27,25 @@
 // left them; the claim and settle first came in
 // migrations/00007_ledger_functions.sql and 00008_worker_batches.sql).
 // ClaimForSend and SettleDelivered are the same statements for a batch of
-// one. These functions are the only ledger SQL kept outside this package,
-// and only this package calls them.
+// one. These functions and the cross-tenant ones above (migrations/00019,
+// which also holds the comments on what each does, beside its statement in
+// queries.go) are the only ledger SQL kept outside this package, and only
+// this package calls them.
 //
 // Every claim that takes a row moves its claim_seq on and hands the worker a
 // Hold (the row and that token). Every write after the claim names the Hold
 // and changes the row only while it is still the row's (fence.go): a worker
 // whose claim was superseded gets ErrClaimLost and has changed nothing.
 //
-// Besides these four functions, one trigger keeps ledger SQL outside this
+// Besides these functions, one trigger keeps ledger SQL outside this
 // package: owed_apply_intent (migrations/00013_intents.sql) applies a cancel
 // or reschedule that Cancel or Reschedule recorded on a row in flight when
 // the row leaves sending, whichever statement moves it, so the intent holds
 // through every release and settle path without each statement knowing it.
 //
-// Both scopes are transaction-local, so a pooled connection never carries
-// one request's tenant into the next. A statement run with neither matches
-// no row at all: an unscoped read is empty, not global.
+// The scope is transaction-local, so a pooled connection never carries one
+// request's tenant into the next. A statement run without it matches no
+// row at all: an unscoped read is empty, not global.
 //
 // The Ledger's clock (clock.Clock, given to New) decides "now" for every
 // statement: in production it leaves the instant to the database
@@ -166,12 +171,6 @@ var ErrNotFound = errors.New("ledger: notification not found")
 // withTenant runs fn in a transaction scoped to id.
 func (l *Ledger) withTenant(ctx context.Context, id string, fn func(*txn) error) error {
 	return l.inTx(ctx, func(tx *txn) error { return tenant.Enter(ctx, tx, id) }, fn)
-}
-
-// withAllTenants runs fn in a transaction that may see every tenant. Only
-// the statements listed in the package doc use it.
-func (l *Ledger) withAllTenants(ctx context.Context, fn func(*txn) error) error {
-	return l.inTx(ctx, func(tx *txn) error { return tenant.EnterAllTenants(ctx, tx) }, fn)
 }
 
 func (l *Ledger) inTx(ctx context.Context, enter, fn func(*txn) error) error {

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"time"
+
+	"github.com/lib/pq"
 )
 
 // Detail is one row with every send tried: the compliance answer to "was
@@ -21,11 +23,34 @@ func (l *Ledger) Get(ctx context.Context, tenant string, id int64) (Detail, erro
 	return d, err
 }
 
-// GetAny returns a row of any tenant, for operators (owedctl).
+// GetAny returns a row of any tenant, for operators (owedctl): the one
+// cross-tenant step is asking whose row id is (qTenantsOf); the row and its
+// attempts are then read in that tenant's scope, as Get reads them.
 func (l *Ledger) GetAny(ctx context.Context, id int64) (Detail, error) {
-	var d Detail
-	err := l.withAllTenants(ctx, func(tx *txn) error { return getDetail(tx, id, &d) })
-	return d, err
+	owners, err := l.tenantsOf(ctx, []int64{id})
+	if err != nil {
+		return Detail{}, err
+	}
+	owner, ok := owners[id]
+	if !ok {
+		return Detail{}, ErrNotFound
+	}
+	return l.Get(ctx, owner, id)
+}
+
+// tenantsOf says whose rows ids are; an id of no row is absent.
+func (l *Ledger) tenantsOf(ctx context.Context, ids []int64) (map[int64]string, error) {
+	out := make(map[int64]string, len(ids))
+	err := l.queryAllTenants(ctx, qTenantsOf, []any{pq.Array(ids)}, func(rows *sql.Rows) error {
+		var id int64
+		var owner string
+		if err := rows.Scan(&id, &owner); err != nil {
+			return err
+		}
+		out[id] = owner
+		return nil
+	})
+	return out, err
 }
 
 func getDetail(tx *txn, id int64, d *Detail) error {
@@ -153,27 +178,20 @@ type Backlog struct {
 func (l *Ledger) Backlog(ctx context.Context) (Backlog, error) {
 	var now time.Time
 	b := Backlog{ByState: map[State]int64{}}
-	err := l.withAllTenants(ctx, func(tx *txn) error {
-		rows, err := tx.Query(qBacklog, l.now())
-		if err != nil {
+	err := l.queryAllTenants(ctx, qBacklog, []any{l.now()}, func(rows *sql.Rows) error {
+		var s State
+		var n int64
+		var oldest sql.NullTime
+		if err := rows.Scan(&s, &n, &oldest, &now); err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var s State
-			var n int64
-			var oldest sql.NullTime
-			if err := rows.Scan(&s, &n, &oldest, &now); err != nil {
-				return err
-			}
-			b.ByState[s] = n
-			b.Owed += n
-			if oldest.Valid && (b.OldestDueAt == nil || oldest.Time.Before(*b.OldestDueAt)) {
-				t := oldest.Time.UTC()
-				b.OldestDueAt = &t
-			}
+		b.ByState[s] = n
+		b.Owed += n
+		if oldest.Valid && (b.OldestDueAt == nil || oldest.Time.Before(*b.OldestDueAt)) {
+			t := oldest.Time.UTC()
+			b.OldestDueAt = &t
 		}
-		return rows.Err()
+		return nil
 	})
 	if b.OldestDueAt != nil {
 		b.OldestOwedAge = now.Sub(*b.OldestDueAt)
@@ -202,16 +220,13 @@ type Stats struct {
 // Stats reads delivery figures since since, across every tenant.
 func (l *Ledger) Stats(ctx context.Context, since time.Time) (Stats, error) {
 	s := Stats{Since: since.UTC()}
-	err := l.withAllTenants(ctx, func(tx *txn) error {
-		var p50, p95, max float64
-		if err := tx.QueryRow(qStats, since).Scan(&s.Delivered, &s.Expired, &s.Failed, &s.Skipped,
-			&s.Cancelled, &p50, &p95, &max); err != nil {
-			return err
-		}
-		s.LagP50, s.LagP95, s.LagMax = secondsToDuration(p50), secondsToDuration(p95), secondsToDuration(max)
-		return tx.QueryRow(qPossibleDuplicates, since).Scan(&s.DuplicateRows, &s.PossibleDuplicates)
-	})
-	return s, err
+	var p50, p95, max float64
+	if err := l.queryRowAllTenants(ctx, qStats, since).Scan(&s.Delivered, &s.Expired, &s.Failed, &s.Skipped,
+		&s.Cancelled, &p50, &p95, &max, &s.DuplicateRows, &s.PossibleDuplicates); err != nil {
+		return s, err
+	}
+	s.LagP50, s.LagP95, s.LagMax = secondsToDuration(p50), secondsToDuration(p95), secondsToDuration(max)
+	return s, nil
 }
 
 func secondsToDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
@@ -221,8 +236,6 @@ func secondsToDuration(s float64) time.Duration { return time.Duration(s * float
 // silent zero), not idle.
 func (l *Ledger) Leasable(ctx context.Context, ahead time.Duration) (bool, error) {
 	var ok bool
-	err := l.withAllTenants(ctx, func(tx *txn) error {
-		return tx.QueryRow(qLeasableExists, l.now(), seconds(ahead)).Scan(&ok)
-	})
+	err := l.queryRowAllTenants(ctx, qLeasableExists, l.now(), seconds(ahead)).Scan(&ok)
 	return ok, err
 }

@@ -90,15 +90,22 @@ UPDATE owed_notifications n
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($4::timestamptz, now())` + subjectOpenRows
 
-	// qLease is the sweeper's claim of every owed row, in one statement: the
-	// inner select reads the partial index owed_notifications_owed_due
-	// ((due_at, id) of unsettled rows) plus the lease test, SKIP LOCKED lets
-	// a concurrent sweep step over rows this one holds instead of queueing
+	// The sweeper's statements below cross tenants, so each is a SECURITY
+	// DEFINER function owned by owed_definer (migrations/00019), the only
+	// way the runtime role reaches another tenant's rows, and returns only
+	// the columns read here. The comments say what each function's SQL does.
+	//
+	// qLease is the sweeper's claim of every owed row, in one statement
+	// (owed_sweep_lease, whose text is owed_sweep_lease_sql): the inner
+	// select reads the partial index owed_notifications_owed_due ((due_at,
+	// id) of unsettled rows) plus the lease test, SKIP LOCKED lets a
+	// concurrent sweep step over rows this one holds instead of queueing
 	// behind them, and the LIMIT bounds the slice. There is no lower bound
 	// on due_at: after a pause, the oldest owed rows go first. RETURNING
 	// shows published_at before this statement (it is not set here), which
-	// tells a republish from a first publish. $2 is the lease and $3 the
-	// publish-ahead window, in seconds from now.
+	// tells a republish from a first publish. $1 is the slice, $2 now, $3 the
+	// lease and $4 the publish-ahead window, in seconds from now, $5 the
+	// limit.
 	//
 	// A row published before (queued or sending with its lease run out: its
 	// message was lost, acked or dead-lettered, or its worker died) is
@@ -109,83 +116,38 @@ UPDATE owed_notifications n
 	// same key lets a deduplicating queue absorb the repeat.
 	//
 	// A sweep run leases in two kinds of slice, so requeues never starve new
-	// rows: qLeasePending takes pending rows after a (due_at, id) cursor
-	// ($5, $6), which the index reads as a range, so a run's next slice
+	// rows: SlicePending takes pending rows after a (due_at, id) cursor
+	// ($6, $7), which the index reads as a range, so a run's next slice
 	// starts where its last one ended instead of stepping again over the
-	// rows it already leased; qLeaseRequeue takes rows whose lease ran out.
-	qLease        = leaseHead + leaseFree + leaseTail
-	qLeasePending = leaseHead + `
-           AND state = 'pending' AND (due_at, id) > ($5::timestamptz, $6::bigint)` + leaseTail
-	qLeaseRequeue = leaseHead + `
-           AND state <> 'pending' AND lease_until <= coalesce($1::timestamptz, now())` + leaseTail
+	// rows it already leased; SliceRequeue takes rows whose lease ran out.
+	// qExplainLease runs the same text under EXPLAIN ANALYZE.
+	qLease        = `SELECT id, tenant_id, due_at, republish, queue_generation FROM owed_sweep_lease($1, $2, $3, $4, $5, $6, $7)`
+	qExplainLease = `SELECT owed_sweep_explain_lease($1, $2, $3, $4, $5, $6, $7)`
 
-	leaseHead = `
-UPDATE owed_notifications n
-   SET state = 'leased', lease_until = coalesce($1::timestamptz, now()) + make_interval(secs => $2),
-       queue_generation = n.queue_generation + CASE WHEN n.published_at IS NULL THEN 0 ELSE 1 END,
-       updated_at = coalesce($1::timestamptz, now())
-  FROM (SELECT id FROM owed_notifications
-         WHERE ` + owedByHorizon
-	leaseTail = `
-         ORDER BY due_at, id
-         LIMIT $4
-         FOR UPDATE SKIP LOCKED) owed
- WHERE n.id = owed.id
-RETURNING n.id, n.tenant_id, n.due_at, n.published_at IS NOT NULL, n.queue_generation`
+	// qExpireOverdue settles rows whose expiry passed before they were sent
+	// (owed_sweep_expire, $1 now, $2 the limit) and counts them. A row a
+	// live worker is sending is skipped: that worker checked the expiry when
+	// it claimed the row.
+	qExpireOverdue = `SELECT owed_sweep_expire($1, $2)`
 
-	// owedByHorizon is an unsettled, unexpired row due by the publish-ahead
-	// horizon ($1 now, $3 the window in seconds); leaseFree adds that no
-	// live lease holds it.
-	owedByHorizon = `settled_at IS NULL
-           AND due_at <= coalesce($1::timestamptz, now()) + make_interval(secs => $3)
-           AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))`
-	leaseFree = `
-           AND (state = 'pending' OR lease_until <= coalesce($1::timestamptz, now()))`
-
-	// qExpireOverdue settles rows whose expiry passed before they were sent.
-	// A row a live worker is sending is skipped: that worker checked the
-	// expiry when it claimed the row.
-	qExpireOverdue = `
-UPDATE owed_notifications n
-   SET state = 'expired', settled_at = coalesce($1::timestamptz, now()), lease_until = NULL,
-       updated_at = coalesce($1::timestamptz, now()), last_error = 'expired before it was sent'
-  FROM (SELECT id FROM owed_notifications
-         WHERE settled_at IS NULL
-           AND expires_at <= coalesce($1::timestamptz, now())
-           AND (state <> 'sending' OR lease_until <= coalesce($1::timestamptz, now()))
-         ORDER BY expires_at
-         LIMIT $2
-         FOR UPDATE SKIP LOCKED) overdue
- WHERE n.id = overdue.id`
-
-	// qMarkQueued records that the queue accepted the rows' messages. Only
-	// rows still leased change: a worker may already have claimed (or even
-	// delivered) a row whose message it received before this statement ran.
-	// The lease runs from the due time, since a message published ahead is
-	// invisible until then.
+	// qMarkQueued records that the queue accepted the messages of rows $1
+	// (owed_sweep_mark_queued). Only rows still leased change: a worker may
+	// already have claimed (or even delivered) a row whose message it
+	// received before this statement ran. The lease runs from the due time
+	// ($3 seconds past it), since a message published ahead is invisible
+	// until then.
 	//
-	// Every statement here that updates several rows that workers may be
+	// Every statement that updates several rows that workers may be
 	// claiming at the same moment locks them first, in id order, as the
 	// workers' batched claims and settles do (migrations/00008): two
 	// transactions that lock overlapping rows in the same order wait for
-	// each other instead of deadlocking.
-	qMarkQueued = `
-UPDATE owed_notifications n
-   SET state = 'queued', published_at = coalesce($2::timestamptz, now()),
-       lease_until = greatest(coalesce($2::timestamptz, now()), n.due_at) + make_interval(secs => $3),
-       updated_at = coalesce($2::timestamptz, now())` + leasedRows
+	// each other instead of deadlocking. This one and qReleaseLeased do.
+	qMarkQueued = `SELECT owed_sweep_mark_queued($1, $2, $3)`
 
-	// qReleaseLeased hands back leased rows whose messages were not
-	// accepted, so the next sweep takes them at once.
-	qReleaseLeased = `
-UPDATE owed_notifications n
-   SET state = 'pending', lease_until = NULL, updated_at = coalesce($2::timestamptz, now())` + leasedRows
-
-	// leasedRows picks, for qMarkQueued and qReleaseLeased, the rows of
-	// $1 (ids) that are still leased, locked in id order.
-	leasedRows = `
-  FROM (SELECT id FROM owed_notifications WHERE id = ANY($1) AND state = 'leased' ORDER BY id FOR UPDATE) l
- WHERE n.id = l.id AND n.state = 'leased'`
+	// qReleaseLeased hands back the rows of $1 that are still leased, whose
+	// messages were not accepted, so the next sweep takes them at once
+	// (owed_sweep_release).
+	qReleaseLeased = `SELECT owed_sweep_release($1, $2)`
 
 	// heldRow fences every write a worker makes after its claim: the row
 	// ($1) changes only while it is still sending under the claim token its
@@ -369,27 +331,22 @@ SELECT attempt, provider, started_at, finished_at, outcome, provider_message_id,
  ORDER BY due_at DESC, id DESC
  LIMIT $5`
 
-	// qBacklog counts owed rows by state; it reads only the partial index's
-	// rows, so its cost follows the backlog, not the ledger. Its instant
-	// comes back with each group, so the caller measures ages from it.
-	qBacklog = `
-SELECT state, count(*), min(due_at) FILTER (WHERE due_at <= coalesce($1::timestamptz, now())),
-       coalesce($1::timestamptz, now())
-  FROM owed_notifications WHERE settled_at IS NULL GROUP BY state`
+	// qBacklog counts owed rows by state (owed_ledger_backlog); it reads
+	// only the partial index's rows, so its cost follows the backlog, not the
+	// ledger. Its instant comes back with each group, so the caller measures
+	// ages from it.
+	qBacklog = `SELECT state, owed, oldest_due_at, asked_at FROM owed_ledger_backlog($1)`
 
-	// qStats summarises settled rows since a point in time for operators.
-	qStats = `
-SELECT count(*) FILTER (WHERE state = 'delivered'),
-       count(*) FILTER (WHERE state = 'expired'),
-       count(*) FILTER (WHERE state = 'failed'),
-       count(*) FILTER (WHERE state = 'skipped'),
-       count(*) FILTER (WHERE state = 'cancelled'),
-       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM delivered_at - due_at))
-                FILTER (WHERE state = 'delivered'), 0),
-       coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM delivered_at - due_at))
-                FILTER (WHERE state = 'delivered'), 0),
-       coalesce(max(extract(epoch FROM delivered_at - due_at)) FILTER (WHERE state = 'delivered'), 0)
-  FROM owed_notifications WHERE settled_at >= $1`
+	// qStats summarises the rows settled since $1 for operators
+	// (owed_ledger_stats), with the rows the provider accepted more than
+	// once and the resends made after a worker died mid-send.
+	qStats = `SELECT delivered, expired, failed, skipped, cancelled, lag_p50, lag_p95, lag_max,
+       duplicate_rows, possible_duplicates FROM owed_ledger_stats($1)`
+
+	// qTenantsOf says whose rows the ids $1 are (owed_ledger_tenants_of), for
+	// an operator who names rows by id alone; the rows are then read or
+	// redriven in their own tenant's scope.
+	qTenantsOf = `SELECT id, tenant_id FROM owed_ledger_tenants_of($1)`
 
 	// qAudit summarises each of a tenant's rows with its sends.
 	qAudit = `
@@ -399,46 +356,24 @@ SELECT n.id, n.state, n.expires_at, n.settled_at,
   FROM owed_notifications n LEFT JOIN owed_notification_attempts a ON a.notification_id = n.id
  WHERE n.tenant_id = $1
  GROUP BY n.id`
-
-	// qPossibleDuplicates counts rows with more than one accepted send, and
-	// resends made after a worker died mid-send.
-	qPossibleDuplicates = `
-SELECT (SELECT count(*) FROM (SELECT notification_id FROM owed_notification_attempts
-                               WHERE outcome = 'accepted' AND finished_at >= $1
-                               GROUP BY notification_id HAVING count(*) > 1) d),
-       (SELECT count(*) FROM owed_notification_attempts WHERE possible_duplicate AND finished_at >= $1)`
 )
 
 const (
-	// qLeasableExists tells whether a lease could have returned something:
-	// the check behind "a sweep that leased nothing while rows are owed".
-	qLeasableExists = `
-SELECT EXISTS (SELECT 1 FROM owed_notifications
-                WHERE settled_at IS NULL
-                  AND due_at <= coalesce($1::timestamptz, now()) + make_interval(secs => $2)
-                  AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))
-                  AND (state = 'pending' OR lease_until <= coalesce($1::timestamptz, now())))`
+	// qLeasableExists tells whether a lease could have returned something
+	// (owed_sweep_leasable, $1 now, $2 the publish-ahead window): the check
+	// behind "a sweep that leased nothing while rows are owed".
+	qLeasableExists = `SELECT owed_sweep_leasable($1, $2)`
 
 	// qSurvey is what a sweep run looks at before it leases, in one
-	// statement ($1 now, $3 the publish-ahead window in seconds, $2 how far
-	// to count): the rows a live lease holds (leased, queued or sending,
-	// due by the horizon, which every leased row was), counted up to $2 so
-	// the count costs at most the backpressure cap; whether pending rows
-	// and rows whose lease ran out wait (the first index entry of each);
-	// and the due time of the oldest unsettled row already due (one step
-	// down the partial index), with the instant it was asked at. Every part
-	// reads owed_notifications_owed_due from its start, so an idle survey
-	// costs what is owed by the horizon, not what the ledger holds.
-	qSurvey = `
-SELECT (SELECT count(*) FROM (SELECT FROM owed_notifications
-                               WHERE settled_at IS NULL
-                                 AND due_at <= coalesce($1::timestamptz, now()) + make_interval(secs => $3)
-                                 AND state <> 'pending' AND lease_until > coalesce($1::timestamptz, now())
-                               LIMIT $2) held),
-       EXISTS (SELECT FROM owed_notifications WHERE ` + owedByHorizon + ` AND state = 'pending'),
-       EXISTS (SELECT FROM owed_notifications WHERE ` + owedByHorizon + `
-                  AND state <> 'pending' AND lease_until <= coalesce($1::timestamptz, now())),
-       (SELECT min(due_at) FROM owed_notifications
-         WHERE settled_at IS NULL AND due_at <= coalesce($1::timestamptz, now())),
-       coalesce($1::timestamptz, now())`
+	// statement (owed_sweep_survey: $1 now, $2 how far to count, $3 the
+	// publish-ahead window in seconds): the rows a live lease holds (leased,
+	// queued or sending, due by the horizon, which every leased row was),
+	// counted up to $2 so the count costs at most the backpressure cap;
+	// whether pending rows and rows whose lease ran out wait (the first index
+	// entry of each); and the due time of the oldest unsettled row already
+	// due (one step down the partial index), with the instant it was asked
+	// at. Every part reads owed_notifications_owed_due from its start, so an
+	// idle survey costs what is owed by the horizon, not what the ledger
+	// holds.
+	qSurvey = `SELECT outstanding, pending, requeues, oldest_due_at, asked_at FROM owed_sweep_survey($1, $2, $3)`
 )

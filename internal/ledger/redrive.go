@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+
+	"github.com/owedhq/owed/internal/tenant"
 )
 
 // Redriven reports what Redrive did with one row, in input order.
@@ -55,9 +57,40 @@ func (l *Ledger) Redrive(ctx context.Context, tenant string, ids ...int64) ([]Re
 
 // RedriveAny is Redrive across every tenant, for operators (owedctl dlq
 // redrive: a dead letter names its row's tenant and id, and one call
-// reopens the rows of many tenants).
+// reopens the rows of many tenants). The one cross-tenant step is asking
+// whose rows the ids are (qTenantsOf); each tenant's rows are then redriven
+// in that tenant's scope, all in one transaction.
 func (l *Ledger) RedriveAny(ctx context.Context, ids ...int64) ([]Redriven, error) {
-	return l.redrive(ids, func(fn func(*txn) error) error { return l.withAllTenants(ctx, fn) })
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	owners, err := l.tenantsOf(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	// Each tenant's pass names every id; its scope lets only its own rows
+	// through, so each row is redriven once, by its tenant's pass.
+	seen := map[string]bool{}
+	var tenants []string
+	for _, id := range ids {
+		if owner, ok := owners[id]; ok && !seen[owner] {
+			seen[owner] = true
+			tenants = append(tenants, owner)
+		}
+	}
+	return l.redrive(ids, func(fn func(*txn) error) error {
+		return l.inTx(ctx, func(*txn) error { return nil }, func(tx *txn) error {
+			for _, owner := range tenants {
+				if err := tenant.Enter(ctx, tx, owner); err != nil {
+					return err
+				}
+				if err := fn(tx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
 }
 
 func (l *Ledger) redrive(ids []int64, scoped func(func(*txn) error) error) ([]Redriven, error) {

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/lib/pq"
-
-	"github.com/owedhq/owed/internal/tenant"
 )
 
 // Leased is one row the sweeper holds and must publish.
@@ -81,16 +79,11 @@ func (p LeaseParams) validate() error {
 	return nil
 }
 
-// statement returns the lease statement of p's slice and its arguments.
-func (p LeaseParams) statement(now any) (string, []any) {
-	args := []any{now, seconds(p.For), seconds(p.Ahead), p.Limit}
-	switch p.Slice {
-	case SlicePending:
-		return qLeasePending, append(args, p.After.DueAt, p.After.ID)
-	case SliceRequeue:
-		return qLeaseRequeue, args
-	}
-	return qLease, args
+// args returns the arguments of qLease and qExplainLease for p: the slice
+// travels as its number, which owed_sweep_lease_sql reads (0 owed, 1
+// pending, 2 requeue).
+func (p LeaseParams) args(now any) []any {
+	return []any{int(p.Slice), now, seconds(p.For), seconds(p.Ahead), p.Limit, p.After.DueAt, p.After.ID}
 }
 
 // Lease claims up to p.Limit owed rows of p.Slice across every tenant,
@@ -103,23 +96,15 @@ func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
-	query, args := p.statement(l.now())
 	var out []Leased
-	err := l.withAllTenants(ctx, func(tx *txn) error {
-		rows, err := tx.Query(query, args...)
-		if err != nil {
+	err := l.queryAllTenants(ctx, qLease, p.args(l.now()), func(rows *sql.Rows) error {
+		var r Leased
+		if err := rows.Scan(&r.ID, &r.Tenant, &r.DueAt, &r.Republish, &r.QueueGeneration); err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var r Leased
-			if err := rows.Scan(&r.ID, &r.Tenant, &r.DueAt, &r.Republish, &r.QueueGeneration); err != nil {
-				return err
-			}
-			r.DueAt = r.DueAt.UTC()
-			out = append(out, r)
-		}
-		return rows.Err()
+		r.DueAt = r.DueAt.UTC()
+		out = append(out, r)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -158,11 +143,8 @@ func (l *Ledger) Survey(ctx context.Context, ahead time.Duration, countUpTo int)
 	var s Survey
 	var oldest sql.NullTime
 	var now time.Time
-	err := l.withAllTenants(ctx, func(tx *txn) error {
-		return tx.QueryRow(qSurvey, l.now(), countUpTo, seconds(ahead)).
-			Scan(&s.Outstanding, &s.Pending, &s.Requeues, &oldest, &now)
-	})
-	if err != nil {
+	if err := l.queryRowAllTenants(ctx, qSurvey, l.now(), countUpTo, seconds(ahead)).
+		Scan(&s.Outstanding, &s.Pending, &s.Requeues, &oldest, &now); err != nil {
 		return Survey{}, err
 	}
 	if oldest.Valid {
@@ -199,23 +181,50 @@ func (l *Ledger) ReleaseLeased(ctx context.Context, ids []int64) (int64, error) 
 	return l.execAllTenants(ctx, qReleaseLeased, pq.Array(ids), l.now())
 }
 
-// execAllTenants runs one of the sweeper's cross-tenant updates and returns
-// how many rows it changed.
+// execAllTenants runs one of the sweeper's cross-tenant updates, a
+// function that answers how many rows it changed.
 func (l *Ledger) execAllTenants(ctx context.Context, query string, args ...any) (int64, error) {
 	var n int64
-	err := l.withAllTenants(ctx, func(tx *txn) error {
-		res, err := tx.Exec(query, args...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
+	err := l.queryRowAllTenants(ctx, query, args...).Scan(&n)
 	return n, err
 }
 
-// ExplainLease runs the lease statement under EXPLAIN (ANALYZE, BUFFERS) in
-// a transaction it rolls back, so nothing is leased, and returns the plan
+// queryRowAllTenants runs one cross-tenant statement, a call of one of the
+// SECURITY DEFINER functions of migrations/00019 (see the package doc), as
+// a prepared statement of its own transaction: no scope is entered, since
+// the function's owner, not the caller's setting, is what sees every
+// tenant.
+func (l *Ledger) queryRowAllTenants(ctx context.Context, query string, args ...any) scanner {
+	s, err := l.prepared(ctx, query)
+	if err != nil {
+		return errScanner{err}
+	}
+	return s.QueryRowContext(ctx, args...)
+}
+
+// queryAllTenants is queryRowAllTenants for a function answering rows:
+// scan reads each.
+func (l *Ledger) queryAllTenants(ctx context.Context, query string, args []any, scan func(*sql.Rows) error) error {
+	s, err := l.prepared(ctx, query)
+	if err != nil {
+		return err
+	}
+	rows, err := s.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// ExplainLease runs the lease statement under EXPLAIN (ANALYZE, BUFFERS)
+// (owed_sweep_explain_lease runs the text owed_sweep_lease runs) in a
+// transaction it rolls back, so nothing is leased, and returns the plan
 // and the server-side execution time. Operators and the benchmark use it to
 // check that the lease reads the partial index and costs what is owed, not
 // what the ledger holds.
@@ -228,22 +237,8 @@ func (l *Ledger) ExplainLease(ctx context.Context, p LeaseParams) (plan string, 
 		return "", 0, err
 	}
 	defer tx.Rollback()
-	if err := tenant.EnterAllTenants(ctx, tx); err != nil {
-		return "", 0, err
-	}
-	query, args := p.statement(l.now())
-	rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+query, args...)
-	if err != nil {
-		return "", 0, err
-	}
-	defer rows.Close()
 	var doc []byte
-	for rows.Next() {
-		if err := rows.Scan(&doc); err != nil {
-			return "", 0, err
-		}
-	}
-	if err := rows.Err(); err != nil {
+	if err := tx.QueryRowContext(ctx, qExplainLease, p.args(l.now())...).Scan(&doc); err != nil {
 		return "", 0, err
 	}
 	var parsed []struct {

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
-
-	"github.com/owedhq/owed/internal/tenant"
 )
 
 func TestPendingSlicesFollowTheirCursorThroughOneDueTime(t *testing.T) {
@@ -38,7 +36,7 @@ func TestPendingSlicesFollowTheirCursorThroughOneDueTime(t *testing.T) {
 
 	// The cursor is where the index scan starts: 100 more rows of the same
 	// due time, after the 2,000 leased ones, cost no step over those.
-	if err := tenant.InTxAllTenants(ctx, b.db.Owner, func(tx *sql.Tx) error {
+	if err := b.db.OwnerTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
 		    SELECT 'bulk', 'more' || g, 'sms', 'k', 'ref' || g, $1, '{"text":"x"}' FROM generate_series(1, 100) g`,
 			b.now.Add(-time.Minute)); err != nil {

@@ -12,8 +12,9 @@
 //
 // Its one clock (clock.Clock, given to New) says when a run looks from; the
 // ledger stamps the rows it writes by its own. The cross-tenant read of
-// owed_items (SQLSource) is entered through tenant.EnterAllTenants; the rows
-// are written back through the ledger in each item's own tenant scope.
+// owed_items (SQLSource) is a SECURITY DEFINER function
+// (migrations/00019); the rows are written back through the ledger in each
+// item's own tenant scope.
 package materialise
 
 import (

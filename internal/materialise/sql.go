@@ -6,18 +6,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/owedhq/owed/internal/tenant"
 )
 
 // SQLSource reads the owed_items table (migrations/00003_items.sql), which
 // applications fill in their own tenant's scope.
 //
 // Its read is a cross-tenant statement: the materialiser serves every tenant
-// in one pass, so it runs in a read-only transaction entered with
-// tenant.EnterAllTenants, exactly as the ledger's sweeper statements are. The
-// scope ends with the transaction, so the pooled connection never carries it
-// into another statement. Nothing else in this package reads
+// in one pass, so it calls owed_materialise_upcoming, a SECURITY DEFINER
+// function owned by owed_definer that the runtime role may execute
+// (migrations/00019), exactly as the ledger's sweeper statements do; no
+// session setting opens every tenant. Nothing else in this package reads
 // across tenants; the rows it produces are written back through the ledger in
 // each item's own tenant scope.
 type SQLSource struct {
@@ -29,25 +27,16 @@ func NewSQLSource(db *sql.DB) *SQLSource { return &SQLSource{db: db} }
 
 var _ Source = (*SQLSource)(nil)
 
-// qUpcoming is a range scan of owed_items_starts_at. The order makes a run's
-// batches, and so its log, reproducible.
+// qUpcoming is a range scan of owed_items_starts_at, ordered by tenant,
+// starts_at and id: the order makes a run's batches, and so its log,
+// reproducible.
 const qUpcoming = `
 SELECT tenant_id, recipient, channel, kind, ref_id, starts_at, lead_seconds, payload
-  FROM owed_items
- WHERE starts_at > $1 AND starts_at <= $2
- ORDER BY tenant_id, starts_at, id`
+  FROM owed_materialise_upcoming($1, $2)`
 
 // Upcoming returns every item starting in (from, to], across all tenants.
 func (s *SQLSource) Upcoming(ctx context.Context, from, to time.Time) ([]Item, error) {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
-	if err := tenant.EnterAllTenants(ctx, tx); err != nil {
-		return nil, err
-	}
-	rows, err := tx.QueryContext(ctx, qUpcoming, from, to)
+	rows, err := s.db.QueryContext(ctx, qUpcoming, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("read owed_items: %w", err)
 	}
@@ -69,8 +58,5 @@ func (s *SQLSource) Upcoming(ctx context.Context, from, to time.Time) ([]Item, e
 		}
 		items = append(items, it)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, tx.Commit()
+	return items, rows.Err()
 }

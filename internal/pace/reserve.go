@@ -173,12 +173,13 @@ func (l *Limiter) GiveBack(ctx context.Context, s Slots, k int) (Slots, bool, er
 		return kept, true, nil
 	}
 	back := time.Duration(k) * s.Interval
-	res, err := l.db.ExecContext(ctx, qGiveBack, l.account, s.end, ceilMicros(back), l.clock.NowOrNil())
-	if err != nil {
+	var n int64
+	if err := l.db.QueryRowContext(ctx, qGiveBack, l.account, s.end, ceilMicros(back), l.clock.NowOrNil()).
+		Scan(&n); err != nil {
 		return s, false, fmt.Errorf("pace: give back %d slots of %q: %w", k, l.account, err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return s, false, err
+	if n == 0 {
+		return s, false, nil
 	}
 	kept.end = s.end.Add(-back)
 	return kept, true, nil

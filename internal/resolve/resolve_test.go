@@ -5,7 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/owedhq/owed/internal/tenant"
 	"github.com/owedhq/owed/internal/testdb"
 )
 
@@ -17,9 +16,6 @@ func TestResolveIsTenantScoped(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := tenant.EnterAllTenants(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := tx.Exec(`INSERT INTO owed_contacts (tenant_id, recipient, channel, address, opted_out) VALUES
 	    ('a', 'user-1', 'sms', '+15550001', false),
 	    ('a', 'user-2', 'sms', '+15550002', true),

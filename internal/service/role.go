@@ -29,25 +29,44 @@ SELECT r.rolname, r.rolsuper, r.rolbypassrls,
        coalesce((SELECT string_agg(c.relname, ', ' ORDER BY c.relname) FROM pg_class c
                  WHERE c.relkind IN ('r', 'p') AND c.relname LIKE 'owed\_%' AND pg_has_role(r.oid, c.relowner, 'MEMBER')), ''),
        coalesce(current_setting('owed.bypass_rls', true), ''),
-       coalesce(current_setting('owed.tenant_id', true), '')
+       coalesce(current_setting('owed.tenant_id', true), ''),
+       coalesce((SELECT string_agg(g.rolname, ', ' ORDER BY g.rolname) FROM pg_roles g
+                 WHERE g.rolname IN ('owed_definer', 'owed_token_admin') AND pg_has_role(r.oid, g.oid, 'MEMBER')), ''),
+       EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = 'owed_runtime'),
+       EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = 'owed_runtime' AND pg_has_role(r.oid, g.oid, 'USAGE'))
 FROM pg_roles r WHERE r.rolname = current_user`
+
+// RuntimeRole is the group role whose privileges the sweeper, the workers
+// and the API need (migrations/00018): the one a login must be granted.
+const RuntimeRole = "owed_runtime"
 
 // CheckRole refuses a database role a service must not run as: a superuser
 // or a BYPASSRLS role (row-level security does not bind either), a role that
 // owns an owed_ table (an owner may turn the policies off), a member of any
 // of those, and a session on which owed.bypass_rls or owed.tenant_id is
 // already set (every statement would run across tenants, or in one tenant's
-// scope without asking for it). The error names the role and every
-// problem. Run it on a fresh pool: a connection that has run a scoped
+// scope without asking for it). A ledger service's role must also be a
+// member of owed_runtime (RuntimeRole), whose privileges it runs on, and of
+// neither owed_definer (which sees every tenant's rows) nor
+// owed_token_admin (which mints tokens). The error names the role and
+// every problem. Run it on a fresh pool: a connection that has run a scoped
 // transaction no longer shows what a session starts with.
-func CheckRole(ctx context.Context, db *sql.DB) error {
+func CheckRole(ctx context.Context, db *sql.DB) error { return checkRole(ctx, db, true) }
+
+// checkRole is CheckRole; ledger is false for a role that is no ledger
+// service's (the queue emulator's), which needs no owed_runtime.
+func checkRole(ctx context.Context, db *sql.DB, ledger bool) error {
 	var (
 		name                 string
 		super, bypass        bool
 		members, owns        string
 		bypassRLS, tenantSet string
+		privileged           string
+		runtimeExists        bool
+		runtime              bool
 	)
-	if err := db.QueryRowContext(ctx, qRole).Scan(&name, &super, &bypass, &members, &owns, &bypassRLS, &tenantSet); err != nil {
+	if err := db.QueryRowContext(ctx, qRole).Scan(&name, &super, &bypass, &members, &owns, &bypassRLS, &tenantSet,
+		&privileged, &runtimeExists, &runtime); err != nil {
 		return fmt.Errorf("check the database role: %w", err)
 	}
 	var problems []string
@@ -70,6 +89,18 @@ func CheckRole(ctx context.Context, db *sql.DB) error {
 	if tenantSet != "" {
 		problems = append(problems, fmt.Sprintf("owed.tenant_id is set %s, so a statement outside a tenant scope sees that tenant's rows", from))
 	}
+	if privileged != "" {
+		problems = append(problems, "it is a member of "+privileged+": owed_definer owns the cross-tenant functions and "+
+			"sees every tenant's rows, owed_token_admin mints tokens, and no service needs either")
+	}
+	switch {
+	case !ledger:
+	case !runtimeExists:
+		problems = append(problems, "the role "+RuntimeRole+" does not exist: run `owedctl migrate up` as the owner (its role needs CREATEROLE)")
+	case !runtime:
+		problems = append(problems, fmt.Sprintf("it is not a member of %[1]s, whose privileges the services run on: GRANT %[1]s TO %[2]s",
+			RuntimeRole, pq.QuoteIdentifier(name)))
+	}
 	if len(problems) == 0 {
 		return nil
 	}
@@ -85,13 +116,18 @@ func CheckDatabase(ctx context.Context, log zerolog.Logger, variable, url string
 		return err
 	}
 	defer db.Close()
-	return guardRole(ctx, db, log, allowInsecure)
+	return guard(ctx, db, log, allowInsecure, false)
 }
 
 // guardRole runs CheckRole; with allowInsecure (InsecureRoleVariable) it
 // logs the refusal at error level, every problem named, and goes on.
 func guardRole(ctx context.Context, db *sql.DB, log zerolog.Logger, allowInsecure bool) error {
-	err := CheckRole(ctx, db)
+	return guard(ctx, db, log, allowInsecure, true)
+}
+
+// guard is guardRole, for a ledger service's role or not (checkRole).
+func guard(ctx context.Context, db *sql.DB, log zerolog.Logger, allowInsecure, ledger bool) error {
+	err := checkRole(ctx, db, ledger)
 	var insecure *InsecureRoleError
 	if err == nil || !allowInsecure || !errors.As(err, &insecure) {
 		return err
@@ -113,13 +149,13 @@ func (e *InsecureRoleError) Error() string {
 }
 
 // Unready says why a readiness check that had to do something failed: a
-// permission the role lacks is named as such (a role other than owed_app
-// that was not granted the application role's rights), anything else as
-// "cannot <what>".
+// permission the role lacks is named as such (a role whose owed_runtime
+// membership was revoked after start-up), anything else as "cannot <what>".
 func Unready(what string, err error) string {
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) && pqErr.Code == "42501" {
-		return "permission denied to " + what + " (" + pqErr.Message + "): grant this role the application role's privileges, e.g. GRANT owed_app TO <role> (docs/security.md)"
+		return "permission denied to " + what + " (" + pqErr.Message + "): grant this role the services' privileges, GRANT " +
+			RuntimeRole + " TO <role> (docs/security.md)"
 	}
 	return "cannot " + what
 }

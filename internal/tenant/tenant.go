@@ -2,13 +2,15 @@
 // place in Go that tells Postgres whose rows a transaction may see.
 //
 // Row-level security on every tenant table compares tenant_id with the
-// transaction-local setting owed.tenant_id. Enter sets it; EnterAllTenants
-// sets the transaction-local cross-tenant flag that only the sweeper's claim
-// and bookkeeping and operator aggregates may use. Both are transaction-local
-// (set_config(…, true)), so a pooled connection never carries one request's
-// scope into the next, and a statement run with neither matches no row.
+// transaction-local setting owed.tenant_id, for the roles the policies name
+// (owed_runtime, owed_apps: migrations/00018). Enter sets it,
+// transaction-locally (set_config(…, true)), so a pooled connection never
+// carries one request's scope into the next, and a statement run without it
+// matches no row. There is no setting that opens every tenant: a
+// cross-tenant statement is a SECURITY DEFINER function the runtime role may
+// execute (migrations/00019, 00020), never a scope a session can enter.
 //
-// Nothing else in owed writes set_config for these settings; SQL functions
+// Nothing else in owed writes set_config for this setting; SQL functions
 // that scope themselves (migrations) are the only other writers. The package
 // never opens a scope for an id Validate rejects.
 package tenant
@@ -51,11 +53,8 @@ type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// The only statements in Go that set the scope.
-const (
-	qEnter           = `SELECT set_config('owed.tenant_id', $1, true)`
-	qEnterAllTenants = `SELECT set_config('owed.bypass_rls', 'on', true)`
-)
+// qEnter is the only statement in Go that sets the scope.
+const qEnter = `SELECT set_config('owed.tenant_id', $1, true)`
 
 // Enter scopes the transaction behind tx to id: from here until it ends, its
 // statements see and write only id's rows.
@@ -69,35 +68,15 @@ func Enter(ctx context.Context, tx Execer, id string) error {
 	return nil
 }
 
-// EnterAllTenants lets the transaction behind tx see every tenant's rows.
-// Only the cross-tenant statements named in the ledger's and the
-// materialiser's package docs call it.
-func EnterAllTenants(ctx context.Context, tx Execer) error {
-	if _, err := tx.ExecContext(ctx, qEnterAllTenants); err != nil {
-		return fmt.Errorf("tenant: enter cross-tenant scope: %w", err)
-	}
-	return nil
-}
-
 // InTx runs fn in a transaction on db scoped to id, and commits it when fn
 // returns nil.
 func InTx(ctx context.Context, db *sql.DB, id string, fn func(*sql.Tx) error) error {
-	return inTx(ctx, db, func(tx *sql.Tx) error { return Enter(ctx, tx, id) }, fn)
-}
-
-// InTxAllTenants runs fn in a cross-tenant transaction on db (see
-// EnterAllTenants) and commits it when fn returns nil.
-func InTxAllTenants(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
-	return inTx(ctx, db, func(tx *sql.Tx) error { return EnterAllTenants(ctx, tx) }, fn)
-}
-
-func inTx(ctx context.Context, db *sql.DB, enter, fn func(*sql.Tx) error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	if err := enter(tx); err != nil {
+	if err := Enter(ctx, tx, id); err != nil {
 		return err
 	}
 	if err := fn(tx); err != nil {

@@ -5,6 +5,10 @@
 // test` and `make bench` run). Tests connect as the application role, which
 // is not a superuser and has no BYPASSRLS, so row-level security is really
 // enforced in every test.
+//
+// The owner role must have CREATEDB and CREATEROLE: the migrations create
+// owed's group roles (migrations/00018), and the template is built after
+// the token administrator's login (AdminUser) is created when missing.
 package testdb
 
 import (
@@ -21,7 +25,7 @@ import (
 	"sync"
 	"testing"
 
-	_ "github.com/lib/pq" // the postgres driver
+	"github.com/lib/pq" // the postgres driver
 
 	"github.com/owedhq/owed/internal/migrate"
 	"github.com/owedhq/owed/migrations"
@@ -34,6 +38,26 @@ type DB struct {
 	AppURL   string
 	Owner    *sql.DB // as the owning role: migrations, fixtures, emulator schema
 	OwnerURL string
+	// Admin is the token administrator (a member of owed_token_admin):
+	// what owedctl tokens connects as.
+	Admin    *sql.DB
+	AdminURL string
+}
+
+// OwnerTx runs fn in a transaction as the owning role and commits it when
+// fn returns nil: the fixtures that cross tenants. The policies exempt the
+// owner (migrations/00018): an owner is no boundary, and no service runs as
+// it.
+func (d *DB) OwnerTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := d.Owner.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // templates caches, per server, the template New copies.
@@ -60,6 +84,15 @@ func AppUser() string {
 		return u
 	}
 	return "owed_app"
+}
+
+// AdminUser is the token administrator's login (OWED_TEST_ADMIN_USER,
+// default owed_admin).
+func AdminUser() string {
+	if u := os.Getenv("OWED_TEST_ADMIN_USER"); u != "" {
+		return u
+	}
+	return "owed_admin"
 }
 
 // New creates a fresh database migrated to head on the test server and
@@ -110,6 +143,9 @@ func Create(ctx context.Context, admin string) (d *DB, drop func() error, err er
 		if d.Owner != nil {
 			d.Owner.Close()
 		}
+		if d.Admin != nil {
+			d.Admin.Close()
+		}
 		adm, err := sql.Open("postgres", admin)
 		if err != nil {
 			return fmt.Errorf("testdb: drop %s: %w", name, err)
@@ -126,10 +162,16 @@ func Create(ctx context.Context, admin string) (d *DB, drop func() error, err er
 		d.AppURL, err = withDB(admin, name, AppUser())
 	}
 	if err == nil {
+		d.AdminURL, err = withDB(admin, name, AdminUser())
+	}
+	if err == nil {
 		d.Owner, err = sql.Open("postgres", d.OwnerURL)
 	}
 	if err == nil {
 		d.App, err = sql.Open("postgres", d.AppURL)
+	}
+	if err == nil {
+		d.Admin, err = sql.Open("postgres", d.AdminURL)
 	}
 	if err != nil {
 		drop()
@@ -165,6 +207,12 @@ func ensureTemplate(ctx context.Context, admin string) (string, error) {
 	}
 	if exists {
 		return name, nil
+	}
+	// The migrations grant owed_token_admin to this login when it exists.
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`DO $$ BEGIN
+	    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s) THEN CREATE ROLE %s LOGIN; END IF; END $$`,
+		pq.QuoteLiteral(AdminUser()), pq.QuoteIdentifier(AdminUser()))); err != nil {
+		return "", fmt.Errorf("create the token administrator's role (the owner needs CREATEROLE): %w", err)
 	}
 	building := name + "_build"
 	conn.ExecContext(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", building))
