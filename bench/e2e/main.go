@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"time"
@@ -92,6 +93,8 @@ func run() error {
 	flag.StringVar(&o.queue, "queue", backends.Default, "queue backend: "+strings.Join(backends.Names, ", "))
 	runs := flag.Int("runs", 1, "repetitions, each on a fresh database")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the drains (in-process mode)")
+	blockprofile := flag.String("blockprofile", "", "write a block profile of the drains (in-process mode)")
+	mutexprofile := flag.String("mutexprofile", "", "write a mutex profile of the drains (in-process mode)")
 	flag.Parse()
 	ctx := context.Background()
 	if err := stack.CheckQueue(o.queue); errors.Is(err, stack.ErrNoSQSServer) {
@@ -107,6 +110,16 @@ func run() error {
 		}
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
+	}
+	for _, p := range []struct{ name, path string }{{"block", *blockprofile}, {"mutex", *mutexprofile}} {
+		if p.path == "" {
+			continue
+		}
+		stop, err := profile(p.name, p.path)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	var rate, receives, xacts, stmts []float64
 	var dups int64
@@ -129,6 +142,24 @@ func run() error {
 	}
 	benchutil.Report(report(o, rate, receives, xacts, stmts, dups, peak))
 	return nil
+}
+
+// profile starts recording the named runtime profile (block or mutex)
+// and returns what writes it to path.
+func profile(name, path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if name == "block" {
+		runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+	} else {
+		runtime.SetMutexProfileFraction(10)
+	}
+	return func() {
+		pprof.Lookup(name).WriteTo(f, 0)
+		f.Close()
+	}, nil
 }
 
 // report builds the rows, named after the backend so bench/all can put

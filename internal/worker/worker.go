@@ -60,6 +60,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -129,6 +130,9 @@ func New(o Options) (*Worker, error) {
 		return nil, errors.New("worker: Ledger, Queue, Route and Pace are required")
 	}
 	o.defaults()
+	if err := checkKeyPrefix(o.KeyPrefix); err != nil {
+		return nil, fmt.Errorf("worker: KeyPrefix: %w", err)
+	}
 	w := &Worker{o: o, gate: newGate(o)}
 	w.claims = newBatcher(claimBatch, claimLinger, w.flushClaims)
 	w.extends = newBatcher(claimBatch, claimLinger, w.flushExtends)
