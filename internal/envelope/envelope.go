@@ -27,8 +27,11 @@ type Envelope struct {
 	Tenant string    `json:"tenant_id"`
 	ID     int64     `json:"id"`
 	DueAt  time.Time `json:"due_at"`
-	// Key is the row's idempotency key, repeated so the provider send can
-	// use it without recomputing the prefix.
+	// Key is the row's idempotency key as the sweeper derived it. The
+	// worker never sends it: it derives the key from the row it claimed
+	// (ledger.IdempotencyKey), so a message carrying another row's key
+	// cannot make the provider drop this row's send as a repeat. A key
+	// unlike the row's is only counted and logged.
 	Key string `json:"key"`
 }
 

@@ -29,6 +29,11 @@ const MaxResponseBytes = 64 << 10
 // further with OWED_RETRY_AFTER_MAX.
 const MaxRetryAfter = retryafter.DefaultMax
 
+// idleConnsPerHost is how many keep-alive connections an adapter holds to
+// its provider: OWED_WORKER_CONCURRENCY's ceiling, so a worker's sends in
+// flight reuse connections instead of dialling.
+const idleConnsPerHost = 1000
+
 // NewHTTPClient returns the client every adapter uses: a whole-request
 // timeout (DefaultTimeout when timeout is zero) and redirects not followed. A
 // provider API that redirects a POST is misconfigured (a wrong base URL, an
@@ -39,8 +44,15 @@ func NewHTTPClient(timeout time.Duration) *http.Client {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
+	// Every send of an adapter goes to one host: with net/http's default of
+	// two idle connections per host, each send beyond two in flight opened
+	// (and closed) a connection of its own, a TCP and TLS handshake per
+	// send. Keep as many as the worker can have sends in flight.
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = idleConnsPerHost, idleConnsPerHost
 	return &http.Client{
-		Timeout: timeout,
+		Timeout:   timeout,
+		Transport: t,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},

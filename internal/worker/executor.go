@@ -24,8 +24,8 @@ type delivery struct {
 	// msg is the queue message; its receipt acks, returns or dead-letters
 	// it.
 	msg queue.Delivery
-	// env is what the message says: the row, its due time and the
-	// provider's idempotency key.
+	// env is what the message says: the row and its due time (and a key
+	// the worker checks but never sends: prepare derives the row's).
 	env envelope.Envelope
 	// row is the ledger row as claimed, in state sending.
 	row ledger.Notification
@@ -204,8 +204,18 @@ func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
 		return false
 	}
 	dl.sender, dl.pace = sender, w.o.Pace(sender.Name())
+	// The key is derived from the claimed row, as the sweeper derives it,
+	// never taken from the message: a message carrying another row's key
+	// would have the provider drop this row's send as a repeat of that one
+	// while the ledger records it delivered.
+	key := ledger.IdempotencyKey(w.o.KeyPrefix, row.ID, row.DueAt)
+	if dl.env.Key != key {
+		w.o.Metrics.keyMismatches.Inc()
+		dl.log.Warn().Str("message_key", dl.env.Key).Str("key", key).
+			Msg("the message's idempotency key is not the row's (a forged message, or OWED_IDEMPOTENCY_PREFIX differs from the sweeper's); sending with the row's")
+	}
 	dl.request = provider.Delivery{Tenant: row.Tenant, NotificationID: row.ID, Recipient: addr, Channel: row.Channel,
-		Kind: row.Kind, Content: msg, IdempotencyKey: dl.env.Key}
+		Kind: row.Kind, Content: msg, IdempotencyKey: key}
 	return true
 }
 

@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
+	"github.com/owedhq/owed/internal/provider/sandbox"
+	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/worker"
@@ -256,5 +259,39 @@ func TestSkewedWorkerClockSendsOnTime(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A message cannot choose the key its row is sent with: the worker derives
+// it from the row it claimed. Here row B's message carries row A's key, as
+// a forged message would; were that key sent, the provider would drop B's
+// send as a repeat of A's while the ledger recorded B delivered.
+func TestForgedKeyDoesNotSuppressADelivery(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	rows := b.Schedule(t, "acme", 2, time.Now().Add(-time.Second), nil)
+	a, c := read(t, func(ctx context.Context) (ledger.Detail, error) { return b.Ledger.Get(ctx, "acme", rows[0].ID) }),
+		read(t, func(ctx context.Context) (ledger.Detail, error) { return b.Ledger.Get(ctx, "acme", rows[1].ID) })
+	keyA := ledger.IdempotencyKey("owed-", a.ID, a.DueAt)
+	var msgs []queue.Message
+	for _, d := range []ledger.Detail{a, c} {
+		body, err := envelope.Encode(envelope.Envelope{Tenant: "acme", ID: d.ID, DueAt: d.DueAt, Key: keyA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, queue.Message{Key: ledger.QueueKey("owed-", d.ID, d.DueAt, 0), Body: body})
+	}
+	if res, err := b.Queue.Publish(bg, msgs); err != nil || res[0].Err != nil || res[1].Err != nil {
+		t.Fatalf("publish: %+v, %v", res, err)
+	}
+	b.start(t)
+	b.waitSettled(t, 30*time.Second)
+	if st := b.sandboxStats(t); st.Accepted != 2 || st.Duplicates != 0 || st.DistinctKeys != 2 {
+		t.Errorf("sandbox accepted=%d duplicates=%d distinct=%d, want each row once under its own key", st.Accepted, st.Duplicates, st.DistinctKeys)
+	}
+	for _, d := range []ledger.Detail{a, c} {
+		sends, err := b.SandboxClient.Sends(bg, sandbox.SendQuery{Key: ledger.IdempotencyKey("owed-", d.ID, d.DueAt)})
+		if err != nil || len(sends) != 1 {
+			t.Errorf("row %d: sends under its own key %+v (err %v), want one", d.ID, sends, err)
+		}
 	}
 }

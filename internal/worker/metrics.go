@@ -10,6 +10,7 @@ type Metrics struct {
 	rateLimited        prometheus.Counter
 	duplicatesAbsorbed prometheus.Counter
 	possibleDuplicates prometheus.Counter
+	keyMismatches      prometheus.Counter
 	deadLettered       *prometheus.CounterVec
 	inFlight           prometheus.Gauge
 }
@@ -38,6 +39,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Messages whose row was already settled: acked without a send."),
 		possibleDuplicates: counter("owed_worker_possible_duplicate_resends_total",
 			"Sends of a row whose previous worker died mid-send; the provider may have accepted the first."),
+		keyMismatches: counter("owed_worker_key_mismatches_total",
+			"Messages whose idempotency key was not their row's (forged, or a prefix unlike the sweeper's); sent with the row's key."),
 		deadLettered: counterVec("owed_worker_dead_lettered_total",
 			"Messages sent to the dead letters, by reason: malformed, invalid (the ledger refuses it), not_found, failed.",
 			"reason", "malformed", "invalid", "not_found", "failed"),
@@ -48,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.messages, m.attempts, m.lag, m.rateLimited, m.duplicatesAbsorbed,
-			m.possibleDuplicates, m.deadLettered, m.inFlight)
+			m.possibleDuplicates, m.keyMismatches, m.deadLettered, m.inFlight)
 	}
 	return m
 }

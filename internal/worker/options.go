@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -10,6 +12,7 @@ import (
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/sweep"
 )
 
 // Defaults for Options. They are the only source of the worker's defaults:
@@ -93,6 +96,12 @@ type Options struct {
 	// the ledger the same clock, so the database's instant moves with it.
 	Clock clock.Clock
 
+	// KeyPrefix starts every provider idempotency key, as the sweeper's
+	// (OWED_IDEMPOTENCY_PREFIX; sweep.KeyPrefixDefault when empty). The
+	// worker derives each row's key from the claimed row with it
+	// (ledger.IdempotencyKey) and never sends the key a message carries.
+	KeyPrefix string
+
 	Concurrency       int
 	MaxAttempts       int
 	SendTimeout       time.Duration
@@ -114,6 +123,9 @@ func (o *Options) defaults() {
 	orDefault(&o.EarlyTolerance, EarlyToleranceDefault)
 	orDefault(&o.PaceMaxWait, PaceMaxWaitDefault)
 	orDefault(&o.RetryBase, RetryBaseDefault)
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = sweep.KeyPrefixDefault
+	}
 	if o.Resolver == nil {
 		o.Resolver = RecipientResolver{}
 	}
@@ -123,6 +135,16 @@ func (o *Options) defaults() {
 	if o.Clock == nil {
 		o.Clock = clock.Real()
 	}
+}
+
+// checkKeyPrefix refuses an idempotency prefix the sweeper refuses too
+// (sweep.Config): the key is a webhook's webhook-id, and its signature
+// covers id.timestamp.body, which a '.' in the id would make ambiguous.
+func checkKeyPrefix(p string) error {
+	if p == "" || len(p) > 64 || strings.Contains(p, ".") {
+		return fmt.Errorf("OWED_IDEMPOTENCY_PREFIX=%q must be 1 to 64 bytes without '.'", p)
+	}
+	return nil
 }
 
 // orDefault replaces a zero or negative setting with its default.

@@ -18,6 +18,7 @@ import (
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/service"
+	"github.com/owedhq/owed/internal/sweep"
 )
 
 // Defaults of the service's own settings; the ones it shares with Options
@@ -50,6 +51,10 @@ type Config struct {
 	// Resolver is "recipient" (the recipient is the address) or "sql" (the
 	// owed_contacts table).
 	Resolver string `envconfig:"RESOLVER"`
+	// IdempotencyPrefix starts every provider idempotency key; it must be
+	// the sweeper's (OWED_IDEMPOTENCY_PREFIX is read by both), since the
+	// worker derives each row's key itself (Options.KeyPrefix).
+	IdempotencyPrefix string `envconfig:"IDEMPOTENCY_PREFIX"`
 
 	// Queue is the queue backend, OWED_QUEUE_BACKEND and its variables.
 	Queue     backends.Config  `ignored:"true"`
@@ -64,7 +69,7 @@ func defaultConfig() Config {
 	return Config{ListenAddr: ListenAddrDefault, LogLevel: LogLevelDefault, DBMaxConns: DBMaxConnsDefault,
 		Concurrency: ConcurrencyDefault, MaxAttempts: MaxAttemptsDefault, ShutdownTimeout: ShutdownTimeoutDefault,
 		SendTimeout: SendTimeoutDefault, VisibilityTimeout: VisibilityTimeoutDefault,
-		RetryAfterMax: RetryAfterMaxDefault, Resolver: ResolverDefault}
+		RetryAfterMax: RetryAfterMaxDefault, Resolver: ResolverDefault, IdempotencyPrefix: sweep.KeyPrefixDefault}
 }
 
 // LoadConfig reads the environment over defaultConfig; errors name the
@@ -105,13 +110,17 @@ func (c Config) Validate() error {
 	case c.DBMaxConns < 1:
 		return fmt.Errorf("OWED_DB_MAX_CONNS=%d must be above zero", c.DBMaxConns)
 	}
+	if err := checkKeyPrefix(c.IdempotencyPrefix); err != nil {
+		return err
+	}
 	return c.Queue.Validate()
 }
 
 // Options builds the worker's options from the configuration.
 func (c Config) Options() Options {
 	return Options{Concurrency: c.Concurrency, MaxAttempts: c.MaxAttempts, SendTimeout: c.SendTimeout,
-		VisibilityTimeout: c.VisibilityTimeout, ShutdownTimeout: c.ShutdownTimeout, RetryAfterMax: c.RetryAfterMax}
+		VisibilityTimeout: c.VisibilityTimeout, ShutdownTimeout: c.ShutdownTimeout, RetryAfterMax: c.RetryAfterMax,
+		KeyPrefix: c.IdempotencyPrefix}
 }
 
 // Paces returns the pace of each provider account, one Limiter per account

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/owedhq/owed/internal/sweep"
 	"github.com/owedhq/owed/internal/worker"
 )
 
@@ -23,7 +24,7 @@ func TestConfigDefaultsAreTheConstants(t *testing.T) {
 		Concurrency: worker.ConcurrencyDefault, MaxAttempts: worker.MaxAttemptsDefault,
 		ShutdownTimeout: worker.ShutdownTimeoutDefault, SendTimeout: worker.SendTimeoutDefault,
 		VisibilityTimeout: worker.VisibilityTimeoutDefault, RetryAfterMax: worker.RetryAfterMaxDefault,
-		Resolver: worker.ResolverDefault, Queue: c.Queue, Providers: c.Providers}
+		Resolver: worker.ResolverDefault, IdempotencyPrefix: sweep.KeyPrefixDefault, Queue: c.Queue, Providers: c.Providers}
 	if c != want {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
 	}
@@ -37,6 +38,12 @@ func TestConfigDefaultsAreTheConstants(t *testing.T) {
 		t.Errorf("OWED_PROVIDER_RATE=fast: %v, want an error naming the variable", err)
 	}
 	t.Setenv("OWED_PROVIDER_RATE", "")
+
+	t.Setenv("OWED_IDEMPOTENCY_PREFIX", "owed.")
+	if _, err := worker.LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_IDEMPOTENCY_PREFIX") {
+		t.Errorf("OWED_IDEMPOTENCY_PREFIX=owed.: %v, want an error naming the variable", err)
+	}
+	t.Setenv("OWED_IDEMPOTENCY_PREFIX", "")
 
 	t.Setenv("OWED_WORKER_CONCURRENCY", "0")
 	if _, err := worker.LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_WORKER_CONCURRENCY") {

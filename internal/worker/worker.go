@@ -60,6 +60,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -74,13 +75,25 @@ const (
 	// while the previous one was committed, so an idle worker adds no delay
 	// and the window between a provider's accept and its record (the one a
 	// crash can turn into a resend) stays one commit wide.
-	claimBatch   = 32
+	//
+	// They are as large as a worker's sends in flight usually are: each row
+	// of a batch costs the ledger far more than the statement it shares
+	// (measured: a claim ~0.27 ms a row in batches of 8 to 128, 0.5 ms
+	// alone), so what a larger batch saves is the per-statement work and the
+	// commits, and a cap below the sends in flight only splits a backlog's
+	// batches in two.
+	claimBatch   = 128
 	claimLinger  = 0
-	settleBatch  = 32
+	settleBatch  = 128
 	settleLinger = 0
 	// ackBatch and ackLinger bound how acks are gathered into one call.
-	ackBatch  = 50
-	ackLinger = 5 * time.Millisecond
+	// Nobody waits for an ack (the row is settled already), so an ack may
+	// linger: 20 ms gathers a backlog's acks into one request and one
+	// queue statement per hundred or so, and a message acked 20 ms later
+	// is still hidden (its visibility timeout is seconds), or absorbed as a
+	// settled row's copy if the worker dies first.
+	ackBatch  = 500
+	ackLinger = 20 * time.Millisecond
 	// consumeBatch is the most messages one receive asks for: every
 	// backend's limit (SQS's is 10). The gate asks for fewer when the
 	// providers' pace cannot take that many soon.
@@ -129,6 +142,9 @@ func New(o Options) (*Worker, error) {
 		return nil, errors.New("worker: Ledger, Queue, Route and Pace are required")
 	}
 	o.defaults()
+	if err := checkKeyPrefix(o.KeyPrefix); err != nil {
+		return nil, fmt.Errorf("worker: KeyPrefix: %w", err)
+	}
 	w := &Worker{o: o, gate: newGate(o)}
 	w.claims = newBatcher(claimBatch, claimLinger, w.flushClaims)
 	w.extends = newBatcher(claimBatch, claimLinger, w.flushExtends)
