@@ -10,8 +10,13 @@ package ledger
 // same expression and a duration in seconds, never in Go from another clock.
 
 const (
+	// notificationColumns are a row's columns as the ledger reads them back:
+	// the payload is the row's own or, for a row of an event, the shared one
+	// (migrations/00017). Selected FROM owed_notifications, unaliased.
 	notificationColumns = `id, tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
-		payload, state, attempts, lease_until, claimed_at, published_at, delivered_at, settled_at,
+		coalesce(payload, (SELECT p.payload FROM owed_event_payloads p
+		                    WHERE p.tenant_id = owed_notifications.tenant_id AND p.id = owed_notifications.payload_id)),
+		state, attempts, lease_until, claimed_at, published_at, delivered_at, settled_at,
 		provider, provider_message_id, last_error, created_at, updated_at, queue_generation, claim_seq`
 
 	// qSchedule inserts a batch idempotently. The batch travels as one JSON
@@ -21,11 +26,11 @@ const (
 WITH input AS (
     SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
         idx int, recipient text, channel text, kind text, ref_id text,
-        due_at timestamptz, expires_at timestamptz, payload jsonb)
+        due_at timestamptz, expires_at timestamptz, payload jsonb, payload_id bigint)
 ), ins AS (
     INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
-                               payload, created_at, updated_at)
-    SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload,
+                               payload, payload_id, created_at, updated_at)
+    SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload, payload_id,
            coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now())
       FROM input ORDER BY idx
     ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING
@@ -37,6 +42,17 @@ SELECT i.idx, coalesce(ins.id, n.id), ins.id IS NOT NULL, coalesce(n.state, 'pen
   LEFT JOIN owed_notifications n ON n.tenant_id = $2
        AND (n.recipient, n.kind, n.ref_id, n.due_at) = (i.recipient, i.kind, i.ref_id, i.due_at)
  ORDER BY i.idx`
+
+	// qInsertSharedPayload stores a payload several rows of one batch
+	// share, once ($1 tenant, $2 payload, $3 now); the rows name its id.
+	qInsertSharedPayload = `
+INSERT INTO owed_event_payloads (tenant_id, payload, created_at)
+VALUES ($1, $2::jsonb, coalesce($3::timestamptz, now()))
+RETURNING id`
+
+	// qDeleteSharedPayloads removes shared payloads ($2) no row of their
+	// batch took, the rows being there already (a replayed event).
+	qDeleteSharedPayloads = `DELETE FROM owed_event_payloads WHERE tenant_id = $1 AND id = ANY($2)`
 
 	// qFindScheduled looks up rows a concurrent scheduler inserted after
 	// qSchedule's snapshot was taken (ON CONFLICT saw them, the join did not).
