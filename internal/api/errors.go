@@ -22,6 +22,7 @@ const (
 	codeMethodNotAllowed = "method_not_allowed"
 	codeConflict         = "conflict"
 	codeTooLarge         = "body_too_large"
+	codeExpandedTooLarge = "expanded_too_large"
 	codeUnsupportedMedia = "unsupported_media_type"
 	codeInternal         = "internal"
 )

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/owedhq/owed/internal/ledger"
 )
@@ -23,6 +24,15 @@ const (
 	// MaxDelay bounds delay_seconds and expires_in_seconds: a year is
 	// further ahead than any notification owed should be scheduled.
 	MaxDelay = 366 * 24 * time.Hour
+	// MaxExpandedBytesDefault is Options.MaxExpandedBytes' default
+	// (OWED_API_MAX_EXPANDED_BYTES): the bytes of rows one request may
+	// stand for, each row counted with its recipient, channel, kind, ref_id
+	// and payload. An event names its payload once and is one row per
+	// recipient, so a small body can stand for far more: 1,000 recipients
+	// of a 62 KB payload are 62 MB. The ledger stores an event's payload
+	// once, but every row is a send a worker renders and a provider
+	// carries. 16 MiB is 1,000 recipients of a 16 KB payload.
+	MaxExpandedBytesDefault = 16 << 20
 )
 
 // The JSON bodies of the write routes. Times are strings so that a bad one is
@@ -202,7 +212,7 @@ func parseSeconds(field string, v *int64, min int64) (time.Duration, *fieldDetai
 // decodeSchedule turns a POST /v1/notifications body into the ledger rows it
 // asks for, fully validated: a nil error means ledger.Schedule will accept
 // the rows. It touches no database, so the fuzz target exercises it whole.
-func decodeSchedule(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
+func decodeSchedule(body []byte, p principal, maxExpanded int64) (string, []ledger.NewNotification, *apiError) {
 	var req scheduleRequest
 	tenant, e := decodeScoped(body, p, &req)
 	if e != nil {
@@ -229,17 +239,26 @@ func decodeSchedule(body []byte, p principal) (string, []ledger.NewNotification,
 	if e := fieldErrors(bad); e != nil {
 		return "", nil, e
 	}
+	if e := checkExpanded(rows, "notifications", maxExpanded); e != nil {
+		return "", nil, e
+	}
 	if err := ledger.Validate(tenant, rows); err != nil {
 		return "", nil, fromLedger(err, batchNamer("notifications"))
 	}
 	return tenant, rows, nil
 }
 
-// decodeSubject reads a cancel body.
+// decodeSubject reads a cancel body, fully validated.
 func decodeSubject(body []byte, p principal) (string, subjectRequest, *apiError) {
 	var req subjectRequest
 	tenant, e := decodeScoped(body, p, &req)
-	return tenant, req, e
+	if e != nil {
+		return "", req, e
+	}
+	if err := ledger.ValidateCancel(tenant, req.Kind, req.RefID); err != nil {
+		return "", req, fromLedger(err, batchNamer("notifications"))
+	}
+	return tenant, req, nil
 }
 
 // rescheduleTo is a reschedule body resolved: the subject and its new due
@@ -272,6 +291,9 @@ func decodeReschedule(body []byte, p principal, now time.Time) (string, reschedu
 	if fe != nil {
 		return "", rescheduleTo{}, fieldErrors([]fieldDetail{*fe})
 	}
+	if err := ledger.ValidateReschedule(tenant, req.Kind, req.RefID, due); err != nil {
+		return "", rescheduleTo{}, fromLedger(err, batchNamer("notifications"))
+	}
 	return tenant, rescheduleTo{subjectRequest: req.subjectRequest, due: due}, nil
 }
 
@@ -279,7 +301,7 @@ func decodeReschedule(body []byte, p principal, now time.Time) (string, reschedu
 // time is occurred_at plus delay_seconds, both taken from the body: a replay
 // of the same event therefore lands on the same rows, which a due time
 // computed from the server's clock would not.
-func decodeEvent(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
+func decodeEvent(body []byte, p principal, maxExpanded int64) (string, []ledger.NewNotification, *apiError) {
 	var req eventRequest
 	tenant, e := decodeScoped(body, p, &req)
 	if e != nil {
@@ -327,10 +349,29 @@ func decodeEvent(body []byte, p principal) (string, []ledger.NewNotification, *a
 			rows[i].Payload = r.Payload
 		}
 	}
+	if e := checkExpanded(rows, "recipients", maxExpanded); e != nil {
+		return "", nil, e
+	}
 	if err := ledger.Validate(tenant, rows); err != nil {
 		return "", nil, fromLedger(err, eventNamer(req))
 	}
 	return tenant, rows, nil
+}
+
+// checkExpanded refuses with 413, naming list (the request's array of rows),
+// a request whose rows add up to more than max bytes.
+func checkExpanded(rows []ledger.NewNotification, list string, max int64) *apiError {
+	var n int64
+	for _, r := range rows {
+		n += int64(len(r.Recipient) + len(r.Channel) + len(r.Kind) + len(r.RefID) + len(r.Payload))
+	}
+	if n <= max {
+		return nil
+	}
+	return &apiError{Status: http.StatusRequestEntityTooLarge, Code: codeExpandedTooLarge, Field: list,
+		Message: fmt.Sprintf("%s: the %d rows add up to %d bytes (each with its recipient, channel, kind, ref_id "+
+			"and payload), over the limit of %d (OWED_API_MAX_EXPANDED_BYTES); send them in several requests",
+			list, len(rows), n, max)}
 }
 
 // eventNamer names a ledger field error after the event field the value came
@@ -387,6 +428,11 @@ func decodeFind(q url.Values, p principal) (findQuery, *apiError) {
 	tenant, e := p.scope(q.Get("tenant"), "tenant")
 	if e != nil {
 		return out, e
+	}
+	for _, name := range []string{"recipient", "ref", "kind"} {
+		if v := q.Get(name); strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) {
+			return out, badField(name, "must be valid UTF-8 without NUL (%%00)")
+		}
 	}
 	out.tenant = tenant
 	out.filter = ledger.Filter{Recipient: q.Get("recipient"), RefID: q.Get("ref"), Kind: q.Get("kind")}

@@ -226,20 +226,12 @@ type ChangeResult struct {
 	Intents int64 `json:"intents"`
 }
 
-func validateSubject(tenant, kind, ref string) *ValidationError {
-	v := &ValidationError{}
-	checkTenant(v, tenant)
-	checkText(v, -1, "kind", kind, maxKindLen)
-	checkText(v, -1, "ref_id", ref, maxRefLen)
-	return v
-}
-
 // Cancel settles every open row of (tenant, kind, ref) as cancelled, say
 // when the ticket was closed, and records the cancel on every row a worker
 // is sending (ChangeResult.Intents). Settled rows, delivered ones above all,
 // are never changed.
 func (l *Ledger) Cancel(ctx context.Context, tenant, kind, ref string) (ChangeResult, error) {
-	if err := validateSubject(tenant, kind, ref).orNil(); err != nil {
+	if err := ValidateCancel(tenant, kind, ref); err != nil {
 		return ChangeResult{}, err
 	}
 	return l.changeSubject(ctx, tenant, kind, ref, qCancel, qRecordCancel)
@@ -255,13 +247,7 @@ var ErrConflict = errors.New("ledger: a notification for this recipient, kind an
 // row, open or in flight, would land on a due time its recipient already has
 // a row for.
 func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDue time.Time) (ChangeResult, error) {
-	v := validateSubject(tenant, kind, ref)
-	if newDue.IsZero() {
-		v.add(-1, "due_at", "required (RFC 3339 time)")
-	} else {
-		checkTime(v, -1, "due_at", newDue)
-	}
-	if err := v.orNil(); err != nil {
+	if err := ValidateReschedule(tenant, kind, ref, newDue); err != nil {
 		return ChangeResult{}, err
 	}
 	res, err := l.changeSubject(ctx, tenant, kind, ref, qReschedule, qRecordReschedule,

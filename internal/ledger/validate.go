@@ -173,3 +173,28 @@ func validate(tenant string, rows []NewNotification) ([][]byte, error) {
 	}
 	return canon, v.orNil()
 }
+
+func validateSubject(tenant, kind, ref string) *ValidationError {
+	v := &ValidationError{}
+	checkTenant(v, tenant)
+	checkText(v, -1, "kind", kind, maxKindLen)
+	checkText(v, -1, "ref_id", ref, maxRefLen)
+	return v
+}
+
+// ValidateCancel checks what Cancel checks, without writing anything.
+func ValidateCancel(tenant, kind, ref string) error {
+	return validateSubject(tenant, kind, ref).orNil()
+}
+
+// ValidateReschedule checks what Reschedule checks, without writing
+// anything.
+func ValidateReschedule(tenant, kind, ref string, newDue time.Time) error {
+	v := validateSubject(tenant, kind, ref)
+	if newDue.IsZero() {
+		v.add(-1, "due_at", "required (RFC 3339 time)")
+	} else {
+		checkTime(v, -1, "due_at", newDue)
+	}
+	return v.orNil()
+}
