@@ -51,6 +51,16 @@ func badField(field, format string, args ...any) *apiError {
 	return &apiError{Status: http.StatusBadRequest, Code: codeInvalidField, Field: field, Message: field + ": " + msg}
 }
 
+// unknownField is a 400 naming a field or query parameter the route does
+// not take. An empty name ({"": 1}, "?=") is named as "" so the error still
+// says which input to fix.
+func unknownField(name, msg string) *apiError {
+	if name == "" {
+		name = `""`
+	}
+	return &apiError{Status: http.StatusBadRequest, Code: codeUnknownField, Field: name, Message: name + ": " + msg}
+}
+
 // fieldErrors is a 400 naming every field in details, in order, without
 // repeats. It returns nil for an empty list.
 func fieldErrors(details []fieldDetail) *apiError {

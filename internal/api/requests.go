@@ -162,8 +162,7 @@ func decodeJSON(body []byte, dst any) *apiError {
 		return &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON, Message: "malformed JSON: the body ends early"}
 	}
 	if name, ok := unknownFieldName(err); ok {
-		return &apiError{Status: http.StatusBadRequest, Code: codeUnknownField, Field: name,
-			Message: fmt.Sprintf("%s: unknown field; see docs/api.md for the accepted fields", name)}
+		return unknownField(name, "unknown field; see docs/api.md for the accepted fields")
 	}
 	return &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON, Message: "malformed JSON: " + err.Error()}
 }
@@ -418,8 +417,7 @@ func decodeFind(q url.Values, p principal) (findQuery, *apiError) {
 	var out findQuery
 	for name, vals := range q {
 		if !findParams[name] {
-			return out, &apiError{Status: http.StatusBadRequest, Code: codeUnknownField, Field: name,
-				Message: name + ": unknown query parameter; accepted: tenant, recipient, ref, kind, limit"}
+			return out, unknownField(name, "unknown query parameter; accepted: tenant, recipient, ref, kind, limit")
 		}
 		if len(vals) > 1 {
 			return out, badField(name, "given %d times; give it once", len(vals))
@@ -451,8 +449,7 @@ func decodeFind(q url.Values, p principal) (findQuery, *apiError) {
 func decodeGet(idText string, q url.Values, p principal) (string, int64, *apiError) {
 	for name := range q {
 		if name != "tenant" {
-			return "", 0, &apiError{Status: http.StatusBadRequest, Code: codeUnknownField, Field: name,
-				Message: name + ": unknown query parameter; accepted: tenant"}
+			return "", 0, unknownField(name, "unknown query parameter; accepted: tenant")
 		}
 	}
 	tenant, e := p.scope(q.Get("tenant"), "tenant")
