@@ -89,6 +89,12 @@ SELECT count(*) FROM owed_notifications
  WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3
    AND state = 'sending' AND lease_until > coalesce($4::timestamptz, now())`
 
+	// shiftedExpiry is a row's expiry moved by as much as its due time moves
+	// to $5, no later than the last instant a ledger time may hold (the
+	// years 1 to 9999 in UTC, checkTime): a far expiry moved far ahead
+	// would otherwise be a time no API answer or queue message can write.
+	shiftedExpiry = `least(n.expires_at + ($5 - n.due_at), '9999-12-31 23:59:59.999999+00'::timestamptz)`
+
 	// qReschedule moves the open rows of one subject to a new due time ($5),
 	// shifting an expiry by the same amount so the window a nudge is worth
 	// sending in keeps its length. The new due_at gives the row a new
@@ -101,7 +107,7 @@ SELECT count(*) FROM owed_notifications
 	// acked as stale.
 	qReschedule = `
 UPDATE owed_notifications n
-   SET due_at = $5, expires_at = n.expires_at + ($5 - n.due_at),
+   SET due_at = $5, expires_at = ` + shiftedExpiry + `,
        state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($4::timestamptz, now())` + subjectOpenRows

@@ -344,7 +344,7 @@ WITH target AS (
         OR (SELECT count(*) FROM target u WHERE u.recipient = t.recipient) > 1
 ), recorded AS (
     UPDATE owed_notifications n
-       SET intent = 'reschedule', intent_due_at = $5, intent_expires_at = n.expires_at + ($5 - n.due_at),
+       SET intent = 'reschedule', intent_due_at = $5, intent_expires_at = ` + shiftedExpiry + `,
            intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
            updated_at = coalesce($4::timestamptz, now())
       FROM target t
