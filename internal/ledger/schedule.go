@@ -42,13 +42,10 @@ const (
 // place in the batch, and either its own payload or the id of the shared
 // payload (owed_event_payloads) it reads.
 type scheduleInput struct {
-	Idx       int             `json:"idx"`
-	Recipient string          `json:"recipient"`
-	Channel   string          `json:"channel"`
-	Kind      string          `json:"kind"`
-	RefID     string          `json:"ref_id"`
-	DueAt     time.Time       `json:"due_at"`
-	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
+	Idx int `json:"idx"`
+	NewNotification
+	// Payload hides the row's own in the JSON: its canonical form, or
+	// nothing when the row reads the shared payload PayloadID.
 	Payload   json.RawMessage `json:"payload,omitempty"`
 	PayloadID int64           `json:"payload_id,omitempty"`
 }
@@ -100,8 +97,8 @@ func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotifica
 			}
 		}
 		for i, r := range rows {
-			in[i] = scheduleInput{Idx: i, Recipient: r.Recipient, Channel: r.Channel, Kind: r.Kind, RefID: r.RefID,
-				DueAt: r.DueAt.UTC().Truncate(time.Microsecond), Payload: canon[i]}
+			in[i] = scheduleInput{Idx: i, NewNotification: r, Payload: canon[i]}
+			in[i].DueAt = r.DueAt.UTC().Truncate(time.Microsecond)
 			if r.ExpiresAt != nil {
 				e := r.ExpiresAt.UTC().Truncate(time.Microsecond)
 				in[i].ExpiresAt = &e
