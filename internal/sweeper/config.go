@@ -35,7 +35,7 @@ type Config struct {
 	APIToken   string `envconfig:"API_TOKEN"`
 	DBMaxConns int    `envconfig:"DB_MAX_CONNS"`
 	// APIMaxExpandedBytes bounds the bytes of rows one API request stands
-	// for (api.Options.MaxExpandedBytes).
+	// for (api.Options.MaxExpandedBytes; zero is its default).
 	APIMaxExpandedBytes int64 `envconfig:"API_MAX_EXPANDED_BYTES"`
 
 	SweepBatch          int           `envconfig:"SWEEP_BATCH"`
@@ -111,7 +111,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_API_TOKEN must be at least 16 characters when set")
 	case c.DBMaxConns <= 0:
 		return fmt.Errorf("OWED_DB_MAX_CONNS=%d must be above zero", c.DBMaxConns)
-	case c.APIMaxExpandedBytes < payload.MaxPayloadBytes:
+	case c.APIMaxExpandedBytes != 0 && c.APIMaxExpandedBytes < payload.MaxPayloadBytes:
 		return fmt.Errorf("OWED_API_MAX_EXPANDED_BYTES=%d must be at least %d, one row's largest payload",
 			c.APIMaxExpandedBytes, payload.MaxPayloadBytes)
 	}
