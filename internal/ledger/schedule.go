@@ -52,26 +52,32 @@ type scheduleInput struct {
 
 // sharedPayloads finds the payloads more than one row of a batch carries:
 // shared lists each once, and of[i] is row i's index into shared, or -1
-// when the row keeps its payload in place.
+// when the row keeps its payload in place. The maps are only ever written
+// once per distinct payload (a lookup by string(c) copies nothing), so a
+// thousand rows of one 64 KB payload cost one copy, not a thousand.
 func sharedPayloads(canon [][]byte) (shared [][]byte, of []int) {
-	uses := make(map[string]int, 1)
+	type use struct{ rows, at int }
+	uses := map[string]*use{}
 	for _, c := range canon {
-		uses[string(c)]++
+		u := uses[string(c)]
+		if u == nil {
+			u = &use{at: -1}
+			uses[string(c)] = u
+		}
+		u.rows++
 	}
-	at := map[string]int{}
 	of = make([]int, len(canon))
 	for i, c := range canon {
+		u := uses[string(c)]
 		of[i] = -1
-		if uses[string(c)] < 2 {
+		if u.rows < 2 {
 			continue
 		}
-		k, ok := at[string(c)]
-		if !ok {
-			k = len(shared)
-			at[string(c)] = k
+		if u.at < 0 {
+			u.at = len(shared)
 			shared = append(shared, c)
 		}
-		of[i] = k
+		of[i] = u.at
 	}
 	return shared, of
 }
