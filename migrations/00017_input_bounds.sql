@@ -310,13 +310,18 @@ ALTER TABLE owed_contacts VALIDATE CONSTRAINT owed_contacts_address_check;
 
 -- Shared payloads go back into their rows before the column is NOT NULL
 -- again; the statement crosses tenants, as the owner under FORCE ROW LEVEL
--- SECURITY, so it sets the bypass for this session.
-SELECT set_config('owed.bypass_rls', 'on', false);
-UPDATE owed_notifications n
-   SET payload = p.payload, payload_id = NULL
-  FROM owed_event_payloads p
- WHERE n.payload IS NULL AND p.tenant_id = n.tenant_id AND p.id = n.payload_id;
-SELECT set_config('owed.bypass_rls', '', false);
+-- SECURITY, so it sets the bypass for its own (implicit) transaction.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    PERFORM set_config('owed.bypass_rls', 'on', true);
+    UPDATE owed_notifications n
+       SET payload = p.payload, payload_id = NULL
+      FROM owed_event_payloads p
+     WHERE n.payload IS NULL AND p.tenant_id = n.tenant_id AND p.id = n.payload_id;
+END
+$$;
+-- +goose StatementEnd
 ALTER TABLE owed_notifications DROP CONSTRAINT IF EXISTS owed_notifications_payload_present;
 ALTER TABLE owed_notifications ALTER COLUMN payload SET NOT NULL;
 
