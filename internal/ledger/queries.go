@@ -43,17 +43,6 @@ SELECT i.idx, coalesce(ins.id, n.id), ins.id IS NOT NULL, coalesce(n.state, 'pen
        AND (n.recipient, n.kind, n.ref_id, n.due_at) = (i.recipient, i.kind, i.ref_id, i.due_at)
  ORDER BY i.idx`
 
-	// qInsertSharedPayload stores a payload several rows of one batch
-	// share, once ($1 tenant, $2 payload, $3 now); the rows name its id.
-	qInsertSharedPayload = `
-INSERT INTO owed_event_payloads (tenant_id, payload, created_at)
-VALUES ($1, $2::jsonb, coalesce($3::timestamptz, now()))
-RETURNING id`
-
-	// qDeleteSharedPayloads removes shared payloads ($2) no row of their
-	// batch took, the rows being there already (a replayed event).
-	qDeleteSharedPayloads = `DELETE FROM owed_event_payloads WHERE tenant_id = $1 AND id = ANY($2)`
-
 	// qFindScheduled looks up rows a concurrent scheduler inserted after
 	// qSchedule's snapshot was taken (ON CONFLICT saw them, the join did not).
 	qFindScheduled = `
@@ -88,12 +77,6 @@ UPDATE owed_notifications n
 SELECT count(*) FROM owed_notifications
  WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3
    AND state = 'sending' AND lease_until > coalesce($4::timestamptz, now())`
-
-	// shiftedExpiry is a row's expiry moved by as much as its due time moves
-	// to $5, no later than the last instant a ledger time may hold (the
-	// years 1 to 9999 in UTC, checkTime): a far expiry moved far ahead
-	// would otherwise be a time no API answer or queue message can write.
-	shiftedExpiry = `least(n.expires_at + ($5 - n.due_at), '9999-12-31 23:59:59.999999+00'::timestamptz)`
 
 	// qReschedule moves the open rows of one subject to a new due time ($5),
 	// shifting an expiry by the same amount so the window a nudge is worth

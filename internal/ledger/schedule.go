@@ -82,6 +82,27 @@ func sharedPayloads(canon [][]byte) (shared [][]byte, of []int) {
 	return shared, of
 }
 
+// The statements of shared payloads, beside their callers, and the expiry
+// a reschedule moves (qReschedule, qRecordReschedule).
+const (
+	// qInsertSharedPayload stores a payload several rows of one batch
+	// share, once ($1 tenant, $2 payload, $3 now); the rows name its id.
+	qInsertSharedPayload = `
+INSERT INTO owed_event_payloads (tenant_id, payload, created_at)
+VALUES ($1, $2::jsonb, coalesce($3::timestamptz, now()))
+RETURNING id`
+
+	// qDeleteSharedPayloads removes shared payloads ($2) no row of their
+	// batch took, the rows being there already (a replayed event).
+	qDeleteSharedPayloads = `DELETE FROM owed_event_payloads WHERE tenant_id = $1 AND id = ANY($2)`
+
+	// shiftedExpiry is a row's expiry moved by as much as its due time moves
+	// to $5, no later than the last instant a ledger time may hold (the
+	// years 1 to 9999 in UTC, checkTime): a far expiry moved far ahead
+	// would otherwise be a time no API answer or queue message can write.
+	shiftedExpiry = `least(n.expires_at + ($5 - n.due_at), '9999-12-31 23:59:59.999999+00'::timestamptz)`
+)
+
 // Schedule inserts rows for tenant idempotently: a row whose (recipient,
 // kind, ref_id, due_at) already exists is reported, not inserted again. The
 // batch is validated first; if any field is bad nothing is written. A
