@@ -139,13 +139,21 @@ func writeData(w http.ResponseWriter, status int, v any) {
 }
 
 func writeBody(w http.ResponseWriter, status int, body any) {
+	// Encoded before the status is written: a value JSON cannot hold (a
+	// time past the year 9999) is a 500, not a 200 with no body.
+	b, err := json.Marshal(body)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(map[string]*apiError{"error": {Code: codeInternal,
+			Message: "internal error: the answer could not be encoded"}})
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	// Responses carry recipients and payloads: no cache may keep them.
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(body)
+	w.Write(append(b, '\n'))
 }
 
 // unknownFieldName extracts the name from encoding/json's unknown-field
