@@ -41,6 +41,10 @@ type Options struct {
 	// Clock tells the time for reschedule's delay_seconds. Nil is
 	// clock.Real(). Give the ledger and the Tokens the same clock.
 	Clock clock.Clock
+	// MaxExpandedBytes (OWED_API_MAX_EXPANDED_BYTES) bounds the bytes of
+	// rows one request stands for (see MaxExpandedBytesDefault, its
+	// default when zero); a request over it gets 413.
+	MaxExpandedBytes int64
 }
 
 type server struct {
@@ -52,6 +56,8 @@ type server struct {
 	log     zerolog.Logger
 	clock   clock.Clock
 	mux     *http.ServeMux
+	// maxExpanded is Options.MaxExpandedBytes with its default applied.
+	maxExpanded int64
 }
 
 // New returns the handler serving every /v1 route.
@@ -63,6 +69,9 @@ func New(o Options) http.Handler {
 		clock: o.Clock, mux: http.NewServeMux()}
 	if s.clock == nil {
 		s.clock = clock.Real()
+	}
+	if s.maxExpanded = o.MaxExpandedBytes; s.maxExpanded <= 0 {
+		s.maxExpanded = MaxExpandedBytesDefault
 	}
 	s.mux.HandleFunc("POST /v1/notifications", s.authed(s.schedule))
 	s.mux.HandleFunc("GET /v1/notifications", s.authed(s.find))

@@ -22,6 +22,7 @@ const (
 	codeMethodNotAllowed = "method_not_allowed"
 	codeConflict         = "conflict"
 	codeTooLarge         = "body_too_large"
+	codeExpandedTooLarge = "expanded_too_large"
 	codeUnsupportedMedia = "unsupported_media_type"
 	codeInternal         = "internal"
 )
@@ -48,6 +49,16 @@ func (e *apiError) Error() string { return e.Message }
 func badField(field, format string, args ...any) *apiError {
 	msg := fmt.Sprintf(format, args...)
 	return &apiError{Status: http.StatusBadRequest, Code: codeInvalidField, Field: field, Message: field + ": " + msg}
+}
+
+// unknownField is a 400 naming a field or query parameter the route does
+// not take. An empty name ({"": 1}, "?=") is named as "" so the error still
+// says which input to fix.
+func unknownField(name, msg string) *apiError {
+	if name == "" {
+		name = `""`
+	}
+	return &apiError{Status: http.StatusBadRequest, Code: codeUnknownField, Field: name, Message: name + ": " + msg}
 }
 
 // fieldErrors is a 400 naming every field in details, in order, without
@@ -128,13 +139,21 @@ func writeData(w http.ResponseWriter, status int, v any) {
 }
 
 func writeBody(w http.ResponseWriter, status int, body any) {
+	// Encoded before the status is written: a value JSON cannot hold (a
+	// time past the year 9999) is a 500, not a 200 with no body.
+	b, err := json.Marshal(body)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(map[string]*apiError{"error": {Code: codeInternal,
+			Message: "internal error: the answer could not be encoded"}})
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	// Responses carry recipients and payloads: no cache may keep them.
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(body)
+	w.Write(append(b, '\n'))
 }
 
 // unknownFieldName extracts the name from encoding/json's unknown-field

@@ -23,11 +23,15 @@ type scheduledRow struct {
 }
 
 func (s *server) schedule(w http.ResponseWriter, r *http.Request, p principal) {
-	s.writeScheduled(w, r, p, decodeSchedule, false, batchNamer("notifications"))
+	s.writeScheduled(w, r, p, func(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
+		return decodeSchedule(body, p, s.maxExpanded)
+	}, false, batchNamer("notifications"))
 }
 
 func (s *server) event(w http.ResponseWriter, r *http.Request, p principal) {
-	s.writeScheduled(w, r, p, decodeEvent, true, batchNamer("recipients"))
+	s.writeScheduled(w, r, p, func(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
+		return decodeEvent(body, p, s.maxExpanded)
+	}, true, batchNamer("recipients"))
 }
 
 // decoded reads r's JSON body and decodes it with decode into the tenant the

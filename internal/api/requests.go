@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +21,15 @@ const (
 	// MaxDelay bounds delay_seconds and expires_in_seconds: a year is
 	// further ahead than any notification owed should be scheduled.
 	MaxDelay = 366 * 24 * time.Hour
+	// MaxExpandedBytesDefault is Options.MaxExpandedBytes' default
+	// (OWED_API_MAX_EXPANDED_BYTES): the bytes of rows one request may
+	// stand for, each row counted with its recipient, channel, kind, ref_id
+	// and payload. An event names its payload once and is one row per
+	// recipient, so a small body can stand for far more: 1,000 recipients
+	// of a 62 KB payload are 62 MB. The ledger stores an event's payload
+	// once, but every row is a send a worker renders and a provider
+	// carries. 16 MiB is 1,000 recipients of a 16 KB payload.
+	MaxExpandedBytesDefault = 16 << 20
 )
 
 // The JSON bodies of the write routes. Times are strings so that a bad one is
@@ -152,8 +159,7 @@ func decodeJSON(body []byte, dst any) *apiError {
 		return &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON, Message: "malformed JSON: the body ends early"}
 	}
 	if name, ok := unknownFieldName(err); ok {
-		return &apiError{Status: http.StatusBadRequest, Code: codeUnknownField, Field: name,
-			Message: fmt.Sprintf("%s: unknown field; see docs/api.md for the accepted fields", name)}
+		return unknownField(name, "unknown field; see docs/api.md for the accepted fields")
 	}
 	return &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON, Message: "malformed JSON: " + err.Error()}
 }
@@ -202,7 +208,7 @@ func parseSeconds(field string, v *int64, min int64) (time.Duration, *fieldDetai
 // decodeSchedule turns a POST /v1/notifications body into the ledger rows it
 // asks for, fully validated: a nil error means ledger.Schedule will accept
 // the rows. It touches no database, so the fuzz target exercises it whole.
-func decodeSchedule(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
+func decodeSchedule(body []byte, p principal, maxExpanded int64) (string, []ledger.NewNotification, *apiError) {
 	var req scheduleRequest
 	tenant, e := decodeScoped(body, p, &req)
 	if e != nil {
@@ -229,17 +235,26 @@ func decodeSchedule(body []byte, p principal) (string, []ledger.NewNotification,
 	if e := fieldErrors(bad); e != nil {
 		return "", nil, e
 	}
+	if e := checkExpanded(rows, "notifications", maxExpanded); e != nil {
+		return "", nil, e
+	}
 	if err := ledger.Validate(tenant, rows); err != nil {
 		return "", nil, fromLedger(err, batchNamer("notifications"))
 	}
 	return tenant, rows, nil
 }
 
-// decodeSubject reads a cancel body.
+// decodeSubject reads a cancel body, fully validated.
 func decodeSubject(body []byte, p principal) (string, subjectRequest, *apiError) {
 	var req subjectRequest
 	tenant, e := decodeScoped(body, p, &req)
-	return tenant, req, e
+	if e != nil {
+		return "", req, e
+	}
+	if err := ledger.ValidateCancel(tenant, req.Kind, req.RefID); err != nil {
+		return "", req, fromLedger(err, batchNamer("notifications"))
+	}
+	return tenant, req, nil
 }
 
 // rescheduleTo is a reschedule body resolved: the subject and its new due
@@ -272,6 +287,9 @@ func decodeReschedule(body []byte, p principal, now time.Time) (string, reschedu
 	if fe != nil {
 		return "", rescheduleTo{}, fieldErrors([]fieldDetail{*fe})
 	}
+	if err := ledger.ValidateReschedule(tenant, req.Kind, req.RefID, due); err != nil {
+		return "", rescheduleTo{}, fromLedger(err, batchNamer("notifications"))
+	}
 	return tenant, rescheduleTo{subjectRequest: req.subjectRequest, due: due}, nil
 }
 
@@ -279,7 +297,7 @@ func decodeReschedule(body []byte, p principal, now time.Time) (string, reschedu
 // time is occurred_at plus delay_seconds, both taken from the body: a replay
 // of the same event therefore lands on the same rows, which a due time
 // computed from the server's clock would not.
-func decodeEvent(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
+func decodeEvent(body []byte, p principal, maxExpanded int64) (string, []ledger.NewNotification, *apiError) {
 	var req eventRequest
 	tenant, e := decodeScoped(body, p, &req)
 	if e != nil {
@@ -327,10 +345,29 @@ func decodeEvent(body []byte, p principal) (string, []ledger.NewNotification, *a
 			rows[i].Payload = r.Payload
 		}
 	}
+	if e := checkExpanded(rows, "recipients", maxExpanded); e != nil {
+		return "", nil, e
+	}
 	if err := ledger.Validate(tenant, rows); err != nil {
 		return "", nil, fromLedger(err, eventNamer(req))
 	}
 	return tenant, rows, nil
+}
+
+// checkExpanded refuses with 413, naming list (the request's array of rows),
+// a request whose rows add up to more than max bytes.
+func checkExpanded(rows []ledger.NewNotification, list string, max int64) *apiError {
+	var n int64
+	for _, r := range rows {
+		n += int64(len(r.Recipient) + len(r.Channel) + len(r.Kind) + len(r.RefID) + len(r.Payload))
+	}
+	if n <= max {
+		return nil
+	}
+	return &apiError{Status: http.StatusRequestEntityTooLarge, Code: codeExpandedTooLarge, Field: list,
+		Message: fmt.Sprintf("%s: the %d rows add up to %d bytes (each with its recipient, channel, kind, ref_id "+
+			"and payload), over the limit of %d (OWED_API_MAX_EXPANDED_BYTES); send them in several requests",
+			list, len(rows), n, max)}
 }
 
 // eventNamer names a ledger field error after the event field the value came
@@ -359,63 +396,4 @@ func eventNamer(req eventRequest) fieldNamer {
 		}
 		return f.Field
 	}
-}
-
-// findQuery is GET /v1/notifications' query string.
-type findQuery struct {
-	tenant string
-	filter ledger.Filter
-}
-
-// findParams are the query parameters GET /v1/notifications accepts.
-var findParams = map[string]bool{"tenant": true, "recipient": true, "ref": true, "kind": true, "limit": true}
-
-// decodeFind reads the list route's query. Unknown and repeated parameters
-// are rejected, as unknown JSON fields are: a typo ("recipent=") must not
-// silently widen the answer to every row.
-func decodeFind(q url.Values, p principal) (findQuery, *apiError) {
-	var out findQuery
-	for name, vals := range q {
-		if !findParams[name] {
-			return out, &apiError{Status: http.StatusBadRequest, Code: codeUnknownField, Field: name,
-				Message: name + ": unknown query parameter; accepted: tenant, recipient, ref, kind, limit"}
-		}
-		if len(vals) > 1 {
-			return out, badField(name, "given %d times; give it once", len(vals))
-		}
-	}
-	tenant, e := p.scope(q.Get("tenant"), "tenant")
-	if e != nil {
-		return out, e
-	}
-	out.tenant = tenant
-	out.filter = ledger.Filter{Recipient: q.Get("recipient"), RefID: q.Get("ref"), Kind: q.Get("kind")}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > ledger.MaxFindLimit {
-			return out, badField("limit", "%q is not an integer in 1..%d", s, ledger.MaxFindLimit)
-		}
-		out.filter.Limit = n
-	}
-	return out, nil
-}
-
-// decodeGet reads GET /v1/notifications/{id}: the id and the optional tenant
-// query parameter.
-func decodeGet(idText string, q url.Values, p principal) (string, int64, *apiError) {
-	for name := range q {
-		if name != "tenant" {
-			return "", 0, &apiError{Status: http.StatusBadRequest, Code: codeUnknownField, Field: name,
-				Message: name + ": unknown query parameter; accepted: tenant"}
-		}
-	}
-	tenant, e := p.scope(q.Get("tenant"), "tenant")
-	if e != nil {
-		return "", 0, e
-	}
-	id, err := strconv.ParseInt(idText, 10, 64)
-	if err != nil || id < 1 {
-		return "", 0, badField("id", "%q is not a notification id (a positive integer)", idText)
-	}
-	return tenant, id, nil
 }

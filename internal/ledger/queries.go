@@ -10,8 +10,13 @@ package ledger
 // same expression and a duration in seconds, never in Go from another clock.
 
 const (
+	// notificationColumns are a row's columns as the ledger reads them back:
+	// the payload is the row's own or, for a row of an event, the shared one
+	// (migrations/00017). Selected FROM owed_notifications, unaliased.
 	notificationColumns = `id, tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
-		payload, state, attempts, lease_until, claimed_at, published_at, delivered_at, settled_at,
+		coalesce(payload, (SELECT p.payload FROM owed_event_payloads p
+		                    WHERE p.tenant_id = owed_notifications.tenant_id AND p.id = owed_notifications.payload_id)),
+		state, attempts, lease_until, claimed_at, published_at, delivered_at, settled_at,
 		provider, provider_message_id, last_error, created_at, updated_at, queue_generation, claim_seq`
 
 	// qSchedule inserts a batch idempotently. The batch travels as one JSON
@@ -21,11 +26,11 @@ const (
 WITH input AS (
     SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
         idx int, recipient text, channel text, kind text, ref_id text,
-        due_at timestamptz, expires_at timestamptz, payload jsonb)
+        due_at timestamptz, expires_at timestamptz, payload jsonb, payload_id bigint)
 ), ins AS (
     INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
-                               payload, created_at, updated_at)
-    SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload,
+                               payload, payload_id, created_at, updated_at)
+    SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload, payload_id,
            coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now())
       FROM input ORDER BY idx
     ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING
@@ -85,7 +90,7 @@ SELECT count(*) FROM owed_notifications
 	// acked as stale.
 	qReschedule = `
 UPDATE owed_notifications n
-   SET due_at = $5, expires_at = n.expires_at + ($5 - n.due_at),
+   SET due_at = $5, expires_at = ` + shiftedExpiry + `,
        state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($4::timestamptz, now())` + subjectOpenRows

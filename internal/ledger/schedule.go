@@ -6,23 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/lib/pq"
-
-	"github.com/owedhq/owed/internal/payload"
-	"github.com/owedhq/owed/internal/tenant"
-)
-
-// Limits on scheduled rows. The database enforces the same bounds; checking
-// here gives the caller an error that names the field instead of a
-// constraint name. The tenant id's rules are tenant.Validate's.
-const (
-	MaxScheduleBatch = 1000
-	maxRecipientLen  = 512
-	maxKindLen       = 128
-	maxRefLen        = 256
 )
 
 // NewNotification is one row to schedule.
@@ -44,161 +30,120 @@ type Scheduled struct {
 	State State `json:"state"`
 }
 
-// FieldError names one invalid field of one input row.
-type FieldError struct {
-	Index int    // position in the batch, -1 for the batch itself
-	Field string // JSON name of the field
-	Msg   string
-}
+// Bounds on one statement of Schedule: a batch is inserted in chunks of at
+// most this many rows and this many bytes of JSON, so a statement's size and
+// the memory it takes on either side stay small however the batch was made.
+const (
+	scheduleChunkRows  = 250
+	scheduleChunkBytes = 1 << 20
+)
 
-func (e FieldError) Error() string {
-	if e.Index < 0 {
-		return fmt.Sprintf("%s: %s", e.Field, e.Msg)
-	}
-	return fmt.Sprintf("notifications[%d].%s: %s", e.Index, e.Field, e.Msg)
-}
-
-// ValidationError lists every invalid field of a request; nothing was written.
-type ValidationError struct{ Fields []FieldError }
-
-func (e *ValidationError) Error() string {
-	msgs := make([]string, len(e.Fields))
-	for i, f := range e.Fields {
-		msgs[i] = f.Error()
-	}
-	return "invalid input: " + strings.Join(msgs, "; ")
-}
-
-func (e *ValidationError) add(idx int, field, format string, args ...any) {
-	e.Fields = append(e.Fields, FieldError{Index: idx, Field: field, Msg: fmt.Sprintf(format, args...)})
-}
-
-func (e *ValidationError) orNil() error {
-	if len(e.Fields) == 0 {
-		return nil
-	}
-	return e
-}
-
-func checkText(v *ValidationError, idx int, field, value string, max int) {
-	switch {
-	case strings.TrimSpace(value) == "":
-		v.add(idx, field, "required")
-	case len(value) > max:
-		v.add(idx, field, "%d bytes exceeds the limit of %d", len(value), max)
-	}
-}
-
-// checkTenant reports a tenant id tenant.Validate refuses, in the wording of
-// the other fields ("tenant_id: required").
-func checkTenant(v *ValidationError, id string) {
-	if id == "" {
-		v.add(-1, "tenant_id", "required")
-		return
-	}
-	if err := tenant.Validate(id); err != nil {
-		// tenant.Validate names the field; the FieldError names it once.
-		v.add(-1, "tenant_id", "%s", strings.TrimPrefix(err.Error(), "tenant_id "))
-	}
-}
-
-// ValidateTenant checks a tenant id by tenant.Validate's rules, as a
-// *ValidationError naming the field tenant_id.
-func ValidateTenant(id string) error {
-	v := &ValidationError{}
-	checkTenant(v, id)
-	return v.orNil()
-}
-
-// Validate checks a batch without writing it. Every bad field is reported.
-func Validate(tenant string, rows []NewNotification) error {
-	v := &ValidationError{}
-	checkTenant(v, tenant)
-	switch {
-	case len(rows) == 0:
-		v.add(-1, "notifications", "at least one row is required")
-	case len(rows) > MaxScheduleBatch:
-		v.add(-1, "notifications", "%d rows exceeds the batch limit of %d", len(rows), MaxScheduleBatch)
-	}
-	for i, r := range rows {
-		checkText(v, i, "recipient", r.Recipient, maxRecipientLen)
-		checkText(v, i, "kind", r.Kind, maxKindLen)
-		checkText(v, i, "ref_id", r.RefID, maxRefLen)
-		if r.DueAt.IsZero() {
-			v.add(i, "due_at", "required (RFC 3339 time)")
-		}
-		if r.ExpiresAt != nil && !r.ExpiresAt.After(r.DueAt) {
-			v.add(i, "expires_at", "%s is not after due_at %s", r.ExpiresAt.UTC().Format(time.RFC3339),
-				r.DueAt.UTC().Format(time.RFC3339))
-		}
-		if strings.TrimSpace(r.Channel) == "" {
-			v.add(i, "channel", "required: one of %s", strings.Join(payload.Channels(), ", "))
-		} else if _, err := payload.Parse(r.Channel, r.Payload); err != nil {
-			// payload.Parse names the field (channel, payload, subject, text…).
-			field, msg, ok := strings.Cut(err.Error(), ": ")
-			if !ok {
-				field, msg = "payload", err.Error()
-			}
-			if field != "channel" {
-				field = "payload." + field
-				if strings.HasPrefix(field, "payload.payload") {
-					field = "payload"
-				}
-			}
-			v.add(i, field, "%s", msg)
-		}
-	}
-	return v.orNil()
-}
-
-// scheduleInput is one element of qSchedule's JSON array: the row and its
-// place in the batch.
+// scheduleInput is one element of qSchedule's JSON array: the row, its
+// place in the batch, and either its own payload or the id of the shared
+// payload (owed_event_payloads) it reads.
 type scheduleInput struct {
 	Idx int `json:"idx"`
 	NewNotification
+	// Payload hides the row's own in the JSON: its canonical form, or
+	// nothing when the row reads the shared payload PayloadID.
+	Payload   json.RawMessage `json:"payload,omitempty"`
+	PayloadID int64           `json:"payload_id,omitempty"`
 }
+
+// sharedPayloads finds the payloads more than one row of a batch carries:
+// shared lists each once, and of[i] is row i's index into shared, or -1
+// when the row keeps its payload in place. The maps are only ever written
+// once per distinct payload (a lookup by string(c) copies nothing), so a
+// thousand rows of one 64 KB payload cost one copy, not a thousand.
+func sharedPayloads(canon [][]byte) (shared [][]byte, of []int) {
+	type use struct{ rows, at int }
+	uses := map[string]*use{}
+	for _, c := range canon {
+		u := uses[string(c)]
+		if u == nil {
+			u = &use{at: -1}
+			uses[string(c)] = u
+		}
+		u.rows++
+	}
+	of = make([]int, len(canon))
+	for i, c := range canon {
+		u := uses[string(c)]
+		of[i] = -1
+		if u.rows < 2 {
+			continue
+		}
+		if u.at < 0 {
+			u.at = len(shared)
+			shared = append(shared, c)
+		}
+		of[i] = u.at
+	}
+	return shared, of
+}
+
+// The statements of shared payloads, beside their callers, and the expiry
+// a reschedule moves (qReschedule, qRecordReschedule).
+const (
+	// qInsertSharedPayload stores a payload several rows of one batch
+	// share, once ($1 tenant, $2 payload, $3 now); the rows name its id.
+	qInsertSharedPayload = `
+INSERT INTO owed_event_payloads (tenant_id, payload, created_at)
+VALUES ($1, $2::jsonb, coalesce($3::timestamptz, now()))
+RETURNING id`
+
+	// qDeleteSharedPayloads removes shared payloads ($2) no row of their
+	// batch took, the rows being there already (a replayed event).
+	qDeleteSharedPayloads = `DELETE FROM owed_event_payloads WHERE tenant_id = $1 AND id = ANY($2)`
+
+	// shiftedExpiry is a row's expiry moved by as much as its due time moves
+	// to $5, no later than the last instant a ledger time may hold (the
+	// years 1 to 9999 in UTC, checkTime): a far expiry moved far ahead
+	// would otherwise be a time no API answer or queue message can write.
+	shiftedExpiry = `least(n.expires_at + ($5 - n.due_at), '9999-12-31 23:59:59.999999+00'::timestamptz)`
+)
 
 // Schedule inserts rows for tenant idempotently: a row whose (recipient,
 // kind, ref_id, due_at) already exists is reported, not inserted again. The
-// batch is validated first; if any field is bad nothing is written.
+// batch is validated first; if any field is bad nothing is written. A
+// payload several rows share (an event's) is stored once, and rows are
+// inserted in chunks, all in one transaction.
 func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotification) ([]Scheduled, error) {
-	if err := Validate(tenant, rows); err != nil {
-		return nil, err
-	}
-	in := make([]scheduleInput, len(rows))
-	for i, r := range rows {
-		in[i] = scheduleInput{Idx: i, NewNotification: r}
-		in[i].DueAt = r.DueAt.UTC().Truncate(time.Microsecond)
-		if r.ExpiresAt != nil {
-			e := r.ExpiresAt.UTC().Truncate(time.Microsecond)
-			in[i].ExpiresAt = &e
-		}
-	}
-	doc, err := json.Marshal(in)
+	canon, err := validate(tenant, rows)
 	if err != nil {
 		return nil, err
 	}
+	shared, of := sharedPayloads(canon)
 	out := make([]Scheduled, len(rows))
+	in := make([]scheduleInput, len(rows))
 	err = l.withTenant(ctx, tenant, func(tx *txn) error {
-		res, err := tx.Query(qSchedule, string(doc), tenant, l.now())
-		if err != nil {
-			return err
+		ids := make([]int64, len(shared))
+		for k, p := range shared {
+			if err := tx.QueryRow(qInsertSharedPayload, tenant, string(p), l.now()).Scan(&ids[k]); err != nil {
+				return fmt.Errorf("store shared payload: %w", err)
+			}
 		}
-		defer res.Close()
-		for res.Next() {
-			var idx int
-			var id sql.NullInt64
-			var s Scheduled
-			if err := res.Scan(&idx, &id, &s.Created, &s.State); err != nil {
+		for i, r := range rows {
+			in[i] = scheduleInput{Idx: i, NewNotification: r, Payload: canon[i]}
+			in[i].DueAt = r.DueAt.UTC().Truncate(time.Microsecond)
+			if r.ExpiresAt != nil {
+				e := r.ExpiresAt.UTC().Truncate(time.Microsecond)
+				in[i].ExpiresAt = &e
+			}
+			if of[i] >= 0 {
+				in[i].Payload, in[i].PayloadID = nil, ids[of[i]]
+			}
+		}
+		for start := 0; start < len(in); {
+			doc, end, err := scheduleChunk(in, start)
+			if err != nil {
 				return err
 			}
-			s.ID = id.Int64
-			out[idx] = s
+			if err := scheduleRows(tx, tenant, doc, l.now(), out); err != nil {
+				return err
+			}
+			start = end
 		}
-		if err := res.Err(); err != nil {
-			return err
-		}
-		res.Close()
 		for i := range out {
 			if out[i].ID != 0 {
 				continue
@@ -207,6 +152,24 @@ func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotifica
 			if err := tx.QueryRow(qFindScheduled, tenant, r.Recipient, r.Kind, r.RefID, r.DueAt).
 				Scan(&out[i].ID, &out[i].State); err != nil {
 				return fmt.Errorf("find row scheduled concurrently: %w", err)
+			}
+		}
+		// A replayed event creates no row: its shared payload is not kept.
+		taken := make([]bool, len(shared))
+		for i := range out {
+			if of[i] >= 0 && out[i].Created {
+				taken[of[i]] = true
+			}
+		}
+		var unused []int64
+		for k, ok := range taken {
+			if !ok {
+				unused = append(unused, ids[k])
+			}
+		}
+		if len(unused) > 0 {
+			if _, err := tx.Exec(qDeleteSharedPayloads, tenant, pq.Array(unused)); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -226,6 +189,50 @@ func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotifica
 	return out, nil
 }
 
+// scheduleChunk encodes in[start:end] as qSchedule's JSON array, ending the
+// chunk at scheduleChunkRows rows or before scheduleChunkBytes (one row is
+// always taken: a row is at most a payload and a few bounded strings).
+func scheduleChunk(in []scheduleInput, start int) ([]byte, int, error) {
+	doc := []byte{'['}
+	end := start
+	for end < len(in) && end-start < scheduleChunkRows {
+		b, err := json.Marshal(in[end])
+		if err != nil {
+			return nil, 0, err
+		}
+		if end > start && len(doc)+len(b) > scheduleChunkBytes {
+			break
+		}
+		if end > start {
+			doc = append(doc, ',')
+		}
+		doc = append(doc, b...)
+		end++
+	}
+	return append(doc, ']'), end, nil
+}
+
+// scheduleRows runs qSchedule on one chunk and records its answers in out
+// by batch index.
+func scheduleRows(tx *txn, tenant string, doc []byte, now any, out []Scheduled) error {
+	res, err := tx.Query(qSchedule, string(doc), tenant, now)
+	if err != nil {
+		return err
+	}
+	defer res.Close()
+	for res.Next() {
+		var idx int
+		var id sql.NullInt64
+		var s Scheduled
+		if err := res.Scan(&idx, &id, &s.Created, &s.State); err != nil {
+			return err
+		}
+		s.ID = id.Int64
+		out[idx] = s
+	}
+	return res.Err()
+}
+
 // ChangeResult reports what Cancel or Reschedule did to one subject's rows.
 type ChangeResult struct {
 	// Changed counts open rows that were cancelled or moved.
@@ -243,20 +250,12 @@ type ChangeResult struct {
 	Intents int64 `json:"intents"`
 }
 
-func validateSubject(tenant, kind, ref string) *ValidationError {
-	v := &ValidationError{}
-	checkTenant(v, tenant)
-	checkText(v, -1, "kind", kind, maxKindLen)
-	checkText(v, -1, "ref_id", ref, maxRefLen)
-	return v
-}
-
 // Cancel settles every open row of (tenant, kind, ref) as cancelled, say
 // when the ticket was closed, and records the cancel on every row a worker
 // is sending (ChangeResult.Intents). Settled rows, delivered ones above all,
 // are never changed.
 func (l *Ledger) Cancel(ctx context.Context, tenant, kind, ref string) (ChangeResult, error) {
-	if err := validateSubject(tenant, kind, ref).orNil(); err != nil {
+	if err := ValidateCancel(tenant, kind, ref); err != nil {
 		return ChangeResult{}, err
 	}
 	return l.changeSubject(ctx, tenant, kind, ref, qCancel, qRecordCancel)
@@ -272,11 +271,7 @@ var ErrConflict = errors.New("ledger: a notification for this recipient, kind an
 // row, open or in flight, would land on a due time its recipient already has
 // a row for.
 func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDue time.Time) (ChangeResult, error) {
-	v := validateSubject(tenant, kind, ref)
-	if newDue.IsZero() {
-		v.add(-1, "due_at", "required (RFC 3339 time)")
-	}
-	if err := v.orNil(); err != nil {
+	if err := ValidateReschedule(tenant, kind, ref, newDue); err != nil {
 		return ChangeResult{}, err
 	}
 	res, err := l.changeSubject(ctx, tenant, kind, ref, qReschedule, qRecordReschedule,
@@ -373,7 +368,7 @@ WITH target AS (
         OR (SELECT count(*) FROM target u WHERE u.recipient = t.recipient) > 1
 ), recorded AS (
     UPDATE owed_notifications n
-       SET intent = 'reschedule', intent_due_at = $5, intent_expires_at = n.expires_at + ($5 - n.due_at),
+       SET intent = 'reschedule', intent_due_at = $5, intent_expires_at = ` + shiftedExpiry + `,
            intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
            updated_at = coalesce($4::timestamptz, now())
       FROM target t

@@ -22,7 +22,8 @@ const (
 	ChannelWebhook  = "webhook"
 )
 
-// MaxPayloadBytes bounds a row's payload; the ledger enforces the same limit.
+// MaxPayloadBytes bounds a row's payload in its Canonical form, which is how
+// the database measures it: octet_length(payload::text) <= 65536.
 const MaxPayloadBytes = 64 << 10
 
 // Content is the rendered content of one notification: what its payload
@@ -81,30 +82,39 @@ func Channels() []string {
 // error names the offending field. Unknown fields are rejected so a typo
 // ("subjct") fails at scheduling rather than sending an email without one.
 func Parse(channel string, raw []byte) (Content, error) {
+	m, _, err := ParseCanonical(channel, raw)
+	return m, err
+}
+
+// ParseCanonical is Parse that also returns the payload in Canonical form,
+// the bytes the ledger stores. The size limit applies to that form, as the
+// database's check does.
+func ParseCanonical(channel string, raw []byte) (Content, []byte, error) {
 	var m Content
 	check, ok := channels[channel]
 	if !ok {
-		return m, fmt.Errorf("channel: %q is not one of %s", channel, strings.Join(Channels(), ", "))
-	}
-	if len(raw) > MaxPayloadBytes {
-		return m, fmt.Errorf("payload: %d bytes exceeds the limit of %d", len(raw), MaxPayloadBytes)
+		return m, nil, fmt.Errorf("channel: %q is not one of %s", channel, strings.Join(Channels(), ", "))
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return m, fmt.Errorf("payload: required")
+		return m, nil, fmt.Errorf("payload: required")
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
+	canon, err := Canonical(raw)
+	if err != nil {
+		return m, nil, err
+	}
+	if len(canon) > MaxPayloadBytes {
+		return m, nil, fmt.Errorf("payload: %d bytes as stored exceeds the limit of %d", len(canon), MaxPayloadBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(canon))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
-		return m, fmt.Errorf("payload: %v", err)
-	}
-	if dec.More() {
-		return m, fmt.Errorf("payload: trailing data after the JSON object")
+		return m, nil, fmt.Errorf("payload: %v", err)
 	}
 	if len(m.Data) > 0 && channel != ChannelWebhook {
-		return m, fmt.Errorf("data: only the %q channel takes data", ChannelWebhook)
+		return m, nil, fmt.Errorf("data: only the %q channel takes data", ChannelWebhook)
 	}
 	if err := check(m); err != nil {
-		return m, err
+		return m, nil, err
 	}
-	return m, nil
+	return m, canon, nil
 }

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/owedhq/owed/internal/api"
 	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/pace"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweep"
@@ -32,6 +34,9 @@ type Config struct {
 	// APIToken is the optional service token for a trusted backend.
 	APIToken   string `envconfig:"API_TOKEN"`
 	DBMaxConns int    `envconfig:"DB_MAX_CONNS"`
+	// APIMaxExpandedBytes bounds the bytes of rows one API request stands
+	// for (api.Options.MaxExpandedBytes; zero is its default).
+	APIMaxExpandedBytes int64 `envconfig:"API_MAX_EXPANDED_BYTES"`
 
 	SweepBatch          int           `envconfig:"SWEEP_BATCH"`
 	SweepBudget         time.Duration `envconfig:"SWEEP_BUDGET"`
@@ -58,7 +63,8 @@ type Config struct {
 // read from the environment.
 func Defaults() Config {
 	return Config{ListenAddr: ListenAddrDefault, LogLevel: service.LogLevelDefault, DBMaxConns: DBMaxConnsDefault,
-		SweepBatch: sweep.BatchDefault, SweepBudget: sweep.BudgetDefault, SweepRequeueBatch: sweep.RequeueBatchDefault,
+		APIMaxExpandedBytes: api.MaxExpandedBytesDefault,
+		SweepBatch:          sweep.BatchDefault, SweepBudget: sweep.BudgetDefault, SweepRequeueBatch: sweep.RequeueBatchDefault,
 		SweepMaxOutstanding: sweep.MaxOutstandingDefault, SweepInterval: sweep.IntervalDefault,
 		PublishAhead: sweep.PublishAheadDefault, RequeueAfter: sweep.RequeueAfterDefault,
 		IdempotencyPrefix: sweep.KeyPrefixDefault,
@@ -105,6 +111,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_API_TOKEN must be at least 16 characters when set")
 	case c.DBMaxConns <= 0:
 		return fmt.Errorf("OWED_DB_MAX_CONNS=%d must be above zero", c.DBMaxConns)
+	case c.APIMaxExpandedBytes != 0 && c.APIMaxExpandedBytes < payload.MaxPayloadBytes:
+		return fmt.Errorf("OWED_API_MAX_EXPANDED_BYTES=%d must be at least %d, one row's largest payload",
+			c.APIMaxExpandedBytes, payload.MaxPayloadBytes)
 	}
 	if err := c.Sweep().Validate(); err != nil {
 		return err

@@ -82,7 +82,7 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	s.mux.HandleFunc("/cron/sweep", s.cron(s.handleSweep))
 	s.mux.HandleFunc("/cron/materialise", s.cron(s.handleMaterialise))
 	s.mux.Handle("/v1/", api.New(api.Options{Ledger: l, Tokens: api.NewTokens(l.DB(), clk), ServiceToken: cfg.APIToken,
-		Log: log, Clock: clk}))
+		Log: log, Clock: clk, MaxExpandedBytes: cfg.APIMaxExpandedBytes}))
 	s.mux.HandleFunc("GET /healthz", service.Healthz)
 	s.ops.HandleFunc("GET /healthz", service.Healthz)
 	s.ops.HandleFunc("GET /readyz", s.handleReady)

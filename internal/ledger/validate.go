@@ -1,0 +1,200 @@
+package ledger
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/owedhq/owed/internal/payload"
+	"github.com/owedhq/owed/internal/tenant"
+)
+
+// Limits on scheduled rows. The database enforces the same bounds; checking
+// here gives the caller an error that names the field instead of a
+// constraint name. The tenant id's rules are tenant.Validate's.
+const (
+	MaxScheduleBatch = 1000
+	maxRecipientLen  = 512
+	maxKindLen       = 128
+	maxRefLen        = 256
+)
+
+// FieldError names one invalid field of one input row.
+type FieldError struct {
+	Index int    // position in the batch, -1 for the batch itself
+	Field string // JSON name of the field
+	Msg   string
+}
+
+func (e FieldError) Error() string {
+	if e.Index < 0 {
+		return fmt.Sprintf("%s: %s", e.Field, e.Msg)
+	}
+	return fmt.Sprintf("notifications[%d].%s: %s", e.Index, e.Field, e.Msg)
+}
+
+// ValidationError lists every invalid field of a request; nothing was written.
+type ValidationError struct{ Fields []FieldError }
+
+func (e *ValidationError) Error() string {
+	msgs := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		msgs[i] = f.Error()
+	}
+	return "invalid input: " + strings.Join(msgs, "; ")
+}
+
+func (e *ValidationError) add(idx int, field, format string, args ...any) {
+	e.Fields = append(e.Fields, FieldError{Index: idx, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (e *ValidationError) orNil() error {
+	if len(e.Fields) == 0 {
+		return nil
+	}
+	return e
+}
+
+func checkText(v *ValidationError, idx int, field, value string, max int) {
+	switch {
+	case strings.TrimSpace(value) == "":
+		v.add(idx, field, "required")
+	case len(value) > max:
+		v.add(idx, field, "%d bytes exceeds the limit of %d", len(value), max)
+	case strings.IndexByte(value, 0) >= 0:
+		// PostgreSQL's text cannot hold NUL at all.
+		v.add(idx, field, "must not contain NUL (\\u0000)")
+	case !utf8.ValidString(value):
+		v.add(idx, field, "must be valid UTF-8")
+	}
+}
+
+// checkTime refuses a time outside the years 1 to 9999 in UTC: what a
+// ledger row's time can hold all the way to the queue (the envelope and the
+// worker's claim write it as JSON, which has four-digit years). An RFC 3339
+// offset can carry a time written as 9999-12-31 past that in UTC.
+func checkTime(v *ValidationError, idx int, field string, t time.Time) {
+	if y := t.UTC().Year(); y < 1 || y > 9999 {
+		v.add(idx, field, "%s is outside the years 1 to 9999 in UTC", t.Format(time.RFC3339))
+	}
+}
+
+// checkTenant reports a tenant id tenant.Validate refuses, in the wording of
+// the other fields ("tenant_id: required").
+func checkTenant(v *ValidationError, id string) {
+	if id == "" {
+		v.add(-1, "tenant_id", "required")
+		return
+	}
+	if err := tenant.Validate(id); err != nil {
+		// tenant.Validate names the field; the FieldError names it once.
+		v.add(-1, "tenant_id", "%s", strings.TrimPrefix(err.Error(), "tenant_id "))
+	}
+}
+
+// ValidateTenant checks a tenant id by tenant.Validate's rules, as a
+// *ValidationError naming the field tenant_id.
+func ValidateTenant(id string) error {
+	v := &ValidationError{}
+	checkTenant(v, id)
+	return v.orNil()
+}
+
+// Validate checks a batch without writing it. Every bad field is reported.
+func Validate(tenant string, rows []NewNotification) error {
+	_, err := validate(tenant, rows)
+	return err
+}
+
+// validate is Validate that also returns each row's payload in the form
+// the ledger stores (payload.Canonical). Rows of one event carry the same
+// payload, so each distinct payload is parsed once.
+func validate(tenant string, rows []NewNotification) ([][]byte, error) {
+	v := &ValidationError{}
+	checkTenant(v, tenant)
+	switch {
+	case len(rows) == 0:
+		v.add(-1, "notifications", "at least one row is required")
+	case len(rows) > MaxScheduleBatch:
+		v.add(-1, "notifications", "%d rows exceeds the batch limit of %d", len(rows), MaxScheduleBatch)
+	}
+	type parsed struct {
+		canon []byte
+		err   error
+	}
+	seen := map[string]map[string]parsed{}
+	canon := make([][]byte, len(rows))
+	for i, r := range rows {
+		checkText(v, i, "recipient", r.Recipient, maxRecipientLen)
+		checkText(v, i, "kind", r.Kind, maxKindLen)
+		checkText(v, i, "ref_id", r.RefID, maxRefLen)
+		if r.DueAt.IsZero() {
+			v.add(i, "due_at", "required (RFC 3339 time)")
+		} else {
+			checkTime(v, i, "due_at", r.DueAt)
+		}
+		if r.ExpiresAt != nil {
+			checkTime(v, i, "expires_at", *r.ExpiresAt)
+			if !r.ExpiresAt.After(r.DueAt) {
+				v.add(i, "expires_at", "%s is not after due_at %s", r.ExpiresAt.UTC().Format(time.RFC3339),
+					r.DueAt.UTC().Format(time.RFC3339))
+			}
+		}
+		if strings.TrimSpace(r.Channel) == "" {
+			v.add(i, "channel", "required: one of %s", strings.Join(payload.Channels(), ", "))
+			continue
+		}
+		byRaw := seen[r.Channel]
+		if byRaw == nil {
+			byRaw = map[string]parsed{}
+			seen[r.Channel] = byRaw
+		}
+		p, ok := byRaw[string(r.Payload)]
+		if !ok {
+			_, p.canon, p.err = payload.ParseCanonical(r.Channel, r.Payload)
+			byRaw[string(r.Payload)] = p
+		}
+		canon[i] = p.canon
+		if p.err != nil {
+			// payload.Parse names the field (channel, payload, subject, text…).
+			field, msg, ok := strings.Cut(p.err.Error(), ": ")
+			if !ok {
+				field, msg = "payload", p.err.Error()
+			}
+			if field != "channel" {
+				field = "payload." + field
+				if strings.HasPrefix(field, "payload.payload") {
+					field = "payload"
+				}
+			}
+			v.add(i, field, "%s", msg)
+		}
+	}
+	return canon, v.orNil()
+}
+
+func validateSubject(tenant, kind, ref string) *ValidationError {
+	v := &ValidationError{}
+	checkTenant(v, tenant)
+	checkText(v, -1, "kind", kind, maxKindLen)
+	checkText(v, -1, "ref_id", ref, maxRefLen)
+	return v
+}
+
+// ValidateCancel checks what Cancel checks, without writing anything.
+func ValidateCancel(tenant, kind, ref string) error {
+	return validateSubject(tenant, kind, ref).orNil()
+}
+
+// ValidateReschedule checks what Reschedule checks, without writing
+// anything.
+func ValidateReschedule(tenant, kind, ref string, newDue time.Time) error {
+	v := validateSubject(tenant, kind, ref)
+	if newDue.IsZero() {
+		v.add(-1, "due_at", "required (RFC 3339 time)")
+	} else {
+		checkTime(v, -1, "due_at", newDue)
+	}
+	return v.orNil()
+}
