@@ -81,6 +81,8 @@ type Stack struct {
 	ssrv     *httptest.Server
 	procs    []*launch.Process
 	sweepURL string
+	// metricsURL is the sweeper's operator listener: /metrics, /readyz.
+	metricsURL string
 	// workerURLs are the workers' base URLs, for their /metrics.
 	workerURLs []string
 	http       *http.Client
@@ -125,15 +127,15 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.sweepURL = "http://" + addr + "/cron/sweep"
+	s.sweepURL, s.metricsURL = "http://"+addr+"/cron/sweep", "http://"+metricsAddr
 	if err := s.spawn(ctx, filepath.Join(cfg.Bin, "sweeper"), "sweeper", addr, common, map[string]string{
-		"OWED_CRON_SECRET":   cronSecret,
-		"OWED_METRICS_ADDR":  metricsAddr,
-		"OWED_SWEEP_BATCH":   strconv.Itoa(cfg.SweepBatch),
+		"OWED_CRON_SECRET":  cronSecret,
+		"OWED_METRICS_ADDR": metricsAddr,
+		"OWED_SWEEP_BATCH":  strconv.Itoa(cfg.SweepBatch), "OWED_PROVIDER_RATE": cfg.ProviderRate,
 		"OWED_PUBLISH_AHEAD": cfg.PublishAhead.String(), "OWED_SWEEP_ON_NOTIFY": strconv.FormatBool(cfg.SweepOnNotify)}); err != nil {
 		return nil, err
 	}
-	if err := s.ready(ctx, "http://"+metricsAddr+"/readyz"); err != nil {
+	if err := s.ready(ctx, s.metricsURL+"/readyz"); err != nil {
 		return nil, err
 	}
 	for i := 0; i < cfg.Workers; i++ {
@@ -215,8 +217,11 @@ func (s *Stack) Sweep(ctx context.Context) (sweep.Result, error) {
 	return res, json.NewDecoder(resp.Body).Decode(&res)
 }
 
-// SweeperURL is the sweeper's base URL: its scheduling API and /metrics.
+// SweeperURL is the sweeper's base URL: its scheduling API.
 func (s *Stack) SweeperURL() string { return strings.TrimSuffix(s.sweepURL, "/cron/sweep") }
+
+// SweeperMetricsURL is the sweeper's /metrics, on its operator listener.
+func (s *Stack) SweeperMetricsURL() string { return s.metricsURL + "/metrics" }
 
 // PeakRSS returns each process's resident-set high-water mark (VmHWM) in
 // MiB, keyed by process name ("sweeper", "worker-1", …). Read it before Stop.
