@@ -65,9 +65,11 @@ type Config struct {
 	SandboxBurst int
 	// MaxSends is how many sends the sandbox remembers for duplicate
 	// counting; set it above the rows a run delivers.
-	MaxSends     int
-	SweepBatch   int
-	PublishAhead time.Duration
+	MaxSends   int
+	SweepBatch int
+	// SweepRequeueBatch is OWED_SWEEP_REQUEUE_BATCH; zero keeps its default.
+	SweepRequeueBatch int
+	PublishAhead      time.Duration
 	// SweepOnNotify is the sweeper's OWED_SWEEP_ON_NOTIFY. It is off unless
 	// set, so the benchmarks that play the cron measure the cron's sweeps.
 	SweepOnNotify bool
@@ -128,7 +130,11 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	s.sweepURL, s.metricsURL = "http://"+addr+"/cron/sweep", "http://"+metricsAddr
-	if err := s.spawn(ctx, filepath.Join(cfg.Bin, "sweeper"), "sweeper", addr, common, map[string]string{
+	sweeperVars := map[string]string{}
+	if cfg.SweepRequeueBatch > 0 {
+		sweeperVars["OWED_SWEEP_REQUEUE_BATCH"] = strconv.Itoa(cfg.SweepRequeueBatch)
+	}
+	if err := s.spawn(ctx, filepath.Join(cfg.Bin, "sweeper"), "sweeper", addr, common, sweeperVars, map[string]string{
 		"OWED_CRON_SECRET":  cronSecret,
 		"OWED_METRICS_ADDR": metricsAddr,
 		"OWED_SWEEP_BATCH":  strconv.Itoa(cfg.SweepBatch), "OWED_PROVIDER_RATE": cfg.ProviderRate,
