@@ -55,13 +55,19 @@ func (l *Ledger) LeaseDue(ctx context.Context, p LeaseParams, capacity int) ([]L
 	if err != nil {
 		return nil, 0, err
 	}
+	sortLeased(out)
+	return out, held, nil
+}
+
+// sortLeased puts rows in the lease's order, oldest due first and then by
+// id: UPDATE … RETURNING has none, and a sweep publishes oldest first.
+func sortLeased(out []Leased) {
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].DueAt.Equal(out[j].DueAt) {
 			return out[i].DueAt.Before(out[j].DueAt)
 		}
 		return out[i].ID < out[j].ID
 	})
-	return out, held, nil
 }
 
 // SetAside settles a row the sweep leased and cannot publish (its message
