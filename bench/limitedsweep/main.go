@@ -134,9 +134,18 @@ func run() error {
 
 	time.Sleep(o.warmup)
 	s0, t0 := st.Sandbox.Stats(), time.Now()
+	r0, err := st.Receives(ctx)
+	if err != nil {
+		stop()
+		return err
+	}
 	time.Sleep(o.duration)
 	s1, t1 := st.Sandbox.Stats(), time.Now()
+	r1, err := st.Receives(ctx)
 	stop()
+	if err != nil {
+		return err
+	}
 	wg.Wait()
 	if newErr != nil {
 		return newErr
@@ -146,6 +155,8 @@ func run() error {
 	accepted := float64(s1.Accepted - s0.Accepted)
 	allowed := float64(o.rate) * t1.Sub(t0).Seconds()
 	acc := accepted / allowed
+	limited := float64(s1.RateLimited - s0.RateLimited)
+	rec := r1.Sub(r0)
 	late, err := lateness(ctx, db)
 	if err != nil {
 		return err
@@ -160,6 +171,8 @@ func run() error {
 	benchutil.Report([]benchutil.Row{
 		{Name: "limitedsweep: accepted ÷ allowed, " + label, Value: benchutil.One(100 * acc), Unit: "%",
 			Target: fmt.Sprintf("≥ %.0f", 100*acceptedTarget), Pass: benchutil.Check(acc >= acceptedTarget)},
+		{Name: "limitedsweep: 429s ÷ attempts, " + tag, Value: benchutil.One(100 * limited / max(1, accepted+limited)), Unit: "%"},
+		{Name: "limitedsweep: receives per delivery (workers' messages counter), " + tag, Value: benchutil.One(rec.PerDelivery()), Unit: "recv"},
 		{Name: fmt.Sprintf("limitedsweep: max queue depth (cap %d), %s", cap, tag), Value: benchutil.One(float64(maxDepth.Load())), Unit: "msgs",
 			Target: fmt.Sprintf("≤ %d", cap), Pass: benchutil.Check(maxDepth.Load() <= int64(cap))},
 		{Name: fmt.Sprintf("limitedsweep: max outstanding in the ledger (cap %d), %s", cap, tag), Value: benchutil.One(float64(maxHeld.Load())), Unit: "rows",
