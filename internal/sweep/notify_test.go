@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/tenant"
@@ -116,6 +118,11 @@ func TestUnencodableRowIsSetAsideAndTheRestPublished(t *testing.T) {
 	if res.SetAside != 1 || res.Published != 3 || !res.Complete {
 		t.Fatalf("run: %+v, want 1 row set aside and 3 published", res)
 	}
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg).Observe(res, b.clk.Now())
+	if n := setAsideCount(t, reg); n != 1 {
+		t.Errorf("owed_sweep_rows_total{result=set_aside} = %v, want 1", n)
+	}
 	if got := len(b.consumeAll(t)); got != 3 {
 		t.Errorf("queue holds %d messages, want 3", got)
 	}
@@ -132,4 +139,22 @@ func TestUnencodableRowIsSetAsideAndTheRestPublished(t *testing.T) {
 	if res := b.run(t); res.Leased != 0 || res.Stalled || !res.Complete {
 		t.Errorf("next run: %+v, want nothing left to lease", res)
 	}
+}
+
+// setAsideCount reads owed_sweep_rows_total{result="set_aside"} from reg.
+func setAsideCount(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			if f.GetName() == "owed_sweep_rows_total" && m.GetLabel()[0].GetValue() == "set_aside" {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatal("no owed_sweep_rows_total{result=set_aside} on the registry")
+	return 0
 }

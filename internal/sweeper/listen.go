@@ -250,4 +250,5 @@ func (d *DueListener) observe(res sweep.Result) {
 		d.runs.WithLabelValues("ok").Inc()
 	}
 	d.published.Add(float64(res.Published))
+	d.srv.metrics.CountSetAside(res.SetAside)
 }
