@@ -13,7 +13,10 @@
 # over a 100,000-row burst. BENCH_QUICK=1 runs smaller sizes (about 9
 # minutes instead of about 30). Arguments go to bench/all, e.g. -only
 # e2e,limited or -only burst.
-# bench/immediate posts rows due now through the API and never calls the cron.
+# bench/immediate posts rows due now through the API and never calls the cron;
+# bench/limitedsweep is the provider-limited run under a minute cron and the
+# fast path, with a requeue backlog. Issue 15's four benchmarks alone:
+#   scripts/bench.sh -only burst,immediate,e2e,limitedsweep
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -99,7 +99,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := waitListening(ctx, st.SweeperURL()+"/metrics"); err != nil {
+	if err := waitListening(ctx, st.SweeperMetricsURL()); err != nil {
 		return err
 	}
 	c := devstack.NewAPIClient(st.SweeperURL(), token, 30*time.Second)

@@ -83,7 +83,7 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, urls roleURLs) er
 		}
 		children = append(children, s.childSpec(name, b.sweeper, nil, port, queueVars, cfg.Tuning.SweeperEnv, s.roleVars(), map[string]string{
 			"OWED_DATABASE_URL": urls.app, "OWED_LISTEN_ADDR": addr(port), "OWED_METRICS_ADDR": metrics,
-			"OWED_CRON_SECRET": s.ep.CronSecret, "OWED_API_TOKEN": s.ep.ServiceToken}))
+			"OWED_CRON_SECRET": s.ep.CronSecret, "OWED_API_TOKEN": s.ep.ServiceToken, "OWED_PROVIDER_RATE": cfg.Rate}))
 		s.ep.SweeperURLs = append(s.ep.SweeperURLs, httpURL(port))
 	}
 	for i, port := range cfg.WorkerPorts {

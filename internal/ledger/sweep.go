@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/lib/pq"
@@ -109,13 +108,7 @@ func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
 	if err != nil {
 		return nil, err
 	}
-	// UPDATE … RETURNING has no order; publish oldest first all the same.
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].DueAt.Equal(out[j].DueAt) {
-			return out[i].DueAt.Before(out[j].DueAt)
-		}
-		return out[i].ID < out[j].ID
-	})
+	sortLeased(out)
 	return out, nil
 }
 

@@ -22,6 +22,10 @@ type drain struct {
 	slowest time.Duration
 	// held is set once a slice was held back: the run leases no more.
 	held bool
+	// uncounted is set while the run has not counted the work outstanding
+	// (a notify run, which has no survey): room is then the whole cap, and
+	// the first slice counts in the statement that leases.
+	uncounted bool
 }
 
 // run leases slice after slice. The first slice of pending rows leaves room
@@ -66,12 +70,27 @@ func (d *drain) slice(ctx context.Context, kind ledger.Slice, limit int) (bool, 
 		return false, d.hold(ctx, HeldBudget)
 	}
 	began := time.Now()
-	leased, err := d.s.ledger.Lease(ctx, ledger.LeaseParams{Limit: limit, Ahead: d.s.cfg.PublishAhead,
-		For: d.s.cfg.Budget + leaseMargin, Slice: kind, After: d.cursor})
+	p := ledger.LeaseParams{Limit: limit, Ahead: d.s.cfg.PublishAhead,
+		For: d.s.cfg.Budget + leaseMargin, Slice: kind, After: d.cursor}
+	var leased []ledger.Leased
+	var err error
+	if d.uncounted {
+		var held int
+		leased, held, err = d.s.ledger.LeaseDue(ctx, p, d.room)
+		d.uncounted = false
+		d.res.Outstanding, d.room = held, d.room-held
+		limit = min(limit, max(d.room, 0))
+	} else {
+		leased, err = d.s.ledger.Lease(ctx, p)
+	}
 	if err != nil {
 		return false, fmt.Errorf("lease owed rows: %w", err)
 	}
 	if len(leased) == 0 {
+		if limit == 0 {
+			// The count in the lease found the cap reached.
+			return false, d.hold(ctx, HeldBackpressure)
+		}
 		return false, nil
 	}
 	d.res.Slices++
@@ -134,19 +153,19 @@ func (s *Sweeper) publishSlice(ctx context.Context, leased []ledger.Leased, star
 	return nil
 }
 
-// publish sends one chunk and marks the accepted rows queued.
+// publish sends one chunk and marks the accepted rows queued. A row whose
+// message cannot be built is set aside first, and the rest go out.
 func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Result) error {
 	now := s.clock.Now()
+	chunk, bodies, err := s.encodeChunk(ctx, chunk, res)
+	if err != nil || len(chunk) == 0 {
+		return err
+	}
 	msgs := make([]queue.Message, len(chunk))
 	for i, r := range chunk {
-		key := ledger.IdempotencyKey(s.cfg.KeyPrefix, r.ID, r.DueAt)
-		body, err := envelope.Encode(envelope.Envelope{Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt, Key: key})
-		if err != nil {
-			return fmt.Errorf("encode row %d: %w", r.ID, err)
-		}
 		// The queue key adds the row's generation, so a deliberate
 		// republish is never deduplicated away; the provider's key is the row's.
-		msgs[i] = queue.Message{Key: ledger.QueueKey(s.cfg.KeyPrefix, r.ID, r.DueAt, r.QueueGeneration), Body: body}
+		msgs[i] = queue.Message{Key: ledger.QueueKey(s.cfg.KeyPrefix, r.ID, r.DueAt, r.QueueGeneration), Body: bodies[i]}
 		// Queues count delays in whole seconds and round up; rounding down
 		// here instead lets the message surface up to a second early, and
 		// the worker waits out the rest (within its early tolerance), so the
@@ -206,4 +225,32 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Resul
 		return fmt.Errorf("queue refused %d of %d messages: %s", len(refused), len(msgs), firstRefusal)
 	}
 	return nil
+}
+
+// encodeChunk builds the message body of each row of chunk and returns
+// the rows it could build with their bodies. A row whose message cannot be
+// built (a tenant id the services refuse, written straight into the table)
+// is settled failed with the reason and logged: one such row used to end
+// every run, for every tenant. The settle outlives a cancelled run like the
+// mark: the row is no use to anyone leased.
+func (s *Sweeper) encodeChunk(ctx context.Context, chunk []ledger.Leased, res *Result) ([]ledger.Leased, [][]byte, error) {
+	keep, bodies := make([]ledger.Leased, 0, len(chunk)), make([][]byte, 0, len(chunk))
+	for _, r := range chunk {
+		key := ledger.IdempotencyKey(s.cfg.KeyPrefix, r.ID, r.DueAt)
+		body, err := envelope.Encode(envelope.Envelope{Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt, Key: key})
+		if err == nil {
+			keep, bodies = append(keep, r), append(bodies, body)
+			continue
+		}
+		reason := "cannot be published: " + err.Error()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_, serr := s.ledger.SetAside(sctx, r.ID, reason)
+		cancel()
+		if serr != nil {
+			return nil, nil, fmt.Errorf("set aside row %d (%s): %w", r.ID, reason, serr)
+		}
+		res.SetAside++
+		s.log.Error().Int64("id", r.ID).Str("reason", reason).Msg("sweep: row set aside, settled failed")
+	}
+	return keep, bodies, nil
 }

@@ -26,7 +26,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "owed_sweep_rows_total",
-			Help: "Ledger rows handled by sweeps, by what happened: leased, requeued (leased because their lease ran out), published, republished, expired, released.",
+			Help: "Ledger rows handled by sweeps, by what happened: leased, requeued (leased because their lease ran out), published, republished, expired, released, set_aside (settled failed: no message could be built; counted for notify runs too).",
 		}, []string{"result"}),
 		slices: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "owed_sweep_slices_total",
@@ -49,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range []string{"ok", "incomplete", "stalled"} {
 		m.runs.WithLabelValues(o)
 	}
-	for _, r := range []string{"leased", "requeued", "published", "republished", "expired", "released"} {
+	for _, r := range []string{"leased", "requeued", "published", "republished", "expired", "released", "set_aside"} {
 		m.rows.WithLabelValues(r)
 	}
 	for _, r := range []string{HeldBackpressure, HeldBudget} {
@@ -76,9 +76,14 @@ func (m *Metrics) Observe(r Result, now time.Time) {
 	m.rows.WithLabelValues("republished").Add(float64(r.Republished))
 	m.rows.WithLabelValues("expired").Add(float64(r.Expired))
 	m.rows.WithLabelValues("released").Add(float64(r.Released))
+	m.CountSetAside(r.SetAside)
 	m.slices.Add(float64(r.Slices))
 	if r.HeldBack != "" {
 		m.heldBack.WithLabelValues(r.HeldBack).Inc()
 	}
 	m.duration.Observe(float64(r.DurationMS) / 1000)
 }
+
+// CountSetAside counts rows a run set aside; the notify runs, which Observe
+// does not record, call it too.
+func (m *Metrics) CountSetAside(n int) { m.rows.WithLabelValues("set_aside").Add(float64(n)) }

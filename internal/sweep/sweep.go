@@ -7,8 +7,11 @@
 // ran out get a capped slice of their own each run, so they never starve
 // rows falling due. It never marks a row queued that the queue did not
 // accept, never publishes a row past its expiry, and hands back every row it
-// leased and did not publish. Runs may overlap (the cron, a fast path): SKIP
-// LOCKED keeps them off each other's rows. The service that calls it (the
+// leased and did not publish. A row whose message cannot be built is set
+// aside (settled failed with the reason), never allowed to stop the run. A
+// run started by a due-now notification (RunNotify) leases the same way but
+// leaves expiry and the survey to the cron's runs. Runs may overlap (the
+// cron, the fast path): SKIP LOCKED keeps them off each other's rows. The service that calls it (the
 // cron endpoint, the configuration, the scrape-time backlog and queue
 // gauges) is package sweeper.
 package sweep
@@ -165,10 +168,20 @@ const (
 	HeldBudget = "budget"
 )
 
+// What started a run (Result.Trigger).
+const (
+	// TriggerCron is a call of the cron endpoint (Run).
+	TriggerCron = "cron"
+	// TriggerNotify is a due-now notification (RunNotify).
+	TriggerNotify = "notify"
+)
+
 // Result counts what one run did. Complete is false when the run could not
 // finish: the queue refused, or the budget ran out while a slice was being
 // published. A run that stops early on purpose (HeldBack) is complete.
 type Result struct {
+	// Trigger is what started the run: TriggerCron or TriggerNotify.
+	Trigger string `json:"trigger"`
 	// Slices counts the lease statements that leased rows.
 	Slices int `json:"slices"`
 	Leased int `json:"leased"`
@@ -182,6 +195,9 @@ type Result struct {
 	Deduplicated int   `json:"deduplicated"`
 	Expired      int64 `json:"expired"`
 	Released     int   `json:"released"`
+	// SetAside counts leased rows whose message could not be built: each
+	// is settled failed with the reason in last_error, and the run goes on.
+	SetAside int `json:"set_aside"`
 	// Outstanding is the rows a live lease held when the run began,
 	// counted up to MaxOutstanding, the run's backpressure cap.
 	Outstanding    int `json:"outstanding"`
@@ -226,20 +242,15 @@ func New(l *ledger.Ledger, q Publisher, cfg Config, log zerolog.Logger) (*Sweepe
 // errBudget ends a run that reached its time budget.
 var errBudget = errors.New("sweep: time budget reached with rows left")
 
-// Run performs one sweep. Its error, when not nil, is also in Result.Error
-// and Result.Complete is false; the counts say what was done before it.
+// Run performs one sweep, the cron's. Its error, when not nil, is also in
+// Result.Error and Result.Complete is false; the counts say what was done
+// before it.
 func (s *Sweeper) Run(ctx context.Context) (res Result, err error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Budget)
 	defer cancel()
-	defer func() {
-		res.DurationMS = time.Since(start).Milliseconds()
-		res.Complete = err == nil
-		if err != nil {
-			res.Error = err.Error()
-		}
-		s.logRun(res, err)
-	}()
+	res.Trigger = TriggerCron
+	defer func() { s.finish(&res, err, start) }()
 
 	// Expiry first, bounded like a slice: a row past its expires_at is
 	// settled, never published.
@@ -267,6 +278,40 @@ func (s *Sweeper) Run(ctx context.Context) (res Result, err error) {
 	return res, nil
 }
 
+// RunNotify performs the run a due-now notification starts: the slices of
+// Run, oldest pending first, under the same backpressure cap, but no expiry
+// and no survey (the cron's runs settle expired rows, and the lease never
+// takes one) and no requeue slice, so a run that finds one row due is one
+// lease (which counts the outstanding work in the same statement) and one
+// mark. Taking the oldest pending rows first is what keeps the ordering
+// rule: a row due now never jumps rows owed before it; behind a backlog the
+// run drains the backlog's head, as far as the cap has room.
+func (s *Sweeper) RunNotify(ctx context.Context) (res Result, err error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Budget)
+	defer cancel()
+	res.Trigger = TriggerNotify
+	defer func() { s.finish(&res, err, start) }()
+	res.MaxOutstanding = s.cfg.OutstandingCap()
+	d := &drain{s: s, res: &res, start: start, room: res.MaxOutstanding, uncounted: true}
+	for more := true; more; {
+		if more, err = d.slice(ctx, ledger.SlicePending, s.cfg.Batch); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// finish completes a run's result and logs it.
+func (s *Sweeper) finish(res *Result, err error, start time.Time) {
+	res.DurationMS = time.Since(start).Milliseconds()
+	res.Complete = err == nil
+	if err != nil {
+		res.Error = err.Error()
+	}
+	s.logRun(*res, err)
+}
+
 func (s *Sweeper) logRun(res Result, err error) {
 	ev := s.log.Info()
 	switch {
@@ -275,9 +320,9 @@ func (s *Sweeper) logRun(res Result, err error) {
 	case err != nil:
 		ev = s.log.Error().Err(err)
 	}
-	ev.Int("slices", res.Slices).Int("leased", res.Leased).Int("requeued", res.Requeued).
+	ev.Str("trigger", res.Trigger).Int("slices", res.Slices).Int("leased", res.Leased).Int("requeued", res.Requeued).
 		Int("published", res.Published).Int("republished", res.Republished).Int("deduplicated", res.Deduplicated).
-		Int64("expired", res.Expired).Int("released", res.Released).
+		Int64("expired", res.Expired).Int("released", res.Released).Int("set_aside", res.SetAside).
 		Int("outstanding", res.Outstanding).Int("max_outstanding", res.MaxOutstanding).Str("held_back", res.HeldBack).
 		Int64("duration_ms", res.DurationMS).Float64("oldest_owed_age_s", res.OldestOwedAgeS).
 		Bool("complete", err == nil).Msg("sweep")

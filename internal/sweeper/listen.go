@@ -19,9 +19,11 @@ import (
 // (migrations/00014_due_notify.sql) send pg_notify(DueChannel) when a
 // committed statement leaves a pending row due within a minute, whoever
 // wrote it; the DueListener holds a LISTEN connection and answers each
-// notification with one sweep run, the same run the cron's call makes
-// (lease oldest first → publish → mark queued), so a backlog is never
-// jumped and a crash at any step heals by the cron's rules. The cron stays
+// notification with one sweep run (sweep.RunNotify): the cron's slices
+// (lease oldest first → publish → mark queued) under the same backpressure
+// cap, without the expiry, survey and requeue statements the cron's runs
+// do, so a backlog is never jumped and a crash at any step heals by the
+// cron's rules. The cron stays
 // the heartbeat and the safety net: a notification sent while the sweeper
 // was not listening is caught by the run after each (re)connect, or by the
 // next cron call.
@@ -47,13 +49,20 @@ const (
 	listenPing = time.Minute
 	// failedRunPause spaces the notify runs after one that failed (a queue
 	// refusing publishes), so inserts cannot drive a sweep loop against it;
-	// the cron's own calls are not paced.
+	// the cron's own calls are not paced. A run held back by backpressure
+	// pauses its loop as long: room comes back at the workers' pace, and a
+	// row due now waits behind the backlog all the same.
 	failedRunPause = time.Second
+	// notifyRuns is how many notify runs may be under way at once: a
+	// notification that arrives during a run starts the next at once
+	// instead of waiting for the run's publish and mark; SKIP LOCKED keeps
+	// the two off each other's rows.
+	notifyRuns = 2
 )
 
 // DueListener runs a sweep for every notification on DueChannel, coalesced:
-// at most one run at a time, and notifications that arrive during a run
-// make one more run after it. Its runs are counted in their own series
+// at most notifyRuns runs at a time, and notifications that arrive while
+// they are all busy make one more run after them. Its runs are counted in their own series
 // (owed_sweep_notify_*), so owed_sweep_last_success_timestamp_seconds stays
 // the cron's heartbeat: a dead cron is not hidden by the fast path.
 type DueListener struct {
@@ -126,9 +135,11 @@ func (d *DueListener) Start(ctx context.Context) error {
 	// Closing the listener also ends a Listen still waiting for its first
 	// connection.
 	context.AfterFunc(ctx, func() { l.Close() })
-	d.done.Add(2)
+	d.done.Add(1 + notifyRuns)
 	go func() { defer d.done.Done(); d.listen(ctx, l) }()
-	go func() { defer d.done.Done(); d.loop(ctx) }()
+	for range notifyRuns {
+		go func() { defer d.done.Done(); d.runEach(ctx, d.sweepOnce) }()
+	}
 	return nil
 }
 
@@ -189,8 +200,9 @@ func drain(l *pq.Listener) {
 	}
 }
 
-// coalescer turns wake-ups into calls of one function, one call at a time:
-// wake-ups during a call are folded into one more call after it.
+// coalescer turns wake-ups into calls of one function, one call per loop
+// (runEach) at a time: a wake-up finds an idle loop at once, and wake-ups
+// while every loop is busy are folded into one more call.
 type coalescer struct{ wake chan struct{} }
 
 func newCoalescer() coalescer { return coalescer{wake: make(chan struct{}, 1)} }
@@ -204,6 +216,7 @@ func (c coalescer) poke() {
 }
 
 // runEach calls run for each wake-up, one call at a time, until ctx ends.
+// Several runEach loops share the wake-ups.
 func (c coalescer) runEach(ctx context.Context, run func(context.Context)) {
 	for {
 		select {
@@ -218,15 +231,11 @@ func (c coalescer) runEach(ctx context.Context, run func(context.Context)) {
 	}
 }
 
-// loop sweeps once per wake-up until ctx ends.
-func (d *DueListener) loop(ctx context.Context) { d.runEach(ctx, d.sweepOnce) }
-
-// sweepOnce is one notify-started run: the cron's run, counted in the
-// fast path's series.
+// sweepOnce is one notify-started run, counted in the fast path's series.
 func (d *DueListener) sweepOnce(ctx context.Context) {
-	res, _ := d.srv.sweeper.Run(ctx)
+	res, _ := d.srv.sweeper.RunNotify(ctx)
 	d.observe(res)
-	if !res.Complete {
+	if !res.Complete || res.HeldBack == sweep.HeldBackpressure {
 		clock.Sleep(ctx, failedRunPause)
 	}
 }
@@ -241,4 +250,5 @@ func (d *DueListener) observe(res sweep.Result) {
 		d.runs.WithLabelValues("ok").Inc()
 	}
 	d.published.Add(float64(res.Published))
+	d.srv.metrics.CountSetAside(res.SetAside)
 }

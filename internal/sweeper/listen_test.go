@@ -283,3 +283,27 @@ func TestDueRunsAreCoalesced(t *testing.T) {
 		t.Errorf("%d runs overlapped", most.Load())
 	}
 }
+
+// With two loops, a notification that arrives during a run starts the next
+// run at once instead of waiting for the first to end.
+func TestDueRunStartsBesideARunUnderWay(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{}, 10)
+	release := make(chan struct{})
+	d := newCoalescer()
+	run := func(context.Context) { started <- struct{}{}; <-release }
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for range notifyRuns {
+		go d.runEach(ctx, run)
+	}
+	d.poke()
+	<-started
+	d.poke()
+	select {
+	case <-started:
+	case <-time.After(publishDeadline):
+		t.Fatalf("no second run within %s while the first was under way", publishDeadline)
+	}
+	close(release)
+}

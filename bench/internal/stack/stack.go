@@ -65,9 +65,11 @@ type Config struct {
 	SandboxBurst int
 	// MaxSends is how many sends the sandbox remembers for duplicate
 	// counting; set it above the rows a run delivers.
-	MaxSends     int
-	SweepBatch   int
-	PublishAhead time.Duration
+	MaxSends   int
+	SweepBatch int
+	// SweepRequeueBatch is OWED_SWEEP_REQUEUE_BATCH; zero keeps its default.
+	SweepRequeueBatch int
+	PublishAhead      time.Duration
 	// SweepOnNotify is the sweeper's OWED_SWEEP_ON_NOTIFY. It is off unless
 	// set, so the benchmarks that play the cron measure the cron's sweeps.
 	SweepOnNotify bool
@@ -81,6 +83,8 @@ type Stack struct {
 	ssrv     *httptest.Server
 	procs    []*launch.Process
 	sweepURL string
+	// metricsURL is the sweeper's operator listener: /metrics, /readyz.
+	metricsURL string
 	// workerURLs are the workers' base URLs, for their /metrics.
 	workerURLs []string
 	http       *http.Client
@@ -125,15 +129,19 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.sweepURL = "http://" + addr + "/cron/sweep"
-	if err := s.spawn(ctx, filepath.Join(cfg.Bin, "sweeper"), "sweeper", addr, common, map[string]string{
-		"OWED_CRON_SECRET":   cronSecret,
-		"OWED_METRICS_ADDR":  metricsAddr,
-		"OWED_SWEEP_BATCH":   strconv.Itoa(cfg.SweepBatch),
+	s.sweepURL, s.metricsURL = "http://"+addr+"/cron/sweep", "http://"+metricsAddr
+	sweeperVars := map[string]string{}
+	if cfg.SweepRequeueBatch > 0 {
+		sweeperVars["OWED_SWEEP_REQUEUE_BATCH"] = strconv.Itoa(cfg.SweepRequeueBatch)
+	}
+	if err := s.spawn(ctx, filepath.Join(cfg.Bin, "sweeper"), "sweeper", addr, common, sweeperVars, map[string]string{
+		"OWED_CRON_SECRET":  cronSecret,
+		"OWED_METRICS_ADDR": metricsAddr,
+		"OWED_SWEEP_BATCH":  strconv.Itoa(cfg.SweepBatch), "OWED_PROVIDER_RATE": cfg.ProviderRate,
 		"OWED_PUBLISH_AHEAD": cfg.PublishAhead.String(), "OWED_SWEEP_ON_NOTIFY": strconv.FormatBool(cfg.SweepOnNotify)}); err != nil {
 		return nil, err
 	}
-	if err := s.ready(ctx, "http://"+metricsAddr+"/readyz"); err != nil {
+	if err := s.ready(ctx, s.metricsURL+"/readyz"); err != nil {
 		return nil, err
 	}
 	for i := 0; i < cfg.Workers; i++ {
@@ -215,8 +223,11 @@ func (s *Stack) Sweep(ctx context.Context) (sweep.Result, error) {
 	return res, json.NewDecoder(resp.Body).Decode(&res)
 }
 
-// SweeperURL is the sweeper's base URL: its scheduling API and /metrics.
+// SweeperURL is the sweeper's base URL: its scheduling API.
 func (s *Stack) SweeperURL() string { return strings.TrimSuffix(s.sweepURL, "/cron/sweep") }
+
+// SweeperMetricsURL is the sweeper's /metrics, on its operator listener.
+func (s *Stack) SweeperMetricsURL() string { return s.metricsURL + "/metrics" }
 
 // PeakRSS returns each process's resident-set high-water mark (VmHWM) in
 // MiB, keyed by process name ("sweeper", "worker-1", …). Read it before Stop.
