@@ -45,7 +45,6 @@ import (
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/sweep"
-	"github.com/owedhq/owed/internal/tenant"
 )
 
 const (
@@ -198,7 +197,7 @@ func requeueBacklog(ctx context.Context, db *benchutil.DB, n int) error {
 	if err := benchutil.Schedule(ctx, ledger.New(db.App, nil), "stale", n, tenants, func(int) time.Time { return due }); err != nil {
 		return err
 	}
-	return tenant.InTxAllTenants(ctx, db.Owner, func(tx *sql.Tx) error {
+	return db.OwnerTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `
 UPDATE owed_notifications
    SET state = 'queued', published_at = now() - interval '15 minutes', lease_until = now() - interval '1 second'
@@ -248,7 +247,7 @@ func sample(ctx context.Context, q queue.Queue, most *atomic.Int64) {
 func sampleOutstanding(ctx context.Context, db *benchutil.DB, most *atomic.Int64) {
 	for clock.Sleep(ctx, 500*time.Millisecond) {
 		var n int64
-		err := tenant.InTxAllTenants(ctx, db.Owner, func(tx *sql.Tx) error {
+		err := db.OwnerTx(ctx, func(tx *sql.Tx) error {
 			return tx.QueryRowContext(ctx, `SELECT count(*) FROM owed_notifications
  WHERE settled_at IS NULL AND state <> 'pending' AND lease_until > now()`).Scan(&n)
 		})
@@ -292,7 +291,7 @@ type late struct {
 // counted by its claim instead (claimed after its message was published).
 func lateness(ctx context.Context, db *benchutil.DB) (late, error) {
 	var r late
-	err := tenant.InTxAllTenants(ctx, db.Owner, func(tx *sql.Tx) error {
+	err := db.OwnerTx(ctx, func(tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, `
 SELECT count(*),
        count(*) FILTER (WHERE coalesce(published_at, claimed_at, delivered_at) IS NULL),

@@ -27,30 +27,22 @@ func (l *Ledger) LeaseDue(ctx context.Context, p LeaseParams, capacity int) ([]L
 	if capacity <= 0 {
 		return nil, 0, fmt.Errorf("ledger: lease capacity must be above zero, got %d", capacity)
 	}
-	_, args := p.statement(l.now())
-	args = append(args, capacity)
+	args := append(p.args(l.now())[1:], capacity)
 	var out []Leased
 	held := 0
-	err := l.withAllTenants(ctx, func(tx *txn) error {
-		rows, err := tx.Query(qLeaseDue, args...)
-		if err != nil {
+	err := l.queryAllTenants(ctx, qLeaseDue, args, func(rows *sql.Rows) error {
+		var id, gen sql.NullInt64
+		var ten sql.NullString
+		var due sql.NullTime
+		var republish sql.NullBool
+		if err := rows.Scan(&held, &id, &ten, &due, &republish, &gen); err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var id, gen sql.NullInt64
-			var ten sql.NullString
-			var due sql.NullTime
-			var republish sql.NullBool
-			if err := rows.Scan(&held, &id, &ten, &due, &republish, &gen); err != nil {
-				return err
-			}
-			if id.Valid {
-				out = append(out, Leased{ID: id.Int64, Tenant: ten.String, DueAt: due.Time.UTC(),
-					Republish: republish.Bool, QueueGeneration: int(gen.Int64)})
-			}
+		if id.Valid {
+			out = append(out, Leased{ID: id.Int64, Tenant: ten.String, DueAt: due.Time.UTC(),
+				Republish: republish.Bool, QueueGeneration: int(gen.Int64)})
 		}
-		return rows.Err()
+		return nil
 	})
 	if err != nil {
 		return nil, 0, err
@@ -80,30 +72,10 @@ func (l *Ledger) SetAside(ctx context.Context, id int64, reason string) (bool, e
 	return n == 1, err
 }
 
+// The fast path's statements, calls of the SECURITY DEFINER functions of
+// migrations/00021 (see the package doc).
 const (
-	// qLeaseDue is qLeasePending with the outstanding count ($7 the cap) in
-	// the same statement. The one-row outer join returns the count even when
-	// nothing is leased (the row's other columns are then NULL).
-	qLeaseDue = `
-WITH held AS (
-  SELECT count(*) AS n FROM (SELECT FROM owed_notifications
-                              WHERE settled_at IS NULL
-                                AND due_at <= coalesce($1::timestamptz, now()) + make_interval(secs => $3)
-                                AND state <> 'pending' AND lease_until > coalesce($1::timestamptz, now())
-                              LIMIT $7) h),
-leased AS (` + leaseHead + `
-           AND state = 'pending' AND (due_at, id) > ($5::timestamptz, $6::bigint)
-         ORDER BY due_at, id
-         LIMIT greatest(0, least($4::bigint, $7::bigint - (SELECT n FROM held)))
-         FOR UPDATE SKIP LOCKED) owed
- WHERE n.id = owed.id
-RETURNING n.id, n.tenant_id, n.due_at, n.published_at IS NOT NULL AS republish, n.queue_generation)
-SELECT held.n, leased.* FROM held LEFT JOIN leased ON true`
-
-	// qSetAside fails a row the sweep still holds; last_error says why.
-	qSetAside = `
-UPDATE owed_notifications
-   SET state = 'failed', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL,
-       last_error = $3, updated_at = coalesce($2::timestamptz, now())
- WHERE id = $1 AND state = 'leased'`
+	qLeaseDue = `SELECT held, id, tenant_id, due_at, republish, queue_generation
+  FROM owed_sweep_lease_due($1, $2, $3, $4, $5, $6, $7)`
+	qSetAside = `SELECT owed_sweep_set_aside($1, $2, $3)`
 )

@@ -12,7 +12,6 @@ import (
 
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/stacktest"
-	"github.com/owedhq/owed/internal/tenant"
 )
 
 func (b *bundle) runNotify(t *testing.T) Result {
@@ -127,7 +126,7 @@ func TestUnencodableRowIsSetAsideAndTheRestPublished(t *testing.T) {
 		t.Errorf("queue holds %d messages, want 3", got)
 	}
 	var state, reason string
-	err := tenant.InTxAllTenants(bg, b.DB.Owner, func(tx *sql.Tx) error {
+	err := b.DB.OwnerTx(bg, func(tx *sql.Tx) error {
 		return tx.QueryRow(`SELECT state, last_error FROM owed_notifications WHERE id = $1`, bad).Scan(&state, &reason)
 	})
 	if err != nil {
