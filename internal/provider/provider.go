@@ -75,6 +75,11 @@ const (
 	// Permanent: the send will never succeed as it is (bad address, blocked
 	// bot, rejected content). Settle the row failed.
 	Permanent
+	// Account: the provider account cannot send anything (an expired or
+	// revoked credential, no credits, a suspended account, a missing scope).
+	// Pause every send on the account, burn no attempt, page on-call; the
+	// row goes back to the queue and is sent once the account is resumed.
+	Account
 )
 
 func (c Class) String() string {
@@ -85,6 +90,8 @@ func (c Class) String() string {
 		return "rate_limited"
 	case Permanent:
 		return "permanent"
+	case Account:
+		return "account"
 	}
 	return fmt.Sprintf("class(%d)", int(c))
 }
@@ -109,6 +116,15 @@ type Error struct {
 	// Code is the provider's own error code ("21211", "channel_not_found").
 	Code    string
 	Message string
+	// Recipient marks a Permanent failure that is the recipient's (opted
+	// out, blocked the bot, an invalid or inactive address): it is recorded
+	// on the row with Code and is not paged, and the recipient may be
+	// marked undeliverable.
+	Recipient bool
+	// MaybeSent says the request reached the provider and the answer does
+	// not say whether the message was accepted (no response, a 5xx, an
+	// unreadable 200): a retry is recorded as a possible duplicate.
+	MaybeSent bool
 	// err is the underlying cause (a context or network error), kept so that
 	// errors.Is(err, context.Canceled) works on a classified error.
 	err error
@@ -166,6 +182,12 @@ func IsRateLimited(err error) (time.Duration, bool) {
 		return 0, false
 	}
 	return pe.RetryAfter, true
+}
+
+// IsAccount reports whether err says the provider account cannot send.
+func IsAccount(err error) bool {
+	pe := Classify(err)
+	return pe != nil && pe.Class == Account
 }
 
 // IsPermanent reports whether err will fail again on every retry.
