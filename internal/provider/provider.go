@@ -49,6 +49,10 @@ type Delivery struct {
 	// IdempotencyKey is the same on every attempt of a row, so a provider that
 	// honours it turns a retried send into a no-op.
 	IdempotencyKey string
+	// ExpiresAt is the row's expiry, zero when it has none. An adapter whose
+	// provider can drop a message undelivered by then passes it on (Twilio's
+	// ValidityPeriod), so a late message is not delivered late.
+	ExpiresAt time.Time
 }
 
 // Result describes an accepted send.
