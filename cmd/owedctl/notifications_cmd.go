@@ -153,6 +153,7 @@ func printDetail(out io.Writer, d ledger.Detail) {
 		{"provider", dash(n.Provider)},
 		{"provider message id", dash(n.ProviderMessageID)},
 		{"last error", dash(n.LastError)},
+		{"receipt", receiptLine(d.Outcome)},
 	} {
 		fmt.Fprintf(w, "%s:\t%s\n", f[0], f[1])
 	}
@@ -176,6 +177,36 @@ func printDetail(out io.Writer, d ledger.Detail) {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, stamp(&a.StartedAt),
 			a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond), a.Provider, outcome, status,
 			dash(a.ProviderMessageID), dash(strings.ReplaceAll(a.Error, "\n", " ")))
+	}
+	w.Flush()
+	printReceipts(out, d.Receipts)
+}
+
+// receiptLine is a row's confirmed outcome: "bounced (HardBounce) at …",
+// or "-" when no provider has said anything since it accepted the send.
+func receiptLine(o ledger.Outcome) string {
+	if o.ReceiptStatus == "" {
+		return "-"
+	}
+	line := string(o.ReceiptStatus)
+	if o.ReceiptCode != "" {
+		line += " (" + o.ReceiptCode + ")"
+	}
+	return line + " at " + stamp(o.ConfirmedAt)
+}
+
+// printReceipts prints what the providers said after accepting the sends.
+func printReceipts(out io.Writer, receipts []ledger.Receipt) {
+	fmt.Fprintln(out)
+	if len(receipts) == 0 {
+		fmt.Fprintln(out, "no receipts from the provider")
+		return
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "RECEIPT\tOCCURRED\tRECEIVED\tPROVIDER\tPROVIDER MESSAGE ID\tCODE")
+	for _, r := range receipts {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Status, stamp(r.OccurredAt), stamp(&r.ReceivedAt), r.Provider,
+			r.ProviderMessageID, dash(r.Code))
 	}
 	w.Flush()
 }

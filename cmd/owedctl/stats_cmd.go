@@ -19,8 +19,11 @@ const queueStatsTimeout = 10 * time.Second
 
 // healthStats is what `owedctl stats` reports, also its --json shape.
 type healthStats struct {
-	Delivery ledger.Stats   `json:"delivery"`
-	Backlog  ledger.Backlog `json:"backlog"`
+	Delivery ledger.Stats `json:"delivery"`
+	// Receipts splits the rows the providers accepted by what they
+	// confirmed since (docs/receipts.md).
+	Receipts ledger.ReceiptStats `json:"receipts"`
+	Backlog  ledger.Backlog      `json:"backlog"`
 	// DeadLetterDepth is nil when the queue could not be asked;
 	// DeadLetterUnknown then says why.
 	DeadLetterDepth   *int64 `json:"dead_letter_depth"`
@@ -59,6 +62,9 @@ func runStats(ctx context.Context, out io.Writer, args []string) error {
 	from := clock.Real().Now().Add(-*since)
 	if h.Delivery, err = l.Stats(ctx, from); err != nil {
 		return fmt.Errorf("read delivery stats: %w", err)
+	}
+	if h.Receipts, err = l.ReceiptStats(ctx, from); err != nil {
+		return fmt.Errorf("read the receipt stats: %w", err)
 	}
 	if h.Backlog, err = l.Backlog(ctx); err != nil {
 		return fmt.Errorf("read the owed backlog: %w", err)
@@ -103,6 +109,9 @@ func printHealth(out io.Writer, h healthStats, since time.Duration) {
 	fmt.Fprintf(w, "window:\tlast %s (since %s)\n", since, stamp(&d.Since))
 	fmt.Fprintf(w, "settled:\tdelivered %d, failed %d, expired %d, skipped %d, cancelled %d\n",
 		d.Delivered, d.Failed, d.Expired, d.Skipped, d.Cancelled)
+	r := h.Receipts
+	fmt.Fprintf(w, "receipts:\taccepted %d: confirmed delivered %d, bounced %d, failed %d, unconfirmed %d\n",
+		r.Accepted, r.ConfirmedDelivered, r.Bounced, r.Failed, r.Unconfirmed)
 	fmt.Fprintf(w, "delivery lag:\tp50 %s, p95 %s, max %s\n", round(d.LagP50), round(d.LagP95), round(d.LagMax))
 	fmt.Fprintf(w, "duplicate sends:\t%d rows accepted more than once, %d possible duplicate resends\n",
 		d.DuplicateRows, d.PossibleDuplicates)

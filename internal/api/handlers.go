@@ -122,15 +122,20 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p principal) {
 		s.fail(w, r, err, batchNamer("notifications"))
 		return
 	}
-	writeData(w, http.StatusOK, detailResponse{Notification: d.Notification, History: d.History})
+	writeData(w, http.StatusOK, detailResponse{Notification: d.Notification, History: d.History, Outcome: d.Outcome,
+		Receipts: d.Receipts})
 }
 
-// detailResponse is one row and its sends. ledger.Detail's own JSON names
-// its history "attempts", which shadows the row's attempt count; here the
-// count stays "attempts" and the list is "history".
+// detailResponse is one row, its sends and the providers' receipts, with
+// the confirmed outcome (receipt_status, receipt_code, confirmed_at).
+// ledger.Detail's own JSON names its history "attempts", which shadows the
+// row's attempt count; here the count stays "attempts" and the list is
+// "history".
 type detailResponse struct {
 	ledger.Notification
 	History []ledger.Attempt `json:"history"`
+	ledger.Outcome
+	Receipts []ledger.Receipt `json:"receipts"`
 }
 
 func (s *server) find(w http.ResponseWriter, r *http.Request, p principal) {

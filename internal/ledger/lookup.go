@@ -9,11 +9,14 @@ import (
 	"github.com/lib/pq"
 )
 
-// Detail is one row with every send tried: the compliance answer to "was
-// this customer notified, and when".
+// Detail is one row with every send tried and every receipt the providers
+// sent back: the compliance answer to "was this customer notified, and
+// when". Outcome is the provider's confirmed word (receipts.go).
 type Detail struct {
 	Notification
 	History []Attempt `json:"attempts"`
+	Outcome
+	Receipts []Receipt `json:"receipts"`
 }
 
 // Get returns one of tenant's rows with its attempts.
@@ -80,7 +83,10 @@ func getDetail(tx *txn, id int64, d *Detail) error {
 		a.ProviderMessageID, a.HTTPStatus, a.Error = msgID.String, int(status.Int64), errText.String
 		d.History = append(d.History, a)
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return readReceipts(tx, id, d)
 }
 
 // Filter selects a tenant's rows; empty fields match everything.

@@ -10,6 +10,7 @@ import (
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/queue/backends"
+	"github.com/owedhq/owed/internal/receipt"
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweep"
 )
@@ -54,6 +55,9 @@ type Config struct {
 	ProviderRate pace.Rate `envconfig:"PROVIDER_RATE"`
 
 	NotifyConfig
+	// Receipt configures the providers' status callbacks, OWED_RECEIPT_*
+	// (internal/receipt): each endpoint is served only with its secret.
+	Receipt     receipt.Config     `ignored:"true"`
 	Materialise materialise.Config `ignored:"true"`
 	// Queue is the queue backend, OWED_QUEUE_BACKEND and its variables.
 	Queue backends.Config `ignored:"true"`
@@ -78,6 +82,9 @@ func LoadConfig() (Config, error) {
 		return c, fmt.Errorf("configuration: %w", err)
 	}
 	if err := config.Process("OWED", &c.Materialise); err != nil {
+		return c, fmt.Errorf("configuration: %w", err)
+	}
+	if err := config.Process("OWED", &c.Receipt); err != nil {
 		return c, fmt.Errorf("configuration: %w", err)
 	}
 	var err error
@@ -114,6 +121,9 @@ func (c Config) Validate() error {
 	case c.APIMaxExpandedBytes != 0 && c.APIMaxExpandedBytes < payload.MaxPayloadBytes:
 		return fmt.Errorf("OWED_API_MAX_EXPANDED_BYTES=%d must be at least %d, one row's largest payload",
 			c.APIMaxExpandedBytes, payload.MaxPayloadBytes)
+	}
+	if err := c.Receipt.Validate(); err != nil {
+		return err
 	}
 	if err := c.Sweep().Validate(); err != nil {
 		return err

@@ -14,12 +14,14 @@ import (
 	"github.com/owedhq/owed/internal/queue/jetstream"
 	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/queue/sqs"
+	"github.com/owedhq/owed/internal/receipt"
 )
 
 // clearEnv unsets every variable LoadConfig reads, for this test only.
 func clearEnv(t *testing.T) {
 	t.Helper()
-	for _, spec := range []any{&Config{}, &materialise.Config{}, &backends.Config{}, &rest.Config{}, &sqs.Config{}, &jetstream.Config{}} {
+	for _, spec := range []any{&Config{}, &materialise.Config{}, &receipt.Config{}, &backends.Config{}, &rest.Config{}, &sqs.Config{},
+		&jetstream.Config{}} {
 		var buf bytes.Buffer
 		if err := envconfig.Usagef("OWED", spec, &buf, "{{range .}}{{.Key}}\n{{end}}"); err != nil {
 			t.Fatal(err)

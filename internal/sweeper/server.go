@@ -1,6 +1,7 @@
 // Package sweeper is the sweeper service: the URL the hosted cron calls
 // every minute (/cron/sweep), the look-ahead refill (/cron/materialise) and
-// the scheduling API (/v1/…) on its public listener (Handler), health,
+// the scheduling API (/v1/…) and the providers' delivery receipts
+// (/receipts/…, internal/receipt) on its public listener (Handler), health,
 // readiness and metrics on the operator listener (OpsHandler), with its
 // configuration (OWED_*, defaults in config.go) and the scrape-time backlog
 // and queue gauges (metrics.go), whose readings are cached for
@@ -29,6 +30,7 @@ import (
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/migrate"
 	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/receipt"
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweep"
 )
@@ -83,6 +85,11 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	s.mux.HandleFunc("/cron/materialise", s.cron(s.handleMaterialise))
 	s.mux.Handle("/v1/", api.New(api.Options{Ledger: l, Tokens: api.NewTokens(l.DB(), clk), ServiceToken: cfg.APIToken,
 		Log: log, Clock: clk, MaxExpandedBytes: cfg.APIMaxExpandedBytes}))
+	receipts, err := receipt.New(cfg.Receipt, l, clk, log)
+	if err != nil {
+		return nil, err
+	}
+	receipts.Mount(s.mux)
 	s.mux.HandleFunc("GET /healthz", service.Healthz)
 	s.ops.HandleFunc("GET /healthz", service.Healthz)
 	s.ops.HandleFunc("GET /readyz", s.handleReady)
@@ -90,7 +97,7 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	return s, nil
 }
 
-// Handler returns the public routes: /cron/*, /v1/ and /healthz.
+// Handler returns the public routes: /cron/*, /v1/, /receipts/* and /healthz.
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // OpsHandler returns the operator routes, for OWED_METRICS_ADDR: /healthz,
