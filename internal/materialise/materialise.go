@@ -32,6 +32,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -216,9 +217,8 @@ func (m *Materialiser) Run(ctx context.Context) (Result, error) {
 		byTenant[it.Tenant] = append(byTenant[it.Tenant], row)
 	}
 	for _, tenant := range sortedKeys(byTenant) {
-		rows := byTenant[tenant]
-		for start := 0; start < len(rows); start += ledger.MaxScheduleBatch {
-			chunk := rows[start:min(start+ledger.MaxScheduleBatch, len(rows))]
+		// Each batch is one ledger call, within its bounds.
+		for chunk := range slices.Chunk(byTenant[tenant], ledger.MaxScheduleBatch) {
 			out, err := m.ledger.Schedule(ctx, tenant, chunk)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("materialise: tenant %q: schedule %d rows: %w", tenant, len(chunk), err))

@@ -3,6 +3,7 @@ package materialise
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/owedhq/owed/internal/ledger"
@@ -123,9 +124,8 @@ func (m *Materialiser) reconcile(ctx context.Context, nudges []Nudge, now time.T
 	changes, held := m.plan(nudges, now)
 	failed = map[string]bool{}
 	for _, tenant := range sortedKeys(changes) {
-		rows := changes[tenant]
-		for start := 0; start < len(rows); start += ledger.MaxScheduleBatch {
-			chunk := rows[start:min(start+ledger.MaxScheduleBatch, len(rows))]
+		// Each batch is one ledger call, within its bounds.
+		for chunk := range slices.Chunk(changes[tenant], ledger.MaxScheduleBatch) {
 			out, err := m.ledger.ChangeMaterialised(ctx, tenant, chunk)
 			if err != nil {
 				failed[tenant] = true
