@@ -334,3 +334,41 @@ func TestPlanKeepsOneNudgePerItem(t *testing.T) {
 		t.Errorf("held %v, want items 7 and 8", held)
 	}
 }
+
+// A queued row (published ahead, its message waiting in the queue) moves at
+// once: pending at the new time under a new queue generation, so the
+// message published for the old time is stale to the worker's claim.
+func TestQueuedRowMovesAndItsMessageIsStale(t *testing.T) {
+	b := setup(t)
+	start := b.now.Add(time.Hour)
+	addItem(t, b.db.App, "acme", "+15550001", "CAL-1", start, nil)
+	b.run(t)
+	leased, err := b.ledger.Lease(ctx, ledger.LeaseParams{Limit: 10, Ahead: 24 * time.Hour, For: time.Minute})
+	if err != nil || len(leased) != 1 {
+		t.Fatalf("lease: %+v (%v), want the one row", leased, err)
+	}
+	if _, err := b.ledger.MarkQueued(ctx, []int64{leased[0].ID}, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	old := b.wantOwedAt(t, "acme", "CAL-1", start.Add(-DefaultLead), start)
+	if old.State != ledger.StateQueued {
+		t.Fatalf("row is %s, want queued", old.State)
+	}
+
+	moved := start.Add(30 * time.Minute)
+	moveItem(t, b, "acme", "CAL-1", moved)
+	if res := b.run(t); res.Rescheduled != 1 || res.Intents != 0 {
+		t.Fatalf("run after the move: %+v, want the queued row rescheduled at once", res)
+	}
+	n := b.wantOwedAt(t, "acme", "CAL-1", moved.Add(-DefaultLead), moved)
+	if n.State != ledger.StatePending || n.PublishedAt != nil || n.QueueGeneration <= old.QueueGeneration {
+		t.Errorf("moved row %s published %v generation %d, want pending, unpublished, past generation %d",
+			n.State, n.PublishedAt, n.QueueGeneration, old.QueueGeneration)
+	}
+	c, err := b.ledger.ClaimForSend(ctx, "acme", n.ID,
+		ledger.ClaimParams{DueAt: old.DueAt, LeaseFor: time.Minute, EarlyTolerance: 24 * time.Hour})
+	if err != nil || c.Outcome != ledger.ClaimStale {
+		t.Errorf("claim of the message for the old time: %v %v, want stale (nothing sent)", c.Outcome, err)
+	}
+	b.noop(t)
+}
