@@ -10,11 +10,21 @@
 // the clock. The package never writes a row for an item that has already
 // started.
 //
+// The rows it writes follow their items (reconcile.go): each run first
+// reads every row it wrote that is still owed, with its item as it is now,
+// and moves the row when the item moved or its lead changed, or cancels it
+// when the item was deleted, cancelled or moved to a time already begun. It
+// never changes a settled row, nor one a worker is sending: that one takes
+// the change as an intent, applied when its send ends (migrations/00013).
+// A row is the materialiser's when it is marked so (migrations/00026); a row
+// an application scheduled through the API is never changed here.
+//
 // Its one clock (clock.Clock, given to New) says when a run looks from; the
-// ledger stamps the rows it writes by its own. The cross-tenant read of
-// owed_items (SQLSource) is a SECURITY DEFINER function
-// (migrations/00019); the rows are written back through the ledger in each
-// item's own tenant scope.
+// ledger stamps the rows it writes by its own. The cross-tenant reads of
+// owed_items and of the rows it wrote (SQLSource) are SECURITY DEFINER
+// functions (migrations/00019, 00026); the rows are written back, and
+// changed, through the ledger in each item's own tenant scope. Nothing it
+// answers or logs names a recipient.
 package materialise
 
 import (
@@ -22,6 +32,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -71,6 +82,8 @@ func (c Config) Validate() error {
 
 // Item is one upcoming thing to notify a recipient about.
 type Item struct {
+	// ID is the owed_items row's id; 0 for an item from elsewhere.
+	ID        int64  `json:"id,omitempty"`
 	Tenant    string `json:"tenant_id"`
 	Recipient string `json:"recipient"`
 	Channel   string `json:"channel"`
@@ -84,11 +97,15 @@ type Item struct {
 	Payload json.RawMessage `json:"payload"`
 }
 
-// Source yields upcoming items.
+// Source yields upcoming items and the nudges already written for them.
 type Source interface {
 	// Upcoming returns every item whose StartsAt is in (from, to], across
-	// all tenants.
+	// all tenants, cancelled ones excepted.
 	Upcoming(ctx context.Context, from, to time.Time) ([]Item, error)
+	// Nudges returns every row the materialiser wrote that is still owed
+	// and expires after now, across all tenants, ordered by tenant and id,
+	// each with its item as it is now.
+	Nudges(ctx context.Context, now time.Time) ([]Nudge, error)
 }
 
 // Materialiser schedules a Source's upcoming items into the ledger.
@@ -119,6 +136,14 @@ type Result struct {
 	// earlier run (or the API) had already created.
 	Scheduled int `json:"scheduled"`
 	Existing  int `json:"existing"`
+	// Rescheduled counts rows moved because their item moved or its lead
+	// changed; Cancelled counts rows cancelled because their item was
+	// deleted, cancelled or moved to a time already begun (or because the
+	// item had a second row). Intents counts the rows among them a worker
+	// was sending, which take the change when their send ends.
+	Rescheduled int `json:"rescheduled"`
+	Cancelled   int `json:"cancelled"`
+	Intents     int `json:"intents"`
 	// Late counts rows whose due time had already passed when they were
 	// written; the next sweep sends them, before their expiry.
 	Late int `json:"late"`
@@ -140,7 +165,8 @@ func skip(it Item, reason string) Skipped {
 	return Skipped{Tenant: it.Tenant, Kind: it.Kind, RefID: it.RefID, Reason: reason}
 }
 
-// Run materialises the items starting within the look-ahead window.
+// Run reconciles the rows earlier runs wrote with their items (see plan),
+// then materialises the items starting within the look-ahead window.
 //
 // A row is due at StartsAt − lead and expires at StartsAt. When that due time
 // has already passed but the item has not started (a lead longer than the
@@ -151,20 +177,38 @@ func skip(it Item, reason string) Skipped {
 // a duplicate. Items already started are skipped, and so are invalid ones,
 // each with its reason; one bad item never blocks the others.
 //
+// An item whose row the reconciliation holds is counted existing and not
+// scheduled again. Every row written or found for an item is marked the
+// materialiser's, so the next run reconciles it.
+//
 // Rows are written per tenant in batches of at most ledger.MaxScheduleBatch.
 // A failed batch does not stop the other tenants; Run returns their errors
-// joined, with the counts of what was written.
+// joined, with the counts of what was written. A tenant whose
+// reconciliation failed has nothing scheduled this run, since a new row for
+// an item whose old one could not move would be a second nudge.
 func (m *Materialiser) Run(ctx context.Context) (Result, error) {
 	now := m.clk.Now()
 	res := Result{From: now, To: now.Add(m.cfg.Lookahead)}
+	nudges, err := m.source.Nudges(ctx, now)
+	if err != nil {
+		return res, fmt.Errorf("materialise: read materialised nudges: %w", err)
+	}
+	held, failed, errs := m.reconcile(ctx, nudges, now, &res)
 	items, err := m.source.Upcoming(ctx, res.From, res.To)
 	if err != nil {
-		return res, fmt.Errorf("materialise: read upcoming items: %w", err)
+		return res, errors.Join(append(errs, fmt.Errorf("materialise: read upcoming items: %w", err))...)
 	}
 	res.Items = len(items)
 
 	byTenant := map[string][]ledger.NewNotification{}
 	for _, it := range items {
+		if failed[it.Tenant] {
+			continue
+		}
+		if it.ID != 0 && held[it.ID] {
+			res.Existing++
+			continue
+		}
 		row, reason := m.row(it, now)
 		if reason != "" {
 			res.Skipped = append(res.Skipped, skip(it, reason))
@@ -172,24 +216,17 @@ func (m *Materialiser) Run(ctx context.Context) (Result, error) {
 		}
 		byTenant[it.Tenant] = append(byTenant[it.Tenant], row)
 	}
-	tenants := make([]string, 0, len(byTenant))
-	for t := range byTenant {
-		tenants = append(tenants, t)
-	}
-	// A stable order makes a run's log and its failures reproducible.
-	sort.Strings(tenants)
-
-	var errs []error
-	for _, tenant := range tenants {
-		rows := byTenant[tenant]
-		for start := 0; start < len(rows); start += ledger.MaxScheduleBatch {
-			chunk := rows[start:min(start+ledger.MaxScheduleBatch, len(rows))]
+	for _, tenant := range sortedKeys(byTenant) {
+		// Each batch is one ledger call, within its bounds.
+		for chunk := range slices.Chunk(byTenant[tenant], ledger.MaxScheduleBatch) {
 			out, err := m.ledger.Schedule(ctx, tenant, chunk)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("materialise: tenant %q: schedule %d rows: %w", tenant, len(chunk), err))
 				continue
 			}
+			ids := make([]int64, len(out))
 			for i, s := range out {
+				ids[i] = s.ID
 				switch {
 				case !s.Created:
 					res.Existing++
@@ -200,9 +237,35 @@ func (m *Materialiser) Run(ctx context.Context) (Result, error) {
 					res.Scheduled++
 				}
 			}
+			if err := m.ledger.MarkMaterialised(ctx, tenant, ids); err != nil {
+				errs = append(errs, fmt.Errorf("materialise: tenant %q: mark %d rows: %w", tenant, len(ids), err))
+			}
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+// sortedKeys lists a per-tenant map's tenants in order: a stable order
+// makes a run's log and its failures reproducible.
+func sortedKeys[V any](byTenant map[string]V) []string {
+	tenants := make([]string, 0, len(byTenant))
+	for t := range byTenant {
+		tenants = append(tenants, t)
+	}
+	sort.Strings(tenants)
+	return tenants
+}
+
+// due is when an item starting at start is nudged: start − lead, the item's
+// own lead or else the default. A zero lead would make due_at equal
+// expires_at, which the ledger rightly refuses (a row that expires the
+// instant it is due is never sendable): the smallest lead is one second.
+func (m *Materialiser) due(start time.Time, lead *time.Duration) time.Time {
+	d := m.cfg.DefaultLead
+	if lead != nil {
+		d = *lead
+	}
+	return start.UTC().Add(-max(d, time.Second))
 }
 
 // row builds the ledger row for it, or says why there is none. Each item is
@@ -212,20 +275,12 @@ func (m *Materialiser) row(it Item, now time.Time) (ledger.NewNotification, stri
 	if !it.StartsAt.After(now) {
 		return ledger.NewNotification{}, fmt.Sprintf("already started at %s", it.StartsAt.UTC().Format(time.RFC3339))
 	}
-	lead := m.cfg.DefaultLead
-	if it.Lead != nil {
-		if *it.Lead < 0 {
-			return ledger.NewNotification{}, fmt.Sprintf("lead %s is negative", *it.Lead)
-		}
-		lead = *it.Lead
+	if it.Lead != nil && *it.Lead < 0 {
+		return ledger.NewNotification{}, fmt.Sprintf("lead %s is negative", *it.Lead)
 	}
-	// A zero lead would make due_at equal expires_at, which the ledger
-	// rightly refuses (a row that expires the instant it is due is never
-	// sendable): the smallest lead is one second.
-	lead = max(lead, time.Second)
 	start := it.StartsAt.UTC()
 	row := ledger.NewNotification{Recipient: it.Recipient, Channel: it.Channel, Kind: it.Kind, RefID: it.RefID,
-		DueAt: start.Add(-lead), ExpiresAt: &start, Payload: it.Payload}
+		DueAt: m.due(start, it.Lead), ExpiresAt: &start, Payload: it.Payload}
 	if err := ledger.Validate(it.Tenant, []ledger.NewNotification{row}); err != nil {
 		var v *ledger.ValidationError
 		if !errors.As(err, &v) {

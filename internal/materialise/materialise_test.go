@@ -177,6 +177,8 @@ type staticSource []Item
 
 func (s staticSource) Upcoming(context.Context, time.Time, time.Time) ([]Item, error) { return s, nil }
 
+func (s staticSource) Nudges(context.Context, time.Time) ([]Nudge, error) { return nil, nil }
+
 func TestSkipsStartedAndInvalidItemsWithReasons(t *testing.T) {
 	b := setup(t)
 	negative := -time.Minute

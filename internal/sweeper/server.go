@@ -158,6 +158,7 @@ func (s *Server) handleMaterialise(w http.ResponseWriter, r *http.Request) {
 		ev, status = s.log.Error().Err(err), http.StatusServiceUnavailable
 	}
 	ev.Int("items", res.Items).Int("scheduled", res.Scheduled).Int("existing", res.Existing).Int("late", res.Late).
+		Int("rescheduled", res.Rescheduled).Int("cancelled", res.Cancelled).Int("intents", res.Intents).
 		Int("skipped", len(res.Skipped)).Int64("duration_ms", time.Since(start).Milliseconds()).Msg("materialise")
 	if err != nil {
 		writeJSON(w, status, map[string]any{"result": res, "error": err.Error()})
