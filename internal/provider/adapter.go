@@ -57,8 +57,9 @@ func (e *Endpoint) PostJSON(ctx context.Context, v any, header func(*http.Reques
 // Post sends body to the Endpoint's URL with contentType and
 // "Accept: application/json"; header, when not nil, adds the adapter's own
 // headers (credentials, a signature) last, so it may also override those two.
-// A failure below HTTP is a Transient *Error with the secrets redacted; any
-// HTTP answer goes to classify.
+// A failure below HTTP is a Transient *Error with the secrets redacted (and
+// MaybeSent once the request was written); any HTTP answer goes to classify,
+// a body that broke off after the status included (Response.Truncated).
 func (e *Endpoint) Post(ctx context.Context, contentType string, body []byte, header func(*http.Request), classify Classifier) (Result, error) {
 	req, err := NewJSONRequest(ctx, e.url, body)
 	if err != nil {
@@ -68,7 +69,7 @@ func (e *Endpoint) Post(ctx context.Context, contentType string, body []byte, he
 	if header != nil {
 		header(req)
 	}
-	resp, err := Do(e.hc, req, e.name, e.secrets...)
+	resp, err := do(e.hc, req, e.name, e.secrets...)
 	if err != nil {
 		return Result{}, err
 	}

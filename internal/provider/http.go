@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/owedhq/owed/internal/retryafter"
@@ -39,7 +41,7 @@ const idleConnsPerHost = 1000
 // provider API that redirects a POST is misconfigured (a wrong base URL, an
 // http:// URL upgraded to https), and following it would resend credentials
 // and body to a host nobody configured; the adapter sees the 3xx and
-// classifies it Permanent.
+// classifies it Account (see StatusClass).
 func NewHTTPClient(timeout time.Duration) *http.Client {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -65,26 +67,56 @@ type Response struct {
 	Status int
 	Header http.Header
 	Body   []byte
+	// Truncated says the status and headers arrived but the body broke off
+	// (the connection dropped mid-body); Body holds what did arrive. Only
+	// Endpoint hands such a Response to a Classifier; Do turns it into an
+	// error.
+	Truncated bool
 }
 
 // Do sends req with hc and reads a bounded body. A failure below HTTP comes
-// back as a Transient *Error with the URL stripped and secrets redacted; any
-// HTTP status, including errors, is returned as a Response for the adapter to
-// classify.
+// back as a Transient *Error with the URL stripped and secrets redacted, and
+// MaybeSent when the whole request had been written (the provider may have
+// acted on it); a body that broke off after the status is such an error too,
+// with HTTPStatus set. Any HTTP status, including errors, is returned as a
+// Response for the adapter to classify.
 func Do(hc *http.Client, req *http.Request, name string, secrets ...string) (Response, error) {
+	resp, err := do(hc, req, name, secrets...)
+	if err == nil && resp.Truncated {
+		// The status arrived but the body did not: the provider may or may
+		// not have accepted the message.
+		err = &Error{Provider: name, Class: Transient, HTTPStatus: resp.Status, MaybeSent: true,
+			Message: "the response body broke off after HTTP " + fmt.Sprint(resp.Status)}
+		resp = Response{}
+	}
+	return resp, err
+}
+
+// do is Do, except that a body broken off after the status is a Truncated
+// Response for the adapter's Classifier: only the adapter knows whether its
+// provider's status alone is the verdict.
+func do(hc *http.Client, req *http.Request, name string, secrets ...string) (Response, error) {
+	// wrote is set once the whole request is on the wire: from then on the
+	// provider may act on it even if no answer comes back. A dial that is
+	// refused or times out never sets it, so that failure is no duplicate.
+	var wrote atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	}))
 	resp, err := hc.Do(req)
 	if err != nil {
-		return Response{}, TransportError(name, err, secrets...)
+		pe := TransportError(name, err, secrets...)
+		pe.MaybeSent = wrote.Load()
+		return Response{}, pe
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
 	if err != nil {
-		// The status arrived but the body did not: the provider may or may not
-		// have accepted the message, and only a retry with the same key can
-		// tell, so this is transient.
-		pe := TransportError(name, err, secrets...)
-		pe.HTTPStatus = resp.StatusCode
-		return Response{}, pe
+		return Response{Status: resp.StatusCode, Header: resp.Header, Body: body, Truncated: true}, nil
 	}
 	// Drain a little of any excess so the connection can be reused, without
 	// reading an unbounded stream.
@@ -104,18 +136,22 @@ func NewJSONRequest(ctx context.Context, url string, body []byte) (*http.Request
 }
 
 // StatusClass is the default reading of an HTTP status, for adapters whose
-// provider documents nothing more specific: 429 is RateLimited; 408 and 5xx
-// are Transient (the request timed out or the server failed, so it may
-// succeed later); 3xx and every other 4xx are Permanent (the request itself is
-// wrong and resending it unchanged cannot help). Anything else unexpected is
+// provider documents nothing more specific: 429 is RateLimited; 401 and 3xx
+// are Account (the credential was refused, or the base URL is wrong, so no
+// send on the account can succeed until someone fixes it); 408 and 5xx are
+// Transient (the request timed out or the server failed, so it may succeed
+// later); every other 4xx is Permanent (the request itself is wrong and
+// resending it unchanged cannot help). Anything else unexpected is
 // Transient.
 func StatusClass(status int) Class {
 	switch {
 	case status == http.StatusTooManyRequests:
 		return RateLimited
+	case status == http.StatusUnauthorized, status >= 300 && status < 400:
+		return Account
 	case status == http.StatusRequestTimeout:
 		return Transient
-	case status >= 300 && status < 500:
+	case status >= 400 && status < 500:
 		return Permanent
 	default:
 		return Transient
@@ -123,11 +159,13 @@ func StatusClass(status int) Class {
 }
 
 // StatusError classifies a non-2xx response by StatusClass, with RetryAfter
-// from the Retry-After header and a message naming the status. Adapters start
-// from it and refine Code, Message and Class from the provider's error body.
+// from the Retry-After header, a message naming the status, and MaybeSent for
+// a 5xx (the server failed after taking the request, which it may have acted
+// on). Adapters start from it and refine Code, Message, Class and Recipient
+// from the provider's error body.
 func StatusError(name string, resp Response, now time.Time) *Error {
-	e := &Error{Provider: name, Class: StatusClass(resp.Status), HTTPStatus: resp.Status}
-	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), now); ok && e.Class != Permanent {
+	e := &Error{Provider: name, Class: StatusClass(resp.Status), HTTPStatus: resp.Status, MaybeSent: resp.Status >= 500}
+	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), now); ok && (e.Class == RateLimited || e.Class == Transient) {
 		e.RetryAfter = d
 	}
 	if resp.Status >= 300 && resp.Status < 400 {
@@ -136,6 +174,18 @@ func StatusError(name string, resp Response, now time.Time) *Error {
 		e.Message = http.StatusText(resp.Status)
 	}
 	return e
+}
+
+// Unreadable is the answer to a 200 that does not say whether the message
+// was accepted, from a provider that reports failures inside a 200 (Slack,
+// Telegram): a body that is not the documented JSON, or broke off. The
+// request was sent, so the retry is a possible duplicate.
+func Unreadable(name string, resp Response, method string) *Error {
+	msg := "unreadable " + method + " response"
+	if resp.Truncated {
+		msg = method + " response broke off"
+	}
+	return &Error{Provider: name, Class: Transient, HTTPStatus: resp.Status, MaybeSent: true, Message: msg}
 }
 
 // ParseRetryAfter reads a provider's Retry-After by owed's one rule set

@@ -4,7 +4,10 @@
 //
 // The classification is the contract the worker schedules by: RateLimited is a
 // schedule (wait RetryAfter, do not burn an attempt), Transient is retried with
-// backoff, Permanent settles the row failed. A Sender never retries by itself,
+// backoff, Permanent settles the row failed, Account pauses the whole provider
+// account. Error.Recipient and Error.MaybeSent refine them; each adapter's
+// table of what its provider's codes mean is in docs/providers.md, checked
+// against the table its tests run. A Sender never retries by itself,
 // never sleeps on a Retry-After, and never puts a credential in an error.
 // Adapters live in one subpackage each (webhook, telegram, twilio, sendgrid,
 // postmark, slack); the sandbox subpackage is a local provider for tests and
@@ -160,6 +163,40 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// Reclassify sets e's class from the provider's own code or body: Recipient
+// is kept only for a Permanent failure, RetryAfter only where the worker waits
+// on it (RateLimited, Transient), MaybeSent only for a Transient one. It
+// returns e.
+func (e *Error) Reclassify(class Class, recipient bool) *Error {
+	e.Class, e.Recipient = class, recipient && class == Permanent
+	if class != RateLimited && class != Transient {
+		e.RetryAfter = 0
+	}
+	if class != Transient {
+		e.MaybeSent = false
+	}
+	return e
+}
+
+// Rule is what one of a provider's own error codes means for owed: the class,
+// whether the failure is the recipient's, and whether the provider says the
+// message may have gone out anyway. Adapters keep a table of them, citing the
+// provider's page.
+type Rule struct {
+	Class     Class
+	Recipient bool
+	MaybeSent bool
+}
+
+// Apply reclassifies e by r (see Reclassify); MaybeSent is kept from the
+// status (a 5xx) or added by the rule, for a Transient failure only. It
+// returns e.
+func (r Rule) Apply(e *Error) *Error {
+	e.Reclassify(r.Class, r.Recipient)
+	e.MaybeSent = (e.MaybeSent || r.MaybeSent) && r.Class == Transient
+	return e
+}
+
 // Unwrap returns the cause, if the failure had one below HTTP.
 func (e *Error) Unwrap() error { return e.err }
 
@@ -228,6 +265,22 @@ func TransportError(name string, err error, secrets ...string) *Error {
 		msg = "request timed out: " + msg
 	}
 	return &Error{Provider: name, Class: Transient, Message: Redact(msg, secrets...), err: cause}
+}
+
+// ErrExpired is the cause of an Expired error: an adapter whose provider
+// enforces the row's expiry (Twilio's ValidityPeriod, in whole seconds) was
+// handed a delivery with less left than the provider can express, and sent
+// nothing. errors.Is(err, ErrExpired) tells the worker to settle the row
+// expired, as its own expiry check would have a moment later.
+var ErrExpired = errors.New("the row expires before the provider could enforce its expiry; not sent")
+
+// Expired is the error an adapter returns instead of sending a delivery that
+// has too little of its validity left (see ErrExpired). It is Transient with
+// Code "expired" and not MaybeSent, so a worker that does not know ErrExpired
+// retries it and then finds the row expired.
+func Expired(name string, left time.Duration) *Error {
+	return &Error{Provider: name, Class: Transient, Code: "expired",
+		Message: fmt.Sprintf("%s of the row's validity left: %v", left.Round(time.Millisecond), ErrExpired), err: ErrExpired}
 }
 
 // NewError builds a classified error, redacting secrets from the provider's

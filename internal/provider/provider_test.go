@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -119,7 +120,7 @@ func TestDoDoesNotFollowRedirects(t *testing.T) {
 	if resp.Status != http.StatusTemporaryRedirect {
 		t.Fatalf("status %d, want 307", resp.Status)
 	}
-	if c := StatusError("x", resp, now).Class; c != Permanent {
+	if c := StatusError("x", resp, now).Class; c != Account {
 		t.Fatalf("3xx classified %v", c)
 	}
 	select {
@@ -159,7 +160,8 @@ func TestStatusError(t *testing.T) {
 		{408, "", Transient, 0},
 		{400, "30", Permanent, 0},
 		{410, "", Permanent, 0},
-		{301, "", Permanent, 0},
+		{401, "30", Account, 0},
+		{301, "", Account, 0},
 	}
 	for _, tt := range tests {
 		h := http.Header{}
@@ -167,8 +169,93 @@ func TestStatusError(t *testing.T) {
 			h.Set("Retry-After", tt.ra)
 		}
 		e := StatusError("x", Response{Status: tt.status, Header: h}, now)
-		if e.Class != tt.class || e.RetryAfter != tt.after {
-			t.Errorf("%d: class %v after %v; want %v %v", tt.status, e.Class, e.RetryAfter, tt.class, tt.after)
+		if e.Class != tt.class || e.RetryAfter != tt.after || e.MaybeSent != (tt.status >= 500) {
+			t.Errorf("%d: class %v after %v maybe sent %v; want %v %v", tt.status, e.Class, e.RetryAfter, e.MaybeSent, tt.class, tt.after)
 		}
+	}
+}
+
+// TestDoMaybeSent: a failure below HTTP is a possible duplicate exactly when
+// the whole request had been written: a refused connection carried nothing,
+// a connection dropped after the request, a timeout waiting for the answer
+// and a body that broke off after the status may each have been acted on.
+func TestDoMaybeSent(t *testing.T) {
+	t.Parallel()
+	refused := httptest.NewServer(http.NotFoundHandler())
+	refusedURL := refused.URL
+	refused.Close()
+	dropped := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }))
+	defer dropped.Close()
+	// The hung server reads the request first, so that the client giving
+	// up cancels r.Context.
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
+	}))
+	defer hung.Close()
+	cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(`{"id":`))
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}))
+	defer cut.Close()
+	for _, tt := range []struct {
+		name, url string
+		status    int
+		maybe     bool
+	}{
+		{"refused", refusedURL, 0, false},
+		{"dropped", dropped.URL, 0, true},
+		{"timed out", hung.URL, 0, true},
+		{"body cut", cut.URL, 200, true},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, tt.url, strings.NewReader(`{"a":1}`))
+		_, err := Do(NewHTTPClient(200*time.Millisecond), req, "x")
+		pe := Classify(err)
+		if pe == nil || pe.Class != Transient || pe.MaybeSent != tt.maybe || pe.HTTPStatus != tt.status {
+			t.Errorf("%s: %#v; want transient, HTTP %d, maybe sent %v", tt.name, pe, tt.status, tt.maybe)
+		}
+	}
+
+	// Through an Endpoint the cut body reaches the adapter's Classifier,
+	// which alone knows whether the status was the verdict.
+	var got Response
+	_, err := NewEndpoint("x", cut.URL, 0, nil).Post(context.Background(), "application/json", nil, nil,
+		func(resp Response, _ time.Time) (Result, error) {
+			got = resp
+			return Result{HTTPStatus: resp.Status}, nil
+		})
+	if err != nil || !got.Truncated || got.Status != 200 || string(got.Body) != `{"id":` {
+		t.Fatalf("%v: %+v; want the truncated 200", err, got)
+	}
+}
+
+func TestReclassifyAndExpired(t *testing.T) {
+	t.Parallel()
+	e := &Error{Class: Transient, RetryAfter: time.Second, MaybeSent: true}
+	if e.Reclassify(Permanent, true); e.RetryAfter != 0 || e.MaybeSent || !e.Recipient {
+		t.Fatalf("permanent: %#v", e)
+	}
+	if e.Reclassify(Account, true); e.Recipient || e.Class != Account {
+		t.Fatalf("account: %#v", e)
+	}
+	if e := (Rule{Class: Transient}).Apply(&Error{MaybeSent: true}); !e.MaybeSent {
+		t.Fatalf("a 5xx's maybe-sent was dropped: %#v", e)
+	}
+	if e := (Rule{Class: Transient, MaybeSent: true}).Apply(&Error{}); !e.MaybeSent {
+		t.Fatalf("the rule's maybe-sent was dropped: %#v", e)
+	}
+	if e := (Rule{Class: Permanent, MaybeSent: true}).Apply(&Error{MaybeSent: true}); e.MaybeSent {
+		t.Fatalf("a permanent failure flagged maybe sent: %#v", e)
+	}
+	x := Expired("twilio:AC1", 400*time.Millisecond)
+	if !errors.Is(x, ErrExpired) || !IsTransient(x) || x.MaybeSent || x.Code != "expired" {
+		t.Fatalf("expired: %#v", x)
+	}
+	if u := Unreadable("slack", Response{Status: 200, Truncated: true}, "chat.postMessage"); !u.MaybeSent || u.Class != Transient ||
+		!strings.Contains(u.Error(), "broke off") {
+		t.Fatalf("unreadable: %v", u)
 	}
 }

@@ -25,13 +25,24 @@ const DefaultBaseURL = "https://api.postmarkapp.com"
 // DefaultMessageStream is the transactional stream every server has.
 const DefaultMessageStream = "outbound"
 
-// Postmark API error codes with a meaning for a send
-// (postmarkapp.com/developer/api/overview#error-codes).
-const (
-	codeInvalidEmail      = 300 // the To address is not a valid email address
-	codeInactiveRecipient = 406 // the recipient bounced or marked spam before
-	codeRateLimited       = 429
-)
+// codes are the Postmark API ErrorCodes a send answers with, from
+// https://postmarkapp.com/developer/api/overview#error-codes. A code not
+// listed is classified by its HTTP status (422 Permanent, 401 Account, 5xx
+// Transient).
+var codes = map[int]provider.Rule{
+	10:  {Class: provider.Account},                    // bad or missing server token
+	100: {Class: provider.Transient},                  // maintenance
+	300: {Class: provider.Permanent, Recipient: true}, // invalid email request: the To address is not a valid email address
+	400: {Class: provider.Account},                    // sender signature not found: no From of this server can send
+	401: {Class: provider.Account},                    // sender signature not confirmed
+	402: {Class: provider.Permanent},                  // invalid JSON
+	403: {Class: provider.Permanent},                  // incompatible JSON
+	405: {Class: provider.Account},                    // not allowed to send: the account ran out of credits
+	406: {Class: provider.Permanent, Recipient: true}, // inactive recipient: it bounced or marked a message as spam
+	409: {Class: provider.Permanent},                  // JSON required
+	412: {Class: provider.Account},                    // the account is pending approval
+	429: {Class: provider.RateLimited},                // rate limit exceeded
+}
 
 // Config configures the adapter; with the OWED_POSTMARK prefix the variables
 // are OWED_POSTMARK_SERVER_TOKEN, OWED_POSTMARK_FROM,
@@ -117,18 +128,16 @@ type response struct {
 	Message   string `json:"Message"`
 }
 
-// classify reads a /email response: 200 with ErrorCode 0 is accepted;
-// ErrorCode 300 (invalid address) and 406 (inactive recipient) and every
-// other 4xx are Permanent; HTTP 429 (or ErrorCode 429) is RateLimited; 5xx is
-// Transient.
+// classify reads a /email response: a 200 with ErrorCode 0 is accepted
+// (Postmark answers errors with 4xx, so a 2xx without a readable MessageID,
+// or whose body broke off, is still a send; see Result.MessageID); an
+// ErrorCode decides by codes, and the HTTP status otherwise.
 func classify(name string, resp provider.Response, now time.Time, token string) (provider.Result, error) {
 	var r response
 	// A body that is not the documented JSON leaves r empty, and the status
 	// alone decides.
 	_ = json.Unmarshal(resp.Body, &r)
 	if resp.Status >= 200 && resp.Status < 300 && r.ErrorCode == 0 {
-		// Postmark answers errors with 4xx, so a 2xx without a readable
-		// MessageID is still a send (see Result.MessageID).
 		return provider.Result{MessageID: r.MessageID, HTTPStatus: resp.Status}, nil
 	}
 	e := provider.StatusError(name, resp, now)
@@ -138,16 +147,13 @@ func classify(name string, resp provider.Response, now time.Time, token string) 
 	if r.Message != "" {
 		e.Message = provider.Redact(r.Message, token)
 	}
-	switch {
-	case r.ErrorCode == codeRateLimited:
-		e.Class = provider.RateLimited
-	case r.ErrorCode == codeInvalidEmail, r.ErrorCode == codeInactiveRecipient:
-		e.Class = provider.Permanent
-		e.RetryAfter = 0
-	case resp.Status >= 200 && resp.Status < 300:
+	if resp.Status >= 200 && resp.Status < 300 {
 		// A 2xx carrying an ErrorCode is not documented; a rejection that
 		// names a code is about the request, so it is not retried.
-		e.Class = provider.Permanent
+		e.Reclassify(provider.Permanent, false)
+	}
+	if rl, ok := codes[r.ErrorCode]; ok {
+		rl.Apply(e)
 	}
 	return provider.Result{}, e
 }

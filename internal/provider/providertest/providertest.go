@@ -13,10 +13,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -58,11 +60,14 @@ func (r *Request) BasicAuth() (user, password string, ok bool) {
 	return (&http.Request{Header: r.Header}).BasicAuth()
 }
 
-// Reply is what the fake server answers.
+// Reply is what the fake server answers. Status 0 drops the connection
+// without an answer; Cut sends the status and part of the body, then drops
+// the connection mid-body.
 type Reply struct {
 	Status int
 	Body   string
 	Header map[string]string
+	Cut    bool
 }
 
 // RetryAfter is a reply header carrying Retry-After v, or none when v is
@@ -105,9 +110,14 @@ func NewServer(t testing.TB, path string, check func(testing.TB, *Request)) *Ser
 
 // Reply sets what the server answers from now on.
 func (s *Server) Reply(status int, body string, header map[string]string) {
+	s.Answer(Reply{Status: status, Body: body, Header: header})
+}
+
+// Answer sets the whole Reply the server answers from now on.
+func (s *Server) Answer(r Reply) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.reply = Reply{Status: status, Body: body, Header: header}
+	s.reply = r
 }
 
 // Requests returns every request received so far, oldest first.
@@ -143,11 +153,24 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.requests = append(s.requests, req)
 	reply := s.reply
 	s.mu.Unlock()
+	if reply.Status == 0 {
+		// ErrAbortHandler makes net/http drop the connection without a
+		// response and without logging a panic.
+		panic(http.ErrAbortHandler)
+	}
 	for k, v := range reply.Header {
 		w.Header().Set(k, v)
 	}
+	if reply.Cut {
+		// Promise more than is sent, so the client sees the body break off.
+		w.Header().Set("Content-Length", strconv.Itoa(len(reply.Body)+64))
+	}
 	w.WriteHeader(reply.Status)
 	_, _ = w.Write([]byte(reply.Body))
+	if reply.Cut {
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // New builds an adapter with its constructor, failing the test when the
@@ -171,36 +194,48 @@ func Accept(t testing.TB, sender provider.Sender, d provider.Delivery, id string
 	}
 }
 
-// Case is one row of an adapter's classification table: the provider answers
-// Status, Body and Header, and the send must fail with Class, exactly After
-// as RetryAfter, Code as the provider's code and Status as HTTPStatus.
-type Case struct {
-	Name   string
-	Status int
-	Body   string
-	Header map[string]string
-	Class  provider.Class
-	After  time.Duration
-	Code   string
+// Row is one row of a provider's failure table: the provider answers Status
+// (0: no answer at all), Body and Header (Cut: the body breaks off), and the
+// send must fail with Class, exactly After as RetryAfter, Code as the
+// provider's code, Status as HTTPStatus, and the Recipient and MaybeSent
+// flags. Meaning is the row's "meaning" column in docs/providers.md, where
+// DocTable renders the rows and CheckDocTable compares them.
+type Row struct {
+	Status    int
+	Code      string
+	Meaning   string
+	Body      string
+	Header    map[string]string
+	Cut       bool
+	Class     provider.Class
+	Recipient bool
+	MaybeSent bool
+	After     time.Duration
 }
 
-// CheckClasses runs an adapter's classification table: for each case srv
-// answers the case's reply, sender sends d once, and the error must be
-// classified as the case says, must come from exactly one request (a Sender
-// never retries by itself) and must not contain secret.
-func CheckClasses(t *testing.T, srv *Server, sender provider.Sender, d provider.Delivery, secret string, cases []Case) {
+func (r Row) name() string {
+	return strings.TrimSpace(fmt.Sprintf("%d %s %s", r.Status, r.Code, r.Meaning))
+}
+
+// CheckRows runs an adapter's failure table: for each row srv answers the
+// row's reply, sender sends d once, and the error must be classified as the
+// row says, must come from exactly one request (a Sender never retries by
+// itself) and must not contain secret.
+func CheckRows(t *testing.T, srv *Server, sender provider.Sender, d provider.Delivery, secret string, rows []Row) {
 	t.Helper()
-	for _, c := range cases {
-		t.Run(c.Name, func(t *testing.T) {
-			srv.Reply(c.Status, c.Body, c.Header)
+	for _, r := range rows {
+		t.Run(r.name(), func(t *testing.T) {
+			srv.Answer(Reply{Status: r.Status, Body: r.Body, Header: r.Header, Cut: r.Cut})
 			before := len(srv.Requests())
 			_, err := sender.Send(context.Background(), d)
 			if n := len(srv.Requests()) - before; n != 1 {
 				t.Errorf("the send made %d requests; want 1", n)
 			}
 			pe := provider.Classify(err)
-			if pe == nil || pe.Class != c.Class || pe.RetryAfter != c.After || pe.Code != c.Code || pe.HTTPStatus != c.Status {
-				t.Fatalf("%#v; want %v after %v, code %q, HTTP %d", pe, c.Class, c.After, c.Code, c.Status)
+			if pe == nil || pe.Class != r.Class || pe.RetryAfter != r.After || pe.Code != r.Code || pe.HTTPStatus != r.Status ||
+				pe.Recipient != r.Recipient || pe.MaybeSent != r.MaybeSent {
+				t.Fatalf("%#v; want %v after %v, code %q, HTTP %d, recipient %v, maybe sent %v",
+					pe, r.Class, r.After, r.Code, r.Status, r.Recipient, r.MaybeSent)
 			}
 			NoSecret(t, err, secret)
 		})
@@ -250,8 +285,10 @@ func Only200(status int) bool { return status == http.StatusOK }
 
 // CheckOutcome is the contract a classifier's fuzz target asserts for any
 // status and body: a success only for a status ok accepts, reporting that
-// status; a failure whose RetryAfter is within [0, provider.MaxRetryAfter]
-// and whose text contains no secret.
+// status; a failure whose RetryAfter is within [0, provider.MaxRetryAfter],
+// whose text contains no secret, that is Recipient only when Permanent, that
+// is MaybeSent only when Transient, and that is MaybeSent whenever a 5xx is
+// Transient.
 func CheckOutcome(t testing.TB, status int, ok func(int) bool, res provider.Result, err error, secrets ...string) {
 	t.Helper()
 	if err == nil {
@@ -260,8 +297,15 @@ func CheckOutcome(t testing.TB, status int, ok func(int) bool, res provider.Resu
 		}
 		return
 	}
-	if pe := provider.Classify(err); pe.RetryAfter < 0 || pe.RetryAfter > provider.MaxRetryAfter {
+	pe := provider.Classify(err)
+	if pe.RetryAfter < 0 || pe.RetryAfter > provider.MaxRetryAfter {
 		t.Fatalf("retry after %v out of range: %v", pe.RetryAfter, err)
+	}
+	if (pe.Recipient && pe.Class != provider.Permanent) || (pe.MaybeSent && pe.Class != provider.Transient) {
+		t.Fatalf("flags do not fit the class: %#v", pe)
+	}
+	if status >= 500 && pe.Class == provider.Transient && !pe.MaybeSent {
+		t.Fatalf("a transient %d is not flagged maybe sent: %#v", status, pe)
 	}
 	for _, s := range secrets {
 		if s != "" && strings.Contains(err.Error(), s) {

@@ -72,9 +72,10 @@ type Config struct {
 	// Rate (pace.Unlimited) takes DefaultRate: the sandbox always limits.
 	Rate  pace.Rate
 	Burst int
-	// Secret, when set, is the Standard Webhooks secret ("whsec_…") every
-	// request must be signed with; an unsigned or badly signed request gets
-	// 401.
+	// Secret, when set, is the Standard Webhooks secret ("whsec_…"), or
+	// several separated by spaces or commas during a rotation, every request
+	// must be signed with (by any one of them); an unsigned or badly signed
+	// request gets 401.
 	Secret string
 	// Tolerance is the accepted clock skew of webhook-timestamp.
 	Tolerance time.Duration
@@ -124,7 +125,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("burst: must be at least 1 (got %d)", cfg.Burst)
 	}
 	if cfg.Secret != "" {
-		if _, err := webhook.ParseSecret(cfg.Secret); err != nil {
+		if _, err := webhook.ParseSecrets(cfg.Secret); err != nil {
 			return nil, fmt.Errorf("secret: %v", err)
 		}
 	}

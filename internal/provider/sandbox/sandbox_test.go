@@ -155,8 +155,9 @@ func TestSignature(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = bad.Send(ctx, delivery(1, "a@example.com"))
-		if pe := provider.Classify(err); pe == nil || pe.HTTPStatus != http.StatusUnauthorized || pe.Class != provider.Permanent {
-			t.Errorf("%s: %v; want 401 permanent", name, err)
+		// A refused signature refuses every send: the account, not the row.
+		if pe := provider.Classify(err); pe == nil || pe.HTTPStatus != http.StatusUnauthorized || pe.Class != provider.Account {
+			t.Errorf("%s: %v; want 401 account", name, err)
 		}
 	}
 	// A stale timestamp fails too: the sandbox's clock is an hour ahead.
@@ -167,6 +168,26 @@ func TestSignature(t *testing.T) {
 	st, _ := b.admin.Stats(ctx)
 	if st.Unauthorized != 3 || st.Accepted != 0 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestSignatureRotation: a sandbox holding two secrets accepts a send signed
+// by either, so a receiver can be moved to a new secret before the sender.
+func TestSignatureRotation(t *testing.T) {
+	t.Parallel()
+	next := webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("the sandbox's next signing key"))
+	b := setup(t, func(c *Config) { c.Secret = secret + ", " + next })
+	for i, s := range []string{secret, next, next + " " + secret} {
+		sender, err := webhook.New(webhook.Config{URL: b.url, Secret: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sender.Send(context.Background(), delivery(int64(i+1), "a@example.com")); err != nil {
+			t.Errorf("signed with %q: %v", s, err)
+		}
+	}
+	if _, err := New(Config{Secret: secret + " whsec_!!"}); err == nil || strings.Contains(err.Error(), secret) {
+		t.Fatalf("a malformed second secret: %v", err)
 	}
 }
 

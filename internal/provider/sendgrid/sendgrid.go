@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -124,10 +125,20 @@ type errorResponse struct {
 	} `json:"errors"`
 }
 
-// classify reads a Mail Send response: 2xx is accepted with the
-// X-Message-Id header as the id; 429 is RateLimited until X-RateLimit-Reset
-// (epoch seconds), falling back to Retry-After; other 4xx are Permanent and
-// 5xx Transient.
+// recipientField matches the field of a Mail Send error about a recipient's
+// address, "personalizations.0.to.0.email" and its cc and bcc siblings.
+var recipientField = regexp.MustCompile(`^personalizations\.\d+\.(to|cc|bcc)\.\d+\.email$`)
+
+// classify reads a Mail Send response
+// (https://www.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/responses
+// and .../errors): a 2xx is accepted with the X-Message-Id header as the id;
+// 401 (a wrong or revoked key) and 403 (the key lacks Mail Send, the From is
+// not a verified sender, or the account is blocked after repeated bad
+// requests) are Account; 429 is RateLimited until X-RateLimit-Reset (epoch
+// seconds), falling back to Retry-After; a 400 about a recipient's address is
+// the recipient's Permanent failure, with the field as the code; other 4xx
+// are Permanent and 5xx Transient. SendGrid has no error codes of its own:
+// the first error's field stands in for one.
 func classify(name string, resp provider.Response, now time.Time, key string) (provider.Result, error) {
 	if resp.Status >= 200 && resp.Status < 300 {
 		// SendGrid always sets X-Message-Id on 202; a success without it is
@@ -135,19 +146,34 @@ func classify(name string, resp provider.Response, now time.Time, key string) (p
 		return provider.Result{MessageID: resp.Header.Get("X-Message-Id"), HTTPStatus: resp.Status}, nil
 	}
 	e := provider.StatusError(name, resp, now)
-	if e.Class == provider.RateLimited {
+	switch e.Class {
+	case provider.RateLimited:
 		if d, ok := untilReset(resp.Header.Get("X-RateLimit-Reset"), now); ok {
 			e.RetryAfter = d
 		}
+	case provider.Permanent:
+		if resp.Status == http.StatusForbidden {
+			e.Reclassify(provider.Account, false)
+		}
 	}
 	var r errorResponse
-	if json.Unmarshal(resp.Body, &r) == nil && len(r.Errors) > 0 {
-		msg := r.Errors[0].Message
-		if f := r.Errors[0].Field; f != "" {
-			msg = f + ": " + msg
-		}
-		e.Message = provider.Redact(msg, key)
+	if json.Unmarshal(resp.Body, &r) != nil || len(r.Errors) == 0 {
+		return provider.Result{}, e
 	}
+	first := r.Errors[0]
+	for _, er := range r.Errors {
+		if e.Class == provider.Permanent && recipientField.MatchString(er.Field) {
+			first = er
+			e.Reclassify(provider.Permanent, true)
+			break
+		}
+	}
+	e.Code = provider.Redact(first.Field, key)
+	msg := first.Message
+	if first.Field != "" {
+		msg = first.Field + ": " + msg
+	}
+	e.Message = provider.Redact(msg, key)
 	return provider.Result{}, e
 }
 

@@ -1,6 +1,7 @@
 package sendgrid
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"testing"
@@ -54,23 +55,50 @@ func TestSend(t *testing.T) {
 	providertest.Accept(t, client(t, srv.URL), delivery(), "sg-abc", 202)
 }
 
-func TestClassification(t *testing.T) {
+// sgError is SendGrid's documented error body
+// (https://www.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/errors).
+func sgError(field, msg string) string {
+	if field == "" {
+		return fmt.Sprintf(`{"errors":[{"message":%q,"field":null,"help":null}]}`, msg)
+	}
+	return fmt.Sprintf(`{"errors":[{"message":%q,"field":%q,"help":"http://sendgrid.com/docs/API_Reference/Web_API_v3/Mail/errors.html"}]}`, msg, field)
+}
+
+// failures is SendGrid's table in docs/providers.md "Failure classes".
+var failures = []providertest.Row{
+	{Status: 401, Meaning: "the API key is wrong, expired or revoked", Body: sgError("", "The provided authorization grant is invalid, expired, or revoked"),
+		Class: provider.Account},
+	{Status: 403, Meaning: "the key lacks Mail Send, the From is unverified, or the account is blocked", Body: sgError("from", "The from address does not match a verified Sender Identity."),
+		Class: provider.Account, Code: "from"},
+	{Status: 429, Meaning: "rate limited: wait until X-RateLimit-Reset", Body: sgError("", "too many requests"),
+		Header: map[string]string{"X-RateLimit-Reset": strconv.FormatInt(now.Add(90*time.Second).Unix(), 10)}, Class: provider.RateLimited, After: 90 * time.Second},
+	{Status: 429, Meaning: "rate limited: no reset, Retry-After", Header: providertest.RetryAfter("7"), Class: provider.RateLimited, After: 7 * time.Second},
+	{Status: 400, Code: "personalizations.0.to.0.email", Meaning: "the recipient's address is invalid",
+		Body: sgError("personalizations.0.to.0.email", "Does not contain a valid address."), Class: provider.Permanent, Recipient: true},
+	{Status: 400, Code: "content.0.value", Meaning: "the content is rejected", Body: sgError("content.0.value", "The content value must be a string at least one character in length."),
+		Class: provider.Permanent},
+	{Status: 413, Meaning: "payload too large", Class: provider.Permanent},
+	{Status: 500, Meaning: "internal server error", Body: sgError("", "internal"), Class: provider.Transient, MaybeSent: true},
+	{Status: 503, Meaning: "unavailable", Header: providertest.RetryAfter("3"), Class: provider.Transient, MaybeSent: true, After: 3 * time.Second},
+}
+
+func TestFailures(t *testing.T) {
 	t.Parallel()
-	reset := strconv.FormatInt(now.Add(90*time.Second).Unix(), 10)
 	srv := fake(t)
-	providertest.CheckClasses(t, srv, client(t, srv.URL), delivery(), key, []providertest.Case{
-		{Name: "rate limited", Status: 429, Body: `{"errors":[{"message":"too many requests"}]}`,
-			Header: map[string]string{"X-RateLimit-Reset": reset}, Class: provider.RateLimited, After: 90 * time.Second},
-		{Name: "rate limited, retry-after", Status: 429, Header: providertest.RetryAfter("7"), Class: provider.RateLimited, After: 7 * time.Second},
-		{Name: "bad request", Status: 400, Body: `{"errors":[{"message":"Does not contain a valid address.","field":"personalizations.0.to.0.email"}]}`,
-			Class: provider.Permanent},
-		{Name: "unauthorized", Status: 401, Body: `{"errors":[{"message":"The provided authorization grant is invalid, expired, or revoked"}]}`,
-			Class: provider.Permanent},
-		{Name: "forbidden", Status: 403, Body: `{"errors":[{"message":"access forbidden ` + key + `"}]}`, Class: provider.Permanent},
-		{Name: "payload too large", Status: 413, Class: provider.Permanent},
-		{Name: "server", Status: 500, Body: `{"errors":[{"message":"internal"}]}`, Class: provider.Transient},
-		{Name: "unavailable", Status: 503, Header: providertest.RetryAfter("3"), Class: provider.Transient, After: 3 * time.Second},
+	c := client(t, srv.URL)
+	providertest.CheckRows(t, srv, c, delivery(), key, failures)
+	providertest.CheckRows(t, srv, c, delivery(), key, []providertest.Row{
+		// An echoed key is redacted; a recipient's error is found behind
+		// another's, and names the field.
+		{Status: 403, Body: sgError("", "access forbidden "+key), Class: provider.Account},
+		{Status: 400, Code: "personalizations.0.bcc.1.email", Body: `{"errors":[{"message":"x","field":"subject"},{"message":"Does not contain a valid address.","field":"personalizations.0.bcc.1.email"}]}`,
+			Class: provider.Permanent, Recipient: true},
 	})
+}
+
+func TestFailuresDocumented(t *testing.T) {
+	t.Parallel()
+	providertest.CheckDocTable(t, "sendgrid", failures)
 }
 
 func TestUntilReset(t *testing.T) {
@@ -110,6 +138,9 @@ func FuzzSendGridResponse(f *testing.F) {
 	f.Add(429, []byte(`{"errors":[{"message":"x"}]}`), "9223372036854775807")
 	f.Add(429, []byte(`{"errors":[]}`), "-9223372036854775808")
 	f.Add(400, []byte(`{"errors":[{"field":null}]}`), "")
+	for _, r := range failures {
+		f.Add(r.Status, []byte(r.Body), r.Header["X-RateLimit-Reset"])
+	}
 	f.Fuzz(func(t *testing.T, status int, body []byte, reset string) {
 		h := http.Header{}
 		h.Set("X-RateLimit-Reset", reset)

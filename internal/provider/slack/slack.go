@@ -24,18 +24,43 @@ const DefaultBaseURL = "https://slack.com"
 // owed runs one token.
 const Name = "slack"
 
-// permanentErrors are chat.postMessage errors that no retry fixes: the
-// channel is gone or closed to the bot, or the token is dead.
-var permanentErrors = map[string]bool{
-	"channel_not_found": true,
-	"not_in_channel":    true,
-	"is_archived":       true,
-	"invalid_auth":      true,
-	"account_inactive":  true,
-	"token_revoked":     true,
-	"msg_too_long":      true,
-	"no_text":           true,
-	"restricted_action": true,
+// errorRules are chat.postMessage's documented errors
+// (https://docs.slack.dev/reference/methods/chat.postMessage#errors) that
+// mean more than "retry". Any other ok:false error is Transient: Slack
+// answered, so the message was not posted, and a retry is safe.
+var errorRules = map[string]provider.Rule{
+	// The token cannot post anywhere: pause the account.
+	"not_authed":              {Class: provider.Account},
+	"invalid_auth":            {Class: provider.Account},
+	"account_inactive":        {Class: provider.Account},
+	"token_revoked":           {Class: provider.Account},
+	"token_expired":           {Class: provider.Account},
+	"no_permission":           {Class: provider.Account},
+	"missing_scope":           {Class: provider.Account},
+	"not_allowed_token_type":  {Class: provider.Account},
+	"ekm_access_denied":       {Class: provider.Account},
+	"team_access_not_granted": {Class: provider.Account},
+	// The channel is gone or closed to the bot: the recipient's failure.
+	"channel_not_found":                   {Class: provider.Permanent, Recipient: true},
+	"not_in_channel":                      {Class: provider.Permanent, Recipient: true},
+	"is_archived":                         {Class: provider.Permanent, Recipient: true},
+	"restricted_action":                   {Class: provider.Permanent, Recipient: true},
+	"restricted_action_read_only_channel": {Class: provider.Permanent, Recipient: true},
+	// The message itself is rejected.
+	"msg_too_long":          {Class: provider.Permanent},
+	"no_text":               {Class: provider.Permanent},
+	"invalid_blocks":        {Class: provider.Permanent},
+	"invalid_blocks_format": {Class: provider.Permanent},
+	"too_many_attachments":  {Class: provider.Permanent},
+	"invalid_arguments":     {Class: provider.Permanent},
+	"invalid_charset":       {Class: provider.Permanent},
+	// Slack's own pace.
+	"rate_limited": {Class: provider.RateLimited},
+	"ratelimited":  {Class: provider.RateLimited},
+	// "It's possible some aspect of the operation succeeded before the error
+	// was raised."
+	"internal_error": {Class: provider.Transient, MaybeSent: true},
+	"fatal_error":    {Class: provider.Transient, MaybeSent: true},
 }
 
 // Config configures the adapter; with the OWED_SLACK prefix the variables
@@ -100,9 +125,10 @@ type response struct {
 
 // classify reads a chat.postMessage response. 200 with ok:true is accepted,
 // with the id "<channel>:<ts>" (ts is unique only within a channel). ok:false
-// is RateLimited for "ratelimited", Permanent for the errors in
-// permanentErrors and Transient otherwise. HTTP 429 is RateLimited after
-// Retry-After; other statuses follow provider.StatusClass.
+// is classified by errorRules (RateLimited after Retry-After), Transient
+// otherwise; a 200 that is neither says nothing about the send (Unreadable).
+// HTTP 429 is RateLimited after Retry-After; other statuses follow
+// provider.StatusError.
 func classify(resp provider.Response, now time.Time, token string) (provider.Result, error) {
 	var r response
 	decodeErr := json.Unmarshal(resp.Body, &r)
@@ -113,7 +139,12 @@ func classify(resp provider.Response, now time.Time, token string) (provider.Res
 		}
 		return provider.Result{}, e
 	}
-	if decodeErr == nil && r.OK {
+	if decodeErr != nil || resp.Truncated || (!r.OK && r.Error == "") {
+		// Slack answers failures with 200 too, so a 200 that is not the
+		// documented JSON may or may not be a send.
+		return provider.Result{}, provider.Unreadable(Name, resp, "chat.postMessage")
+	}
+	if r.OK {
 		res := provider.Result{HTTPStatus: resp.Status}
 		if r.TS != "" {
 			res.MessageID = r.Channel + ":" + r.TS
@@ -121,18 +152,13 @@ func classify(resp provider.Response, now time.Time, token string) (provider.Res
 		return res, nil
 	}
 	e := provider.NewError(Name, provider.Transient, resp.Status, provider.Redact(r.Error, token), "chat.postMessage failed")
-	switch {
-	case decodeErr != nil:
-		// Slack answers failures with 200 too, so an unreadable 200 may or
-		// may not be a send; it is retried.
-		e.Message = "unreadable chat.postMessage response"
-	case r.Error == "ratelimited":
-		e.Class = provider.RateLimited
+	if rl, ok := errorRules[r.Error]; ok {
+		rl.Apply(e)
+	}
+	if e.Class == provider.RateLimited {
 		if d, ok := provider.ParseRetryAfter(resp.Header.Get("Retry-After"), now); ok {
 			e.RetryAfter = d
 		}
-	case permanentErrors[r.Error]:
-		e.Class = provider.Permanent
 	}
 	return provider.Result{}, e
 }

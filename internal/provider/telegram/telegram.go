@@ -7,10 +7,12 @@
 package telegram
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -93,15 +95,35 @@ type response struct {
 	} `json:"parameters"`
 }
 
+// recipient400 are the fragments of a 400's description that say the chat,
+// not the message, is what failed. The Bot API documents only error_code and
+// description (https://core.telegram.org/bots/api#making-requests); the
+// descriptions are those collected at https://github.com/TelegramBotAPI/errors.
+var recipient400 = []string{
+	"chat not found",
+	"user not found",
+	"peer_id_invalid",
+	"group chat was upgraded", // the chat moved to parameters.migrate_to_chat_id
+	"group chat was deactivated",
+	"not enough rights to send",
+	"have no rights to send",
+}
+
 // classify reads a sendMessage response. ok:true is accepted, with the
 // message id "<chat id>:<message_id>" because Telegram numbers messages per
-// chat. 429 is RateLimited after parameters.retry_after seconds; 400 (bad
-// chat, bad markup), 401, 403 (bot blocked, user deactivated) and 404 (bad
-// token) are Permanent; 5xx and anything unreadable are Transient.
+// chat. 401 (a revoked token) and 404 (the token names no bot) are Account;
+// 429 is RateLimited after parameters.retry_after seconds; 403 (the bot was
+// blocked or kicked, the user deactivated) and a 400 naming the chat are the
+// recipient's Permanent failure; other 400s (bad markup, an empty or too long
+// text) are Permanent; 5xx are Transient. A 200 that is not ok:true says
+// nothing about the send (Unreadable).
 func classify(resp provider.Response, chatID string, now time.Time, token string) (provider.Result, error) {
 	var r response
 	decodeErr := json.Unmarshal(resp.Body, &r)
-	if resp.Status == http.StatusOK && decodeErr == nil && r.OK {
+	if resp.Status == http.StatusOK {
+		if decodeErr != nil || !r.OK || resp.Truncated {
+			return provider.Result{}, provider.Unreadable(Name, resp, "sendMessage")
+		}
 		res := provider.Result{HTTPStatus: resp.Status}
 		if r.Result.MessageID != 0 {
 			res.MessageID = chatID + ":" + strconv.FormatInt(r.Result.MessageID, 10)
@@ -109,23 +131,25 @@ func classify(resp provider.Response, chatID string, now time.Time, token string
 		return res, nil
 	}
 	e := provider.StatusError(Name, resp, now)
-	if resp.Status == http.StatusOK {
-		// A 200 that is not ok:true (or not JSON) is a broken answer: the
-		// message may or may not have gone, so it is retried.
-		e.Class = provider.Transient
-		e.Message = "unreadable sendMessage response"
-	}
 	if r.ErrorCode != 0 {
 		e.Code = strconv.Itoa(r.ErrorCode)
 	}
 	if r.Description != "" {
 		e.Message = provider.Redact(r.Description, token)
 	}
-	if resp.Status == http.StatusTooManyRequests || r.ErrorCode == http.StatusTooManyRequests {
-		e.Class = provider.RateLimited
+	switch code := cmp.Or(r.ErrorCode, resp.Status); {
+	case code == http.StatusTooManyRequests:
+		e.Reclassify(provider.RateLimited, false)
 		if r.Parameters.RetryAfter > 0 {
 			e.RetryAfter = time.Duration(min(r.Parameters.RetryAfter, int64(provider.MaxRetryAfter/time.Second))) * time.Second
 		}
+	case code == http.StatusUnauthorized, code == http.StatusNotFound:
+		e.Reclassify(provider.Account, false)
+	case code == http.StatusForbidden:
+		e.Reclassify(provider.Permanent, true)
+	case code == http.StatusBadRequest:
+		d := strings.ToLower(r.Description)
+		e.Reclassify(provider.Permanent, slices.ContainsFunc(recipient400, func(s string) bool { return strings.Contains(d, s) }))
 	}
 	return provider.Result{}, e
 }

@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -49,26 +50,50 @@ func TestSend(t *testing.T) {
 	providertest.Accept(t, client(t, srv.URL), delivery(), "-100123:991", 200)
 }
 
-func TestClassification(t *testing.T) {
+// tgError is the Bot API's error envelope
+// (https://core.telegram.org/bots/api#making-requests).
+func tgError(code int, description string) string {
+	return fmt.Sprintf(`{"ok":false,"error_code":%d,"description":%q}`, code, description)
+}
+
+// failures is Telegram's table in docs/providers.md "Failure classes".
+var failures = []providertest.Row{
+	{Status: 401, Code: "401", Meaning: "Unauthorized: the bot token was revoked", Body: tgError(401, "Unauthorized"), Class: provider.Account},
+	{Status: 404, Code: "404", Meaning: "Not Found: the token names no bot", Body: tgError(404, "Not Found"), Class: provider.Account},
+	{Status: 429, Code: "429", Meaning: "Too Many Requests: parameters.retry_after",
+		Body:  `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 35","parameters":{"retry_after":35}}`,
+		Class: provider.RateLimited, After: 35 * time.Second},
+	{Status: 403, Code: "403", Meaning: "Forbidden: bot was blocked by the user", Body: tgError(403, "Forbidden: bot was blocked by the user"),
+		Class: provider.Permanent, Recipient: true},
+	{Status: 403, Code: "403", Meaning: "Forbidden: user is deactivated, bot was kicked…", Body: tgError(403, "Forbidden: user is deactivated"),
+		Class: provider.Permanent, Recipient: true},
+	{Status: 400, Code: "400", Meaning: "Bad Request: chat not found", Body: tgError(400, "Bad Request: chat not found"),
+		Class: provider.Permanent, Recipient: true},
+	{Status: 400, Code: "400", Meaning: "Bad Request: group chat was upgraded to a supergroup chat",
+		Body:  `{"ok":false,"error_code":400,"description":"Bad Request: group chat was upgraded to a supergroup chat","parameters":{"migrate_to_chat_id":-1001234}}`,
+		Class: provider.Permanent, Recipient: true},
+	{Status: 400, Code: "400", Meaning: "Bad Request: can't parse entities, message is too long…",
+		Body: tgError(400, "Bad Request: can't parse entities: Can't find end of the entity starting at byte offset 0"), Class: provider.Permanent},
+	{Status: 500, Code: "500", Meaning: "Internal Server Error", Body: tgError(500, "Internal Server Error"), Class: provider.Transient, MaybeSent: true},
+	{Status: 502, Meaning: "Bad Gateway, body not the envelope", Body: `<html>Bad Gateway</html>`, Class: provider.Transient, MaybeSent: true},
+	{Status: 200, Meaning: "a 200 that is not ok:true, or broke off", Body: `{"ok":false}`, Class: provider.Transient, MaybeSent: true},
+}
+
+func TestFailures(t *testing.T) {
 	t.Parallel()
 	srv := fake(t)
-	providertest.CheckClasses(t, srv, client(t, srv.URL), delivery(), token, []providertest.Case{
-		{Name: "flood", Status: 429, Body: `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 35","parameters":{"retry_after":35}}`,
-			Class: provider.RateLimited, After: 35 * time.Second, Code: "429"},
-		{Name: "blocked", Status: 403, Body: `{"ok":false,"error_code":403,"description":"Forbidden: bot was blocked by the user"}`,
-			Class: provider.Permanent, Code: "403"},
-		{Name: "deactivated", Status: 403, Body: `{"ok":false,"error_code":403,"description":"Forbidden: user is deactivated"}`,
-			Class: provider.Permanent, Code: "403"},
-		{Name: "bad chat", Status: 400, Body: `{"ok":false,"error_code":400,"description":"Bad Request: chat not found"}`,
-			Class: provider.Permanent, Code: "400"},
-		{Name: "bad token", Status: 401, Body: `{"ok":false,"error_code":401,"description":"Unauthorized"}`, Class: provider.Permanent, Code: "401"},
-		{Name: "gateway", Status: 502, Body: `<html>Bad Gateway</html>`, Class: provider.Transient},
-		{Name: "internal", Status: 500, Body: `{"ok":false,"error_code":500,"description":"Internal Server Error"}`,
-			Class: provider.Transient, Code: "500"},
-		{Name: "ok false on 200", Status: 200, Body: `{"ok":false}`, Class: provider.Transient},
-		{Name: "echoed token", Status: 400, Body: `{"ok":false,"error_code":400,"description":"bad bot ` + token + `"}`,
-			Class: provider.Permanent, Code: "400"},
+	c := client(t, srv.URL)
+	providertest.CheckRows(t, srv, c, delivery(), token, failures)
+	providertest.CheckRows(t, srv, c, delivery(), token, []providertest.Row{
+		{Status: 400, Code: "400", Body: tgError(400, "bad bot "+token), Class: provider.Permanent},
+		{Status: 200, Body: `{"ok":true,"result":{"message_id":9`, Cut: true, Class: provider.Transient, MaybeSent: true},
+		{Status: 200, Body: `<html>`, Class: provider.Transient, MaybeSent: true},
 	})
+}
+
+func TestFailuresDocumented(t *testing.T) {
+	t.Parallel()
+	providertest.CheckDocTable(t, "telegram", failures)
 }
 
 func TestTransportErrorHidesToken(t *testing.T) {
@@ -113,6 +138,9 @@ func FuzzTelegramResponse(f *testing.F) {
 	f.Add(429, []byte(`{"ok":false,"error_code":429,"parameters":{"retry_after":-5}}`))
 	f.Add(403, []byte(`{"ok":false,"description":"`+token+`"}`))
 	f.Add(500, []byte(`not json`))
+	for _, r := range failures {
+		f.Add(r.Status, []byte(r.Body))
+	}
 	f.Fuzz(func(t *testing.T, status int, body []byte) {
 		res, err := classify(provider.Response{Status: status, Header: http.Header{}, Body: body}, "1", time.Now(), token)
 		providertest.CheckOutcome(t, status, providertest.Only200, res, err, token)

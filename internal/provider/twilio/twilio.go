@@ -22,14 +22,29 @@ import (
 // DefaultBaseURL is Twilio's REST API.
 const DefaultBaseURL = "https://api.twilio.com"
 
-// Twilio error codes with a documented meaning for a send
-// (twilio.com/docs/api/errors).
-const (
-	codeTooManyRequests = 20429 // the account is over its request rate
-	codeInvalidTo       = 21211 // the To number is not a valid phone number
-	codeUnsubscribed    = 21610 // the recipient replied STOP
-	codeNotMobile       = 21614 // the To number cannot receive SMS
-)
+// codes are the Twilio error codes a Messages create answers with that mean
+// more than their HTTP status, each from its page
+// https://www.twilio.com/docs/api/errors/<code>. A code not listed here is
+// classified by its status (401 Account, 429 RateLimited, other 4xx
+// Permanent, 5xx Transient).
+var codes = map[int]provider.Rule{
+	20003: {Class: provider.Account},                    // Authenticate: a wrong or revoked SID/token, or a suspended account
+	20404: {Class: provider.Account},                    // not found: owed posts to one fixed path, so the account SID names no account
+	20429: {Class: provider.RateLimited},                // too many requests for the account
+	21211: {Class: provider.Permanent, Recipient: true}, // the 'To' number is not a valid phone number
+	21408: {Class: provider.Permanent},                  // SMS to the To number's region is not enabled (geo permissions)
+	21606: {Class: provider.Account},                    // the From number is not an SMS-capable number of this account
+	21608: {Class: provider.Permanent},                  // a trial account sending to an unverified number
+	21610: {Class: provider.Permanent, Recipient: true}, // the recipient replied STOP
+	21612: {Class: provider.Permanent, Recipient: true}, // the 'To' number is not reachable by SMS from this sender
+	21614: {Class: provider.Permanent, Recipient: true}, // the 'To' number is not a mobile number
+	21617: {Class: provider.Permanent},                  // the body exceeds 1600 characters
+}
+
+// MaxValidity is the longest ValidityPeriod Twilio accepts, and its default
+// (https://www.twilio.com/docs/api/errors/21624: whole seconds from 1 to
+// 36,000). A row expiring later is sent without one.
+const MaxValidity = 36000 * time.Second
 
 // Config configures the adapter; with the OWED_TWILIO prefix the variables
 // are OWED_TWILIO_ACCOUNT_SID, OWED_TWILIO_AUTH_TOKEN, OWED_TWILIO_FROM,
@@ -81,13 +96,26 @@ func New(cfg Config) (*Client, error) {
 // Name is "twilio:<account sid>": the rate limit is the account's.
 func (c *Client) Name() string { return "twilio:" + c.cfg.AccountSID }
 
-// Send texts d.Content.Text to the number d.Recipient.
+// Send texts d.Content.Text to the number d.Recipient. A row that expires
+// within MaxValidity is sent with a ValidityPeriod of its whole seconds left,
+// so Twilio drops the message rather than deliver it late; one with less
+// than a second left is not sent (provider.Expired).
 func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
 	form := url.Values{"To": {d.Recipient}, "Body": {d.Content.Text}}
 	if c.cfg.MessagingServiceSID != "" {
 		form.Set("MessagingServiceSid", c.cfg.MessagingServiceSID)
 	} else {
 		form.Set("From", c.cfg.From)
+	}
+	if !d.ExpiresAt.IsZero() {
+		// Rounded down: the period must end by the expiry, never after.
+		left := d.ExpiresAt.Sub(c.ep.Now())
+		switch {
+		case left < time.Second:
+			return provider.Result{}, provider.Expired(c.Name(), left)
+		case left < MaxValidity:
+			form.Set("ValidityPeriod", strconv.FormatInt(int64(left/time.Second), 10))
+		}
 	}
 	return c.ep.Post(ctx, "application/x-www-form-urlencoded", []byte(form.Encode()), func(req *http.Request) {
 		req.SetBasicAuth(c.cfg.AccountSID, c.cfg.AuthToken)
@@ -102,17 +130,16 @@ type response struct {
 	Message string `json:"message"`
 }
 
-// classify reads a Messages response: 2xx with a sid is accepted; HTTP 429
-// or code 20429 is RateLimited; codes 21211, 21610, 21614 and every other 4xx
-// are Permanent; 5xx is Transient.
+// classify reads a Messages response: a 2xx is accepted (Twilio answers 201
+// only when it queued the message, so one without a readable sid, or whose
+// body broke off, is still a send; see Result.MessageID); an error's code
+// decides by codes, and its status otherwise.
 func classify(name string, resp provider.Response, now time.Time, token string) (provider.Result, error) {
 	var r response
 	// A body that is not the documented JSON leaves r empty, and the status
 	// alone decides.
 	_ = json.Unmarshal(resp.Body, &r)
 	if resp.Status >= 200 && resp.Status < 300 {
-		// Twilio answers 201 only when it queued the message, so a 2xx
-		// without a readable sid is still a send (see Result.MessageID).
 		return provider.Result{MessageID: r.SID, HTTPStatus: resp.Status}, nil
 	}
 	e := provider.StatusError(name, resp, now)
@@ -122,12 +149,8 @@ func classify(name string, resp provider.Response, now time.Time, token string) 
 	if r.Message != "" {
 		e.Message = provider.Redact(r.Message, token)
 	}
-	switch r.Code {
-	case codeTooManyRequests:
-		e.Class = provider.RateLimited
-	case codeInvalidTo, codeUnsubscribed, codeNotMobile:
-		e.Class = provider.Permanent
-		e.RetryAfter = 0
+	if rl, ok := codes[r.Code]; ok {
+		rl.Apply(e)
 	}
 	return provider.Result{}, e
 }

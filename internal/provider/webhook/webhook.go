@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/provider"
@@ -60,7 +61,9 @@ const MinSecretBytes = 24
 type Config struct {
 	// URL is the endpoint every notification is POSTed to.
 	URL string `envconfig:"URL"`
-	// Secret is the signing secret, "whsec_" followed by base64. Empty sends
+	// Secret is the signing secret, "whsec_" followed by base64, or several
+	// separated by spaces or commas: every request is signed with each, so a
+	// receiver can move from one to the next (ParseSecrets). Empty sends
 	// unsigned requests, which only an endpoint that does not verify (the
 	// sandbox without a secret) accepts.
 	Secret string `envconfig:"SECRET"`
@@ -82,11 +85,11 @@ type Config struct {
 
 // Client sends notifications as Standard Webhooks.
 type Client struct {
-	key  []byte
+	keys [][]byte
 	name string
-	// secret is kept only to redact it from anything an endpoint echoes.
-	secret string
-	ep     *provider.Endpoint
+	// secrets are kept only to redact them from anything an endpoint echoes.
+	secrets []string
+	ep      *provider.Endpoint
 }
 
 var _ provider.Sender = (*Client)(nil)
@@ -103,14 +106,16 @@ func New(cfg Config) (*Client, error) {
 		// userinfo, so only its shape is described.
 		return nil, fmt.Errorf("%s_URL: must be an absolute http or https URL (got %d characters)", prefix, len(cfg.URL))
 	}
-	var key []byte
+	var keys [][]byte
 	if cfg.Secret != "" {
-		if key, err = ParseSecret(cfg.Secret); err != nil {
+		if keys, err = ParseSecrets(cfg.Secret); err != nil {
 			return nil, fmt.Errorf("%s_SECRET: %v", prefix, err)
 		}
-		if len(key) < MinSecretBytes {
-			return nil, fmt.Errorf("%s_SECRET: the key is %d bytes, want at least %d: \"whsec_\" followed by base64 of random bytes, e.g. whsec_$(openssl rand -base64 32)",
-				prefix, len(key), MinSecretBytes)
+		for i, key := range keys {
+			if len(key) < MinSecretBytes {
+				return nil, fmt.Errorf("%s_SECRET: %s is %d bytes, want at least %d: \"whsec_\" followed by base64 of random bytes, e.g. whsec_$(openssl rand -base64 32)",
+					prefix, keyName(i, len(keys)), len(key), MinSecretBytes)
+			}
 		}
 	}
 	if u.Scheme == "http" && !cfg.AllowHTTP && !loopback(u.Hostname()) {
@@ -120,8 +125,14 @@ func New(cfg Config) (*Client, error) {
 	if name == "" {
 		name = "webhook:" + u.Host
 	}
-	return &Client{key: key, name: name, secret: cfg.Secret,
-		ep: provider.NewEndpoint(name, cfg.URL, cfg.Timeout, cfg.Clock, cfg.Secret)}, nil
+	// Each key's text, with and without its prefix, is redacted, not only
+	// the whole value: an endpoint echoing one of them must not leak it.
+	secrets := []string{cfg.Secret}
+	for _, f := range splitSecrets(cfg.Secret) {
+		secrets = append(secrets, f, strings.TrimPrefix(f, SecretPrefix))
+	}
+	return &Client{keys: keys, name: name, secrets: secrets,
+		ep: provider.NewEndpoint(name, cfg.URL, cfg.Timeout, cfg.Clock, secrets...)}, nil
 }
 
 // Name returns the provider account the client sends as.
@@ -148,6 +159,10 @@ type Data struct {
 	// Payload is the message's own JSON data (the webhook channel's body).
 	Payload json.RawMessage   `json:"payload,omitempty"`
 	Extras  map[string]string `json:"extras,omitempty"`
+	// ExpiresAt is the row's expiry, when it has one: Standard Webhooks has
+	// no expiry of its own, so a receiver that queues must drop the
+	// notification itself once this has passed.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // Send POSTs d as a signed Standard Webhook.
@@ -158,15 +173,16 @@ func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result
 		return provider.Result{}, provider.NewError(c.name, provider.Permanent, 0, "", "idempotency key is required")
 	}
 	now := c.ep.Now()
-	body, err := json.Marshal(Payload{
-		Type:      d.Kind,
-		Timestamp: now.UTC(),
-		Data: Data{
-			NotificationID: d.NotificationID, Tenant: d.Tenant, Recipient: d.Recipient, Channel: d.Channel,
-			Subject: d.Content.Subject, Text: d.Content.Text, HTML: d.Content.HTML,
-			Payload: d.Content.Data, Extras: d.Content.Extras,
-		},
-	})
+	data := Data{
+		NotificationID: d.NotificationID, Tenant: d.Tenant, Recipient: d.Recipient, Channel: d.Channel,
+		Subject: d.Content.Subject, Text: d.Content.Text, HTML: d.Content.HTML,
+		Payload: d.Content.Data, Extras: d.Content.Extras,
+	}
+	if !d.ExpiresAt.IsZero() {
+		exp := d.ExpiresAt.UTC()
+		data.ExpiresAt = &exp
+	}
+	body, err := json.Marshal(Payload{Type: d.Kind, Timestamp: now.UTC(), Data: data})
 	if err != nil {
 		// Only invalid JSON in Message.Data fails here, and it fails every time.
 		return provider.Result{}, provider.NewError(c.name, provider.Permanent, 0, "", "encode payload: "+err.Error())
@@ -175,19 +191,30 @@ func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result
 	return c.ep.Post(ctx, "application/json", body, func(req *http.Request) {
 		req.Header.Set(HeaderID, d.IdempotencyKey)
 		req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
-		if c.key != nil {
-			req.Header.Set(HeaderSignature, Sign(c.key, d.IdempotencyKey, ts, body))
+		if len(c.keys) > 0 {
+			sigs := make([]string, len(c.keys))
+			for i, key := range c.keys {
+				sigs[i] = Sign(key, d.IdempotencyKey, ts, body)
+			}
+			req.Header.Set(HeaderSignature, strings.Join(sigs, " "))
 		}
 		req.Header.Set(HeaderTenant, d.Tenant)
 		req.Header.Set(HeaderNotificationID, strconv.FormatInt(d.NotificationID, 10))
 	}, func(resp provider.Response, now time.Time) (provider.Result, error) {
-		return classify(c.name, resp, d.IdempotencyKey, now, c.secret)
+		return classify(c.name, resp, d.IdempotencyKey, now, c.secrets...)
 	})
 }
 
-// classify turns a response into a Result or a classified error. 2xx is
-// accepted; 429 is RateLimited; 408 and 5xx are Transient (with Retry-After
-// when given); 3xx, 410 and every other 4xx are Permanent.
+// classify turns a response into a Result or a classified error, the
+// Standard Webhooks way
+// (https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md):
+// a 2xx is accepted, whatever its body; 410 Gone is the receiver asking to
+// stop, and, since every notification goes to this one endpoint, so are a
+// refused signature (401, 403), a wrong URL (404) and a redirect (3xx, by
+// provider.StatusClass): all are Account, pausing the channel instead of
+// failing every row. 429 is RateLimited; 408 and 5xx are Transient (5xx
+// MaybeSent, with Retry-After when given); any other 4xx is this message's
+// Permanent failure.
 func classify(name string, resp provider.Response, webhookID string, now time.Time, secrets ...string) (provider.Result, error) {
 	var body struct {
 		ID      string `json:"id"`
@@ -210,6 +237,11 @@ func classify(name string, resp provider.Response, webhookID string, now time.Ti
 	e := provider.StatusError(name, resp, now)
 	if msg := firstNonEmpty(body.Message, body.Error); msg != "" {
 		e.Message = provider.Redact(msg, secrets...)
+	}
+	e.Code = provider.Redact(body.Error, secrets...)
+	switch resp.Status {
+	case http.StatusGone, http.StatusForbidden, http.StatusNotFound:
+		e.Reclassify(provider.Account, false)
 	}
 	return provider.Result{}, e
 }
@@ -246,6 +278,38 @@ func ParseSecret(secret string) ([]byte, error) {
 	return key, nil
 }
 
+// ParseSecrets decodes one or more secrets separated by spaces or commas
+// ("whsec_old whsec_new"), for a rotation: a sender signs with every key, a
+// receiver accepts a signature by any. An error names the key by position,
+// never by its value.
+func ParseSecrets(secrets string) ([][]byte, error) {
+	fields := splitSecrets(secrets)
+	if len(fields) == 0 {
+		return nil, errors.New(`must be "whsec_" followed by base64, or several separated by spaces or commas`)
+	}
+	keys := make([][]byte, len(fields))
+	for i, f := range fields {
+		key, err := ParseSecret(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s %v", keyName(i, len(fields)), err)
+		}
+		keys[i] = key
+	}
+	return keys, nil
+}
+
+func splitSecrets(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+}
+
+// keyName names the i-th of n keys in an error: "the key", or "key 2 of 3".
+func keyName(i, n int) string {
+	if n == 1 {
+		return "the key"
+	}
+	return fmt.Sprintf("key %d of %d", i+1, n)
+}
+
 // Sign returns the webhook-signature value for one request: "v1," and the
 // base64 HMAC-SHA256, under key, of "id.timestamp.body".
 func Sign(key []byte, id string, timestamp int64, body []byte) string {
@@ -271,12 +335,13 @@ var (
 
 // Verify checks a Standard Webhooks request: the three headers are present,
 // the timestamp is within tolerance of now (DefaultTolerance when tolerance is
-// zero), and one of the space-separated "v1,<base64>" signatures matches.
+// zero), and one of the space-separated "v1,<base64>" signatures matches one
+// of secret's keys (ParseSecrets: one, or several during a rotation).
 // Signatures of other versions are ignored, so a sender can rotate schemes.
 func Verify(secret string, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
-	key, err := ParseSecret(secret)
+	keys, err := ParseSecrets(secret)
 	if err != nil {
-		return fmt.Errorf("webhook: secret %v", err)
+		return fmt.Errorf("webhook: secret: %v", err)
 	}
 	id, tsHeader, sigHeader := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
 	if id == "" || tsHeader == "" || sigHeader == "" {
@@ -295,10 +360,13 @@ func Verify(secret string, h http.Header, body []byte, now time.Time, tolerance 
 	if ts < n-limit || ts > n+limit {
 		return ErrTimestamp
 	}
-	want := mac(key, id, ts, body)
-	for _, sig := range ParseSignatures(sigHeader) {
-		if subtle.ConstantTimeCompare(sig, want) == 1 {
-			return nil
+	sigs := ParseSignatures(sigHeader)
+	for _, key := range keys {
+		want := mac(key, id, ts, body)
+		for _, sig := range sigs {
+			if subtle.ConstantTimeCompare(sig, want) == 1 {
+				return nil
+			}
 		}
 	}
 	return ErrSignature

@@ -83,29 +83,66 @@ func TestMessageIDFallbacks(t *testing.T) {
 	}
 }
 
-func TestClassification(t *testing.T) {
+// failures is the webhook's (and so the sandbox's) table in
+// docs/providers.md "Failure classes". Every answer echoes the secret, which
+// no error may repeat.
+var failures = []providertest.Row{
+	{Status: 401, Code: "invalid_signature", Meaning: "the receiver refused the signature", Body: `{"error":"invalid_signature","message":"` + testSecret + `"}`,
+		Class: provider.Account},
+	{Status: 403, Meaning: "the receiver refused owed", Body: testSecret, Class: provider.Account},
+	{Status: 404, Meaning: "no receiver at the URL", Class: provider.Account},
+	{Status: 410, Meaning: "Gone: the receiver asks owed to stop", Class: provider.Account},
+	{Status: 302, Meaning: "a redirect: the URL is wrong (never followed)", Header: map[string]string{"Location": "http://example.invalid/"},
+		Class: provider.Account},
+	{Status: 429, Meaning: "slow down: Retry-After", Header: providertest.RetryAfter("12"), Class: provider.RateLimited, After: 12 * time.Second},
+	{Status: 408, Meaning: "request timeout", Class: provider.Transient},
+	{Status: 400, Code: "invalid_payload", Meaning: "this message is rejected", Body: `{"error":"invalid_payload","message":"nope ` + testSecret + `"}`,
+		Class: provider.Permanent},
+	{Status: 413, Meaning: "this message is too large", Class: provider.Permanent},
+	{Status: 422, Code: "recipient_rejected", Meaning: "this message is rejected (the sandbox's permanent recipient)",
+		Body: `{"error":"recipient_rejected","message":"recipient matches the permanent-failure pattern"}`, Class: provider.Permanent},
+	{Status: 500, Meaning: "the receiver failed", Class: provider.Transient, MaybeSent: true},
+	{Status: 502, Meaning: "bad gateway: Retry-After", Header: providertest.RetryAfter("3"), Class: provider.Transient, MaybeSent: true, After: 3 * time.Second},
+	{Status: 504, Code: "injected_timeout", Meaning: "gateway timeout", Body: `{"error":"injected_timeout"}`, Class: provider.Transient, MaybeSent: true},
+	{Status: 0, Meaning: "no answer: the connection dropped after the request", Class: provider.Transient, MaybeSent: true},
+}
+
+func TestFailures(t *testing.T) {
 	t.Parallel()
-	// Every answer echoes the secret, which no error may repeat.
-	body := `{"error":"nope ` + testSecret + `"}`
-	answer := func(status int, retryAfter string, class provider.Class, after time.Duration) providertest.Case {
-		return providertest.Case{Name: strconv.Itoa(status), Status: status, Body: body, Header: providertest.RetryAfter(retryAfter),
-			Class: class, After: after}
-	}
-	redirect := answer(302, "", provider.Permanent, 0)
-	redirect.Header = map[string]string{"Location": "http://example.invalid/"}
 	srv := providertest.NewServer(t, "", nil)
-	providertest.CheckClasses(t, srv, newClient(t, srv.URL), delivery(), testSecret, []providertest.Case{
-		answer(429, "12", provider.RateLimited, 12*time.Second),
-		answer(502, "3", provider.Transient, 3*time.Second),
-		answer(503, "", provider.Transient, 0),
-		answer(504, "", provider.Transient, 0),
-		answer(500, "", provider.Transient, 0),
-		answer(410, "", provider.Permanent, 0),
-		answer(400, "", provider.Permanent, 0),
-		answer(401, "", provider.Permanent, 0),
-		answer(422, "", provider.Permanent, 0),
-		redirect,
-	})
+	providertest.CheckRows(t, srv, newClient(t, srv.URL), delivery(), testSecret, failures)
+}
+
+func TestFailuresDocumented(t *testing.T) {
+	t.Parallel()
+	providertest.CheckDocTable(t, "webhook", failures)
+}
+
+// TestRotation: with several secrets every request carries one signature
+// per key, so a receiver holding any one of them verifies it, and one
+// holding several accepts a signature by any.
+func TestRotation(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0).UTC()
+	second := SecretPrefix + base64.StdEncoding.EncodeToString([]byte("the next signing key, 24+ bytes"))
+	other := SecretPrefix + base64.StdEncoding.EncodeToString([]byte("nobody's signing key, 24+ bytes"))
+	for _, both := range []string{testSecret + " " + second, testSecret + "," + second, " " + testSecret + ",\t" + second + " "} {
+		srv := providertest.NewServer(t, "", nil)
+		c := providertest.New(t, New, Config{URL: srv.URL, Secret: both, Clock: clock.NewStub(now)})
+		providertest.Accept(t, c, delivery(), "n42-1700000000", 200)
+		got := srv.Last(t)
+		if n := len(ParseSignatures(got.Header.Get(HeaderSignature))); n != 2 {
+			t.Fatalf("%q: %d signatures in %q; want 2", both, n, got.Header.Get(HeaderSignature))
+		}
+		for _, verifier := range []string{testSecret, second, both, other + " " + second} {
+			if err := Verify(verifier, got.Header, got.Body, now, 0); err != nil {
+				t.Errorf("signed with %q, verified with %q: %v", both, verifier, err)
+			}
+		}
+		if err := Verify(other, got.Header, got.Body, now, 0); err != ErrSignature {
+			t.Errorf("verified by a key it was not signed with: %v", err)
+		}
+	}
 }
 
 func TestTransportErrorIsTransient(t *testing.T) {
@@ -114,21 +151,25 @@ func TestTransportErrorIsTransient(t *testing.T) {
 	url := srv.URL
 	srv.Close()
 	_, err := newClient(t, url).Send(context.Background(), delivery())
-	if !provider.IsTransient(err) {
-		t.Fatalf("connection refused: %v", err)
+	// A refused connection carried nothing: the retry is no duplicate.
+	if !provider.IsTransient(err) || provider.Classify(err).MaybeSent {
+		t.Fatalf("connection refused: %#v", provider.Classify(err))
 	}
 }
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	const badSecret = "whsec_c2VjcmV0!!"
+	const badSecret, shortSecret = "whsec_c2VjcmV0!!", "whsec_c2hvcnQ="
 	providertest.CheckConfigErrors(t, New, []providertest.ConfigCase[Config]{
 		{Config: Config{}, Want: "OWED_WEBHOOK_URL"},
 		{Config: Config{URL: "ftp://x"}, Want: "OWED_WEBHOOK_URL"},
 		{Config: Config{URL: "/relative"}, Want: "OWED_WEBHOOK_URL"},
 		{Config: Config{URL: "http://x", Secret: badSecret}, Want: "OWED_WEBHOOK_SECRET"},
 		{Config: Config{URL: "http://x", Secret: "whsec_", EnvPrefix: "OWED_SANDBOX"}, Want: "OWED_SANDBOX_SECRET"},
-	}, badSecret)
+		{Config: Config{URL: "http://x", Secret: testSecret + " " + badSecret}, Want: "key 2 of 2"},
+		{Config: Config{URL: "http://x", Secret: testSecret + "," + shortSecret}, Want: "key 2 of 2 is 5 bytes"},
+		{Config: Config{URL: "http://x", Secret: " , "}, Want: "OWED_WEBHOOK_SECRET"},
+	}, badSecret, shortSecret, testSecret)
 }
 
 func TestVerify(t *testing.T) {
@@ -208,6 +249,9 @@ func FuzzWebhookResponse(f *testing.F) {
 	f.Add(429, []byte(`{"error":"slow down"}`), "Mon, 02 Jan 2006 15:04:05 GMT")
 	f.Add(503, []byte("<html>"), "120")
 	f.Add(410, []byte(`{"message":null}`), "")
+	for _, r := range failures {
+		f.Add(r.Status, []byte(r.Body), r.Header["Retry-After"])
+	}
 	f.Fuzz(func(t *testing.T, status int, body []byte, retryAfter string) {
 		h := http.Header{}
 		h.Set("Retry-After", retryAfter)
