@@ -29,7 +29,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"migrate":       {"apply, roll back or show database migrations", migrateCmd},
 		"queue":         {"run the local queue emulator (queue serve)", queueCmd},
-		"provider":      {"run the local sandbox provider (provider serve)", providerCmd},
+		"provider":      {"run the local sandbox provider (provider serve); resume a paused provider account (provider resume)", providerCmd},
 		"dlq":           {"dead-letter inspection and redrive", dlqCmd},
 		"dev":           {"run the whole system on this machine (make run)", devCmd},
 		"tokens":        {"create, list and revoke tenant API tokens", tokensCmd},

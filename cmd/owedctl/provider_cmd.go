@@ -38,7 +38,10 @@ var faultFields = []string{"error_rate", "timeout_rate", "timeout_seconds", "tim
 	"storm_seconds", "storm_retry_after_seconds", "permanent_recipient"}
 
 func providerCmd(ctx context.Context, args []string) error {
-	const synopsis = "provider serve [flags]"
+	if len(args) > 0 && args[0] == "resume" {
+		return providerResume(ctx, args[1:])
+	}
+	const synopsis = "provider serve [flags] | provider resume --account NAME"
 	const example = "OWED_SANDBOX_SECRET=whsec_$(openssl rand -base64 32) owedctl provider serve --rate 40/m --error-rate 0.05 --permanent-recipient bounce"
 	env := sandboxEnv{Addr: sandbox.DefaultAddr, Rate: sandbox.DefaultRate, Burst: sandbox.DefaultBurst,
 		TimeoutSeconds: sandbox.DefaultTimeoutSeconds, TimeoutMode: sandbox.Timeout504,
@@ -66,7 +69,7 @@ func providerCmd(ctx context.Context, args []string) error {
 			return errHelp
 		}
 		fs.Usage()
-		return usageError{"missing or unknown action: the one action is serve"}
+		return usageError{"missing or unknown action: serve (the sandbox) or resume (a paused provider account)"}
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err

@@ -124,6 +124,13 @@ func (l *Ledger) SettleExpired(ctx context.Context, h Hold) error {
 	return l.heldWrite(ctx, h, nil, qSettleExpired)
 }
 
+// SettleExpiredAfter is SettleExpired recording the attempt a, if any, in
+// the same transaction: a send failed and the row's next retry would land
+// after its expiry, where a late retry would be a late nudge.
+func (l *Ledger) SettleExpiredAfter(ctx context.Context, h Hold, a *Attempt) error {
+	return l.heldWrite(ctx, h, a, qSettleExpired)
+}
+
 // SettleSkipped settles a held row the source says has nothing worth
 // saying.
 func (l *Ledger) SettleSkipped(ctx context.Context, h Hold, reason string) error {

@@ -28,13 +28,17 @@
 // alike, and *Rate decodes itself from the environment.
 //
 // A 429 is a schedule: Pause records Retry-After in the shared row, so every
-// process's next reservation starts after it, not just the one that saw it.
+// process's next reservation starts after it, not just the one that saw it,
+// whether or not the account's rate is limited. An account error (an expired
+// credential) pauses the account through the same row (Accounts, in
+// account.go), until one worker's probe succeeds or on-call resumes it.
 //
 // The package never holds a message: a slot further away than the caller's
 // max wait is not taken, and the caller puts the message back on the queue
 // with a delay instead of sleeping on it (messages wait in the queue, not in
-// worker memory). A Limiter over an unlimited Rate never touches the
-// database.
+// worker memory). A Limiter over an unlimited Rate takes no slots, so its
+// reservations never touch the database; its Pause and Next share the
+// account's pause through it.
 package pace
 
 import (
@@ -130,9 +134,11 @@ func (l *Limiter) Rate() Rate { return l.rate }
 // stands. Slots handed out before the pause are not revoked; they were taken
 // at most one max wait earlier.
 //
-// An unlimited limiter has no shared row to pause, so it pauses only this
-// process, in memory: the provider said it does throttle after all, and the
-// fix is to configure its rate so the pace is shared.
+// An unlimited limiter takes no slots, but the provider said it throttles
+// after all, so the pause is shared all the same: it is recorded in the
+// account's row, which every process's Next (and the worker's admission,
+// Accounts.Admit) reads, and kept in memory too, so this process holds back
+// at once. Without a database only the memory pause is kept.
 func (l *Limiter) Pause(ctx context.Context, retryAfter time.Duration) error {
 	if retryAfter < 0 {
 		return fmt.Errorf("pace: pause %q: retry-after %s must not be negative", l.account, retryAfter)
@@ -144,12 +150,9 @@ func (l *Limiter) Pause(ctx context.Context, retryAfter time.Duration) error {
 			l.pausedUntil = until
 		}
 		l.mu.Unlock()
-		if l.db != nil {
-			if _, err := l.db.ExecContext(ctx, qRecordLimitedMinute, l.account, l.clock.NowOrNil()); err != nil {
-				return fmt.Errorf("pace: record the limited minute of %q: %w", l.account, err)
-			}
+		if l.db == nil {
+			return nil
 		}
-		return nil
 	}
 	if _, err := l.db.ExecContext(ctx, qPause, l.account, ceilMicros(retryAfter), l.clock.NowOrNil()); err != nil {
 		return fmt.Errorf("pace: pause %q: %w", l.account, err)
@@ -165,10 +168,10 @@ func LimitedMinutes(ctx context.Context, db *sql.DB, since time.Time) (int, erro
 	return n, err
 }
 
-// State reads the account's pace. An unlimited limiter reports its local
-// pause and its own clock, without touching the database.
+// State reads the account's pace. An unlimited limiter without a database
+// reports its local pause and its own clock.
 func (l *Limiter) State(ctx context.Context) (State, error) {
-	if l.rate.IsUnlimited() {
+	if l.rate.IsUnlimited() && l.db == nil {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return State{Now: l.clock.Now(), PausedUntil: l.pausedUntil}, nil
@@ -187,7 +190,8 @@ func (l *Limiter) State(ctx context.Context) (State, error) {
 // Next says how far away the account's next free slot is, without taking
 // it: greatest(tat, now, paused_until) - now on the limiter's clock, read in
 // one statement that writes nothing (State's). An unlimited limiter answers
-// its local pause without the database. Workers ask before each receive, so
+// the longer of its local pause and the shared one (without a database, its
+// local pause alone). Workers ask before each receive, so
 // they do not fetch messages they could not send soon; the answer is a
 // moment's picture, and a slot it shows may be taken by another process
 // before the caller reserves it.
@@ -195,6 +199,11 @@ func (l *Limiter) Next(ctx context.Context) (time.Duration, error) {
 	s, err := l.State(ctx)
 	if err != nil {
 		return 0, err
+	}
+	if l.rate.IsUnlimited() {
+		// An unlimited account takes no slots: only a pause (this
+		// process's, or the one every process shares) holds it back.
+		return max(s.PausedUntil.Sub(s.Now), l.localPause(), 0), nil
 	}
 	// A zero TAT or PausedUntil (never reserved, never paused) lies far in
 	// the past and counts as now.

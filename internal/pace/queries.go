@@ -79,4 +79,22 @@ SELECT c.now, p.tat, p.paused_until
 	// qLimitedMinutes counts the minutes since $1 in which any account was
 	// refused.
 	qLimitedMinutes = `SELECT count(DISTINCT minute) FROM owed_provider_limited_minutes WHERE minute >= date_trunc('minute', $1::timestamptz)`
+
+	// qAccountState reads an account's pause and circuit (Accounts.State);
+	// like qState it answers the clock for an account without a row.
+	qAccountState = `
+SELECT c.now, p.paused_until, p.account_reason, p.account_error, p.account_paused_at
+  FROM (SELECT ` + clockState + ` AS now) c
+  LEFT JOIN owed_provider_pace p ON p.account = $1`
+
+	// qAccountTrip opens the circuit for $2 microseconds with the reason $3
+	// and the provider's message $4 (owed_provider_account_trip).
+	qAccountTrip = `SELECT owed_provider_account_trip($1, $2, $3, $4, $5)`
+
+	// qAccountProbe takes the probe of an open circuit whose pause passed,
+	// holding the others back $2 microseconds (owed_provider_account_probe).
+	qAccountProbe = `SELECT owed_provider_account_probe($1, $2, $3)`
+
+	// qAccountResume closes the circuit (owed_provider_account_resume).
+	qAccountResume = `SELECT owed_provider_account_resume($1, $2)`
 )

@@ -35,6 +35,10 @@ const (
 	// for its visibility timeout), and a detached context still has a
 	// deadline.
 	writeTimeout = 10 * time.Second
+	// unroutedRetry is how long (±20%) the message of a row whose channel
+	// no provider carries in this process waits before it comes back: long
+	// enough not to spin, short enough for a rolling deploy.
+	unroutedRetry = time.Minute
 )
 
 // detach returns a context that shutdown does not cancel, ending after
@@ -103,12 +107,14 @@ func (w *Worker) skip(ctx context.Context, dl *delivery) {
 }
 
 // expire settles a row whose expiry passed after its claim and acks its
-// message.
-func (w *Worker) expire(ctx context.Context, dl *delivery) {
+// message. a is the attempt that failed when the row expires because its
+// next retry would land after its expiry (retryOrFail), nil when it was
+// never sent.
+func (w *Worker) expire(ctx context.Context, dl *delivery, a *ledger.Attempt) {
 	dl.lease.end()
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	err := w.o.Ledger.SettleExpired(ctx, dl.hold)
+	err := w.o.Ledger.SettleExpiredAfter(ctx, dl.hold, a)
 	if errors.Is(err, ledger.ErrClaimLost) {
 		w.claimLost(dl, "the expired settle")
 		return
@@ -121,52 +127,79 @@ func (w *Worker) expire(ctx context.Context, dl *delivery) {
 	w.ack(dl.msg.Receipt)
 }
 
-// fail settles the row failed and dead-letters its message. uncertain says
-// the last send may have reached the provider even so.
-func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledger.Attempt, uncertain bool) {
+// failure says why a row is settled failed: the cause counted in
+// owed_worker_failed_total, and whether its message goes to the dead
+// letters (a message owed could not process) or is acked (a recipient's
+// permanent failure: recorded, not paged).
+type failure struct {
+	cause      string
+	deadLetter bool
+	// uncertain says the last send may have reached the provider even so.
+	uncertain bool
+}
+
+// fail settles the row failed and dead-letters or acks its message as f
+// says.
+func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledger.Attempt, f failure) {
 	dl.lease.end()
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	// As in release: a claim that came with the possible-duplicate mark
 	// keeps it, so a redriven row's next send is recorded as one.
-	uncertain = uncertain || dl.possibleDuplicate
+	maybe := dl.possibleDuplicate || f.uncertain
 	// The dead letter is written before the row is settled failed: a worker
 	// killed in between leaves the row sending, so its lease runs out and
 	// the row is tried again (and dead-lettered again), instead of a failed
 	// row whose message a later copy acks as a stray, leaving on-call
 	// nothing to see or redrive. A dead letter the queue refused is logged
 	// and the row still settles: the ledger has the failure either way.
-	dlErr := w.deadLetter(ctx, dl.msg, reason, "failed")
-	err := w.o.Ledger.SettleFailed(ctx, dl.hold, reason, a, uncertain)
+	var dlErr error
+	if f.deadLetter {
+		dlErr = w.deadLetter(ctx, dl.msg, reason, "failed")
+	}
+	err := w.o.Ledger.SettleFailed(ctx, dl.hold, reason, a, maybe)
 	if errors.Is(err, ledger.ErrClaimLost) {
 		// Another claim holds the row now; it settles the row its own way.
 		w.claimLost(dl, "the failed settle")
 		return
 	}
 	if err != nil {
-		// The message is in the dead letters already; the row stays
-		// sending until its lease runs out and is then tried again.
+		// The message is in the dead letters already, or still ours: the
+		// row stays sending until its lease runs out and is then tried
+		// again.
 		dl.log.Warn().Err(err).Msg("could not settle the row failed; it is retried once its lease runs out")
 		return
 	}
 	w.o.Metrics.outcome("failed")
-	if dlErr == nil {
+	w.o.Metrics.failed.WithLabelValues(f.cause).Inc()
+	switch {
+	case !f.deadLetter:
+		dl.log.Info().Str("reason", reason).Msg("notification failed at the recipient; recorded, not dead-lettered")
+		w.ack(dl.msg.Receipt)
+	case dlErr == nil:
 		dl.log.Warn().Str("reason", reason).Msg("notification failed; message dead-lettered")
 	}
 }
 
-// retryOrFail records a transient failure: the row is retried with
-// exponential backoff (or after retryAfter, if the provider asked for
-// longer), or settled failed once OWED_MAX_ATTEMPTS is reached.
+// retryOrFail records a transient failure: the row is retried after its
+// channel's retry schedule says (or after retryAfter, if the provider asked
+// for longer), settled failed once its attempts run out, or settled expired
+// when the retry would land after the row's expiry: a late retry would be a
+// late nudge, and the row did not fail.
 func (w *Worker) retryOrFail(ctx context.Context, dl *delivery, a ledger.Attempt, retryAfter time.Duration, uncertain bool) {
 	n := dl.row.Attempts + 1
-	if n >= w.o.MaxAttempts {
-		w.fail(ctx, dl, fmt.Sprintf("attempts exhausted (%d): %s", n, a.Error), &a, uncertain)
+	if n >= w.maxAttempts(dl.row.Channel) {
+		w.fail(ctx, dl, fmt.Sprintf("attempts exhausted (%d): %s", n, a.Error), &a,
+			failure{cause: "exhausted", deadLetter: true, uncertain: uncertain})
 		return
 	}
-	delay := backoffDelay(w.o.RetryBase, n)
+	delay := w.retryDelay(dl.row.Channel, n)
 	if retryAfter > delay {
 		delay = min(retryAfter, w.o.RetryAfterMax)
+	}
+	if exp := dl.row.ExpiresAt; exp != nil && !w.o.Clock.Now().Add(delay).Before(dl.local(*exp)) {
+		w.expire(ctx, dl, &a)
+		return
 	}
 	w.release(ctx, dl, retry{after: delay, reason: a.Error, attempt: &a, uncertain: uncertain})
 	w.o.Metrics.outcome("retried")
@@ -184,7 +217,18 @@ func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 	// have reached the provider, so the send that finally happens must be
 	// recorded as a possible duplicate too.
 	uncertain := r.uncertain || dl.possibleDuplicate
-	err := w.o.Ledger.ReleaseClaim(ctx, dl.hold, r.after, requeueGrace, r.reason, r.attempt, uncertain)
+	// A delay longer than the queue keeps a message hidden (a retry hours
+	// away) is the sweeper's: the row's lease ends at the retry, without
+	// the requeue grace, and the sweep publishes it again then (a new queue
+	// key: the republish of a published row moves its generation). The
+	// message is acked only once the ledger holds that lease, so the row
+	// is owed and visible all along.
+	handoff := r.after > w.o.QueueDelayMax
+	grace := requeueGrace
+	if handoff {
+		grace = 0
+	}
+	err := w.o.Ledger.ReleaseClaim(ctx, dl.hold, r.after, grace, r.reason, r.attempt, uncertain)
 	if errors.Is(err, ledger.ErrClaimLost) {
 		// Another claim holds the row: its message, maybe this very one, is
 		// not this worker's to return.
@@ -195,6 +239,9 @@ func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 		// The claim's own lease will run out; the return still schedules
 		// the message, so the row is not stranded.
 		dl.log.Warn().Err(err).Msg("could not release the claim")
+	} else if handoff {
+		w.ack(dl.msg.Receipt)
+		return
 	}
 	w.returnAfter(ctx, dl.msg, r.after, r.reason)
 }

@@ -45,7 +45,10 @@ type delivery struct {
 	// possibleDuplicate says an earlier claim may have reached the
 	// provider: this send is flagged and counted.
 	possibleDuplicate bool
-	log               zerolog.Logger
+	// probe says this send is the probe of a paused provider account
+	// (admit): its answer decides whether the account resumes.
+	probe bool
+	log   zerolog.Logger
 	// sender, pace and request are set by prepare, once the row is routed
 	// and its recipient resolved.
 	sender  provider.Sender
@@ -90,7 +93,7 @@ func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
 		w.abandon(ctx, dl, false)
 		return
 	}
-	if !w.prepare(ctx, dl) || !w.reserve(ctx, dl) {
+	if !w.prepare(ctx, dl) || !w.admit(ctx, dl) || !w.reserve(ctx, dl) {
 		return
 	}
 	w.send(ctx, dl)
@@ -177,12 +180,20 @@ func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
 	row := dl.row
 	sender, err := w.o.Route(row.Channel)
 	if err != nil {
-		w.fail(ctx, dl, fmt.Sprintf("no provider for channel %q: %v", row.Channel, err), nil, false)
+		// No provider carries the channel in this process: it is
+		// configured none, or this worker of a rolling deploy does not
+		// know it yet. The row is not at fault; its message comes back
+		// later, to this worker or another, and costs no attempt. An
+		// expiry still settles it, at its next claim.
+		reason := fmt.Sprintf("no provider for channel %q: %v", row.Channel, err)
+		dl.log.Warn().Str("channel", row.Channel).Msg(reason + "; the message returns later")
+		w.release(ctx, dl, retry{after: min(jitter(unroutedRetry), w.o.QueueDelayMax), reason: reason})
+		w.o.Metrics.outcome("unrouted")
 		return false
 	}
 	msg, err := payload.Parse(row.Channel, row.Payload)
 	if err != nil {
-		w.fail(ctx, dl, "payload: "+err.Error(), nil, false)
+		w.fail(ctx, dl, "payload: "+err.Error(), nil, failure{cause: "payload", deadLetter: true})
 		return false
 	}
 	addr, skip, err := w.o.Resolver.Resolve(ctx, row.Tenant, row.Recipient, row.Channel)
@@ -216,6 +227,12 @@ func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
 	}
 	dl.request = provider.Delivery{Tenant: row.Tenant, NotificationID: row.ID, Recipient: addr, Channel: row.Channel,
 		Kind: row.Kind, Content: msg, IdempotencyKey: key}
+	if row.ExpiresAt != nil {
+		// Placed on the worker's clock, never later than the ledger's
+		// expiry, so a provider that drops the message by then never
+		// delivers it late.
+		dl.request.ExpiresAt = dl.local(*row.ExpiresAt)
+	}
 	return true
 }
 
@@ -268,7 +285,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 	if row.ExpiresAt != nil {
 		left := dl.local(*row.ExpiresAt).Sub(started)
 		if left <= 0 {
-			w.expire(ctx, dl)
+			w.expire(ctx, dl, nil)
 			return
 		}
 		// A send still under way when the row expires is abandoned: an
@@ -317,13 +334,24 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 	if sendErr == nil {
 		attempt.ProviderMessageID, attempt.HTTPStatus = res.MessageID, res.HTTPStatus
 		m.attempts.WithLabelValues("accepted").Inc()
+		w.probed(ctx, dl, nil)
 		w.delivered(dl, attempt)
 		return
 	}
 
 	pe := provider.Classify(sendErr)
 	attempt.HTTPStatus, attempt.Error = pe.HTTPStatus, pe.Error()
+	w.probed(ctx, dl, pe)
 	switch pe.Class {
+	case provider.Account:
+		// The account cannot send anything: the row is not at fault, so it
+		// burns no attempt and goes back to the queue until the account is
+		// resumed; every worker stops sending on the account meanwhile.
+		m.attempts.WithLabelValues("account").Inc()
+		w.tripAccount(ctx, dl, pe)
+		w.release(ctx, dl, retry{after: w.pausedDelay(w.o.AccountPause), reason: "provider account paused: " + pe.Error(),
+			uncertain: pe.MaybeSent})
+		m.outcome("account_paused")
 	case provider.RateLimited:
 		m.attempts.WithLabelValues("rate_limited").Inc()
 		m.rateLimited.Inc()
@@ -336,18 +364,28 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 			dl.log.Warn().Err(err).Msg("could not pause the shared pace")
 		}
 		// No attempt is recorded: a 429 is the provider's schedule.
-		w.release(ctx, dl, retry{after: after, reason: "rate limited by the provider"})
+		w.release(ctx, dl, retry{after: w.pausedDelay(after), reason: "rate limited by the provider"})
 		m.outcome("rate_limited")
 	case provider.Permanent:
 		m.attempts.WithLabelValues("permanent").Inc()
 		attempt.Outcome = ledger.AttemptPermanent
-		w.fail(ctx, dl, pe.Error(), &attempt, false)
+		// The error (pe.Error()) carries the provider's status and code,
+		// on the row and its attempt. A recipient's failure (opted out,
+		// blocked the bot, an invalid address) is the recipient's answer,
+		// not something owed could not process: recorded, not
+		// dead-lettered, not paged.
+		f := failure{cause: "permanent", deadLetter: true}
+		if pe.Recipient {
+			f = failure{cause: "recipient"}
+		}
+		w.fail(ctx, dl, pe.Error(), &attempt, f)
 	default:
 		m.attempts.WithLabelValues("transient").Inc()
 		attempt.Outcome = ledger.AttemptTransient
-		// No answer (a timeout, a dropped connection) or a gateway timeout
-		// leaves the outcome unknown: the provider may have accepted it.
-		uncertain := pe.HTTPStatus == 0 || pe.HTTPStatus == http.StatusGatewayTimeout
+		// The adapter says the request reached the provider and the answer
+		// does not tell whether it was taken (a 5xx, an unreadable 200); no
+		// answer at all or a gateway timeout leaves it unknown too.
+		uncertain := pe.MaybeSent || pe.HTTPStatus == 0 || pe.HTTPStatus == http.StatusGatewayTimeout
 		w.retryOrFail(ctx, dl, attempt, pe.RetryAfter, uncertain)
 	}
 }

@@ -16,6 +16,12 @@ import (
 // pace answering "a moment from now" is not asked again in a busy loop.
 const gateMinSleep = 10 * time.Millisecond
 
+// gateMaxSleep is the longest a fetcher sleeps before asking the pace
+// again: a paused account (a 429, or an account error's open circuit) may
+// be resumed early (owedctl provider resume, another worker's probe), and
+// the fetcher should notice within seconds, not at the pause's end.
+const gateMaxSleep = 5 * time.Second
+
 // gate keeps the worker from consuming messages it cannot send soon (every
 // receive counts on SQS, and a message received only to be handed back
 // costs one).
@@ -152,7 +158,7 @@ func (g *gate) take(ctx context.Context) (int, error) {
 		if n > 0 || err != nil {
 			return n, err
 		}
-		if !clock.Sleep(ctx, max(sleep, gateMinSleep)) {
+		if !clock.Sleep(ctx, min(max(sleep, gateMinSleep), gateMaxSleep)) {
 			return 0, nil
 		}
 	}

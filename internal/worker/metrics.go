@@ -1,6 +1,12 @@
 package worker
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/owedhq/owed/internal/pace"
+)
 
 // Metrics are the worker's Prometheus series.
 type Metrics struct {
@@ -12,12 +18,25 @@ type Metrics struct {
 	possibleDuplicates prometheus.Counter
 	keyMismatches      prometheus.Counter
 	deadLettered       *prometheus.CounterVec
+	failed             *prometheus.CounterVec
 	inFlight           prometheus.Gauge
+	accountErrors      *prometheus.CounterVec
+	accountPaused      *prometheus.GaugeVec
+
+	// mu guards paused: the reason each open account's gauge carries, so
+	// the series goes when the circuit closes or its reason changes.
+	mu     sync.Mutex
+	paused map[string]string
 }
 
 // messageOutcomes are the values of owed_worker_messages_total{outcome}.
 var messageOutcomes = []string{"delivered", "skipped", "failed", "expired", "stale", "absorbed_duplicate",
-	"held", "early", "retried", "rate_limited", "paced", "poison", "claim_lost"}
+	"held", "early", "retried", "rate_limited", "paced", "poison", "claim_lost", "account_paused", "unrouted"}
+
+// failureCauses are the values of owed_worker_failed_total{cause}: a
+// recipient's permanent failure (recorded, not dead-lettered, not paged),
+// another permanent failure, attempts exhausted, an unreadable payload.
+var failureCauses = []string{"recipient", "permanent", "exhausted", "payload"}
 
 // NewMetrics registers the worker's series on reg; with a nil reg they are
 // kept but not exported.
@@ -26,8 +45,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		messages: counterVec("owed_worker_messages_total", "Queue messages handled, by outcome.",
 			"outcome", messageOutcomes...),
 		attempts: counterVec("owed_worker_send_attempts_total",
-			"Provider sends tried, by result: accepted, transient, permanent, rate_limited (not counted on the row).",
-			"result", "accepted", "transient", "permanent", "rate_limited"),
+			"Provider sends tried, by result: accepted, transient, permanent, rate_limited and account (neither counted on the row).",
+			"result", "accepted", "transient", "permanent", "rate_limited", "account"),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "owed_delivery_lag_seconds",
 			Help:    "Time from a row's due_at to the provider accepting its send.",
@@ -44,16 +63,45 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		deadLettered: counterVec("owed_worker_dead_lettered_total",
 			"Messages sent to the dead letters, by reason: malformed, invalid (the ledger refuses it), not_found, failed.",
 			"reason", "malformed", "invalid", "not_found", "failed"),
+		failed: counterVec("owed_worker_failed_total",
+			"Rows settled failed, by cause: recipient (the provider's permanent answer about the recipient; not dead-lettered), permanent, exhausted, payload.",
+			"cause", failureCauses...),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "owed_worker_sends_in_flight",
 			Help: "Provider sends under way in this process.",
 		}),
+		accountErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "owed_provider_account_errors_total",
+			Help: "Account-level provider errors (expired credential, no credit, suspended account), by account; each paused the account.",
+		}, []string{"account"}),
+		accountPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "owed_provider_account_paused",
+			Help: "1 while the provider account's circuit is open (an account error paused every send on it), by account and the provider's reason, as this process last read it.",
+		}, []string{"account", "reason"}),
+		paused: map[string]string{},
 	}
 	if reg != nil {
 		reg.MustRegister(m.messages, m.attempts, m.lag, m.rateLimited, m.duplicatesAbsorbed,
-			m.possibleDuplicates, m.keyMismatches, m.deadLettered, m.inFlight)
+			m.possibleDuplicates, m.keyMismatches, m.deadLettered, m.failed, m.inFlight, m.accountErrors,
+			m.accountPaused)
 	}
 	return m
+}
+
+// account records what this process last read of an account's circuit:
+// the gauge is 1 with the reason while it is open, and absent once closed.
+func (m *Metrics) account(s pace.AccountState) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old, had := m.paused[s.Account]
+	if had && old != s.Reason {
+		m.accountPaused.DeleteLabelValues(s.Account, old)
+		delete(m.paused, s.Account)
+	}
+	if s.Open() {
+		m.accountPaused.WithLabelValues(s.Account, s.Reason).Set(1)
+		m.paused[s.Account] = s.Reason
+	}
 }
 
 func counter(name, help string) prometheus.Counter {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/sweep"
@@ -19,7 +20,10 @@ import (
 // Options.defaults applies them to a library caller's zero settings, and
 // defaultConfig to the OWED_* variables that are not set.
 const (
-	ConcurrencyDefault       = 16
+	ConcurrencyDefault = 16
+	// MaxAttemptsDefault is the attempts of a row without a retry schedule
+	// (a library caller's zero Retries); with one, a row gets the
+	// schedule's length plus its first send, unless MaxAttempts is set.
 	MaxAttemptsDefault       = 5
 	ShutdownTimeoutDefault   = 30 * time.Second
 	SendTimeoutDefault       = 15 * time.Second
@@ -35,9 +39,12 @@ const (
 	// queue, not in memory. Each return costs a receive, so the worker
 	// receives only as many messages as the pace can take within it.
 	PaceMaxWaitDefault = 2 * time.Second
-	// RetryBaseDefault is the first backoff after a transient failure; it
-	// doubles per attempt up to retryCap.
+	// RetryBaseDefault is the first backoff after a transient failure
+	// without a retry schedule; it doubles per attempt up to retryCap.
 	RetryBaseDefault = 5 * time.Second
+	// QueueDelayMaxDefault is the longest a released row's message is kept
+	// waiting in the queue: every backend's limit.
+	QueueDelayMaxDefault = queue.MaxVisibility
 )
 
 // Queue is the part of queue.Queue the worker uses.
@@ -102,7 +109,29 @@ type Options struct {
 	// (ledger.IdempotencyKey) and never sends the key a message carries.
 	KeyPrefix string
 
-	Concurrency       int
+	// Accounts is the provider accounts' circuit, shared by every worker
+	// through Postgres; pace.NewAccounts over the Ledger's database and
+	// Clock when nil.
+	Accounts *pace.Accounts
+	// AccountPause is how long an account error (provider.Account) pauses
+	// every send on the account before one worker probes it
+	// (OWED_PROVIDER_ACCOUNT_PAUSE; pace.AccountPauseDefault).
+	AccountPause time.Duration
+	// Retries are the retry schedules (OWED_RETRY_SCHEDULE and
+	// OWED_RETRY_SCHEDULE_<CHANNEL>). Without a Default schedule a row is
+	// retried with exponential backoff from RetryBase.
+	Retries Retries
+	// QueueDelayMax is the longest a released row's message waits in the
+	// queue (QueueDelayMaxDefault). A release for longer (a retry hours
+	// away) hands the row to the sweeper instead: the row stays queued
+	// under a lease that ends at the retry, its message is acked, and the
+	// sweep publishes the row again when the lease runs out.
+	QueueDelayMax time.Duration
+
+	Concurrency int
+	// MaxAttempts caps the sends of a row (OWED_MAX_ATTEMPTS); zero means
+	// the retry schedule's length plus one (MaxAttemptsDefault without a
+	// schedule).
 	MaxAttempts       int
 	SendTimeout       time.Duration
 	VisibilityTimeout time.Duration
@@ -115,7 +144,8 @@ type Options struct {
 
 func (o *Options) defaults() {
 	orDefault(&o.Concurrency, ConcurrencyDefault)
-	orDefault(&o.MaxAttempts, MaxAttemptsDefault)
+	orDefault(&o.AccountPause, pace.AccountPauseDefault)
+	orDefault(&o.QueueDelayMax, QueueDelayMaxDefault)
 	orDefault(&o.SendTimeout, SendTimeoutDefault)
 	orDefault(&o.VisibilityTimeout, VisibilityTimeoutDefault)
 	orDefault(&o.ShutdownTimeout, ShutdownTimeoutDefault)
@@ -134,6 +164,9 @@ func (o *Options) defaults() {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.Real()
+	}
+	if o.Accounts == nil {
+		o.Accounts = pace.NewAccounts(o.Ledger.DB(), o.Clock)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/pace"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider/providers"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/backends"
@@ -55,6 +56,18 @@ type Config struct {
 	// the sweeper's (OWED_IDEMPOTENCY_PREFIX is read by both), since the
 	// worker derives each row's key itself (Options.KeyPrefix).
 	IdempotencyPrefix string `envconfig:"IDEMPOTENCY_PREFIX"`
+	// AccountPause is how long an account error pauses the provider
+	// account before one worker probes it (Options.AccountPause).
+	AccountPause time.Duration `envconfig:"PROVIDER_ACCOUNT_PAUSE"`
+	// RetrySchedule is every channel's retry schedule unless its own
+	// RETRY_SCHEDULE_<CHANNEL> is set; the webhook channel's default is
+	// RetryScheduleWebhookDefault.
+	RetrySchedule         Schedule `envconfig:"RETRY_SCHEDULE"`
+	RetryScheduleEmail    Schedule `envconfig:"RETRY_SCHEDULE_EMAIL"`
+	RetryScheduleSMS      Schedule `envconfig:"RETRY_SCHEDULE_SMS"`
+	RetryScheduleTelegram Schedule `envconfig:"RETRY_SCHEDULE_TELEGRAM"`
+	RetryScheduleSlack    Schedule `envconfig:"RETRY_SCHEDULE_SLACK"`
+	RetryScheduleWebhook  Schedule `envconfig:"RETRY_SCHEDULE_WEBHOOK"`
 
 	// Queue is the queue backend, OWED_QUEUE_BACKEND and its variables.
 	Queue     backends.Config  `ignored:"true"`
@@ -67,9 +80,11 @@ type Config struct {
 // Validate instead of falling back to the default.
 func defaultConfig() Config {
 	return Config{ListenAddr: ListenAddrDefault, LogLevel: LogLevelDefault, DBMaxConns: DBMaxConnsDefault,
-		Concurrency: ConcurrencyDefault, MaxAttempts: MaxAttemptsDefault, ShutdownTimeout: ShutdownTimeoutDefault,
+		Concurrency: ConcurrencyDefault, ShutdownTimeout: ShutdownTimeoutDefault,
 		SendTimeout: SendTimeoutDefault, VisibilityTimeout: VisibilityTimeoutDefault,
-		RetryAfterMax: RetryAfterMaxDefault, Resolver: ResolverDefault, IdempotencyPrefix: sweep.KeyPrefixDefault}
+		RetryAfterMax: RetryAfterMaxDefault, Resolver: ResolverDefault, IdempotencyPrefix: sweep.KeyPrefixDefault,
+		AccountPause: pace.AccountPauseDefault, RetrySchedule: MustSchedule(RetryScheduleDefault),
+		RetryScheduleWebhook: MustSchedule(RetryScheduleWebhookDefault)}
 }
 
 // LoadConfig reads the environment over defaultConfig; errors name the
@@ -95,8 +110,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_DATABASE_URL is not set: give a postgres:// URL for the application role")
 	case c.Concurrency < 1 || c.Concurrency > 1000:
 		return fmt.Errorf("OWED_WORKER_CONCURRENCY=%d must be 1 to 1000", c.Concurrency)
-	case c.MaxAttempts < 1:
-		return fmt.Errorf("OWED_MAX_ATTEMPTS=%d must be at least 1", c.MaxAttempts)
+	case c.MaxAttempts < 0:
+		return fmt.Errorf("OWED_MAX_ATTEMPTS=%d must be at least 1, or unset for the retry schedule's length plus one", c.MaxAttempts)
+	case c.AccountPause < time.Second:
+		return fmt.Errorf("OWED_PROVIDER_ACCOUNT_PAUSE=%s must be at least 1s", c.AccountPause)
+	case len(c.RetrySchedule) == 0:
+		return fmt.Errorf("OWED_RETRY_SCHEDULE is empty: give the retry delays, like %s", RetryScheduleDefault)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("OWED_SHUTDOWN_TIMEOUT=%s must be above zero", c.ShutdownTimeout)
 	case c.SendTimeout <= 0:
@@ -118,9 +137,18 @@ func (c Config) Validate() error {
 
 // Options builds the worker's options from the configuration.
 func (c Config) Options() Options {
+	by := map[string]Schedule{}
+	for ch, s := range map[string]Schedule{payload.ChannelEmail: c.RetryScheduleEmail, payload.ChannelSMS: c.RetryScheduleSMS,
+		payload.ChannelTelegram: c.RetryScheduleTelegram, payload.ChannelSlack: c.RetryScheduleSlack,
+		payload.ChannelWebhook: c.RetryScheduleWebhook} {
+		if len(s) > 0 {
+			by[ch] = s
+		}
+	}
 	return Options{Concurrency: c.Concurrency, MaxAttempts: c.MaxAttempts, SendTimeout: c.SendTimeout,
 		VisibilityTimeout: c.VisibilityTimeout, ShutdownTimeout: c.ShutdownTimeout, RetryAfterMax: c.RetryAfterMax,
-		KeyPrefix: c.IdempotencyPrefix}
+		KeyPrefix: c.IdempotencyPrefix, AccountPause: c.AccountPause,
+		Retries: Retries{Default: c.RetrySchedule, ByChannel: by}}
 }
 
 // Paces returns the pace of each provider account, one Limiter per account

@@ -1,9 +1,12 @@
 package worker_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/sweep"
 	"github.com/owedhq/owed/internal/worker"
 )
@@ -21,13 +24,38 @@ func TestConfigDefaultsAreTheConstants(t *testing.T) {
 	}
 	want := worker.Config{DatabaseURL: c.DatabaseURL, ListenAddr: worker.ListenAddrDefault,
 		LogLevel: worker.LogLevelDefault, DBMaxConns: worker.DBMaxConnsDefault,
-		Concurrency: worker.ConcurrencyDefault, MaxAttempts: worker.MaxAttemptsDefault,
+		Concurrency:     worker.ConcurrencyDefault,
 		ShutdownTimeout: worker.ShutdownTimeoutDefault, SendTimeout: worker.SendTimeoutDefault,
 		VisibilityTimeout: worker.VisibilityTimeoutDefault, RetryAfterMax: worker.RetryAfterMaxDefault,
-		Resolver: worker.ResolverDefault, IdempotencyPrefix: sweep.KeyPrefixDefault, Queue: c.Queue, Providers: c.Providers}
-	if c != want {
+		Resolver: worker.ResolverDefault, IdempotencyPrefix: sweep.KeyPrefixDefault,
+		AccountPause: pace.AccountPauseDefault, RetrySchedule: worker.MustSchedule(worker.RetryScheduleDefault),
+		RetryScheduleWebhook: worker.MustSchedule(worker.RetryScheduleWebhookDefault),
+		Queue:                c.Queue, Providers: c.Providers}
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
 	}
+
+	// A retry schedule is durations separated by commas; a wrong one names
+	// its variable, and a channel's own schedule overrides the default.
+	t.Setenv("OWED_RETRY_SCHEDULE_SMS", "10s,1m")
+	if c, err = worker.LoadConfig(); err != nil || c.RetryScheduleSMS.String() != "10s,1m0s" {
+		t.Errorf("OWED_RETRY_SCHEDULE_SMS=10s,1m: %v, %v", c.RetryScheduleSMS, err)
+	}
+	for _, bad := range []string{"30s,soon", "30s,-1m", "0s"} {
+		t.Setenv("OWED_RETRY_SCHEDULE", bad)
+		if _, err := worker.LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_RETRY_SCHEDULE") {
+			t.Errorf("OWED_RETRY_SCHEDULE=%s: %v, want an error naming the variable", bad, err)
+		}
+	}
+	t.Setenv("OWED_RETRY_SCHEDULE", worker.RetryScheduleDefault)
+	if s := worker.MustSchedule(worker.RetryScheduleWebhookDefault); s[0] != 5*time.Second || len(s) != 7 {
+		t.Errorf("webhook default schedule %s, want Standard Webhooks' 5s, 5m, 30m, 2h, 5h, 10h, 10h", s)
+	}
+	t.Setenv("OWED_PROVIDER_ACCOUNT_PAUSE", "0s")
+	if _, err := worker.LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_PROVIDER_ACCOUNT_PAUSE") {
+		t.Errorf("OWED_PROVIDER_ACCOUNT_PAUSE=0s: %v, want an error naming the variable", err)
+	}
+	t.Setenv("OWED_PROVIDER_ACCOUNT_PAUSE", "5m")
 
 	t.Setenv("OWED_PROVIDER_RATE", "40/m")
 	if c, err = worker.LoadConfig(); err != nil || c.ProviderRate.String() != "40/m" {

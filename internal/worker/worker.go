@@ -10,7 +10,21 @@
 // every worker sharing the account is paused, and no attempt is counted.
 // The worker never relies on the queue's receive count: the ledger counts
 // attempts and decides dead letters, and the worker moves a failed row's
-// message to the dead letters itself.
+// message to the dead letters itself: the dead letters are for what owed
+// could not process (attempts exhausted, content the provider refuses, a
+// poison message); a recipient's own permanent failure is recorded on the
+// row with the provider's code and its message acked.
+//
+// An account error (provider.Account: an expired credential, no credit) is
+// no row's failure: it trips the account's circuit, shared by every worker
+// through Postgres (pace.Accounts, account.go), costs no attempt, and the
+// row waits in the queue until a probe or on-call resumes the account. A
+// transient failure is retried on the channel's schedule (retry.go), never
+// past the row's expiry; a retry further away than the queue can hold a
+// message (QueueDelayMax) is handed to the sweeper: the row stays queued
+// under a lease that ends at the retry and its message is acked, the one
+// ack before a settle, made only once the ledger holds the row. A channel
+// no provider carries in this process returns its message later.
 //
 // A claim is the worker's only while it is fenced and alive. The ledger
 // hands each claim a token (ledger.Hold); every write after the claim names
@@ -29,9 +43,11 @@
 //   - worker.go is the loop: Start, Stop and Run, the fetchers that
 //     long-poll the queue, the pool of senders, and the graceful shutdown.
 //   - executor.go is one message's delivery, a delivery value carried
-//     from the claim through the checks (due, recipient, pace, expiry, the
-//     claim still held) to the provider's answer. It decides; it writes
-//     nothing itself.
+//     from the claim through the checks (due, recipient, account, pace,
+//     expiry, the claim still held) to the provider's answer. It decides;
+//     it writes nothing itself.
+//   - account.go is the provider account's circuit as the worker uses it;
+//     retry.go the retry schedules.
 //   - lease.go is a claim's heartbeat and the reckoning of how long the
 //     claim is certainly still the worker's.
 //   - completer.go writes every outcome: settle delivered, skipped, expired

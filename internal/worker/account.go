@@ -1,0 +1,117 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/pace"
+	"github.com/owedhq/owed/internal/provider"
+)
+
+// The provider account's circuit, as the worker uses it (the state is
+// pace.Accounts', in Postgres, shared by every worker):
+//
+//   - before a row takes its turn at the pace, admit asks whether the
+//     account may send: a paused account (a 429's pause, or an open
+//     circuit) gives the row back with the pause as its delay and no
+//     attempt; a short 429 pause is waited out; when an open circuit's
+//     pause has passed, exactly one worker takes the probe and sends;
+//   - an Account error trips the circuit (tripAccount): every worker stops
+//     sending on the account for OWED_PROVIDER_ACCOUNT_PAUSE, the row goes
+//     back to the queue without an attempt, and the metric and the log say
+//     which account and why;
+//   - a probe whose send shows the account works (accepted, or any answer
+//     past the provider's authentication: a 429, a permanent error about
+//     the message) closes the circuit (probed); on-call closes it by hand
+//     with owedctl provider resume.
+//
+// The gate stops receiving for an account while it is paused, since the
+// pause sits in the same row its Next reads.
+
+// admit asks the account circuit whether dl may be sent now. It returns
+// false when the row was released instead.
+func (w *Worker) admit(ctx context.Context, dl *delivery) bool {
+	name := dl.sender.Name()
+	a, err := w.o.Accounts.Admit(ctx, name, w.o.AccountPause)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		w.abandon(ctx, dl, false)
+		return false
+	case err != nil:
+		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "provider account state unavailable: " + err.Error()})
+		w.o.Metrics.outcome("retried")
+		return false
+	}
+	w.o.Metrics.account(a.AccountState)
+	switch {
+	case a.Probe:
+		dl.probe = true
+		dl.log.Info().Str("account", name).Str("reason", a.Reason).Msg("probing a paused provider account with one send")
+	case a.Open():
+		w.release(ctx, dl, retry{after: w.pausedDelay(a.Wait), reason: fmt.Sprintf("provider account %s is paused (%s): %s", name, a.Reason, a.Error)})
+		w.o.Metrics.outcome("account_paused")
+		return false
+	case a.Wait > w.o.PaceMaxWait:
+		// Another worker's 429 paused the account, whatever its rate.
+		w.release(ctx, dl, retry{after: w.pausedDelay(a.Wait), reason: "rate limited by the provider"})
+		w.o.Metrics.outcome("rate_limited")
+		return false
+	case a.Wait > 0 && !clock.Sleep(ctx, a.Wait):
+		w.abandon(ctx, dl, false)
+		return false
+	}
+	return true
+}
+
+// pausedDelay is how long the message of a row held back by a paused
+// account waits: the pause, at most as long as the queue keeps a message
+// (never handed to the sweeper: a resumed account's rows come back within
+// QueueDelayMax).
+func (w *Worker) pausedDelay(pause time.Duration) time.Duration { return min(pause, w.o.QueueDelayMax) }
+
+// tripAccount records an Account error: the account's circuit opens for
+// every worker.
+func (w *Worker) tripAccount(ctx context.Context, dl *delivery, pe *provider.Error) {
+	name := dl.sender.Name()
+	reason := accountReason(pe)
+	w.o.Metrics.accountErrors.WithLabelValues(name).Inc()
+	if err := w.o.Accounts.Trip(ctx, name, w.o.AccountPause, reason, pe.Error()); err != nil {
+		dl.log.Warn().Err(err).Msg("could not record the provider account's pause; it is paused at its next account error")
+	}
+	w.o.Metrics.account(pace.AccountState{Account: name, Reason: reason, Wait: w.o.AccountPause})
+	dl.log.Error().Str("account", name).Str("reason", reason).Str("error", pe.Error()).
+		Dur("pause", w.o.AccountPause).
+		Msg("the provider account cannot send: every send on it is paused and the row returns to the queue without an attempt")
+}
+
+// probed settles a probe by its answer: an answer that shows the account
+// works closes the circuit. An account error trips it again elsewhere
+// (tripAccount); an answer that says nothing (a timeout, a 5xx) leaves it
+// open, and another worker probes a pause later.
+func (w *Worker) probed(ctx context.Context, dl *delivery, pe *provider.Error) {
+	if !dl.probe || (pe != nil && pe.Class != provider.RateLimited && pe.Class != provider.Permanent) {
+		return
+	}
+	name := dl.sender.Name()
+	if _, err := w.o.Accounts.Resume(ctx, name); err != nil {
+		dl.log.Warn().Err(err).Msg("could not resume the provider account after a good probe; the next probe tries again")
+		return
+	}
+	w.o.Metrics.account(pace.AccountState{Account: name})
+	dl.log.Info().Str("account", name).Msg("provider account resumed: the probe send got through")
+}
+
+// accountReason is the short reason an account error pauses its account
+// with: the provider's code, or its HTTP status.
+func accountReason(pe *provider.Error) string {
+	switch {
+	case pe.Code != "":
+		return pe.Code
+	case pe.HTTPStatus != 0:
+		return "http_" + strconv.Itoa(pe.HTTPStatus)
+	}
+	return "account"
+}
