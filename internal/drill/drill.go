@@ -27,6 +27,11 @@ var (
 		// within seconds.
 		"OWED_SEND_TIMEOUT":       "3s",
 		"OWED_VISIBILITY_TIMEOUT": "5s",
+		// The production retry schedules span hours (a receiver down for
+		// a deploy is waited out); the drill's faults heal in seconds, so
+		// its retries are the old short backoff.
+		"OWED_RETRY_SCHEDULE":         "1s,2s,4s,8s",
+		"OWED_RETRY_SCHEDULE_WEBHOOK": "1s,2s,4s,8s",
 	}
 	drillSweeperEnv = map[string]string{
 		// The sweeper's lease is its budget plus 10 s: a sweeper killed

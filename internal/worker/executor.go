@@ -339,6 +339,15 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		return
 	}
 
+	if errors.Is(sendErr, provider.ErrExpired) {
+		// The adapter sent nothing: too little of the row's validity was
+		// left for the provider to enforce it. Late is wrong, so the row
+		// settles expired, as the check before the send would have a
+		// moment later.
+		m.attempts.WithLabelValues("expired").Inc()
+		w.expire(ctx, dl, nil)
+		return
+	}
 	pe := provider.Classify(sendErr)
 	attempt.HTTPStatus, attempt.Error = pe.HTTPStatus, pe.Error()
 	w.probed(ctx, dl, pe)
@@ -382,9 +391,14 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 	default:
 		m.attempts.WithLabelValues("transient").Inc()
 		attempt.Outcome = ledger.AttemptTransient
-		// The adapter says the request reached the provider and the answer
-		// does not tell whether it was taken (a 5xx, an unreadable 200); no
-		// answer at all or a gateway timeout leaves it unknown too.
+		// The adapter says whether the request reached the provider with
+		// an answer that does not tell whether it was taken: no answer
+		// after the request was written, a 5xx, an unreadable 200
+		// (provider.Error.MaybeSent). A refused connection carried nothing
+		// and is not a possible duplicate, but a failure no adapter
+		// classified (status 0) or a gateway timeout is counted as one
+		// too: a false mark costs a line in the stats, a missed one hides a
+		// duplicate.
 		uncertain := pe.MaybeSent || pe.HTTPStatus == 0 || pe.HTTPStatus == http.StatusGatewayTimeout
 		w.retryOrFail(ctx, dl, attempt, pe.RetryAfter, uncertain)
 	}
