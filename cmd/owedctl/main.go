@@ -36,6 +36,7 @@ func commands() map[string]command {
 		"notifications": {"look up notifications and their attempts", notificationsCmd},
 		"stats":         {"the delivery health numbers", statsCmd},
 		"drill":         {"run the stack under faults and check every invariant", drillCmd},
+		"recipients":    {"list and clear undeliverable recipients (recipients list|clear)", recipientsCmd},
 	}
 }
 

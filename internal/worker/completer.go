@@ -87,13 +87,14 @@ func (w *Worker) delivered(dl *delivery, a ledger.Attempt) {
 	w.ack(dl.msg.Receipt)
 }
 
-// skip settles a row whose recipient has nothing to receive (the contact
-// opted out) and acks its message.
-func (w *Worker) skip(ctx context.Context, dl *delivery) {
+// skip settles a row that is not to be sent (the contact opted out, the
+// address is marked undeliverable) with reason, counts outcome and acks
+// its message.
+func (w *Worker) skip(ctx context.Context, dl *delivery, reason, outcome string) {
 	dl.lease.end()
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	err := w.o.Ledger.SettleSkipped(ctx, dl.hold, "recipient has nothing to receive")
+	err := w.o.Ledger.SettleSkipped(ctx, dl.hold, reason)
 	if errors.Is(err, ledger.ErrClaimLost) {
 		w.claimLost(dl, "the skipped settle")
 		return
@@ -102,7 +103,7 @@ func (w *Worker) skip(ctx context.Context, dl *delivery) {
 		w.returnAfter(ctx, dl.msg, jitter(unavailableRetry), "ledger unavailable")
 		return
 	}
-	w.o.Metrics.outcome("skipped")
+	w.o.Metrics.outcome(outcome)
 	w.ack(dl.msg.Receipt)
 }
 

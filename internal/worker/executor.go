@@ -93,7 +93,7 @@ func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
 		w.abandon(ctx, dl, false)
 		return
 	}
-	if !w.prepare(ctx, dl) || !w.admit(ctx, dl) || !w.reserve(ctx, dl) {
+	if !w.prepare(ctx, dl) || w.undeliverable(ctx, dl) || !w.admit(ctx, dl) || !w.reserve(ctx, dl) {
 		return
 	}
 	w.send(ctx, dl)
@@ -211,7 +211,7 @@ func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
 			Outcome: ledger.AttemptTransient, Error: "resolve recipient: " + err.Error()}, 0, false)
 		return false
 	case skip:
-		w.skip(ctx, dl)
+		w.skip(ctx, dl, "recipient has nothing to receive", "skipped")
 		return false
 	}
 	dl.sender, dl.pace = sender, w.o.Pace(sender.Name())
@@ -383,11 +383,16 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		// blocked the bot, an invalid address) is the recipient's answer,
 		// not something owed could not process: recorded, not
 		// dead-lettered, not paged.
+		// The address is marked undeliverable after the settle, so later
+		// rows to it are skipped without a provider call.
 		f := failure{cause: "permanent", deadLetter: true}
 		if pe.Recipient {
 			f = failure{cause: "recipient"}
 		}
 		w.fail(ctx, dl, pe.Error(), &attempt, f)
+		if pe.Recipient {
+			w.markUndeliverable(ctx, dl, pe)
+		}
 	default:
 		m.attempts.WithLabelValues("transient").Inc()
 		attempt.Outcome = ledger.AttemptTransient

@@ -127,6 +127,10 @@ type Options struct {
 	// under a lease that ends at the retry, its message is acked, and the
 	// sweep publishes the row again when the lease runs out.
 	QueueDelayMax time.Duration
+	// NoUndeliverable turns the undeliverable recipients off
+	// (OWED_UNDELIVERABLE=false): a recipient's permanent failure marks
+	// nothing and no send is skipped for a mark (undeliverable.go).
+	NoUndeliverable bool
 
 	Concurrency int
 	// MaxAttempts caps the sends of a row (OWED_MAX_ATTEMPTS); zero means

@@ -68,6 +68,9 @@ type Config struct {
 	RetryScheduleTelegram Schedule `envconfig:"RETRY_SCHEDULE_TELEGRAM"`
 	RetryScheduleSlack    Schedule `envconfig:"RETRY_SCHEDULE_SLACK"`
 	RetryScheduleWebhook  Schedule `envconfig:"RETRY_SCHEDULE_WEBHOOK"`
+	// Undeliverable marks the addresses a provider refused as the
+	// recipient's and skips later sends to them (Options.NoUndeliverable).
+	Undeliverable bool `envconfig:"UNDELIVERABLE"`
 
 	// Queue is the queue backend, OWED_QUEUE_BACKEND and its variables.
 	Queue     backends.Config  `ignored:"true"`
@@ -84,7 +87,7 @@ func defaultConfig() Config {
 		SendTimeout: SendTimeoutDefault, VisibilityTimeout: VisibilityTimeoutDefault,
 		RetryAfterMax: RetryAfterMaxDefault, Resolver: ResolverDefault, IdempotencyPrefix: sweep.KeyPrefixDefault,
 		AccountPause: pace.AccountPauseDefault, RetrySchedule: MustSchedule(RetryScheduleDefault),
-		RetryScheduleWebhook: MustSchedule(RetryScheduleWebhookDefault)}
+		RetryScheduleWebhook: MustSchedule(RetryScheduleWebhookDefault), Undeliverable: true}
 }
 
 // LoadConfig reads the environment over defaultConfig; errors name the
@@ -148,7 +151,7 @@ func (c Config) Options() Options {
 	return Options{Concurrency: c.Concurrency, MaxAttempts: c.MaxAttempts, SendTimeout: c.SendTimeout,
 		VisibilityTimeout: c.VisibilityTimeout, ShutdownTimeout: c.ShutdownTimeout, RetryAfterMax: c.RetryAfterMax,
 		KeyPrefix: c.IdempotencyPrefix, AccountPause: c.AccountPause,
-		Retries: Retries{Default: c.RetrySchedule, ByChannel: by}}
+		Retries: Retries{Default: c.RetrySchedule, ByChannel: by}, NoUndeliverable: !c.Undeliverable}
 }
 
 // Paces returns the pace of each provider account, one Limiter per account

@@ -29,8 +29,8 @@ func TestConfigDefaultsAreTheConstants(t *testing.T) {
 		VisibilityTimeout: worker.VisibilityTimeoutDefault, RetryAfterMax: worker.RetryAfterMaxDefault,
 		Resolver: worker.ResolverDefault, IdempotencyPrefix: sweep.KeyPrefixDefault,
 		AccountPause: pace.AccountPauseDefault, RetrySchedule: worker.MustSchedule(worker.RetryScheduleDefault),
-		RetryScheduleWebhook: worker.MustSchedule(worker.RetryScheduleWebhookDefault),
-		Queue:                c.Queue, Providers: c.Providers}
+		RetryScheduleWebhook: worker.MustSchedule(worker.RetryScheduleWebhookDefault), Undeliverable: true,
+		Queue: c.Queue, Providers: c.Providers}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
 	}

@@ -1,0 +1,63 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/provider"
+)
+
+// Undeliverable recipients (migrations/00023, docs/providers.md): a
+// recipient's permanent failure (provider.Error.Recipient: a STOP reply, a
+// blocked bot, an inactive or invalid address) marks the resolved address
+// undeliverable on its channel in the row's tenant, and a later row to that
+// address is settled skipped before it reaches the provider, until
+// `owedctl recipients clear` removes the mark. Options.NoUndeliverable
+// (OWED_UNDELIVERABLE=false) turns both off.
+
+// undeliverable reads the mark of the row's resolved address (one read by
+// the table's key in the tenant's scope) and, when there is one, settles
+// the row skipped with the mark's provider, code and time instead of
+// sending. It returns true when the row was settled or released instead.
+func (w *Worker) undeliverable(ctx context.Context, dl *delivery) bool {
+	if w.o.NoUndeliverable {
+		return false
+	}
+	u, marked, err := w.o.Ledger.LookupUndeliverable(ctx, dl.row.Tenant, dl.row.Channel, dl.request.Recipient)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		w.abandon(ctx, dl, false)
+		return true
+	case err != nil:
+		// Not knowing is no reason to send to an address that may have
+		// opted out, nor to fail the row: it comes back, at no attempt.
+		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "undeliverable look-up failed: " + err.Error()})
+		w.o.Metrics.outcome("retried")
+		return true
+	case !marked:
+		return false
+	}
+	reason := fmt.Sprintf("recipient undeliverable: %s %s since %s", u.Provider, u.Code, u.MarkedAt.UTC().Format(time.RFC3339))
+	dl.log.Info().Str("channel", u.Channel).Str("reason", reason).Msg("recipient marked undeliverable; the row is skipped, not sent")
+	w.skip(ctx, dl, reason, "undeliverable")
+	return true
+}
+
+// markUndeliverable records the row's resolved address as undeliverable
+// after the provider refused it as the recipient's (pe.Recipient). It runs
+// after the failed settle, on its own detached context: a mark that fails
+// is logged and the row's failure stands.
+func (w *Worker) markUndeliverable(ctx context.Context, dl *delivery, pe *provider.Error) {
+	if w.o.NoUndeliverable {
+		return
+	}
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	err := w.o.Ledger.MarkUndeliverable(ctx, ledger.Undeliverable{Tenant: dl.row.Tenant, Channel: dl.row.Channel,
+		Address: dl.request.Recipient, Provider: pe.Provider, Code: pe.Code, Reason: pe.Error(), NotificationID: dl.row.ID})
+	if err != nil {
+		dl.log.Warn().Err(err).Msg("could not mark the recipient undeliverable; the row is settled failed all the same")
+	}
+}
