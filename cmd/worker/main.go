@@ -49,7 +49,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	paces := worker.Paces(db, cfg.ProviderRate)
+	paces := worker.PacesFor(db, cfg.ProviderRate.For(router.DefaultRate))
 	reg := worker.NewRegistry()
 	o := cfg.Options()
 	clk := clock.Real()

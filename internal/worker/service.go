@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,8 +48,10 @@ type Config struct {
 	VisibilityTimeout time.Duration `envconfig:"VISIBILITY_TIMEOUT"`
 	RetryAfterMax     time.Duration `envconfig:"RETRY_AFTER_MAX"`
 	// ProviderRate is the pace every worker sharing a provider account
-	// keeps together ("40/m"); empty or "unlimited" means no pacing.
-	ProviderRate pace.Rate `envconfig:"PROVIDER_RATE"`
+	// keeps together ("40/m") on every account; "unlimited" or "0" turns
+	// pacing off, and empty (unset) gives each account its provider's
+	// default (providers.DefaultRate).
+	ProviderRate ProviderRate `envconfig:"PROVIDER_RATE"`
 	// Resolver is "recipient" (the recipient is the address) or "sql" (the
 	// owed_contacts table).
 	Resolver string `envconfig:"RESOLVER"`
@@ -154,9 +157,56 @@ func (c Config) Options() Options {
 		Retries: Retries{Default: c.RetrySchedule, ByChannel: by}, NoUndeliverable: !c.Undeliverable}
 }
 
-// Paces returns the pace of each provider account, one Limiter per account
-// shared by every sender in this process.
+// ProviderRate is OWED_PROVIDER_RATE as read: Set is false while the
+// variable is unset or empty, and each account then keeps its provider's
+// default pace; set, Rate is every account's pace (pace.Unlimited for
+// "unlimited" or "0").
+type ProviderRate struct {
+	Rate pace.Rate
+	Set  bool
+}
+
+// Decode reads the variable with pace.ParseRate, except that empty stays
+// unset; envconfig names OWED_PROVIDER_RATE in the error.
+func (p *ProviderRate) Decode(value string) error {
+	if strings.TrimSpace(value) == "" {
+		*p = ProviderRate{}
+		return nil
+	}
+	r, err := pace.ParseRate(value)
+	if err != nil {
+		return err
+	}
+	*p = ProviderRate{Rate: r, Set: true}
+	return nil
+}
+
+// String is the start-up log's word for the setting.
+func (p ProviderRate) String() string {
+	if !p.Set {
+		return "provider defaults"
+	}
+	return p.Rate.String()
+}
+
+// For returns each account's pace: the set rate for every account, or
+// defaults(account) (the providers Router's DefaultRate) when unset.
+func (p ProviderRate) For(defaults func(account string) pace.Rate) func(account string) pace.Rate {
+	if p.Set || defaults == nil {
+		return func(string) pace.Rate { return p.Rate }
+	}
+	return defaults
+}
+
+// Paces returns the pace of each provider account at the one rate r; see
+// PacesFor.
 func Paces(db *sql.DB, r pace.Rate) func(account string) Pacer {
+	return PacesFor(db, func(string) pace.Rate { return r })
+}
+
+// PacesFor returns the pace of each provider account, one Limiter per account
+// shared by every sender in this process.
+func PacesFor(db *sql.DB, rateOf func(account string) pace.Rate) func(account string) Pacer {
 	var mu sync.Mutex
 	limiters := map[string]Pacer{}
 	return func(account string) Pacer {
@@ -165,7 +215,7 @@ func Paces(db *sql.DB, r pace.Rate) func(account string) Pacer {
 		if p, ok := limiters[account]; ok {
 			return p
 		}
-		l, err := pace.New(db, account, r)
+		l, err := pace.New(db, account, rateOf(account))
 		if err != nil {
 			// Only a provider Name() the pace cannot store gets here; every
 			// Reserve then fails, so the rows wait visibly instead of

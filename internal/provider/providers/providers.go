@@ -94,6 +94,9 @@ var ErrNoProvider = errors.New("no provider for channel")
 // Sender, and so one Name and one pace.
 type Router struct {
 	senders map[string]provider.Sender
+	// providerOf maps each Sender's Name (its account) to the provider
+	// name it was built as, for DefaultRate.
+	providerOf map[string]string
 }
 
 // For returns the Sender for channel, or an error wrapping ErrNoProvider.
@@ -134,7 +137,7 @@ func New(cfg Config) (Router, error) {
 		payload.ChannelWebhook: cfg.ProviderWebhook,
 	}
 	built := map[string]provider.Sender{}
-	r := Router{senders: map[string]provider.Sender{}}
+	r := Router{senders: map[string]provider.Sender{}, providerOf: map[string]string{}}
 	for _, ch := range payload.Channels() {
 		name, variable := cfg.Provider, "OWED_PROVIDER"
 		if o := overrides[ch]; o != "" {
@@ -159,6 +162,7 @@ func New(cfg Config) (Router, error) {
 				return Router{}, fmt.Errorf("provider %s (for the %s channel): %w", name, ch, err)
 			}
 			built[name] = s
+			r.providerOf[s.Name()] = name
 		}
 		r.senders[ch] = s
 	}

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/owedhq/owed/internal/config"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/payload"
 )
 
@@ -166,5 +168,35 @@ func TestErrorsNameTheVariable(t *testing.T) {
 				t.Errorf("error leaks the secret: %v", err)
 			}
 		})
+	}
+}
+
+// Each provider's default pace is its published limit (rates.go cites the
+// pages); a provider publishing none, and an account the Router did not
+// build, are unpaced.
+func TestDefaultRates(t *testing.T) {
+	want := map[string]pace.Rate{
+		Telegram: {Count: 30, Per: time.Second}, Slack: {Count: 1, Per: time.Second},
+		Twilio: {Count: 1, Per: time.Second}, SendGrid: pace.Unlimited, Postmark: pace.Unlimited,
+		Webhook: pace.Unlimited, Sandbox: pace.Unlimited, None: pace.Unlimited,
+	}
+	for _, name := range providerNames {
+		if got := DefaultRate(name); got != want[name] {
+			t.Errorf("DefaultRate(%s) = %s, want %s", name, got, want[name])
+		}
+	}
+	r, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.For("email")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.DefaultRate(s.Name()); !got.IsUnlimited() {
+		t.Errorf("sandbox account %s: default %s, want unlimited", s.Name(), got)
+	}
+	if got := r.DefaultRate("telegram"); !got.IsUnlimited() {
+		t.Errorf("an account the Router did not build: %s, want unlimited", got)
 	}
 }
