@@ -43,8 +43,10 @@ const (
 	// DefaultAddr is where `owedctl provider serve` listens: loopback only,
 	// because the admin endpoints are unauthenticated.
 	DefaultAddr = "127.0.0.1:8089"
-	// DefaultRate matches the worker's default pace, so a well-behaved worker
-	// pool rarely sees a 429 and a misbehaving one sees many. It is written
+	// DefaultRate is the sandbox's limit, the 40 a minute of a small real
+	// account: the worker leaves the sandbox unpaced unless
+	// OWED_PROVIDER_RATE is set, so a stack that sets it to this sees few
+	// 429s and one that does not sees the shared pause at work. It is written
 	// in pace's grammar, the one every rate in owed is read with.
 	DefaultRate = "40/m"
 	// DefaultBurst lets three requests through at once. A burst of one would
