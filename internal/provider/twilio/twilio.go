@@ -56,6 +56,11 @@ type Config struct {
 	// is used instead and lets Twilio pick the number.
 	From                string `envconfig:"FROM"`
 	MessagingServiceSID string `envconfig:"MESSAGING_SERVICE_SID"`
+	// StatusCallback, when set, is sent with every message, so Twilio posts
+	// the message's delivery status there (the sweeper's /receipts/twilio,
+	// docs/receipts.md) even without a Messaging Service that has one.
+	// https://www.twilio.com/docs/messaging/api/message-resource#create-a-message-resource
+	StatusCallback string `envconfig:"STATUS_CALLBACK"`
 	// BaseURL overrides DefaultBaseURL, for a fake server in tests.
 	BaseURL string `envconfig:"BASE_URL"`
 	// Timeout bounds one send; provider.DefaultTimeout when zero.
@@ -87,6 +92,11 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.StatusCallback != "" {
+		if u, err := url.Parse(cfg.StatusCallback); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
+			return nil, fmt.Errorf("OWED_TWILIO_STATUS_CALLBACK: must be an absolute http(s) URL without credentials, e.g. https://owed.example.com/receipts/twilio")
+		}
+	}
 	c := &Client{cfg: cfg}
 	c.ep = provider.NewEndpoint(c.Name(), base+"/2010-04-01/Accounts/"+cfg.AccountSID+"/Messages.json",
 		cfg.Timeout, cfg.Clock, cfg.AuthToken)
@@ -106,6 +116,9 @@ func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result
 		form.Set("MessagingServiceSid", c.cfg.MessagingServiceSID)
 	} else {
 		form.Set("From", c.cfg.From)
+	}
+	if c.cfg.StatusCallback != "" {
+		form.Set("StatusCallback", c.cfg.StatusCallback)
 	}
 	if !d.ExpiresAt.IsZero() {
 		// Rounded down: the period must end by the expiry, never after.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,6 +159,29 @@ func TestValidityPeriod(t *testing.T) {
 	_, err := c.Send(context.Background(), d)
 	if !errors.Is(err, provider.ErrExpired) || provider.Classify(err).MaybeSent || len(srv.Requests()) != before {
 		t.Fatalf("%v after %d requests; want ErrExpired and nothing sent", err, len(srv.Requests())-before)
+	}
+}
+
+func TestStatusCallback(t *testing.T) {
+	t.Parallel()
+	srv := fake(t, "+15550001111", "")
+	srv.Reply(201, `{"sid":"SM1"}`, nil)
+	plain := client(t, Config{From: "+15550001111", BaseURL: srv.URL})
+	providertest.Accept(t, plain, delivery(), "SM1", 201)
+	if got := srv.Last(t).Form(t)["StatusCallback"]; got != nil {
+		t.Errorf("without OWED_TWILIO_STATUS_CALLBACK the form has StatusCallback %q", got)
+	}
+	const cb = "https://owed.example.com/receipts/twilio"
+	withCB := client(t, Config{From: "+15550001111", BaseURL: srv.URL, StatusCallback: cb})
+	providertest.Accept(t, withCB, delivery(), "SM1", 201)
+	if got := srv.Last(t).Form(t).Get("StatusCallback"); got != cb {
+		t.Errorf("StatusCallback %q, want %q", got, cb)
+	}
+	for _, bad := range []string{"owed.example.com/receipts", "ftp://x/y", "https://user:secret@x/receipts/twilio", "https:///nohost"} {
+		_, err := New(Config{AccountSID: "AC123", AuthToken: "tok", From: "+15550001111", StatusCallback: bad})
+		if err == nil || !strings.Contains(err.Error(), "OWED_TWILIO_STATUS_CALLBACK") || strings.Contains(err.Error(), "secret") {
+			t.Errorf("StatusCallback %q: error %v, want one naming OWED_TWILIO_STATUS_CALLBACK without echoing it", bad, err)
+		}
 	}
 }
 
