@@ -76,8 +76,11 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	if s.permRE != nil && s.permRE.MatchString(p.Data.Recipient) {
 		s.rec.faults[FaultPermanent]++
 		s.mu.Unlock()
-		s.reply(w, log, http.StatusUnprocessableEntity, "recipient_rejected",
-			"recipient matches the permanent-failure pattern")
+		// "permanent": true is how a webhook receiver says a message will
+		// never be accepted; any other 4xx is retried (webhook.classify).
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": "recipient_rejected",
+			"message": "recipient matches the permanent-failure pattern", "permanent": true})
+		log.Info().Str("outcome", "recipient_rejected").Int("status", http.StatusUnprocessableEntity).Msg("sandbox send")
 		return
 	}
 	draw := s.cfg.Rand()

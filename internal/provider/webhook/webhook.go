@@ -213,13 +213,16 @@ func (c *Client) Send(ctx context.Context, d provider.Delivery) (provider.Result
 // refused signature (401, 403), a wrong URL (404) and a redirect (3xx, by
 // provider.StatusClass): all are Account, pausing the channel instead of
 // failing every row. 429 is RateLimited; 408 and 5xx are Transient (5xx
-// MaybeSent, with Retry-After when given); any other 4xx is this message's
-// Permanent failure.
+// MaybeSent, with Retry-After when given). Any other 4xx is Transient too,
+// retried on the webhook's schedule of hours, since only 410 stops, unless
+// the receiver says the message will never be accepted: a JSON body with
+// "permanent": true is this message's Permanent failure.
 func classify(name string, resp provider.Response, webhookID string, now time.Time, secrets ...string) (provider.Result, error) {
 	var body struct {
-		ID      string `json:"id"`
-		Error   string `json:"error"`
-		Message string `json:"message"`
+		ID        string `json:"id"`
+		Error     string `json:"error"`
+		Message   string `json:"message"`
+		Permanent bool   `json:"permanent"`
 	}
 	// Endpoints answer with anything from nothing to an HTML page; the
 	// fields are used only when the body happens to be JSON carrying them.
@@ -239,9 +242,11 @@ func classify(name string, resp provider.Response, webhookID string, now time.Ti
 		e.Message = provider.Redact(msg, secrets...)
 	}
 	e.Code = provider.Redact(body.Error, secrets...)
-	switch resp.Status {
-	case http.StatusGone, http.StatusForbidden, http.StatusNotFound:
+	switch {
+	case resp.Status == http.StatusGone, resp.Status == http.StatusForbidden, resp.Status == http.StatusNotFound:
 		e.Reclassify(provider.Account, false)
+	case e.Class == provider.Permanent && !body.Permanent:
+		e.Reclassify(provider.Transient, false)
 	}
 	return provider.Result{}, e
 }
