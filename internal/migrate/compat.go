@@ -58,12 +58,13 @@ type Build struct {
 
 // This returns this binary's Build.
 func This() (Build, error) {
-	h, err := fsHead(migrations.FS)
+	h, err := Head(migrations.FS)
 	return Build{Oldest: OldestSchema, Head: h}, err
 }
 
-// fsHead is the newest migration in fsys, numbered as goose numbers them.
-func fsHead(fsys fs.FS) (int64, error) {
+// Head is the newest migration in fsys (a folder of numbered SQL files), as
+// goose numbers them: the schema a build of those migrations is named by.
+func Head(fsys fs.FS) (int64, error) {
 	names, err := fs.Glob(fsys, "*.sql")
 	if err != nil {
 		return 0, fmt.Errorf("list migrations: %w", err)

@@ -82,7 +82,9 @@ func (r Runner) DownTo(ctx context.Context, db *sql.DB, version int64) ([]int64,
 	}
 	if cur, err := p.GetDBVersion(ctx); err != nil {
 		return nil, fmt.Errorf("migrate down-to: %w", err)
-	} else if h := head(p); cur > h {
+	} else if h, err := Head(r.FS); err != nil {
+		return nil, err
+	} else if cur > h {
 		// goose can only roll back what this binary carries the Down of.
 		return nil, fmt.Errorf("migrate down-to %d: the database is at %d, newer than this build's %d: run the down-to with the owedctl of the build that applied %d", version, cur, h, cur)
 	}
@@ -102,14 +104,6 @@ func versions(res []*goose.MigrationResult) []int64 {
 		out = append(out, r.Source.Version)
 	}
 	return out
-}
-
-func head(p *goose.Provider) int64 {
-	var h int64
-	for _, s := range p.ListSources() {
-		h = max(h, s.Version)
-	}
-	return h
 }
 
 // Migration is one migration's state in a database.

@@ -2,14 +2,11 @@ package upgrade_test
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/pressly/goose/v3"
 
 	"github.com/owedhq/owed/internal/migrate"
 )
@@ -76,7 +73,7 @@ func buildReleases(t *testing.T) (n, next release) {
 	}
 	n = release{name: "N (" + commit[:min(12, len(commit))] + ")", bin: filepath.Join(tmp, "bin-n")}
 	next = release{name: "N+1 (this tree)", bin: filepath.Join(tmp, "bin-next")}
-	if n.head, err = schemaHead(filepath.Join(src, "migrations")); err != nil {
+	if n.head, err = migrate.Head(os.DirFS(filepath.Join(src, "migrations"))); err != nil {
 		t.Fatal(err)
 	}
 	this, err := migrate.This()
@@ -103,21 +100,4 @@ func goBuild(t *testing.T, dir, out string) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/... in %s: %v\n%s", dir, err, b)
 	}
-}
-
-// schemaHead is the newest migration in dir, numbered as goose numbers them.
-func schemaHead(dir string) (int64, error) {
-	names, err := filepath.Glob(filepath.Join(dir, "*.sql"))
-	if err != nil || len(names) == 0 {
-		return 0, fmt.Errorf("no migrations in %s (%v)", dir, err)
-	}
-	var h int64
-	for _, n := range names {
-		v, err := goose.NumericComponent(filepath.Base(n))
-		if err != nil {
-			return 0, fmt.Errorf("migration %s: %w", n, err)
-		}
-		h = max(h, v)
-	}
-	return h, nil
 }
