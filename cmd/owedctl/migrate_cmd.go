@@ -87,7 +87,11 @@ func migrateStatus(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("database schema %05d; binaries of schema ≥ %05d may run on it\n", c.Schema, c.Requires)
+	if c.Requires > 0 {
+		fmt.Printf("database schema %05d; binaries of schema ≥ %05d may run on it\n", c.Schema, c.Requires)
+	} else {
+		fmt.Printf("database schema %05d; none of its migrations breaks an older binary (no owed:breaks-before)\n", c.Schema)
+	}
 	fmt.Printf("this build is %05d and runs on schemas %05d to %05d and newer ones that allow it\n",
 		c.Build.Head, c.Build.Oldest, c.Build.Head)
 	if err := c.Err(); err != nil {
