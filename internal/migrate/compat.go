@@ -146,6 +146,39 @@ func CheckThis(ctx context.Context, db *sql.DB) (Compat, error) {
 	return Check(ctx, db, b)
 }
 
+// announce records, before they run, the pending contract migrations (those
+// with an owed:breaks-before marker): older binaries turn unready before the
+// contract lands, never after it, even if the runner dies between applying
+// and recording. record removes the rows of any that then did not apply.
+func announce(ctx context.Context, db *sql.DB, p *goose.Provider, fsys fs.FS) error {
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass('public.`+compatTable+`') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		// A database before migrations/00027 runs no binary that reads it.
+		return err
+	}
+	st, err := p.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("announce contract migrations: %w", err)
+	}
+	for _, s := range st {
+		if s.State == goose.StateApplied {
+			continue
+		}
+		bb, err := breaksBeforeOf(fsys, s.Source)
+		if err != nil || bb == 0 {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO `+compatTable+` (version, breaks_before) VALUES ($1, $2)
+			ON CONFLICT (version) DO UPDATE SET breaks_before = excluded.breaks_before`, s.Source.Version, bb); err != nil {
+			return fmt.Errorf("announce contract migration %05d: %w", s.Source.Version, err)
+		}
+	}
+	return nil
+}
+
 // record brings owed_schema_compat in line with goose's table after an up or
 // a down: the rows of rolled-back versions go, and every applied migration
 // this binary knows gets its row (its breaks_before), so a database migrated

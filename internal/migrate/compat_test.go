@@ -119,7 +119,7 @@ func TestCheckRange(t *testing.T) {
 }
 
 // contractFS is the embedded migrations plus a contract migration 99 that
-// breaks every binary before it.
+// breaks every binary before it and checks it was announced first.
 func contractFS(t *testing.T) fs.FS {
 	t.Helper()
 	m := fstest.MapFS{}
@@ -128,8 +128,20 @@ func contractFS(t *testing.T) fs.FS {
 		b, _ := fs.ReadFile(migrations.FS, n)
 		m[n] = &fstest.MapFile{Data: b}
 	}
-	m["00099_contract.sql"] = &fstest.MapFile{Data: []byte("-- owed:breaks-before 99\n-- +goose Up\n" +
-		"CREATE TABLE owed_contract_probe (id int);\n-- +goose Down\nDROP TABLE owed_contract_probe;\n")}
+	// Its Up fails unless the runner announced it before running it.
+	m["00099_contract.sql"] = &fstest.MapFile{Data: []byte(`-- owed:breaks-before 99
+-- +goose Up
+-- +goose StatementBegin
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM owed_schema_compat WHERE version = 99 AND breaks_before = 99) THEN
+        RAISE EXCEPTION 'contract migration 99 ran before it was announced';
+    END IF;
+END $$;
+-- +goose StatementEnd
+CREATE TABLE owed_contract_probe (id int);
+-- +goose Down
+DROP TABLE owed_contract_probe;
+`)}
 	return m
 }
 

@@ -50,8 +50,12 @@ func (r Runner) Up(ctx context.Context, db *sql.DB) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := announce(ctx, db, p, r.FS); err != nil {
+		return nil, err
+	}
 	res, err := p.Up(ctx)
-	// What did apply is recorded even when a later migration failed.
+	// What did apply is recorded even when a later migration failed, and
+	// the announcements of what did not are removed.
 	if rerr := record(ctx, db, p, r.FS); err == nil && rerr != nil {
 		return nil, rerr
 	}
