@@ -2,22 +2,36 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/owedhq/owed/internal/migrate"
 )
 
 func migrateCmd(ctx context.Context, args []string) error {
-	fs := newFlags("migrate", "migrate up|down|status [--database-url URL]",
-		"OWED_DATABASE_URL=postgres://owed_owner@db/owed owedctl migrate up")
+	fs := newFlags("migrate", "migrate up|down|down-to VERSION|status [--database-url URL]",
+		"OWED_DATABASE_URL=postgres://owed_owner@db/owed owedctl migrate up\n"+
+			"  owedctl migrate down-to 27   # roll back to the schema of the build whose newest migration is 00027")
 	dbURL := databaseFlag(fs, "database to migrate, as the role that owns the schema")
-	if err := needAction(args, fs.Usage, "missing action: one of up, down, status"); err != nil {
+	if err := needAction(args, fs.Usage, "missing action: one of up, down, down-to, status"); err != nil {
 		return err
 	}
-	action := args[0]
-	if err := parseFlags(fs, args[1:]); err != nil {
+	action, rest := args[0], args[1:]
+	var target int64
+	if action == "down-to" {
+		if len(rest) == 0 {
+			return usageError{"down-to needs a schema version: owedctl migrate down-to 27"}
+		}
+		v, err := strconv.ParseInt(rest[0], 10, 64)
+		if err != nil || v < 0 {
+			return usageError{fmt.Sprintf("down-to %q: want a schema version, a number such as 27", rest[0])}
+		}
+		target, rest = v, rest[1:]
+	}
+	if err := parseFlags(fs, rest); err != nil {
 		return err
 	}
 	db, err := openDatabase(*dbURL)
@@ -44,23 +58,58 @@ func migrateCmd(ctx context.Context, args []string) error {
 			return err
 		}
 		fmt.Printf("rolled back %05d\n", v)
-	case "status":
-		st, err := migrate.Status(ctx, db)
+	case "down-to":
+		done, err := migrate.DownTo(ctx, db, target)
 		if err != nil {
 			return err
 		}
-		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "VERSION\tSTATE\tFILE")
-		for _, m := range st {
-			state := "pending"
-			if m.Applied {
-				state = "applied"
-			}
-			fmt.Fprintf(w, "%05d\t%s\t%s\n", m.Version, state, m.Name)
+		if len(done) == 0 {
+			fmt.Printf("already at or below %05d; nothing rolled back\n", target)
 		}
-		w.Flush()
+		for _, v := range done {
+			fmt.Printf("rolled back %05d\n", v)
+		}
+	case "status":
+		return migrateStatus(ctx, db)
 	default:
-		return usageError{fmt.Sprintf("unknown action %q: one of up, down, status", action)}
+		return usageError{fmt.Sprintf("unknown action %q: one of up, down, down-to, status", action)}
 	}
 	return nil
+}
+
+// migrateStatus prints the compatibility range, then every migration.
+func migrateStatus(ctx context.Context, db *sql.DB) error {
+	c, err := migrate.CheckThis(ctx, db)
+	if err != nil {
+		return err
+	}
+	st, err := migrate.Status(ctx, db)
+	if err != nil {
+		return err
+	}
+	if c.Requires > 0 {
+		fmt.Printf("database schema %05d; binaries of schema ≥ %05d may run on it\n", c.Schema, c.Requires)
+	} else {
+		fmt.Printf("database schema %05d; none of its migrations breaks an older binary (no owed:breaks-before)\n", c.Schema)
+	}
+	fmt.Printf("this build is %05d and runs on schemas %05d to %05d and newer ones that allow it\n",
+		c.Build.Head, c.Build.Oldest, c.Build.Head)
+	if err := c.Err(); err != nil {
+		fmt.Println("this build cannot run on it:", err)
+	} else {
+		fmt.Println("this build can run on it")
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "VERSION\tSTATE\tBREAKS BEFORE\tFILE")
+	for _, m := range st {
+		state, breaks := "pending", "-"
+		if m.Applied {
+			state = "applied"
+		}
+		if m.BreaksBefore > 0 {
+			breaks = fmt.Sprintf("%05d", m.BreaksBefore)
+		}
+		fmt.Fprintf(w, "%05d\t%s\t%s\t%s\n", m.Version, state, breaks, m.Name)
+	}
+	return w.Flush()
 }

@@ -3,8 +3,9 @@
 // listener that sweeps rows due now as soon as their insert commits; /metrics and
 // /readyz are on OWED_METRICS_ADDR. Configuration is OWED_* variables (see
 // the README); it refuses to start as a database role that row-level
-// security does not bind. It runs until SIGTERM or SIGINT, then finishes
-// in-flight requests. A second signal exits at once.
+// security does not bind. It runs until SIGTERM or SIGINT, then stops
+// taking requests and finishes those in flight, a sweep within its budget
+// (OWED_SHUTDOWN_GRACE). A second signal exits at once.
 package main
 
 import (
@@ -48,5 +49,8 @@ func run() error {
 		return err
 	}
 	defer due.Stop()
+	// SIGTERM stops taking requests and lets a sweep under way finish
+	// within its budget (OWED_SHUTDOWN_GRACE).
+	p.ShutdownTimeout = cfg.Grace()
 	return p.Serve(srv.Handler(), srv.OpsHandler())
 }

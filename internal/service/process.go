@@ -74,7 +74,12 @@ type Process struct {
 	// Metrics is OWED_METRICS_ADDR, open and not yet served; nil when the
 	// service has no operator listener of its own.
 	Metrics net.Listener
-	stop    context.CancelFunc
+	// ShutdownTimeout is how long Serve lets the main listener's in-flight
+	// requests finish after Ctx ends (zero: the package's ShutdownTimeout).
+	// A service whose requests run longer (the sweeper's sweep) sets it
+	// before Serve.
+	ShutdownTimeout time.Duration
+	stop            context.CancelFunc
 }
 
 // Start is every service's start-up, in this order: the logger, the signal
@@ -143,10 +148,12 @@ func (p *Process) Serve(handler, ops http.Handler) error {
 		mux.Handle("/", handler)
 		mux.Handle("/metrics", ops)
 		mux.Handle("/readyz", ops)
-		return Serve(p.Ctx, p.Listener, mux, p.Log)
+		return Server{Handler: mux, Log: p.Log, ShutdownTimeout: p.ShutdownTimeout}.Serve(p.Ctx, p.Listener)
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- Serve(p.Ctx, p.Listener, handler, p.Log) }()
+	go func() {
+		errc <- Server{Handler: handler, Log: p.Log, ShutdownTimeout: p.ShutdownTimeout}.Serve(p.Ctx, p.Listener)
+	}()
 	go func() { errc <- Server{Handler: ops, Log: p.Log, Name: "operator listener"}.Serve(p.Ctx, p.Metrics) }()
 	first := <-errc
 	p.Shutdown()

@@ -9,6 +9,8 @@ import (
 
 	"github.com/lib/pq"
 	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/internal/migrate"
 )
 
 // InsecureRoleVariable is the development-only escape hatch of CheckRole.
@@ -158,4 +160,15 @@ func Unready(what string, err error) string {
 			RuntimeRole + " TO <role> (docs/security.md)"
 	}
 	return "cannot " + what
+}
+
+// SchemaReady is the readiness check of the database's schema: "ok: …"
+// when this build runs on it (migrate.Check: any schema in its range, not
+// only its own), else what to do about it.
+func SchemaReady(ctx context.Context, db *sql.DB) (string, bool) {
+	c, err := migrate.CheckThis(ctx, db)
+	if err != nil {
+		return Unready("read the migration version", err), false
+	}
+	return c.String(), c.Err() == nil
 }

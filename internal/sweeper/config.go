@@ -20,6 +20,10 @@ import (
 const (
 	ListenAddrDefault = ":8080"
 	DBMaxConnsDefault = 10
+	// ShutdownMarginDefault is what the shutdown grace adds to the sweep
+	// budget when OWED_SHUTDOWN_GRACE is not set: the run's last publish and
+	// mark, and writing its answer, happen after the budget's check.
+	ShutdownMarginDefault = 10 * time.Second
 )
 
 // Config is the sweeper service's configuration, read from OWED_*
@@ -38,6 +42,10 @@ type Config struct {
 	// APIMaxExpandedBytes bounds the bytes of rows one API request stands
 	// for (api.Options.MaxExpandedBytes; zero is its default).
 	APIMaxExpandedBytes int64 `envconfig:"API_MAX_EXPANDED_BYTES"`
+	// ShutdownGrace is how long SIGTERM lets in-flight requests finish
+	// before their connections are closed; zero is SweepBudget +
+	// ShutdownMarginDefault, so a sweep under way is never cut off.
+	ShutdownGrace time.Duration `envconfig:"SHUTDOWN_GRACE"`
 
 	SweepBatch          int           `envconfig:"SWEEP_BATCH"`
 	SweepBudget         time.Duration `envconfig:"SWEEP_BUDGET"`
@@ -100,6 +108,15 @@ func (c Config) Basics() service.Basics {
 		ListenAddr: c.ListenAddr}
 }
 
+// Grace is the shutdown grace: ShutdownGrace, or the sweep budget plus
+// ShutdownMarginDefault when it is not set.
+func (c Config) Grace() time.Duration {
+	if c.ShutdownGrace > 0 {
+		return c.ShutdownGrace
+	}
+	return c.SweepBudget + ShutdownMarginDefault
+}
+
 // Sweep returns the sweep settings.
 func (c Config) Sweep() sweep.Config {
 	return sweep.Config{Batch: c.SweepBatch, Budget: c.SweepBudget, PublishAhead: c.PublishAhead,
@@ -118,6 +135,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_API_TOKEN must be at least 16 characters when set")
 	case c.DBMaxConns <= 0:
 		return fmt.Errorf("OWED_DB_MAX_CONNS=%d must be above zero", c.DBMaxConns)
+	case c.ShutdownGrace < 0 || (c.ShutdownGrace > 0 && c.ShutdownGrace <= c.SweepBudget):
+		return fmt.Errorf("OWED_SHUTDOWN_GRACE=%s must be longer than OWED_SWEEP_BUDGET=%s, so a sweep under way at SIGTERM "+
+			"can finish; leave it unset for the budget plus %s", c.ShutdownGrace, c.SweepBudget, ShutdownMarginDefault)
 	case c.APIMaxExpandedBytes != 0 && c.APIMaxExpandedBytes < payload.MaxPayloadBytes:
 		return fmt.Errorf("OWED_API_MAX_EXPANDED_BYTES=%d must be at least %d, one row's largest payload",
 			c.APIMaxExpandedBytes, payload.MaxPayloadBytes)

@@ -28,7 +28,6 @@ import (
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/materialise"
-	"github.com/owedhq/owed/internal/migrate"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/receipt"
 	"github.com/owedhq/owed/internal/service"
@@ -68,16 +67,18 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	}
 	sc := cfg.Sweep()
 	sc.Clock = clk
-	sw, err := sweep.New(l, q, sc, log)
+	watch := newQueueWatch(q, clk)
+	sw, err := sweep.New(l, watch, sc, log)
 	if err != nil {
 		return nil, err
 	}
 	backlog := &service.Cache[ledger.Backlog]{Fetch: l.Backlog, Clock: clk}
-	stats := &service.Cache[queue.Stats]{Fetch: q.Stats, Clock: clk}
+	stats := &service.Cache[queue.Stats]{Fetch: watch.Stats, Clock: clk}
+	watch.stats = stats.Get
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		NewBacklogCollector(backlog.Get), NewQueueCollector(stats.Get))
-	s := &Server{cfg: cfg, clock: clk, ledger: l, queue: q, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
+		NewBacklogCollector(backlog.Get), NewQueueCollector(stats.Get), watch)
+	s := &Server{cfg: cfg, clock: clk, ledger: l, queue: watch, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
 		cronSecret: service.NewBearer(cfg.CronSecret), log: log, stats: stats,
 		mux: http.NewServeMux(), ops: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise, clk)}
 	s.ready = &service.Cache[readiness]{Fetch: s.readiness, Clock: clk}
@@ -137,8 +138,17 @@ func (s *Server) cron(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// sweepAnswer is the body of /cron/sweep: the run's result and, when one of
+// its publishes failed, the queue's error (the queue is not in /readyz, so
+// this and owed_queue_up are where an outage shows).
+type sweepAnswer struct {
+	sweep.Result
+	QueueError string `json:"queue_error,omitempty"`
+}
+
 func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) {
-	res, _ := s.sweeper.Run(r.Context())
+	ctx, perr := withPublishErr(r.Context())
+	res, _ := s.sweeper.Run(ctx)
 	s.metrics.Observe(res, s.clock.Now())
 	status := http.StatusOK
 	if !res.Complete || res.Stalled {
@@ -146,7 +156,12 @@ func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) {
 		// in the body either way.
 		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, status, res)
+	ans := sweepAnswer{Result: res}
+	if err := perr.get(); err != nil {
+		ans.QueueError = "the queue refused or did not answer a publish (" + err.Error() +
+			"); the rows stay owed and a later sweep publishes them"
+	}
+	writeJSON(w, status, ans)
 }
 
 func (s *Server) handleMaterialise(w http.ResponseWriter, r *http.Request) {
@@ -182,23 +197,18 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, res.status, res.checks)
 }
 
-// readiness checks the database, the schema version and the queue.
+// readiness checks what the scheduling API needs: the database, and a
+// schema this build runs on (migrate.Check: a range, not one version, so
+// old pods stay ready after `migrate up` and after a rollback). The queue
+// is not checked: its state is in owed_queue_up and the sweep's answer.
 func (s *Server) readiness(ctx context.Context) (readiness, error) {
 	checks := map[string]string{}
 	ok := true
 	if err := s.ledger.DB().PingContext(ctx); err != nil {
 		checks["database"], ok = "unreachable", false
-	} else if cur, target, err := migrate.AtHead(ctx, s.ledger.DB()); err != nil {
-		checks["database"], ok = service.Unready("read the migration version", err), false
-	} else if cur != target {
-		checks["database"], ok = "schema not at head: run owedctl migrate up", false
 	} else {
 		checks["database"] = "ok"
-	}
-	if _, err := s.stats.Get(ctx); err != nil {
-		checks["queue"], ok = "unreachable", false
-	} else {
-		checks["queue"] = "ok"
+		checks["schema"], ok = service.SchemaReady(ctx, s.ledger.DB())
 	}
 	status := http.StatusOK
 	if !ok {

@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -277,13 +279,19 @@ func (p pacer) GiveBack(ctx context.Context, s pace.Slots, k int) (pace.Slots, b
 }
 
 // Handler serves /healthz, /readyz and /metrics for the worker process;
-// /readyz pings the database and reads q's stats to tell the queue is
+// /readyz pings the database, checks its schema and reads q's stats to tell the queue is
 // reachable. Its answer is cached for service.CacheTTLDefault, so probes and
 // scrapes in a loop cost one ping and one stats call per TTL.
 func Handler(db *sql.DB, q queue.Queue, reg *prometheus.Registry) http.Handler {
 	ready := &service.Cache[string]{Fetch: func(ctx context.Context) (string, error) {
 		if err := db.PingContext(ctx); err != nil {
 			return `{"database":"unreachable"}`, err
+		}
+		// Any schema in this build's range will do (migrate.Check), so old
+		// workers stay ready after `migrate up` and after a rollback.
+		if msg, ok := service.SchemaReady(ctx, db); !ok {
+			body, _ := json.Marshal(map[string]string{"database": "ok", "schema": msg})
+			return string(body), errors.New(msg)
 		}
 		if _, err := q.Stats(ctx); err != nil {
 			return `{"database":"ok","queue":"unreachable"}`, err
