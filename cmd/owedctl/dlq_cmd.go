@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/ops"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/rest"
@@ -93,10 +94,6 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 
 const dlqExample = "OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl dlq list --limit 20"
 
-// dlqPageMax is the page size show and redrive --all read the dead letters
-// with; each backend caps it at its own limit.
-const dlqPageMax = 1000
-
 // dlqCmd inspects, redrives and deletes the configured queue's dead letters.
 func dlqCmd(ctx context.Context, args []string) error { return runDLQ(ctx, os.Stdout, args) }
 
@@ -147,16 +144,16 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 		}
 		fmt.Fprintf(out, "%s: %d dead letters\n", target, st.DeadLetterDepth)
 	case "list":
-		list, next, err := listDeadLetters(ctx, q, *limit, *cursor, *allPages)
+		list, next, err := ops.ListDeadLetters(ctx, q, *limit, *cursor, *allPages)
 		if err != nil {
 			return err
 		}
 		if *qf.json {
-			return printJSON(out, map[string]any{"dead_letters": views(list), "next_cursor": next})
+			return printJSON(out, deadLetterPage{ops.Views(list), next})
 		}
 		return printDeadLetters(out, list, next)
 	case "show":
-		list, _, err := listDeadLetters(ctx, q, dlqPageMax, "", true)
+		list, _, err := ops.ListDeadLetters(ctx, q, ops.DeadLetterPageMax, "", true)
 		if err != nil {
 			return err
 		}
@@ -165,34 +162,25 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 			return fmt.Errorf("%s is not a dead letter of %s", pos[0], target)
 		}
 		if *qf.json {
-			return printJSON(out, view(list[i]))
+			return printJSON(out, ops.View(list[i]))
 		}
 		return printDeadLetter(out, list[i])
 	case "redrive":
-		list := []queue.DeadLetter{}
-		all, _, err := listDeadLetters(ctx, q, dlqPageMax, "", true)
+		all, _, err := ops.ListDeadLetters(ctx, q, ops.DeadLetterPageMax, "", true)
 		if err != nil {
 			return err
 		}
-		for _, d := range all {
-			if *redriveAll || slices.Contains(pos, d.ID) {
-				list = append(list, d)
-			}
-		}
+		list, missing := ops.SelectDeadLetters(all, pos, *redriveAll, target)
 		l, closeDB, err := openLedger(*dbURL)
 		if err != nil {
 			return err
 		}
 		defer closeDB()
-		res, err := redriveDeadLetters(ctx, q, l, list)
+		res, err := ops.RedriveDeadLetters(ctx, q, l, list)
 		if err != nil {
 			return err
 		}
-		for _, id := range pos {
-			if !slices.ContainsFunc(list, func(d queue.DeadLetter) bool { return d.ID == id }) {
-				res.Kept = append(res.Kept, keptDeadLetter{DeadLetter: id, Reason: "not a dead letter of " + target})
-			}
-		}
+		res.Kept = append(res.Kept, missing...)
 		if *qf.json {
 			return printJSON(out, res)
 		}
@@ -202,7 +190,7 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 			fmt.Fprintf(out, "  kept %s: %s\n", k.DeadLetter, k.Reason)
 		}
 	case "delete":
-		n, err := q.DeleteDeadLetters(ctx, pos...)
+		n, err := ops.DeleteDeadLetters(ctx, q, pos)
 		if err != nil {
 			return err
 		}
@@ -243,46 +231,11 @@ func checkDLQArgs(action string, pos []string, all bool, limit int) error {
 	return nil
 }
 
-// listDeadLetters reads one page of up to limit dead letters from cursor,
-// or with allPages every page from there on.
-func listDeadLetters(ctx context.Context, q queue.Queue, limit int, cursor string, allPages bool) ([]queue.DeadLetter, string, error) {
-	var list []queue.DeadLetter
-	for {
-		page, next, err := q.DeadLetters(ctx, limit, cursor)
-		if err != nil {
-			return nil, "", err
-		}
-		list, cursor = append(list, page...), next
-		if !allPages || next == "" {
-			return list, next, nil
-		}
-	}
-}
-
-// deadLetterView is a dead letter as --json prints it: the body as JSON
-// when it is JSON (owed's envelope), as a string otherwise.
-type deadLetterView struct {
-	ID             string    `json:"id"`
-	Key            string    `json:"key"`
-	Reason         string    `json:"reason"`
-	DeadLetteredAt time.Time `json:"dead_lettered_at"`
-	Body           any       `json:"body"`
-}
-
-func view(d queue.DeadLetter) deadLetterView {
-	v := deadLetterView{ID: d.ID, Key: d.Key, Reason: d.Reason, DeadLetteredAt: d.DeadLetteredAt, Body: string(d.Body)}
-	if json.Valid(d.Body) {
-		v.Body = json.RawMessage(d.Body)
-	}
-	return v
-}
-
-func views(list []queue.DeadLetter) []deadLetterView {
-	out := make([]deadLetterView, len(list))
-	for i, d := range list {
-		out[i] = view(d)
-	}
-	return out
+// deadLetterPage is `dlq list --json`: next_cursor is absent on the last
+// page, so a script loops while it is there.
+type deadLetterPage struct {
+	DeadLetters []ops.DeadLetterView `json:"dead_letters"`
+	NextCursor  string               `json:"next_cursor,omitempty"`
 }
 
 // reasonWidth keeps the list table on one line per dead letter.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/ops"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/wire"
 	"github.com/owedhq/owed/internal/stacktest"
@@ -84,10 +85,13 @@ func TestDLQOnTheRESTBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	var list struct {
-		DeadLetters []deadLetterView `json:"dead_letters"`
+		DeadLetters []ops.DeadLetterView `json:"dead_letters"`
 	}
 	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.DeadLetters) != 2 {
 		t.Fatalf("dlq list --json = %s (%v); want two dead letters", out, err)
+	}
+	if strings.Contains(out, "next_cursor") {
+		t.Errorf("dlq list --json of the last page = %s; want no next_cursor", out)
 	}
 	if d := list.DeadLetters[0]; d.Key == "" || !strings.Contains(d.Reason, "provider answered 400") {
 		t.Errorf("dead letter %+v lacks its key or reason", d)
@@ -197,7 +201,7 @@ func TestDLQRedriveReopensOnlyFailedRows(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dlq redrive --all: %v", err)
 	}
-	var res redriveResult
+	var res ops.RedriveResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("dlq redrive --json = %s: %v", out, err)
 	}
