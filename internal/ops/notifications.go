@@ -71,7 +71,7 @@ type Event struct {
 // Steps that have not happened are absent.
 func Timeline(d ledger.Detail) []Event {
 	n := d.Notification
-	ev := []Event{{At: n.CreatedAt, What: "scheduled", Detail: "state " + string(n.State) + " now"}, {At: n.DueAt, What: "due"}}
+	ev := []Event{{At: n.CreatedAt, What: "scheduled"}, {At: n.DueAt, What: "due"}}
 	add := func(t *time.Time, e Event) {
 		if t != nil && !t.IsZero() {
 			e.At = *t
