@@ -104,7 +104,7 @@ func startStack(t *testing.T) *runningStack {
 	w, err := worker.New(worker.Options{Ledger: s.Ledger, Queue: s.Queue,
 		Route: func(string) (provider.Sender, error) { return s.Sender, nil },
 		Pace:  func(string) worker.Pacer { return stacktest.Unpaced{} }, Log: zerolog.Nop(), NoUndeliverable: true,
-		Concurrency: 4, VisibilityTimeout: 10 * time.Second, SendTimeout: 5 * time.Second, ShutdownTimeout: 10 * time.Second})
+		QueueDelayMax: 300 * time.Millisecond, Concurrency: 4, VisibilityTimeout: 10 * time.Second, SendTimeout: 5 * time.Second, ShutdownTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,20 +115,23 @@ func startStack(t *testing.T) *runningStack {
 	return &runningStack{Stack: s, console: opsSrv.URL + "/console/"}
 }
 
+// waitFor polls ok until it holds, or fails the test after two minutes.
+func (s *runningStack) waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); !ok(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 2 minutes", what)
+		}
+	}
+}
+
 // waitState polls the ledger until the row is in state.
 func (s *runningStack) waitState(t *testing.T, tenant string, id int64, state ledger.State) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	s.waitFor(t, fmt.Sprintf("row %d %s", id, state), func() bool {
 		got, err := s.Ledger.Get(context.Background(), tenant, id)
-		if err == nil && got.State == state {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("row %d is %s (%v) after 2 minutes, want %s", id, got.State, err, state)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && got.State == state
+	})
 }
 
 func browser(t *testing.T) context.Context {
@@ -195,8 +198,9 @@ func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Act
 
 // The on-call path in a real browser: log in, read the dashboard, find a
 // notification and its timeline, redrive a dead letter and see its row
-// delivered.
-func TestBrowserDashboardFindAndRedrive(t *testing.T) {
+// delivered, hold the provider account and see sends stop, resume it and
+// see them go.
+func TestBrowserOnCall(t *testing.T) {
 	bin := chromium(t)
 	t.Logf("chromium: %s", bin)
 	dir := artifacts(t)
@@ -297,6 +301,63 @@ func TestBrowserDashboardFindAndRedrive(t *testing.T) {
 	run(t, b, "open the audit trail", chromedp.Navigate(s.console+"audit"), chromedp.WaitVisible(chromedp.CSS(`#audit`)))
 	if a := text(t, b, "#audit"); !strings.Contains(a, "dlq_redrive") || !strings.Contains(a, "alice") {
 		t.Errorf("the audit trail lacks alice's redrive: %s", a)
+	}
+
+	// Hold the provider account: sends stop, rows wait without an attempt.
+	sentBefore, err := s.SandboxClient.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, b, "hold the account", chromedp.Navigate(s.console+"pauses"),
+		chromedp.WaitVisible(chromedp.CSS(`#hold-account`)),
+		chromedp.SendKeys(chromedp.CSS(`#hold-name`), "sandbox"),
+		chromedp.SendKeys(chromedp.CSS(`#hold-why`), "carrier incident"),
+		chromedp.Click(chromedp.CSS(`#hold-account`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
+		chromedp.Click(chromedp.CSS(`#confirm`)),
+		chromedp.WaitVisible(chromedp.CSS(`#result`)))
+	if got := text(t, b, "#result"); !strings.Contains(got, "sandbox is held") {
+		t.Errorf("the hold says %q", got)
+	}
+	held := s.Schedule(t, "acme", 3, time.Now(), func(i int, r *ledger.NewNotification) { r.Recipient = fmt.Sprintf("held-%d", i) })
+	for _, r := range held {
+		s.waitFor(t, fmt.Sprintf("row %d held back", r.ID), func() bool {
+			d, err := s.Ledger.Get(ctx, "acme", r.ID)
+			return err == nil && strings.Contains(d.LastError, "held by alice")
+		})
+	}
+	for _, r := range held {
+		if d, _ := s.Ledger.Get(ctx, "acme", r.ID); d.State.Settled() || d.Attempts != 0 {
+			t.Errorf("held row %d is %s with %d attempts, want owed with none", r.ID, d.State, d.Attempts)
+		}
+	}
+	if st, err := s.SandboxClient.Stats(ctx); err != nil || st.Accepted != sentBefore.Accepted {
+		t.Errorf("the sandbox accepted %d sends while the account was held (%v)", st.Accepted-sentBefore.Accepted, err)
+	}
+	run(t, b, "open the pauses", chromedp.Navigate(s.console+"pauses"), chromedp.WaitVisible(chromedp.CSS(`#accounts`)))
+	if acc := text(t, b, "#accounts"); !strings.Contains(acc, "held") || !strings.Contains(acc, "carrier incident") {
+		t.Errorf("the pauses page does not show the hold: %s", acc)
+	}
+	screenshot(t, b, dir, "pauses")
+	run(t, b, "open the dashboard", chromedp.Navigate(s.console), chromedp.WaitVisible(chromedp.CSS(`#accounts`)))
+	if acc := text(t, b, "#pace"); !strings.Contains(acc, "held") {
+		t.Errorf("the dashboard does not show the held account: %s", acc)
+	}
+	screenshot(t, b, dir, "dashboard-held")
+
+	// Resume it: the held rows go out.
+	run(t, b, "resume the account", chromedp.Navigate(s.console+"pauses"),
+		chromedp.WaitVisible(chromedp.CSS(`#resume-account-sandbox`)),
+		chromedp.Click(chromedp.CSS(`#resume-account-sandbox`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
+		chromedp.Click(chromedp.CSS(`#confirm`)),
+		chromedp.WaitVisible(chromedp.CSS(`#result`)))
+	for _, r := range held {
+		s.waitState(t, "acme", r.ID, ledger.StateDelivered)
+	}
+	run(t, b, "open the audit trail", chromedp.Navigate(s.console+"audit"), chromedp.WaitVisible(chromedp.CSS(`#audit`)))
+	if a := text(t, b, "#audit"); !strings.Contains(a, "account_hold") || !strings.Contains(a, "account_resume") {
+		t.Errorf("the audit trail lacks the hold and the resume: %s", a)
 	}
 	screenshot(t, b, dir, "audit")
 }

@@ -3,7 +3,8 @@
 // public port: a live dashboard (backlog, lag, duplicates, dead letters,
 // the provider pace, sends per minute with the last hour's chart), finding
 // notifications and each one's timeline, the dead letters with filtered and
-// bulk redrive and delete, and pausing sends. Pages are rendered on the
+// bulk redrive and delete, and pausing sends per provider account or
+// tenant. Pages are rendered on the
 // server from embedded templates; the only script-like thing is the
 // dashboard's meta refresh.
 //
@@ -29,6 +30,7 @@ import (
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
 )
 
@@ -52,7 +54,7 @@ type Options struct {
 	Refresh time.Duration
 }
 
-//go:embed templates/*.html static/*
+//go:embed templates/*.html templates/*.tmpl static/*
 var assets embed.FS
 
 // Console serves the pages.
@@ -62,6 +64,9 @@ type Console struct {
 	mux   *http.ServeMux
 	pages map[string]*template.Template
 	off   sync.Once
+	// accounts and tenants are the pace's operator pauses (pauses.go).
+	accounts *pace.Accounts
+	tenants  *pace.Tenants
 }
 
 // New returns the console's handler, to be mounted at Prefix.
@@ -74,6 +79,9 @@ func New(o Options) *Console {
 	}
 	c := &Console{o: o, auth: newAuth(o.Token, o.TrustedHeader, o.Clock.Now), mux: http.NewServeMux(),
 		pages: parsePages()}
+	if o.Ledger != nil {
+		c.accounts, c.tenants = pace.NewAccounts(o.Ledger.DB(), o.Clock), pace.NewTenants(o.Ledger.DB(), o.Clock)
+	}
 	if !c.Enabled() {
 		o.Log.Info().Msg(disabledMessage)
 	}
@@ -89,6 +97,8 @@ func New(o Options) *Console {
 	c.mux.HandleFunc("GET "+Prefix+"dead-letters", c.authed(c.deadLetters))
 	c.mux.HandleFunc("GET "+Prefix+"dead-letters/{id}", c.authed(c.deadLetter))
 	c.mux.HandleFunc("POST "+Prefix+"dead-letters/action", c.authed(c.deadLetterAction))
+	c.mux.HandleFunc("GET "+Prefix+"pauses", c.authed(c.pauses))
+	c.mux.HandleFunc("POST "+Prefix+"pauses/action", c.authed(c.pauseAct))
 	c.mux.HandleFunc("GET "+Prefix+"audit", c.authed(c.audit))
 	return c
 }
@@ -218,7 +228,7 @@ func parsePages() map[string]*template.Template {
 		if base == "layout" {
 			continue
 		}
-		out[base] = template.Must(template.New(base).Funcs(funcs).ParseFS(assets, "templates/layout.html", n))
+		out[base] = template.Must(template.New(base).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/*.tmpl", n))
 	}
 	return out
 }

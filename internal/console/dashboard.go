@@ -1,7 +1,6 @@
 package console
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -99,13 +98,4 @@ func buildChart(minutes []ledger.MinuteSends, now time.Time) (chart, int64) {
 			Title: first.Add(time.Duration(i)*time.Minute).Format("15:04") + " UTC: " + strconv.FormatInt(v, 10) + " sent"})
 	}
 	return ch, counts[n-2]
-}
-
-// paceView is the provider accounts' pace and pauses.
-type paceView struct {
-	LimitedMinutes int
-}
-
-func (c *Console) readPace(_ context.Context, _ *[]string) paceView {
-	return paceView{}
 }
