@@ -237,6 +237,9 @@ func TestBrowserOnCall(t *testing.T) {
 	if got := text(t, b, "#owed"); got != fmt.Sprint(len(later)) {
 		t.Errorf("the dashboard's owed backlog reads %q, want %d (the rows due in an hour)", got, len(later))
 	}
+	if got := text(t, b, "#spm-total"); got != fmt.Sprintf("%d in the last hour", len(rows)) {
+		t.Errorf("the dashboard's sends read %q, want the %d accepted sends", got, len(rows))
+	}
 	if got := text(t, b, "#dlq"); got != "1" {
 		t.Errorf("the dashboard's dead letters read %q, want 1", got)
 	}

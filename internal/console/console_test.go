@@ -20,6 +20,7 @@ import (
 	"github.com/owedhq/owed/internal/console"
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/stacktest"
 )
@@ -366,5 +367,38 @@ func TestPayloadIsHiddenUntilReadWithAReasonAndTheReadIsAudited(t *testing.T) {
 	}
 	if resp, _ := do(t, c, "GET", fmt.Sprintf("%s/console/notifications?id=%d", b.srv.URL, row.ID), nil, nil); resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("find by id answered %d, want a redirect to the row", resp.StatusCode)
+	}
+}
+
+// Pausing a tenant from the console is the pace's own pause
+// (pace.Tenants, as owedctl tenants pause), confirmed first, audited.
+func TestTenantPauseIsConfirmedAndAudited(t *testing.T) {
+	t.Parallel()
+	b := setup(t, token, "")
+	c := b.login(t, "alice")
+	_, page := do(t, c, "GET", b.srv.URL+"/console/pauses", nil, nil)
+	form := url.Values{"csrf": {csrfOf(t, page)}, "do": {"pause-tenant"}, "name": {"globex"}}
+	if resp, _ := do(t, c, "POST", b.srv.URL+"/console/pauses/action", form, nil); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a pause without a reason answered %d, want 400", resp.StatusCode)
+	}
+	form.Set("why", "runaway campaign")
+	if _, body := do(t, c, "POST", b.srv.URL+"/console/pauses/action", form, nil); !strings.Contains(body, "Yes, pause globex") {
+		t.Fatalf("no confirmation: %s", body)
+	}
+	tenants := pace.NewTenants(b.stack.DB.App, nil)
+	if list, _ := tenants.List(context.Background()); len(list) != 0 {
+		t.Fatalf("paused before the confirmation: %+v", list)
+	}
+	form.Set("confirm", "yes")
+	if resp, body := do(t, c, "POST", b.srv.URL+"/console/pauses/action", form, nil); resp.StatusCode != http.StatusOK || !strings.Contains(body, "globex is paused") {
+		t.Fatalf("the confirmed pause answered %d: %s", resp.StatusCode, body)
+	}
+	list, err := tenants.List(context.Background())
+	if err != nil || len(list) != 1 || list[0].Tenant != "globex" || list[0].Actor != "alice" || list[0].Reason != "runaway campaign" {
+		t.Errorf("paused tenants %+v (%v), want globex by alice", list, err)
+	}
+	actions, err := b.stack.Ledger.OperatorActions(context.Background(), 10)
+	if err != nil || len(actions) != 1 || actions[0].Action != "tenant_pause" || actions[0].Target != "tenant=globex" || actions[0].Operator != "alice" {
+		t.Errorf("audit rows %+v (%v), want alice's tenant_pause", actions, err)
 	}
 }
