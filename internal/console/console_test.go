@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,13 +10,13 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/console"
+	"github.com/owedhq/owed/internal/devstack/devstacktest"
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
@@ -27,35 +26,17 @@ import (
 
 const token = "console-test-token-0123456789"
 
-// syncBuffer is a log sink the handler writes from request goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type bundle struct {
 	stack *stacktest.Stack
 	srv   *httptest.Server
-	log   *syncBuffer
+	log   *devstacktest.Buffer
 }
 
 // setup serves a console over a fresh stack with o's token and header.
 func setup(t *testing.T, tok, header string) *bundle {
 	t.Helper()
 	s := stacktest.New(t, stacktest.Options{})
-	log := &syncBuffer{}
+	log := &devstacktest.Buffer{}
 	c := console.New(console.Options{Ledger: s.Ledger, Queue: s.Queue, Token: tok, TrustedHeader: header,
 		Log: zerolog.New(log)})
 	mux := http.NewServeMux()
