@@ -32,13 +32,19 @@ import (
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/service"
 )
 
 // Prefix is where the console is mounted.
 const Prefix = "/console/"
 
-// RefreshDefault is how often the dashboard reloads itself.
-const RefreshDefault = 5 * time.Second
+// RefreshDefault is how often the dashboard reloads itself; its figures are
+// read at most once per half of it, however many operators watch.
+const RefreshDefault = 10 * time.Second
+
+// dashboardTimeout bounds one reading of the dashboard's figures; the queue's
+// own bound (ops.QueueStatsTimeout) fits inside it.
+const dashboardTimeout = 15 * time.Second
 
 // Options are the console's parts and settings.
 type Options struct {
@@ -67,6 +73,7 @@ type Console struct {
 	// accounts and tenants are the pace's operator pauses (pauses.go).
 	accounts *pace.Accounts
 	tenants  *pace.Tenants
+	dash     *service.Cache[dashData]
 }
 
 // New returns the console's handler, to be mounted at Prefix.
@@ -82,6 +89,7 @@ func New(o Options) *Console {
 	if o.Ledger != nil {
 		c.accounts, c.tenants = pace.NewAccounts(o.Ledger.DB(), o.Clock), pace.NewTenants(o.Ledger.DB(), o.Clock)
 	}
+	c.dash = &service.Cache[dashData]{Fetch: c.readDashboard, TTL: o.Refresh / 2, FetchTimeout: dashboardTimeout, Clock: o.Clock}
 	if !c.Enabled() {
 		o.Log.Info().Msg(disabledMessage)
 	}

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -49,7 +50,19 @@ type dashData struct {
 }
 
 func (c *Console) dashboard(w http.ResponseWriter, r *http.Request, op operator) {
-	ctx := r.Context()
+	d, err := c.dash.Get(r.Context())
+	if err != nil {
+		d.Problems = append(d.Problems, err.Error())
+	}
+	p := page{Title: "Dashboard", Operator: op, CSRF: c.auth.csrf(op), Now: c.o.Clock.Now().UTC(),
+		Refresh: int(c.o.Refresh / time.Second), Data: d}
+	c.render(w, http.StatusOK, "dashboard", p)
+}
+
+// readDashboard reads everything the dashboard shows. Every viewer shares
+// one reading per half refresh (Console.dash): the delivery figures sort an
+// hour of settled rows, which a tab per operator must not multiply.
+func (c *Console) readDashboard(ctx context.Context) (dashData, error) {
 	now := c.o.Clock.Now().UTC()
 	var d dashData
 	h, err := ops.ReadHealth(ctx, c.o.Ledger, now, DashboardWindow)
@@ -67,8 +80,7 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request, op operator)
 	}
 	d.Chart, d.LastMinute = buildChart(minutes, now)
 	d.Pace = c.readPace(ctx, &d.Problems)
-	p := page{Title: "Dashboard", Operator: op, CSRF: c.auth.csrf(op), Now: now, Refresh: int(c.o.Refresh / time.Second), Data: d}
-	c.render(w, http.StatusOK, "dashboard", p)
+	return d, nil
 }
 
 // buildChart lays out one bar per minute of the window ending at now, the
