@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ops"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/backends"
@@ -103,7 +104,8 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 		"  depth     how many dead letters the queue holds\n"+
 		"  list      dead letters (--limit, --cursor, --all-pages)\n"+
 		"  show ID   one dead letter with its body\n"+
-		"  redrive   reopen the failed rows of these dead letters in the ledger (--all: every one);\n"+
+		"  redrive   reopen the failed rows of these dead letters in the ledger (--all: every one,\n"+
+		"            or with --tenant, --kind, --reason, --older-than every one they match);\n"+
 		"            the next sweep publishes them afresh and their dead letters are removed\n"+
 		"  delete    remove dead letters for good\n\n"+
 		"The queue is OWED_QUEUE_BACKEND (rest, sqs or jetstream) and its variables: for rest\n"+
@@ -121,12 +123,20 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 	allPages := fs.Bool("all-pages", false, "list: follow cursors to the end")
 	redriveAll := fs.Bool("all", false, "redrive: every dead letter of the queue")
 	dbURL := databaseFlag(fs, "redrive: the owed database, where the failed rows are reopened")
+	var ff ops.DeadLetterFilter
+	fs.StringVar(&ff.Tenant, "tenant", "", "redrive --all: only dead letters of this tenant's rows")
+	fs.StringVar(&ff.Kind, "kind", "", "redrive --all: only dead letters of rows of this kind")
+	fs.StringVar(&ff.Reason, "reason", "", "redrive --all: only dead letters whose reason contains this (any case)")
+	fs.DurationVar(&ff.OlderThan, "older-than", 0, "redrive --all: only dead letters at least this old, e.g. 10m")
 	pos, err := parseInterleaved(fs, tail)
 	if err != nil {
 		return err
 	}
 	if err := checkDLQArgs(action, pos, *redriveAll, *limit); err != nil {
 		return err
+	}
+	if !ff.Empty() && (action != "redrive" || !*redriveAll) {
+		return usageError{"--tenant, --kind, --reason and --older-than narrow redrive --all"}
 	}
 	q, target, err := qf.open(ctx)
 	if err != nil {
@@ -166,16 +176,18 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 		}
 		return printDeadLetter(out, list[i])
 	case "redrive":
-		all, _, err := ops.ListDeadLetters(ctx, q, ops.DeadLetterPageMax, "", true)
-		if err != nil {
-			return err
-		}
-		list, missing := ops.SelectDeadLetters(all, pos, *redriveAll, target)
 		l, closeDB, err := openLedger(*dbURL)
 		if err != nil {
 			return err
 		}
 		defer closeDB()
+		// The filter is the console's (ops.FindDeadLetters); empty, it
+		// keeps every dead letter.
+		found, err := ops.FindDeadLetters(ctx, q, l, ff, clock.Real().Now())
+		if err != nil {
+			return err
+		}
+		list, missing := ops.SelectDeadLetters(ops.Plain(found), pos, *redriveAll, target)
 		res, err := ops.RedriveDeadLetters(ctx, q, l, list)
 		if err != nil {
 			return err

@@ -221,3 +221,60 @@ func TestDLQRedriveReopensOnlyFailedRows(t *testing.T) {
 		t.Errorf("dead letters after redrive: %+v (%v), want 3", st, err)
 	}
 }
+
+// redrive --all narrowed by --tenant reopens only that tenant's failed rows,
+// through the console's filter (ops.FindDeadLetters).
+func TestDLQRedriveAllOfOneTenant(t *testing.T) {
+	q, _, s := setupStackDeadLetters(t)
+	ctx := context.Background()
+	due := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	rows := map[string]ledger.Scheduled{"acme": s.Schedule(t, "acme", 1, due, nil)[0], "globex": s.Schedule(t, "globex", 1, due, nil)[0]}
+	var msgs []queue.Message
+	for tenant, r := range rows {
+		c, err := s.Ledger.ClaimForSend(ctx, tenant, r.ID, ledger.ClaimParams{DueAt: due, LeaseFor: time.Minute})
+		if err != nil || c.Outcome != ledger.ClaimSend {
+			t.Fatalf("claim: %v %v", c.Outcome, err)
+		}
+		if err := s.Ledger.SettleFailed(ctx, c.Hold, "provider answered 400", nil, false); err != nil {
+			t.Fatal(err)
+		}
+		body, err := envelope.Encode(envelope.Envelope{Tenant: tenant, ID: r.ID, DueAt: due, Key: ledger.IdempotencyKey("owed-", r.ID, due)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, queue.Message{Key: fmt.Sprintf("row-%d", r.ID), Body: body})
+	}
+	if _, err := q.Publish(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	for n, deadline := 0, time.Now().Add(30*time.Second); n < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("dead-lettered %d of 2 row messages", n)
+		}
+		ds, err := q.Receive(ctx, 10, time.Second, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if strings.HasPrefix(d.Key, "row-") {
+				if err := q.DeadLetter(ctx, d, "failed"); err != nil {
+					t.Fatal(err)
+				}
+				n++
+			}
+		}
+	}
+	if _, err := dlq(t, "redrive", "1", "--tenant", "acme", "--database-url", s.DB.AppURL); err == nil {
+		t.Error("--tenant without --all was accepted")
+	}
+	out, err := dlq(t, "redrive", "--all", "--tenant", "globex", "--json", "--database-url", s.DB.AppURL)
+	if err != nil || !strings.Contains(out, `"redriven": 1`) {
+		t.Fatalf("dlq redrive --all --tenant globex = %s, %v; want one redriven", out, err)
+	}
+	if got, _ := s.Ledger.Get(ctx, "globex", rows["globex"].ID); got.State != ledger.StatePending {
+		t.Errorf("globex's row is %s, want pending", got.State)
+	}
+	if got, _ := s.Ledger.Get(ctx, "acme", rows["acme"].ID); got.State != ledger.StateFailed {
+		t.Errorf("acme's row is %s, want still failed: it is not the tenant asked for", got.State)
+	}
+}
