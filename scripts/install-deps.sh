@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # install-deps.sh: installs what the tests need and a fresh machine may lack
-# (PostgreSQL server binaries, the local SQS server). Debian and npm packages;
+# (PostgreSQL server binaries, headless Chromium for the console's browser
+# tests, the local SQS server). Debian and npm packages;
 # needs root for apt-get.
 set -euo pipefail
 need=()
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   need+=(postgresql)
+fi
+# The console's browser tests (internal/console) drive Debian's chromium.
+if ! command -v chromium >/dev/null 2>&1; then
+  need+=(chromium)
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

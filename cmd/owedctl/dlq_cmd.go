@@ -15,6 +15,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/ops"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/rest"
@@ -93,10 +95,6 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 
 const dlqExample = "OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl dlq list --limit 20"
 
-// dlqPageMax is the page size show and redrive --all read the dead letters
-// with; each backend caps it at its own limit.
-const dlqPageMax = 1000
-
 // dlqCmd inspects, redrives and deletes the configured queue's dead letters.
 func dlqCmd(ctx context.Context, args []string) error { return runDLQ(ctx, os.Stdout, args) }
 
@@ -106,7 +104,8 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 		"  depth     how many dead letters the queue holds\n"+
 		"  list      dead letters (--limit, --cursor, --all-pages)\n"+
 		"  show ID   one dead letter with its body\n"+
-		"  redrive   reopen the failed rows of these dead letters in the ledger (--all: every one);\n"+
+		"  redrive   reopen the failed rows of these dead letters in the ledger (--all: every one,\n"+
+		"            or with --tenant, --kind, --reason, --older-than every one they match);\n"+
 		"            the next sweep publishes them afresh and their dead letters are removed\n"+
 		"  delete    remove dead letters for good\n\n"+
 		"The queue is OWED_QUEUE_BACKEND (rest, sqs or jetstream) and its variables: for rest\n"+
@@ -124,12 +123,20 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 	allPages := fs.Bool("all-pages", false, "list: follow cursors to the end")
 	redriveAll := fs.Bool("all", false, "redrive: every dead letter of the queue")
 	dbURL := databaseFlag(fs, "redrive: the owed database, where the failed rows are reopened")
+	var ff ops.DeadLetterFilter
+	fs.StringVar(&ff.Tenant, "tenant", "", "redrive --all: only dead letters of this tenant's rows")
+	fs.StringVar(&ff.Kind, "kind", "", "redrive --all: only dead letters of rows of this kind")
+	fs.StringVar(&ff.Reason, "reason", "", "redrive --all: only dead letters whose reason contains this (any case)")
+	fs.DurationVar(&ff.OlderThan, "older-than", 0, "redrive --all: only dead letters at least this old, e.g. 10m")
 	pos, err := parseInterleaved(fs, tail)
 	if err != nil {
 		return err
 	}
 	if err := checkDLQArgs(action, pos, *redriveAll, *limit); err != nil {
 		return err
+	}
+	if !ff.Empty() && (action != "redrive" || !*redriveAll) {
+		return usageError{"--tenant, --kind, --reason and --older-than narrow redrive --all"}
 	}
 	q, target, err := qf.open(ctx)
 	if err != nil {
@@ -147,16 +154,16 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 		}
 		fmt.Fprintf(out, "%s: %d dead letters\n", target, st.DeadLetterDepth)
 	case "list":
-		list, next, err := listDeadLetters(ctx, q, *limit, *cursor, *allPages)
+		list, next, err := ops.ListDeadLetters(ctx, q, *limit, *cursor, *allPages)
 		if err != nil {
 			return err
 		}
 		if *qf.json {
-			return printJSON(out, map[string]any{"dead_letters": views(list), "next_cursor": next})
+			return printJSON(out, deadLetterPage{ops.Views(list), next})
 		}
 		return printDeadLetters(out, list, next)
 	case "show":
-		list, _, err := listDeadLetters(ctx, q, dlqPageMax, "", true)
+		list, _, err := ops.ListDeadLetters(ctx, q, ops.DeadLetterPageMax, "", true)
 		if err != nil {
 			return err
 		}
@@ -165,34 +172,27 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 			return fmt.Errorf("%s is not a dead letter of %s", pos[0], target)
 		}
 		if *qf.json {
-			return printJSON(out, view(list[i]))
+			return printJSON(out, ops.View(list[i]))
 		}
 		return printDeadLetter(out, list[i])
 	case "redrive":
-		list := []queue.DeadLetter{}
-		all, _, err := listDeadLetters(ctx, q, dlqPageMax, "", true)
-		if err != nil {
-			return err
-		}
-		for _, d := range all {
-			if *redriveAll || slices.Contains(pos, d.ID) {
-				list = append(list, d)
-			}
-		}
 		l, closeDB, err := openLedger(*dbURL)
 		if err != nil {
 			return err
 		}
 		defer closeDB()
-		res, err := redriveDeadLetters(ctx, q, l, list)
+		// The filter is the console's (ops.FindDeadLetters); empty, it
+		// keeps every dead letter.
+		found, err := ops.FindDeadLetters(ctx, q, l, ff, clock.Real().Now())
 		if err != nil {
 			return err
 		}
-		for _, id := range pos {
-			if !slices.ContainsFunc(list, func(d queue.DeadLetter) bool { return d.ID == id }) {
-				res.Kept = append(res.Kept, keptDeadLetter{DeadLetter: id, Reason: "not a dead letter of " + target})
-			}
+		list, missing := ops.SelectDeadLetters(ops.Plain(found), pos, *redriveAll, target)
+		res, err := ops.RedriveDeadLetters(ctx, q, l, list)
+		if err != nil {
+			return err
 		}
+		res.Kept = append(res.Kept, missing...)
 		if *qf.json {
 			return printJSON(out, res)
 		}
@@ -202,7 +202,7 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 			fmt.Fprintf(out, "  kept %s: %s\n", k.DeadLetter, k.Reason)
 		}
 	case "delete":
-		n, err := q.DeleteDeadLetters(ctx, pos...)
+		n, err := ops.DeleteDeadLetters(ctx, q, pos)
 		if err != nil {
 			return err
 		}
@@ -243,46 +243,11 @@ func checkDLQArgs(action string, pos []string, all bool, limit int) error {
 	return nil
 }
 
-// listDeadLetters reads one page of up to limit dead letters from cursor,
-// or with allPages every page from there on.
-func listDeadLetters(ctx context.Context, q queue.Queue, limit int, cursor string, allPages bool) ([]queue.DeadLetter, string, error) {
-	var list []queue.DeadLetter
-	for {
-		page, next, err := q.DeadLetters(ctx, limit, cursor)
-		if err != nil {
-			return nil, "", err
-		}
-		list, cursor = append(list, page...), next
-		if !allPages || next == "" {
-			return list, next, nil
-		}
-	}
-}
-
-// deadLetterView is a dead letter as --json prints it: the body as JSON
-// when it is JSON (owed's envelope), as a string otherwise.
-type deadLetterView struct {
-	ID             string    `json:"id"`
-	Key            string    `json:"key"`
-	Reason         string    `json:"reason"`
-	DeadLetteredAt time.Time `json:"dead_lettered_at"`
-	Body           any       `json:"body"`
-}
-
-func view(d queue.DeadLetter) deadLetterView {
-	v := deadLetterView{ID: d.ID, Key: d.Key, Reason: d.Reason, DeadLetteredAt: d.DeadLetteredAt, Body: string(d.Body)}
-	if json.Valid(d.Body) {
-		v.Body = json.RawMessage(d.Body)
-	}
-	return v
-}
-
-func views(list []queue.DeadLetter) []deadLetterView {
-	out := make([]deadLetterView, len(list))
-	for i, d := range list {
-		out[i] = view(d)
-	}
-	return out
+// deadLetterPage is `dlq list --json`: next_cursor is absent on the last
+// page, so a script loops while it is there.
+type deadLetterPage struct {
+	DeadLetters []ops.DeadLetterView `json:"dead_letters"`
+	NextCursor  string               `json:"next_cursor,omitempty"`
 }
 
 // reasonWidth keeps the list table on one line per dead letter.

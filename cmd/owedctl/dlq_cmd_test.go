@@ -12,6 +12,7 @@ import (
 
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/ops"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/wire"
 	"github.com/owedhq/owed/internal/stacktest"
@@ -84,10 +85,13 @@ func TestDLQOnTheRESTBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	var list struct {
-		DeadLetters []deadLetterView `json:"dead_letters"`
+		DeadLetters []ops.DeadLetterView `json:"dead_letters"`
 	}
 	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.DeadLetters) != 2 {
 		t.Fatalf("dlq list --json = %s (%v); want two dead letters", out, err)
+	}
+	if strings.Contains(out, "next_cursor") {
+		t.Errorf("dlq list --json of the last page = %s; want no next_cursor", out)
 	}
 	if d := list.DeadLetters[0]; d.Key == "" || !strings.Contains(d.Reason, "provider answered 400") {
 		t.Errorf("dead letter %+v lacks its key or reason", d)
@@ -197,7 +201,7 @@ func TestDLQRedriveReopensOnlyFailedRows(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dlq redrive --all: %v", err)
 	}
-	var res redriveResult
+	var res ops.RedriveResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("dlq redrive --json = %s: %v", out, err)
 	}
@@ -215,5 +219,62 @@ func TestDLQRedriveReopensOnlyFailedRows(t *testing.T) {
 	// The two junk dead letters of the setup and the pending row's stay.
 	if st, err := q.Stats(ctx); err != nil || st.DeadLetterDepth != 3 {
 		t.Errorf("dead letters after redrive: %+v (%v), want 3", st, err)
+	}
+}
+
+// redrive --all narrowed by --tenant reopens only that tenant's failed rows,
+// through the console's filter (ops.FindDeadLetters).
+func TestDLQRedriveAllOfOneTenant(t *testing.T) {
+	q, _, s := setupStackDeadLetters(t)
+	ctx := context.Background()
+	due := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	rows := map[string]ledger.Scheduled{"acme": s.Schedule(t, "acme", 1, due, nil)[0], "globex": s.Schedule(t, "globex", 1, due, nil)[0]}
+	var msgs []queue.Message
+	for tenant, r := range rows {
+		c, err := s.Ledger.ClaimForSend(ctx, tenant, r.ID, ledger.ClaimParams{DueAt: due, LeaseFor: time.Minute})
+		if err != nil || c.Outcome != ledger.ClaimSend {
+			t.Fatalf("claim: %v %v", c.Outcome, err)
+		}
+		if err := s.Ledger.SettleFailed(ctx, c.Hold, "provider answered 400", nil, false); err != nil {
+			t.Fatal(err)
+		}
+		body, err := envelope.Encode(envelope.Envelope{Tenant: tenant, ID: r.ID, DueAt: due, Key: ledger.IdempotencyKey("owed-", r.ID, due)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, queue.Message{Key: fmt.Sprintf("row-%d", r.ID), Body: body})
+	}
+	if _, err := q.Publish(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	for n, deadline := 0, time.Now().Add(30*time.Second); n < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("dead-lettered %d of 2 row messages", n)
+		}
+		ds, err := q.Receive(ctx, 10, time.Second, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if strings.HasPrefix(d.Key, "row-") {
+				if err := q.DeadLetter(ctx, d, "failed"); err != nil {
+					t.Fatal(err)
+				}
+				n++
+			}
+		}
+	}
+	if _, err := dlq(t, "redrive", "1", "--tenant", "acme", "--database-url", s.DB.AppURL); err == nil {
+		t.Error("--tenant without --all was accepted")
+	}
+	out, err := dlq(t, "redrive", "--all", "--tenant", "globex", "--json", "--database-url", s.DB.AppURL)
+	if err != nil || !strings.Contains(out, `"redriven": 1`) {
+		t.Fatalf("dlq redrive --all --tenant globex = %s, %v; want one redriven", out, err)
+	}
+	if got, _ := s.Ledger.Get(ctx, "globex", rows["globex"].ID); got.State != ledger.StatePending {
+		t.Errorf("globex's row is %s, want pending", got.State)
+	}
+	if got, _ := s.Ledger.Get(ctx, "acme", rows["acme"].ID); got.State != ledger.StateFailed {
+		t.Errorf("acme's row is %s, want still failed: it is not the tenant asked for", got.State)
 	}
 }

@@ -29,7 +29,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"migrate":       {"apply, roll back or show database migrations", migrateCmd},
 		"queue":         {"run the local queue emulator (queue serve)", queueCmd},
-		"provider":      {"run the local sandbox provider (provider serve); resume a paused provider account (provider resume)", providerCmd},
+		"provider":      {"run the local sandbox provider (provider serve); pause or resume a provider account (provider pause|resume)", providerCmd},
 		"dlq":           {"dead-letter inspection and redrive", dlqCmd},
 		"dev":           {"run the whole system on this machine (make run)", devCmd},
 		"tokens":        {"create, list and revoke tenant API tokens", tokensCmd},
@@ -37,6 +37,7 @@ func commands() map[string]command {
 		"stats":         {"the delivery health numbers", statsCmd},
 		"drill":         {"run the stack under faults and check every invariant", drillCmd},
 		"recipients":    {"list and clear undeliverable recipients (recipients list|clear)", recipientsCmd},
+		"tenants":       {"pause, resume and list paused tenants (tenants pause|resume|list)", tenantsCmd},
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/ops"
 )
 
 const notificationsExample = "owedctl notifications find --tenant acme --recipient user-42 --kind reminder"
@@ -63,21 +63,18 @@ func notificationsShow(ctx context.Context, out io.Writer, args []string) error 
 	if len(pos) != 1 {
 		return usageError{"show takes exactly one notification id"}
 	}
-	id, err := strconv.ParseInt(pos[0], 10, 64)
-	if err != nil || id <= 0 {
-		return usageError{fmt.Sprintf("notification id %q is not a positive integer", pos[0])}
+	id, err := ops.ParseID(pos[0])
+	if err != nil {
+		return usageError{err.Error()}
 	}
 	l, closeDB, err := openLedger(*dbURL)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	d, err := l.GetAny(ctx, id)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return fmt.Errorf("notification %d not found in any tenant", id)
-	}
+	d, err := ops.ShowNotification(ctx, l, id)
 	if err != nil {
-		return fmt.Errorf("read notification %d: %w", id, err)
+		return err
 	}
 	if *asJSON {
 		return printJSON(out, d)
@@ -111,9 +108,9 @@ func notificationsFind(ctx context.Context, out io.Writer, args []string) error 
 		return err
 	}
 	defer closeDB()
-	rows, err := l.Find(ctx, *tenant, ledger.Filter{Recipient: *recipient, RefID: *ref, Kind: *kind, Limit: *limit})
+	rows, err := ops.FindNotifications(ctx, l, *tenant, ledger.Filter{Recipient: *recipient, RefID: *ref, Kind: *kind, Limit: *limit})
 	if err != nil {
-		return fmt.Errorf("find notifications of tenant %q: %w", *tenant, err)
+		return err
 	}
 	if *asJSON {
 		return printJSON(out, map[string]any{"notifications": rows})
@@ -161,6 +158,7 @@ func printDetail(out io.Writer, d ledger.Detail) {
 	fmt.Fprintln(out)
 	if len(d.History) == 0 {
 		fmt.Fprintln(out, "no send attempts")
+		printTimeline(out, ops.Timeline(d))
 		return
 	}
 	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -180,6 +178,19 @@ func printDetail(out io.Writer, d ledger.Detail) {
 	}
 	w.Flush()
 	printReceipts(out, d.Receipts)
+	printTimeline(out, ops.Timeline(d))
+}
+
+// printTimeline prints the row's life in time order, as the console's
+// notification page shows it.
+func printTimeline(out io.Writer, events []ops.Event) {
+	fmt.Fprintln(out, "\ntimeline:")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	for _, e := range events {
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\n", stamp(&e.At), e.What, dash(e.Outcome), dash(e.Provider),
+			dash(e.ProviderMessageID), dash(strings.ReplaceAll(e.Detail, "\n", " ")))
+	}
+	w.Flush()
 }
 
 // receiptLine is a row's confirmed outcome: "bounced (HardBounce) at …",

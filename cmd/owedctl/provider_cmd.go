@@ -41,7 +41,10 @@ func providerCmd(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "resume" {
 		return providerResume(ctx, args[1:])
 	}
-	const synopsis = "provider serve [flags] | provider resume --account NAME"
+	if len(args) > 0 && args[0] == "pause" {
+		return providerPause(ctx, args[1:])
+	}
+	const synopsis = "provider serve [flags] | provider pause --account NAME --reason TEXT | provider resume --account NAME"
 	const example = "OWED_SANDBOX_SECRET=whsec_$(openssl rand -base64 32) owedctl provider serve --rate 40/m --error-rate 0.05 --permanent-recipient bounce"
 	env := sandboxEnv{Addr: sandbox.DefaultAddr, Rate: sandbox.DefaultRate, Burst: sandbox.DefaultBurst,
 		TimeoutSeconds: sandbox.DefaultTimeoutSeconds, TimeoutMode: sandbox.Timeout504,
@@ -69,7 +72,7 @@ func providerCmd(ctx context.Context, args []string) error {
 			return errHelp
 		}
 		fs.Usage()
-		return usageError{"missing or unknown action: serve (the sandbox) or resume (a paused provider account)"}
+		return usageError{"missing or unknown action: serve (the sandbox), pause or resume (a provider account)"}
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err

@@ -6,17 +6,20 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/owedhq/owed/internal/pace"
 )
 
-// providerResume is `owedctl provider resume --account NAME`: it closes the
-// provider account's circuit that an account error opened (an expired
-// credential, no credit), so every worker sends on the account again at
-// once instead of waiting for the next probe. It connects as the runtime
-// role, like the workers, and resumes through owed_provider_account_resume
-// (migrations/00022); the rows the pause held back are still queued and
-// come back within OWED_PROVIDER_ACCOUNT_PAUSE.
+// providerResume is `owedctl provider resume --account NAME`: it lifts
+// on-call's hold of the account (provider pause) and closes the circuit
+// that an account error opened (an expired credential, no credit), so every
+// worker sends on the account again at once instead of waiting for the
+// next probe. It connects as the runtime role, like the workers, and
+// resumes through owed_provider_account_unhold (migrations/00029) and
+// owed_provider_account_resume (migrations/00022); the rows the pause held
+// back are still queued and come back within OWED_PROVIDER_ACCOUNT_PAUSE
+// (a minute after a hold).
 func providerResume(ctx context.Context, args []string) error {
 	return runProviderResume(ctx, os.Stdout, args)
 }
@@ -33,10 +36,7 @@ func runProviderResume(ctx context.Context, out io.Writer, args []string) error 
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	if *account == "" || len(*account) > pace.MaxAccountLength {
-		return usageError{fmt.Sprintf("--account: name the provider account (1 to %d bytes), as the OwedProviderAccountPaused alert does", pace.MaxAccountLength)}
-	}
-	accounts, done, err := openWith(*dbURL, func(db *sql.DB) *pace.Accounts { return pace.NewAccounts(db, nil) })
+	accounts, done, err := openAccounts(*account, *dbURL)
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,63 @@ func runProviderResume(ctx context.Context, out io.Writer, args []string) error 
 		fmt.Fprintf(out, "provider account %s was not paused; nothing changed\n", *account)
 		return nil
 	}
-	fmt.Fprintf(out, "provider account %s resumed (paused since %s: %s %s); workers send on it again, and the rows it held back return within OWED_PROVIDER_ACCOUNT_PAUSE\n",
-		*account, st.Since.UTC().Format("2006-01-02T15:04:05Z"), st.Reason, st.Error)
+	if h := st.Hold; h != nil {
+		fmt.Fprintf(out, "provider account %s: the hold by %s since %s is lifted (%s)\n", *account, h.Actor,
+			h.Since.Format(time.RFC3339), h.Reason)
+	}
+	if st.Open() {
+		fmt.Fprintf(out, "provider account %s resumed (paused since %s: %s %s); workers send on it again, and the rows it held back return within OWED_PROVIDER_ACCOUNT_PAUSE\n",
+			*account, st.Since.UTC().Format(time.RFC3339), st.Reason, st.Error)
+	} else {
+		fmt.Fprintf(out, "provider account %s resumed; workers send on it again, and the rows it held back return within a minute\n", *account)
+	}
 	return nil
+}
+
+// providerPause is `owedctl provider pause --account NAME --reason TEXT`:
+// on-call's hold of a provider account. No worker sends on it, nor probes
+// it, until `owedctl provider resume --account NAME`; the rows routed to it
+// go back to the queue without an attempt and come back every minute to
+// look again. The actor is the OS user unless --actor names another.
+func providerPause(ctx context.Context, args []string) error {
+	return runProviderPause(ctx, os.Stdout, args)
+}
+
+// runProviderPause is providerPause writing to out.
+func runProviderPause(ctx context.Context, out io.Writer, args []string) error {
+	fs := newFlags("provider pause", "provider pause --account NAME --reason TEXT [--actor NAME] [--database-url URL]",
+		`owedctl provider pause --account twilio --reason "carrier incident, ticket 4711"`)
+	account := fs.String("account", "", "the provider account to hold: the provider's name as the worker's metrics and log name it (e.g. twilio, sendgrid, webhook)")
+	reason := fs.String("reason", "", "why, for the other operators (shown by the rows' last error and resume)")
+	actor := actorFlag(fs)
+	dbURL := ledgerDatabaseFlag(fs)
+	if err := parseOnlyFlags(fs, args, ""); err != nil {
+		return err
+	}
+	if *reason == "" {
+		return usageError{"--reason: say why the account is held"}
+	}
+	who, err := actorName(*actor)
+	if err != nil {
+		return err
+	}
+	accounts, done, err := openAccounts(*account, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := accounts.Hold(ctx, *account, *reason, who); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "provider account %s held by %s: no worker sends on it until `owedctl provider resume --account %s`\n",
+		*account, who, *account)
+	return nil
+}
+
+// openAccounts checks --account and opens the accounts' circuits and holds.
+func openAccounts(account, dbURL string) (*pace.Accounts, func(), error) {
+	if account == "" || len(account) > pace.MaxAccountLength {
+		return nil, nil, usageError{fmt.Sprintf("--account: name the provider account (1 to %d bytes), as the OwedProviderAccountPaused alert does", pace.MaxAccountLength)}
+	}
+	return openWith(dbURL, func(db *sql.DB) *pace.Accounts { return pace.NewAccounts(db, nil) })
 }

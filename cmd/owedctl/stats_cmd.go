@@ -10,30 +10,8 @@ import (
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/pace"
+	"github.com/owedhq/owed/internal/ops"
 )
-
-// queueStatsTimeout bounds the dead-letter look-up so an unreachable queue
-// prints "unknown" instead of hanging the command.
-const queueStatsTimeout = 10 * time.Second
-
-// healthStats is what `owedctl stats` reports, also its --json shape.
-type healthStats struct {
-	Delivery ledger.Stats `json:"delivery"`
-	// Receipts splits the rows the providers accepted by what they
-	// confirmed since (docs/receipts.md).
-	Receipts ledger.ReceiptStats `json:"receipts"`
-	Backlog  ledger.Backlog      `json:"backlog"`
-	// DeadLetterDepth is nil when the queue could not be asked;
-	// DeadLetterUnknown then says why.
-	DeadLetterDepth   *int64 `json:"dead_letter_depth"`
-	DeadLetterUnknown string `json:"dead_letter_unknown,omitempty"`
-	// ProviderLimitedMinutes counts the minutes of the window in which a
-	// worker got a provider 429 (pace.LimitedMinutes); WindowMinutes is the
-	// window's length in minutes.
-	ProviderLimitedMinutes int `json:"provider_limited_minutes"`
-	WindowMinutes          int `json:"window_minutes"`
-}
 
 func statsCmd(ctx context.Context, args []string) error {
 	return runStats(ctx, os.Stdout, args)
@@ -58,19 +36,9 @@ func runStats(ctx context.Context, out io.Writer, args []string) error {
 	}
 	defer closeDB()
 
-	h := healthStats{WindowMinutes: int((*since + time.Minute - 1) / time.Minute)}
-	from := clock.Real().Now().Add(-*since)
-	if h.Delivery, err = l.Stats(ctx, from); err != nil {
-		return fmt.Errorf("read delivery stats: %w", err)
-	}
-	if h.Receipts, err = l.ReceiptStats(ctx, from); err != nil {
-		return fmt.Errorf("read the receipt stats: %w", err)
-	}
-	if h.Backlog, err = l.Backlog(ctx); err != nil {
-		return fmt.Errorf("read the owed backlog: %w", err)
-	}
-	if h.ProviderLimitedMinutes, err = pace.LimitedMinutes(ctx, l.DB(), from); err != nil {
-		return fmt.Errorf("read the provider-limited minutes: %w", err)
+	h, err := ops.ReadHealth(ctx, l, clock.Real().Now(), *since)
+	if err != nil {
+		return err
 	}
 	h.DeadLetterDepth, h.DeadLetterUnknown = deadLetterDepth(ctx, qf)
 
@@ -81,29 +49,23 @@ func runStats(ctx context.Context, out io.Writer, args []string) error {
 	return nil
 }
 
-// deadLetterDepth asks the queue, or says why it could not: stats is most
-// needed when something is broken, so a missing queue must not hide the
-// ledger's numbers.
+// deadLetterDepth asks the configured queue (ops.DeadLetterDepth), or says
+// why it could not.
 func deadLetterDepth(ctx context.Context, qf queueFlags) (*int64, string) {
 	if os.Getenv("OWED_QUEUE_URL") == "" && os.Getenv("OWED_QUEUE_BACKEND") == "" {
 		return nil, "the queue is not configured: set OWED_QUEUE_URL and OWED_QUEUE_TOKEN, or OWED_QUEUE_BACKEND and its variables"
 	}
-	ctx, cancel := context.WithTimeout(ctx, queueStatsTimeout)
+	ctx, cancel := context.WithTimeout(ctx, ops.QueueStatsTimeout)
 	defer cancel()
 	q, _, err := qf.open(ctx)
 	if err != nil {
 		return nil, err.Error()
 	}
 	defer q.Close()
-	// The backends' errors never carry a token, so they are safe to print.
-	st, err := q.Stats(ctx)
-	if err != nil {
-		return nil, "queue stats: " + err.Error()
-	}
-	return &st.DeadLetterDepth, ""
+	return ops.DeadLetterDepth(ctx, q)
 }
 
-func printHealth(out io.Writer, h healthStats, since time.Duration) {
+func printHealth(out io.Writer, h ops.Health, since time.Duration) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	d := h.Delivery
 	fmt.Fprintf(w, "window:\tlast %s (since %s)\n", since, stamp(&d.Since))

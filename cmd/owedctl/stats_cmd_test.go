@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/owedhq/owed/internal/ops"
 )
 
 // The stats tests set OWED_QUEUE_URL with t.Setenv, so they do not run in
@@ -39,7 +41,7 @@ func TestStatsJSON(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stats --json: %v", err)
 	}
-	var h healthStats
+	var h ops.Health
 	if err := json.Unmarshal([]byte(out), &h); err != nil {
 		t.Fatalf("stats --json is not JSON: %v\n%s", err, out)
 	}

@@ -46,7 +46,7 @@ func (s *Stack) binaries() (binaries, error) {
 func (s *Stack) startChildren(ctx context.Context, b binaries, urls roleURLs) error {
 	cfg := s.cfg
 	s.ep = Endpoints{API: httpURL(cfg.SweeperPort), Metrics: httpURL(cfg.SweeperMetricsPort), QueueURL: httpURL(cfg.QueuePort),
-		SandboxURL: httpURL(cfg.SandboxPort), CronSecret: secret(16), ServiceToken: secret(16), AppURL: urls.app,
+		SandboxURL: httpURL(cfg.SandboxPort), CronSecret: secret(16), ServiceToken: secret(16), ConsoleToken: secret(16), AppURL: urls.app,
 		WebhookSecret: webhookSecret()}
 	if cfg.Queue == backends.JetStream {
 		s.ep.QueueURL = s.natsURL()
@@ -83,7 +83,8 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, urls roleURLs) er
 		}
 		children = append(children, s.childSpec(name, b.sweeper, nil, port, queueVars, cfg.Tuning.SweeperEnv, s.roleVars(), map[string]string{
 			"OWED_DATABASE_URL": urls.app, "OWED_LISTEN_ADDR": addr(port), "OWED_METRICS_ADDR": metrics,
-			"OWED_CRON_SECRET": s.ep.CronSecret, "OWED_API_TOKEN": s.ep.ServiceToken, "OWED_PROVIDER_RATE": cfg.Rate}))
+			"OWED_CRON_SECRET": s.ep.CronSecret, "OWED_API_TOKEN": s.ep.ServiceToken, "OWED_PROVIDER_RATE": cfg.Rate,
+			"OWED_CONSOLE_TOKEN": s.ep.ConsoleToken}))
 		s.ep.SweeperURLs = append(s.ep.SweeperURLs, httpURL(port))
 	}
 	for i, port := range cfg.WorkerPorts {

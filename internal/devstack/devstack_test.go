@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	neturl "net/url"
 	"os"
@@ -122,6 +123,23 @@ func testStack(t *testing.T, q string) {
 		if !dead[r.ID] {
 			t.Errorf("bounced row %d is not among the dead letters (%v)", r.ID, dead)
 		}
+	}
+
+	// The first screen names the console and its token, and the console
+	// shows the seeded dead letters.
+	if intro := out.String(); !strings.Contains(intro, s.ep.Metrics+"/console/") || !strings.Contains(intro, s.ep.ConsoleToken) {
+		t.Errorf("the first screen lacks the console's URL or token:\n%s", intro)
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.ep.Metrics+"/console/dead-letters", nil)
+	req.Header.Set("Authorization", "Bearer "+s.ep.ConsoleToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), seeded.Bounced[0].Recipient) {
+		t.Errorf("the console's dead letters answered %d without the seeded bounced row %q", resp.StatusCode, seeded.Bounced[0].Recipient)
 	}
 
 	// Stop, then make sure every child, its process group and PostgreSQL

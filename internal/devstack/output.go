@@ -55,6 +55,7 @@ func (s *Stack) printIntro() {
 	rel := relPath(cfg.Dir)
 	fmt.Fprintf(w, "\n  scheduling API  %s/v1          (docs/api.md)\n", ep.API)
 	fmt.Fprintf(w, "  sweeper         %s/metrics     /readyz   (the operator listener)\n", ep.Metrics)
+	fmt.Fprintf(w, "  console         %s/console/    log in with any name and the token %s\n", ep.Metrics, ep.ConsoleToken)
 	w.WriteString(s.queueLine())
 	fmt.Fprintf(w, "  sandbox         %s/stats       %s/sends   (%s, refuses recipients matching %q)\n",
 		ep.SandboxURL, ep.SandboxURL, cfg.Rate, PermanentRecipient)
@@ -72,9 +73,9 @@ func (s *Stack) printIntro() {
 			"  The backlog is sent oldest first at the provider's pace; its catch-up shows in p95 lag until it is drained.\n",
 			Tenant, backlogFollowUps, followUpsPerDay, len(calendarItems), expiredRows, bouncedRows, PermanentRecipient)
 	}
-	secrets := "tenant token, service token, cron secret"
+	secrets := "tenant token, service token, cron secret, console token"
 	if ep.QueueToken != "" {
-		secrets = "tenant token, service token, queue token, cron secret"
+		secrets = "tenant token, service token, queue token, cron secret, console token"
 	}
 	fmt.Fprintf(w, "\n  this run's secrets and queue settings are in %s/env (%s). In another shell:\n", rel, secrets)
 	fmt.Fprintf(w, "    . %s/env\n", rel)

@@ -28,6 +28,8 @@ type Endpoints struct {
 	// QueueFaultToken opens the emulator's /admin/faults.
 	QueueFaultToken           string
 	ServiceToken, TenantToken string
+	// ConsoleToken logs in to the operator console at Metrics/console/.
+	ConsoleToken string
 	// WebhookSecret signs the workers' sends to the sandbox.
 	WebhookSecret string
 	// AppURL is the application role's database URL.
@@ -63,9 +65,9 @@ func (s *Stack) writeEnvFile() error {
 	}
 	body := fmt.Sprintf("# owedctl dev, started %s. Source it: . %s\n"+
 		"%sexport OWED_DATABASE_URL='%s'\n"+
-		"export OWED=%s\nexport OWED_METRICS=%s\nexport TOKEN=%s\nexport OWED_API_TOKEN=%s\nexport OWED_CRON_SECRET=%s\n",
+		"export OWED=%s\nexport OWED_METRICS=%s\nexport TOKEN=%s\nexport OWED_API_TOKEN=%s\nexport OWED_CRON_SECRET=%s\nexport OWED_CONSOLE_TOKEN=%s\n",
 		s.started.Format(time.RFC3339), s.envPath(), queueVars.String(), ep.AppURL,
-		ep.API, ep.Metrics, ep.TenantToken, ep.ServiceToken, ep.CronSecret)
+		ep.API, ep.Metrics, ep.TenantToken, ep.ServiceToken, ep.CronSecret, ep.ConsoleToken)
 	if err := os.WriteFile(s.envPath(), []byte(body), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", s.envPath(), err)
 	}

@@ -57,11 +57,18 @@ type AccountState struct {
 	Reason, Error string
 	// Since is when the circuit opened; zero unless it is open.
 	Since time.Time
+	// Hold is on-call's hold of the account (Hold), nil unless it is held:
+	// no worker sends on a held account, and none probes it.
+	Hold *AccountHold
 }
 
 // Open says the account's circuit is open: an account error paused it and
 // no send has succeeded since.
 func (s AccountState) Open() bool { return s.Reason != "" }
+
+// Held says on-call holds the account (Hold): nothing is sent on it until
+// Resume.
+func (s AccountState) Held() bool { return s.Hold != nil }
 
 // Admission is Admit's answer.
 type Admission struct {
@@ -74,11 +81,12 @@ type Admission struct {
 // Admit says whether a send on account may go now. A paused account
 // answers the wait (the send should come back after it, or wait it out
 // when it is short); an open circuit whose pause has passed hands the probe
-// to exactly one caller, and every other caller a wait of pause. One read
-// per send; the probe is one more statement, once per pause.
+// to exactly one caller, and every other caller a wait of pause. A held
+// account is never probed: the caller sees Held and holds the send back.
+// One read per send; the probe is one more statement, once per pause.
 func (a *Accounts) Admit(ctx context.Context, account string, pause time.Duration) (Admission, error) {
 	s, err := a.State(ctx, account)
-	if err != nil || !s.Open() || s.Wait > 0 {
+	if err != nil || s.Held() || !s.Open() || s.Wait > 0 {
 		return Admission{AccountState: s}, err
 	}
 	var took bool
@@ -103,9 +111,11 @@ func (a *Accounts) State(ctx context.Context, account string) (AccountState, err
 		reason sql.NullString
 		msg    sql.NullString
 		since  sql.NullTime
+		hold   AccountHold
+		held   sql.NullTime
 	)
 	err := a.db.QueryRowContext(ctx, qAccountState, account, a.clock.NowOrNil()).
-		Scan(&now, &paused, &reason, &msg, &since)
+		Scan(&now, &paused, &reason, &msg, &since, &hold.Reason, &hold.Actor, &held)
 	if err != nil {
 		return s, fmt.Errorf("pace: read account %q: %w", account, err)
 	}
@@ -113,6 +123,10 @@ func (a *Accounts) State(ctx context.Context, account string) (AccountState, err
 		s.Wait = max(paused.Time.Sub(now), 0)
 	}
 	s.Reason, s.Error, s.Since = reason.String, msg.String, since.Time
+	if held.Valid {
+		hold.Account, hold.Since = account, held.Time.UTC()
+		s.Hold = &hold
+	}
 	return s, nil
 }
 
@@ -132,9 +146,22 @@ func (a *Accounts) Trip(ctx context.Context, account string, pause time.Duration
 	return nil
 }
 
-// Resume closes account's circuit and lifts its pause; it reports whether
-// the circuit was open.
+// Resume is on-call's: it lifts the account's hold (Hold), closes its
+// circuit and lifts its pause; it reports whether the account was held or
+// its circuit open.
 func (a *Accounts) Resume(ctx context.Context, account string) (bool, error) {
+	var held bool
+	if err := a.db.QueryRowContext(ctx, qAccountUnhold, account, a.clock.NowOrNil()).Scan(&held); err != nil {
+		return false, fmt.Errorf("pace: lift the hold of account %q: %w", account, err)
+	}
+	open, err := a.Close(ctx, account)
+	return held || open, err
+}
+
+// Close is a good probe's: it closes account's circuit and lifts its pause,
+// and reports whether the circuit was open. It leaves on-call's hold alone:
+// only Resume lifts that.
+func (a *Accounts) Close(ctx context.Context, account string) (bool, error) {
 	var was bool
 	if err := a.db.QueryRowContext(ctx, qAccountResume, account, a.clock.NowOrNil()).Scan(&was); err != nil {
 		return false, fmt.Errorf("pace: resume account %q: %w", account, err)

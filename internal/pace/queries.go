@@ -80,10 +80,12 @@ SELECT c.now, p.tat, p.paused_until
 	// refused.
 	qLimitedMinutes = `SELECT count(DISTINCT minute) FROM owed_provider_limited_minutes WHERE minute >= date_trunc('minute', $1::timestamptz)`
 
-	// qAccountState reads an account's pause and circuit (Accounts.State);
-	// like qState it answers the clock for an account without a row.
+	// qAccountState reads an account's pause, circuit and hold
+	// (Accounts.State); like qState it answers the clock for an account
+	// without a row.
 	qAccountState = `
-SELECT c.now, p.paused_until, p.account_reason, p.account_error, p.account_paused_at
+SELECT c.now, p.paused_until, p.account_reason, p.account_error, p.account_paused_at,
+       coalesce(p.hold_reason, ''), coalesce(p.hold_actor, ''), p.held_at
   FROM (SELECT ` + clockState + ` AS now) c
   LEFT JOIN owed_provider_pace p ON p.account = $1`
 
@@ -97,4 +99,26 @@ SELECT c.now, p.paused_until, p.account_reason, p.account_error, p.account_pause
 
 	// qAccountResume closes the circuit (owed_provider_account_resume).
 	qAccountResume = `SELECT owed_provider_account_resume($1, $2)`
+
+	// qAccountHold holds the account for on-call: $2 the reason, $3 the
+	// actor (owed_provider_account_hold, migrations/00029).
+	qAccountHold = `SELECT owed_provider_account_hold($1, $2, $3, $4)`
+
+	// qAccountUnhold lifts the hold (owed_provider_account_unhold).
+	qAccountUnhold = `SELECT owed_provider_account_unhold($1, $2)`
+
+	// qTenantPause pauses the tenant $1 for on-call (owed_tenant_pause).
+	qTenantPause = `SELECT owed_tenant_pause($1, $2, $3, $4)`
+
+	// qTenantResume lifts the tenant's pause (owed_tenant_resume).
+	qTenantResume = `SELECT owed_tenant_resume($1)`
+
+	// qPauses reads every operator pause, held accounts and paused tenants
+	// alike, longest paused first (ReadPauses): both tables hold a handful
+	// of rows at most, and a worker reads them once a second, not per send.
+	qPauses = `
+SELECT 'account', account, hold_reason, hold_actor, held_at FROM owed_provider_pace WHERE held_at IS NOT NULL
+UNION ALL
+SELECT 'tenant', tenant_id, reason, actor, paused_at FROM owed_tenant_pauses
+ORDER BY 5, 2`
 )

@@ -6,6 +6,7 @@ import (
 
 	"github.com/owedhq/owed/internal/api"
 	"github.com/owedhq/owed/internal/config"
+	"github.com/owedhq/owed/internal/console"
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/payload"
@@ -61,6 +62,13 @@ type Config struct {
 	// sweep publishes no more than the pace lets the workers send before
 	// the next one; empty or "unlimited" is unpaced.
 	ProviderRate pace.Rate `envconfig:"PROVIDER_RATE"`
+
+	// ConsoleToken is the operator console's token (OWED_CONSOLE_TOKEN);
+	// ConsoleTrustedHeader the reverse proxy's header that names an
+	// authenticated operator (OWED_CONSOLE_TRUSTED_HEADER, honoured only
+	// when set). With neither the console answers 404 (internal/console).
+	ConsoleToken         string `envconfig:"CONSOLE_TOKEN"`
+	ConsoleTrustedHeader string `envconfig:"CONSOLE_TRUSTED_HEADER"`
 
 	NotifyConfig
 	// Receipt configures the providers' status callbacks, OWED_RECEIPT_*
@@ -133,6 +141,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_CRON_SECRET must be set to at least 16 characters: the hosted cron sends it as a bearer token")
 	case c.APIToken != "" && len(c.APIToken) < 16:
 		return fmt.Errorf("OWED_API_TOKEN must be at least 16 characters when set")
+	case c.ConsoleToken != "" && len(c.ConsoleToken) < console.MinTokenLength:
+		return fmt.Errorf("OWED_CONSOLE_TOKEN must be at least %d characters when set", console.MinTokenLength)
 	case c.DBMaxConns <= 0:
 		return fmt.Errorf("OWED_DB_MAX_CONNS=%d must be above zero", c.DBMaxConns)
 	case c.ShutdownGrace < 0 || (c.ShutdownGrace > 0 && c.ShutdownGrace <= c.SweepBudget):

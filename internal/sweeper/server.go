@@ -2,7 +2,7 @@
 // every minute (/cron/sweep), the look-ahead refill (/cron/materialise) and
 // the scheduling API (/v1/…) and the providers' delivery receipts
 // (/receipts/…, internal/receipt) on its public listener (Handler), health,
-// readiness and metrics on the operator listener (OpsHandler), with its
+// readiness, metrics and the operator console on the operator listener (OpsHandler), with its
 // configuration (OWED_*, defaults in config.go) and the scrape-time backlog
 // and queue gauges (metrics.go), whose readings are cached for
 // service.CacheTTLDefault so scrapes cannot exhaust the pool. One run of the sweep is package sweep. The cron is a
@@ -26,6 +26,7 @@ import (
 
 	"github.com/owedhq/owed/internal/api"
 	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/console"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/queue"
@@ -95,6 +96,8 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	s.ops.HandleFunc("GET /healthz", service.Healthz)
 	s.ops.HandleFunc("GET /readyz", s.handleReady)
 	s.ops.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	s.ops.Handle(console.Prefix, console.New(console.Options{Ledger: l, Queue: q, Token: cfg.ConsoleToken,
+		TrustedHeader: cfg.ConsoleTrustedHeader, Log: log, Clock: clk}))
 	return s, nil
 }
 
@@ -102,8 +105,9 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // OpsHandler returns the operator routes, for OWED_METRICS_ADDR: /healthz,
-// /readyz and /metrics. They carry no secret, so they are never served on
-// the public listener.
+// /readyz, /metrics and the operator console under /console/ (behind its
+// own token, internal/console). They are never served on the public
+// listener.
 func (s *Server) OpsHandler() http.Handler { return s.ops }
 
 // cron wraps a /cron endpoint: POST only, bearer secret required.

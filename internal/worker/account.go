@@ -47,6 +47,14 @@ func (w *Worker) admit(ctx context.Context, dl *delivery) bool {
 	}
 	w.o.Metrics.account(a.AccountState)
 	switch {
+	case a.Held():
+		// On-call's hold outranks everything the workers decide: no send,
+		// no probe, until owedctl provider resume.
+		h := a.Hold
+		w.release(ctx, dl, retry{after: w.pausedDelay(jitter(pausedRetry)),
+			reason: fmt.Sprintf("provider account %s held by %s since %s: %s", name, h.Actor, h.Since.Format(time.RFC3339), h.Reason)})
+		w.o.Metrics.outcome("account_held")
+		return false
 	case a.Probe:
 		dl.probe = true
 		dl.log.Info().Str("account", name).Str("reason", a.Reason).Msg("probing a paused provider account with one send")
@@ -96,7 +104,7 @@ func (w *Worker) probed(ctx context.Context, dl *delivery, pe *provider.Error) {
 		return
 	}
 	name := dl.sender.Name()
-	if _, err := w.o.Accounts.Resume(ctx, name); err != nil {
+	if _, err := w.o.Accounts.Close(ctx, name); err != nil {
 		dl.log.Warn().Err(err).Msg("could not resume the provider account after a good probe; the next probe tries again")
 		return
 	}

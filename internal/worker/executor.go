@@ -85,6 +85,9 @@ func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
 	// path the delivery takes; every outcome write ends it first.
 	defer dl.lease.end()
 	dl.unhold = unhold
+	if w.tenantPaused(ctx, dl) {
+		return
+	}
 	// A message may surface up to the early tolerance before its due time
 	// (the sweeper publishes ahead in whole seconds). The claim is held;
 	// wait out the rest so the send is on time, not early. The wait is the

@@ -22,6 +22,7 @@ type Metrics struct {
 	inFlight           prometheus.Gauge
 	accountErrors      *prometheus.CounterVec
 	accountPaused      *prometheus.GaugeVec
+	operatorPauses     *prometheus.GaugeVec
 
 	// mu guards paused: the reason each open account's gauge carries, so
 	// the series goes when the circuit closes or its reason changes.
@@ -31,7 +32,8 @@ type Metrics struct {
 
 // messageOutcomes are the values of owed_worker_messages_total{outcome}.
 var messageOutcomes = []string{"delivered", "skipped", "failed", "expired", "stale", "absorbed_duplicate",
-	"held", "early", "retried", "rate_limited", "paced", "poison", "claim_lost", "account_paused", "unrouted"}
+	"held", "early", "retried", "rate_limited", "paced", "poison", "claim_lost", "account_paused", "unrouted",
+	"tenant_paused", "account_held"}
 
 // failureCauses are the values of owed_worker_failed_total{cause}: a
 // recipient's permanent failure (recorded, not dead-lettered, not paged),
@@ -78,12 +80,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "owed_provider_account_paused",
 			Help: "1 while the provider account's circuit is open (an account error paused every send on it), by account and the provider's reason, as this process last read it.",
 		}, []string{"account", "reason"}),
+		operatorPauses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "owed_worker_operator_pauses",
+			Help: "Operator pauses as this process last read them, by kind: tenant (paused tenants) and account (held provider accounts).",
+		}, []string{"kind"}),
 		paused: map[string]string{},
 	}
+	m.operatorPauses.WithLabelValues("tenant")
+	m.operatorPauses.WithLabelValues("account")
 	if reg != nil {
 		reg.MustRegister(m.messages, m.attempts, m.lag, m.rateLimited, m.duplicatesAbsorbed,
 			m.possibleDuplicates, m.keyMismatches, m.deadLettered, m.failed, m.inFlight, m.accountErrors,
-			m.accountPaused)
+			m.accountPaused, m.operatorPauses)
 	}
 	return m
 }

@@ -82,6 +82,7 @@ import (
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
 )
 
@@ -145,6 +146,7 @@ type Worker struct {
 	settles *batcher[ledger.Delivered, struct{}]
 	acks    *batcher[string, struct{}]
 	gate    *gate
+	pauses  *pauses
 
 	mu      sync.Mutex
 	started bool
@@ -161,7 +163,9 @@ func New(o Options) (*Worker, error) {
 	if err := checkKeyPrefix(o.KeyPrefix); err != nil {
 		return nil, fmt.Errorf("worker: KeyPrefix: %w", err)
 	}
-	w := &Worker{o: o, gate: newGate(o)}
+	db := o.Ledger.DB()
+	w := &Worker{o: o, gate: newGate(o),
+		pauses: newPauses(func(ctx context.Context) (pace.Pauses, error) { return pace.ReadPauses(ctx, db) }, o.Metrics)}
 	w.claims = newBatcher(claimBatch, claimLinger, w.flushClaims)
 	w.extends = newBatcher(claimBatch, claimLinger, w.flushExtends)
 	w.settles = newBatcher(settleBatch, settleLinger, w.flushSettles)

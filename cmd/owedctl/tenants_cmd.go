@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"text/tabwriter"
+	"time"
+
+	"github.com/owedhq/owed/internal/pace"
+)
+
+const tenantsExample = `owedctl tenants pause --tenant acme --reason "runaway campaign, ticket 4711"`
+
+// tenantsCmd pauses, resumes and lists the tenants on-call paused
+// (migrations/00029): the workers send nothing of a paused tenant, and give
+// its claimed rows back to the queue without an attempt, until it is
+// resumed. It connects as the runtime role, like the workers, and writes
+// through owed_tenant_pause and owed_tenant_resume.
+func tenantsCmd(ctx context.Context, args []string) error {
+	return runTenants(ctx, os.Stdout, args)
+}
+
+// runTenants is tenantsCmd writing to out.
+func runTenants(ctx context.Context, out io.Writer, args []string) error {
+	if err := needAction(args, printUsage("usage: owedctl tenants pause --tenant T --reason TEXT [--actor NAME] | resume --tenant T | list [--json]\n\n"+
+		"  pause   stop every send of the tenant until it is resumed\n"+
+		"  resume  send the tenant's rows again; they return from the queue within a minute\n"+
+		"  list    the paused tenants, longest paused first\n\n"+
+		"The database is --database-url or OWED_DATABASE_URL.\n\nexample:\n  "+tenantsExample+"\n"),
+		"name an action: pause, resume or list"); err != nil {
+		return err
+	}
+	action := args[0]
+	if action != "pause" && action != "resume" && action != "list" {
+		return usageError{fmt.Sprintf("unknown action %q: one of pause, resume, list", action)}
+	}
+	fs := newFlags("tenants "+action, "tenants "+action+" [--tenant T] [--reason TEXT] [--actor NAME] [--json] [--database-url URL]", tenantsExample)
+	tenantID := fs.String("tenant", "", "pause, resume: the tenant")
+	reason := fs.String("reason", "", "pause: why, for the other operators (shown by list and in the rows' last error)")
+	actor := actorFlag(fs)
+	asJSON := fs.Bool("json", false, "list: print JSON")
+	dbURL := ledgerDatabaseFlag(fs)
+	if err := parseOnlyFlags(fs, args[1:], ""); err != nil {
+		return err
+	}
+	switch {
+	case action != "list" && *tenantID == "":
+		return usageError{"--tenant: name the tenant"}
+	case action == "pause" && *reason == "":
+		return usageError{"--reason: say why the tenant is paused"}
+	}
+	tenants, done, err := openWith(*dbURL, func(db *sql.DB) *pace.Tenants { return pace.NewTenants(db, nil) })
+	if err != nil {
+		return err
+	}
+	defer done()
+	switch action {
+	case "pause":
+		who, err := actorName(*actor)
+		if err != nil {
+			return err
+		}
+		if err := tenants.Pause(ctx, *tenantID, *reason, who); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "tenant %s paused by %s: no worker sends its rows until `owedctl tenants resume --tenant %s`\n", *tenantID, who, *tenantID)
+	case "resume":
+		was, err := tenants.Resume(ctx, *tenantID)
+		if err != nil {
+			return err
+		}
+		if !was {
+			fmt.Fprintf(out, "tenant %s was not paused; nothing changed\n", *tenantID)
+			return nil
+		}
+		fmt.Fprintf(out, "tenant %s resumed; the rows its pause held back return from the queue within a minute\n", *tenantID)
+	default:
+		list, err := tenants.List(ctx)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(out, nonNil(list))
+		}
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TENANT\tPAUSED SINCE\tBY\tREASON")
+		for _, p := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Tenant, p.Since.Format(time.RFC3339), p.Actor, p.Reason)
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+// actorFlag registers --actor, who an operator pause names as its author.
+func actorFlag(fs *flag.FlagSet) *string {
+	return fs.String("actor", "", "who pauses, as the pause records it (default the OS user)")
+}
+
+// actorName is --actor, or the OS user's name when it is empty.
+func actorName(flagged string) (string, error) {
+	if flagged != "" {
+		return flagged, nil
+	}
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username, nil
+	}
+	if name := os.Getenv("USER"); name != "" {
+		return name, nil
+	}
+	return "", usageError{"--actor: this process has no OS user name; say who pauses"}
+}
+
+// nonNil makes an empty list print as [] rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

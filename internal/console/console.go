@@ -1,0 +1,242 @@
+// Package console is the operators' web console, served by the sweeper on
+// its operator listener (OWED_METRICS_ADDR) under /console/, never on the
+// public port: a live dashboard (backlog, lag, duplicates, dead letters,
+// the provider pace, sends per minute with the last hour's chart), finding
+// notifications and each one's timeline, the dead letters with filtered and
+// bulk redrive and delete, and pausing sends per provider account or
+// tenant. Pages are rendered on the
+// server from embedded templates; the only script-like thing is the
+// dashboard's meta refresh.
+//
+// Every action runs the code owedctl runs (internal/ops), asks for a
+// confirmation, passes the CSRF guard (auth.go) and writes an audit line
+// (ops.Record: the log and owed_operator_audit). Another tenant's payload is
+// never shown unless an operator asks for it, with a reason, which is
+// audited. Without a token or a trusted header configured the console
+// answers 404 and logs how to enable it.
+package console
+
+import (
+	"bytes"
+	"embed"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/service"
+)
+
+// Prefix is where the console is mounted.
+const Prefix = "/console/"
+
+// RefreshDefault is how often the dashboard reloads itself; its figures are
+// read at most once per half of it, however many operators watch.
+const RefreshDefault = 10 * time.Second
+
+// dashboardTimeout bounds one reading of the dashboard's figures; the queue's
+// own bound (ops.QueueStatsTimeout) fits inside it.
+const dashboardTimeout = 15 * time.Second
+
+// Options are the console's parts and settings.
+type Options struct {
+	Ledger *ledger.Ledger
+	Queue  queue.Queue
+	// Token is the operator token (OWED_CONSOLE_TOKEN); TrustedHeader the
+	// reverse proxy's header naming the operator
+	// (OWED_CONSOLE_TRUSTED_HEADER). With neither, the console is off.
+	Token, TrustedHeader string
+	Log                  zerolog.Logger
+	Clock                clock.Clock
+	// Refresh is the dashboard's reload interval (RefreshDefault when 0).
+	Refresh time.Duration
+}
+
+//go:embed templates/*.html templates/*.tmpl static/*
+var assets embed.FS
+
+// Console serves the pages.
+type Console struct {
+	o     Options
+	auth  auth
+	mux   *http.ServeMux
+	pages map[string]*template.Template
+	off   sync.Once
+	// accounts and tenants are the pace's operator pauses (pauses.go).
+	accounts *pace.Accounts
+	tenants  *pace.Tenants
+	dash     *service.Cache[dashData]
+}
+
+// New returns the console's handler, to be mounted at Prefix.
+func New(o Options) *Console {
+	if o.Clock == nil {
+		o.Clock = clock.Real()
+	}
+	if o.Refresh <= 0 {
+		o.Refresh = RefreshDefault
+	}
+	c := &Console{o: o, auth: newAuth(o.Token, o.TrustedHeader, o.Clock.Now), mux: http.NewServeMux(),
+		pages: parsePages()}
+	if o.Ledger != nil {
+		c.accounts, c.tenants = pace.NewAccounts(o.Ledger.DB(), o.Clock), pace.NewTenants(o.Ledger.DB(), o.Clock)
+	}
+	c.dash = &service.Cache[dashData]{Fetch: c.readDashboard, TTL: o.Refresh / 2, FetchTimeout: dashboardTimeout, Clock: o.Clock}
+	if !c.Enabled() {
+		o.Log.Info().Msg(disabledMessage)
+	}
+	static, _ := fs.Sub(assets, "static")
+	c.mux.Handle("GET "+Prefix+"static/", http.StripPrefix(Prefix+"static/", http.FileServerFS(static)))
+	c.mux.HandleFunc("GET "+Prefix+"login", c.loginPage)
+	c.mux.HandleFunc("POST "+Prefix+"login", c.login)
+	c.mux.HandleFunc("POST "+Prefix+"logout", c.logout)
+	c.mux.HandleFunc("GET "+Prefix+"{$}", c.authed(c.dashboard))
+	c.mux.HandleFunc("GET "+Prefix+"notifications", c.authed(c.notifications))
+	c.mux.HandleFunc("GET "+Prefix+"notifications/{id}", c.authed(c.notification))
+	c.mux.HandleFunc("POST "+Prefix+"notifications/{id}/payload", c.authed(c.revealPayload))
+	c.mux.HandleFunc("GET "+Prefix+"dead-letters", c.authed(c.deadLetters))
+	c.mux.HandleFunc("GET "+Prefix+"dead-letters/{id}", c.authed(c.deadLetter))
+	c.mux.HandleFunc("POST "+Prefix+"dead-letters/action", c.authed(c.deadLetterAction))
+	c.mux.HandleFunc("GET "+Prefix+"pauses", c.authed(c.pauses))
+	c.mux.HandleFunc("POST "+Prefix+"pauses/action", c.authed(c.pauseAct))
+	c.mux.HandleFunc("GET "+Prefix+"audit", c.authed(c.audit))
+	return c
+}
+
+const disabledMessage = "console: off (answers 404): set OWED_CONSOLE_TOKEN (at least 16 characters) " +
+	"or OWED_CONSOLE_TRUSTED_HEADER to serve it on the operator listener under /console/ (docs/console.md)"
+
+// Enabled says whether a token or a trusted header is configured.
+func (c *Console) Enabled() bool { return c.o.Token != "" || c.o.TrustedHeader != "" }
+
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !c.Enabled() {
+		c.off.Do(func() { c.o.Log.Warn().Str("path", r.URL.Path).Msg(disabledMessage) })
+		http.NotFound(w, r)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	c.mux.ServeHTTP(w, r)
+}
+
+// handler is a page handler that knows who asks.
+type handler func(w http.ResponseWriter, r *http.Request, op operator)
+
+// authed lets recognised operators through: others are sent to the login
+// form (a browser with the token configured), or answered 401; a POST must
+// pass the CSRF guard as well.
+func (c *Console) authed(h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		op, ok, bad := c.auth.identify(r)
+		if !ok {
+			if bad {
+				c.o.Log.Warn().Str("path", r.URL.Path).Str("remote", r.RemoteAddr).Msg("console: refused a wrong credential")
+			}
+			if r.Method == http.MethodGet && c.o.Token != "" && r.Header.Get("Authorization") == "" {
+				if bad {
+					clearSession(w, r)
+				}
+				http.Redirect(w, r, Prefix+"login?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			http.Error(w, "unauthorized: log in at "+Prefix+"login or send Authorization: Bearer <OWED_CONSOLE_TOKEN>", http.StatusUnauthorized)
+			return
+		}
+		if r.Method == http.MethodPost && !c.auth.checkPost(r, op) {
+			c.o.Log.Warn().Str("operator", op.Name).Str("path", r.URL.Path).Msg("console: refused a POST without a valid CSRF field or from another origin")
+			http.Error(w, "forbidden: the form is stale or came from another site; reload the page and try again", http.StatusForbidden)
+			return
+		}
+		h(w, r, op)
+	}
+}
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	Operator operator
+	CSRF     string
+	Now      time.Time
+	Refresh  int
+	Error    string
+	Data     any
+}
+
+func (c *Console) render(w http.ResponseWriter, status int, name string, p page) {
+	var buf bytes.Buffer
+	if err := c.pages[name].ExecuteTemplate(&buf, "layout", p); err != nil {
+		c.o.Log.Error().Err(err).Str("page", name).Msg("console: render")
+		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	buf.WriteTo(w)
+}
+
+// show renders a page for op.
+func (c *Console) show(w http.ResponseWriter, op operator, status int, name, title string, data any, errText string) {
+	c.render(w, status, name, page{Title: title, Operator: op, CSRF: c.auth.csrf(op), Now: c.o.Clock.Now().UTC(),
+		Error: errText, Data: data})
+}
+
+func parsePages() map[string]*template.Template {
+	funcs := template.FuncMap{
+		"stamp": func(t any) string {
+			switch v := t.(type) {
+			case time.Time:
+				if v.IsZero() {
+					return "-"
+				}
+				return v.UTC().Format("2006-01-02 15:04:05Z")
+			case *time.Time:
+				if v == nil || v.IsZero() {
+					return "-"
+				}
+				return v.UTC().Format("2006-01-02 15:04:05Z")
+			}
+			return "-"
+		},
+		"dur": func(d time.Duration) string {
+			if d >= time.Second {
+				return d.Round(time.Second).String()
+			}
+			return d.Round(time.Millisecond).String()
+		},
+		"dash": func(s string) string {
+			if s == "" {
+				return "-"
+			}
+			return s
+		},
+		"join":  strings.Join,
+		"deref": func(p *int64) int64 { return *p },
+		"sub":   func(a, b int) int { return a - b },
+	}
+	names, err := fs.Glob(assets, "templates/*.html")
+	if err != nil {
+		panic(err)
+	}
+	out := map[string]*template.Template{}
+	for _, n := range names {
+		base := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
+		if base == "layout" {
+			continue
+		}
+		out[base] = template.Must(template.New(base).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/*.tmpl", n))
+	}
+	return out
+}

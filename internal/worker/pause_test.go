@@ -1,0 +1,108 @@
+package worker_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
+	"github.com/owedhq/owed/internal/stacktest"
+	"github.com/owedhq/owed/internal/worker"
+)
+
+// gauge reads the value of name with the label pair from reg (0 when
+// absent).
+func gauge(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					if c := m.GetCounter(); c != nil {
+						return c.GetValue()
+					}
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// On-call's pauses hold rows back without an attempt: a held provider
+// account sends nothing until it is resumed, a paused tenant sends nothing
+// until it is resumed, each held-back row goes back to the queue (counted
+// by its outcome), and the gauge shows the pauses the worker read.
+func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	accounts, tenants := pace.NewAccounts(b.DB.App, nil), pace.NewTenants(b.DB.App, nil)
+	if err := accounts.Hold(bg, "sandbox", "carrier incident", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tenants.Pause(bg, "globex", "runaway campaign", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	acme := b.Schedule(t, "acme", 5, time.Now().Add(-time.Second), nil)
+	globex := b.Schedule(t, "globex", 5, time.Now().Add(-time.Second), nil)
+	b.sweepAll(t)
+	reg := prometheus.NewRegistry()
+	b.start(t, func(o *worker.Options) {
+		o.Metrics, o.QueueDelayMax = worker.NewMetrics(reg), 300*time.Millisecond
+	})
+	outcome := func(o string) float64 { return gauge(t, reg, "owed_worker_messages_total", "outcome", o) }
+	waitFor(t, "both pauses held rows back", func() bool {
+		return outcome("account_held") >= 10 && outcome("tenant_paused") >= 10
+	})
+	if s := b.sandboxStats(t); s.Accepted != 0 {
+		t.Fatalf("the sandbox accepted %d sends while the account was held", s.Accepted)
+	}
+	for tenant, rows := range map[string][]ledger.Scheduled{"acme": acme, "globex": globex} {
+		for _, r := range rows {
+			if d, _ := b.Ledger.Get(bg, tenant, r.ID); d.State.Settled() || d.Attempts != 0 {
+				t.Fatalf("%s row %d: %s with %d attempts, want owed with no attempt burnt", tenant, r.ID, d.State, d.Attempts)
+			}
+		}
+	}
+	if g := gauge(t, reg, "owed_worker_operator_pauses", "kind", "tenant"); g != 1 {
+		t.Errorf("paused tenants gauge = %v, want 1", g)
+	}
+	if g := gauge(t, reg, "owed_worker_operator_pauses", "kind", "account"); g != 1 {
+		t.Errorf("held accounts gauge = %v, want 1", g)
+	}
+
+	if was, err := accounts.Resume(bg, "sandbox"); err != nil || !was {
+		t.Fatalf("resume the account: %v, %v", was, err)
+	}
+	waitFor(t, "acme's rows are delivered", func() bool {
+		for _, r := range acme {
+			if d, _ := b.Ledger.Get(bg, "acme", r.ID); d.State != ledger.StateDelivered {
+				return false
+			}
+		}
+		return true
+	})
+	before := outcome("tenant_paused")
+	waitFor(t, "globex's rows are still held back", func() bool { return outcome("tenant_paused") > before })
+	for _, r := range globex {
+		if d, _ := b.Ledger.Get(bg, "globex", r.ID); d.State.Settled() || d.Attempts != 0 {
+			t.Fatalf("globex row %d: %s with %d attempts while its tenant is paused", r.ID, d.State, d.Attempts)
+		}
+	}
+
+	if was, err := tenants.Resume(bg, "globex"); err != nil || !was {
+		t.Fatalf("resume the tenant: %v, %v", was, err)
+	}
+	b.waitSettled(t, time.Minute)
+	if s := b.sandboxStats(t); s.Accepted != 10 || s.Duplicates != 0 {
+		t.Errorf("sandbox accepted=%d duplicates=%d, want 10 and 0", s.Accepted, s.Duplicates)
+	}
+}

@@ -1,0 +1,90 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/owedhq/owed/internal/pace"
+)
+
+// Operator pauses (pace.Tenants, pace.Accounts.Hold; migrations/00029): on-call
+// pauses every send of a tenant, or holds every send of a provider account,
+// until lifted by hand. A claimed row of a paused tenant, or routed to a
+// held account, goes back to the queue after pausedRetry (at most
+// QueueDelayMax) with no attempt counted, and is counted as
+// owed_worker_messages_total{outcome="tenant_paused"} or
+// {outcome="account_held"}. The account's hold is read with its circuit
+// (admit); the tenants' pauses are read all at once, at most once every
+// pausesFresh, so a pause costs no statement per send.
+
+// pausesFresh is how long the worker trusts its last reading of the
+// operator pauses: a pause or a resume takes effect within it.
+const pausesFresh = time.Second
+
+// pausedRetry is how long (±20%) the message of a row held back by an
+// operator pause waits before it comes back: the pause has no end, so it is
+// looked at again this often, and a resume takes effect within it.
+const pausedRetry = time.Minute
+
+// pauses is the worker's reading of the operator pauses, refreshed when it
+// is older than pausesFresh. The reading's age is measured on the process's
+// monotonic clock, not Options.Clock: it is the cache's own, never compared
+// with an instant of the ledger's.
+type pauses struct {
+	read    func(ctx context.Context) (pace.Pauses, error)
+	metrics *Metrics
+
+	mu      sync.Mutex
+	readAt  time.Time
+	tenants map[string]pace.TenantPause
+}
+
+func newPauses(read func(ctx context.Context) (pace.Pauses, error), m *Metrics) *pauses {
+	return &pauses{read: read, metrics: m}
+}
+
+// tenant reports the tenant's pause, if it is paused: from the last reading
+// when it is fresh, otherwise after reading again. Concurrent callers share
+// one reading.
+func (p *pauses) tenant(ctx context.Context, id string) (pace.TenantPause, bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tenants == nil || time.Since(p.readAt) >= pausesFresh {
+		ps, err := p.read(ctx)
+		if err != nil {
+			return pace.TenantPause{}, false, err
+		}
+		p.readAt = time.Now()
+		p.tenants = make(map[string]pace.TenantPause, len(ps.Tenants))
+		for _, t := range ps.Tenants {
+			p.tenants[t.Tenant] = t
+		}
+		p.metrics.operatorPauses.WithLabelValues("tenant").Set(float64(len(ps.Tenants)))
+		p.metrics.operatorPauses.WithLabelValues("account").Set(float64(len(ps.Accounts)))
+	}
+	t, ok := p.tenants[id]
+	return t, ok, nil
+}
+
+// tenantPaused gives back a row whose tenant on-call paused. It returns
+// true when the row was released instead of sent.
+func (w *Worker) tenantPaused(ctx context.Context, dl *delivery) bool {
+	t, paused, err := w.pauses.tenant(ctx, dl.row.Tenant)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		w.abandon(ctx, dl, false)
+		return true
+	case err != nil:
+		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "operator pauses unavailable: " + err.Error()})
+		w.o.Metrics.outcome("retried")
+		return true
+	case !paused:
+		return false
+	}
+	w.release(ctx, dl, retry{after: w.pausedDelay(jitter(pausedRetry)),
+		reason: fmt.Sprintf("tenant paused by %s since %s: %s", t.Actor, t.Since.Format(time.RFC3339), t.Reason)})
+	w.o.Metrics.outcome("tenant_paused")
+	return true
+}
