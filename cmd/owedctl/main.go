@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 
+	"github.com/owedhq/owed/internal/buildinfo"
 	"github.com/owedhq/owed/internal/service"
 )
 
@@ -37,7 +38,17 @@ func commands() map[string]command {
 		"stats":         {"the delivery health numbers", statsCmd},
 		"drill":         {"run the stack under faults and check every invariant", drillCmd},
 		"recipients":    {"list and clear undeliverable recipients (recipients list|clear)", recipientsCmd},
+		"version":       {"print the version, revision and Go version", versionCmd},
 	}
+}
+
+// versionCmd prints the build, as the services' --version do.
+func versionCmd(_ context.Context, args []string) error {
+	if len(args) > 0 {
+		return usageError{"version takes no arguments"}
+	}
+	fmt.Println("owedctl", buildinfo.Get())
+	return nil
 }
 
 func usage() string {

@@ -5,17 +5,52 @@
 // the README); it refuses to start as a database role that row-level
 // security does not bind. It runs until SIGTERM or SIGINT, then finishes
 // in-flight requests. A second signal exits at once.
+//
+// `sweeper --help` lists every variable with its default, `sweeper
+// --version` prints the build, and `sweeper healthcheck` asks the running
+// process's operator listener for /healthz (the image has no shell or curl).
 package main
 
 import (
+	"io"
+	"os"
+
+	"github.com/owedhq/owed"
+	"github.com/owedhq/owed/internal/buildinfo"
 	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweeper"
 )
 
-func main() { service.Main("sweeper", run) }
+func main() {
+	buildinfo.Service{Name: "sweeper", Summary: "the minute sweep, the scheduling API and the receipts endpoints",
+		Variables: variables, HealthzAddr: healthzAddr}.Main(run)
+}
+
+// variables lists what LoadConfig and LoadOperations read, with the
+// defaults they give when nothing is set. The environment is cleared
+// first: help shows defaults, never a value (a secret) set here.
+func variables(w io.Writer) error {
+	os.Clearenv()
+	cfg, _ := sweeper.LoadConfig()
+	ops, _ := service.LoadOperations(sweeper.MetricsAddrDefault)
+	specs := []any{&cfg, &cfg.Materialise, &cfg.Receipt, &cfg.Queue, &cfg.Queue.Rest, &cfg.Queue.SQS, &cfg.Queue.JetStream, &ops}
+	keys, err := config.Keys("OWED", specs...)
+	if err != nil {
+		return err
+	}
+	return config.Usage(w, "OWED", config.Descriptions(owed.README, keys), specs...)
+}
+
+// healthzAddr is the operator listener, which serves /healthz beside
+// /readyz and /metrics.
+func healthzAddr() (string, error) {
+	ops, err := service.LoadOperations(sweeper.MetricsAddrDefault)
+	return ops.MetricsAddr, err
+}
 
 func run() error {
 	cfg, err := sweeper.LoadConfig()

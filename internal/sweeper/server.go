@@ -25,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/api"
+	"github.com/owedhq/owed/internal/buildinfo"
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/materialise"
@@ -76,7 +77,7 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	stats := &service.Cache[queue.Stats]{Fetch: q.Stats, Clock: clk}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		NewBacklogCollector(backlog.Get), NewQueueCollector(stats.Get))
+		NewBacklogCollector(backlog.Get), NewQueueCollector(stats.Get), buildinfo.Collector())
 	s := &Server{cfg: cfg, clock: clk, ledger: l, queue: q, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
 		cronSecret: service.NewBearer(cfg.CronSecret), log: log, stats: stats,
 		mux: http.NewServeMux(), ops: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise, clk)}
