@@ -2,34 +2,54 @@ package deploy_test
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"sigs.k8s.io/yaml"
 )
 
-// kustomize builds a kustomization under deploy/ with kubectl's built-in
-// kustomize, which works without a cluster, and returns its objects.
+// renderer is deploy/check's render command, built once: the kustomize
+// library (what `kubectl kustomize` runs) in its own module, so these tests
+// need neither kubectl nor the library in owed's go.mod.
+var renderer = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "owed-render-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "render")
+	cmd := exec.Command("go", "build", "-o", bin, "./render")
+	cmd.Dir = "check"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build deploy/check/render: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// kustomize builds a kustomization under deploy/ and returns its objects.
 func kustomize(t *testing.T, dir string) map[string]map[string]any {
 	t.Helper()
-	kubectl, err := exec.LookPath("kubectl")
+	render, err := renderer()
 	if err != nil {
-		t.Skip("kubectl is not installed: the kustomizations are checked only as YAML")
+		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(kubectl, "kustomize", dir)
+	cmd := exec.Command(render, dir)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
+		t.Fatalf("render %s: %v\n%s", dir, err, stderr.String())
 	}
 	var docs []any
 	for _, part := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(out), -1) {
 		var doc any
 		if err := yaml.Unmarshal([]byte(part), &doc); err != nil {
-			t.Fatalf("kubectl kustomize %s: %v", dir, err)
+			t.Fatalf("render %s: %v", dir, err)
 		}
 		docs = append(docs, doc)
 	}
