@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 
 	"github.com/owedhq/owed/internal/buildinfo"
 	"github.com/owedhq/owed/internal/service"
@@ -39,6 +40,7 @@ func commands() map[string]command {
 		"drill":         {"run the stack under faults and check every invariant", drillCmd},
 		"recipients":    {"list and clear undeliverable recipients (recipients list|clear)", recipientsCmd},
 		"version":       {"print the version, revision and Go version", versionCmd},
+		"healthcheck":   {"GET /healthz on a listen address (healthcheck :8181): the image's HEALTHCHECK", healthcheckCmd},
 	}
 }
 
@@ -49,6 +51,17 @@ func versionCmd(_ context.Context, args []string) error {
 	}
 	fmt.Println("owedctl", buildinfo.Get())
 	return nil
+}
+
+// healthcheckCmd is the container healthcheck of the owedctl servers (queue
+// serve, provider serve): the image has no shell or curl.
+func healthcheckCmd(ctx context.Context, args []string) error {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
+		return usageError{"usage: owedctl healthcheck LISTEN-ADDR (e.g. :8181)"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, buildinfo.HealthcheckTimeout)
+	defer cancel()
+	return buildinfo.Healthcheck(ctx, args[0])
 }
 
 func usage() string {

@@ -2,10 +2,12 @@ package buildinfo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"time"
 
@@ -99,6 +101,10 @@ func Healthcheck(ctx context.Context, addr string) error {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
