@@ -189,3 +189,31 @@ func TestKustomizeMigrateAndNATS(t *testing.T) {
 		t.Errorf("the provisioning Job connects to %q, want the owed-nats Service", url)
 	}
 }
+
+// TestKustomizeRestEmulator: the development overlay points the sweeper and
+// the workers at the emulator it runs, on the port it listens on.
+func TestKustomizeRestEmulator(t *testing.T) {
+	t.Parallel()
+	objs := kustomize(t, "k8s/queues/rest-emulator")
+	specs := podSpecs(objs)
+	emu := containerEnv(t, objs, container(t, specs["Deployment/owed-queue"], "queue"))
+	if emu["OWED_QUEUE_ADDR"] != ":8181" {
+		t.Errorf("the emulator listens on %q, want :8181", emu["OWED_QUEUE_ADDR"])
+	}
+	svc := object(t, objs, "Service/owed-queue")
+	if port, _ := dig(svc, "spec", "ports").([]any); len(port) != 1 || fmt.Sprint(dig(port[0], "port")) != "8181" {
+		t.Errorf("Service owed-queue ports: %v, want 8181", port)
+	}
+	for _, key := range []string{"Deployment/owed-sweeper", "Deployment/owed-worker"} {
+		for _, c := range containers(specs[key]) {
+			env := containerEnv(t, objs, c)
+			if env["OWED_QUEUE_BACKEND"] != "rest" || env["OWED_QUEUE_URL"] != "http://owed-queue:8181" {
+				t.Errorf("%s: OWED_QUEUE_BACKEND=%q OWED_QUEUE_URL=%q, want rest on http://owed-queue:8181", key, env["OWED_QUEUE_BACKEND"], env["OWED_QUEUE_URL"])
+			}
+			if _, ok := env["OWED_QUEUE_TOKEN"]; !ok {
+				t.Errorf("%s has no OWED_QUEUE_TOKEN", key)
+			}
+		}
+	}
+	checkOwedImages(t, "rest-emulator", specs)
+}

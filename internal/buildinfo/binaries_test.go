@@ -10,17 +10,17 @@ import (
 	"testing"
 )
 
-// buildServices builds the sweeper and the worker as the release does,
+// buildServices builds the sweeper, the worker and owedctl as the release does,
 // with the version and revision set by -ldflags -X.
 func buildServices(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("builds two binaries")
+		t.Skip("builds three binaries")
 	}
 	dir := t.TempDir()
 	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags",
 		"-X github.com/owedhq/owed/internal/buildinfo.version=v9.8.7 -X github.com/owedhq/owed/internal/buildinfo.revision=feedc0de",
-		"-o", dir+string(filepath.Separator), "./cmd/sweeper", "./cmd/worker")
+		"-o", dir+string(filepath.Separator), "./cmd/sweeper", "./cmd/worker", "./cmd/owedctl")
 	cmd.Dir = "../.."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -116,5 +116,23 @@ func TestServiceBinariesCommandLine(t *testing.T) {
 				t.Errorf("%s healthcheck with nothing listening: exit %d, want 1", c.name, code)
 			}
 		})
+	}
+}
+
+func TestOwedctlVersionAndHealthcheck(t *testing.T) {
+	t.Parallel()
+	dir := buildServices(t)
+	bin := filepath.Join(dir, "owedctl")
+	if code, out, _ := run(t, bin, nil, "version"); code != 0 || !strings.HasPrefix(out, "owedctl v9.8.7 (revision feedc0de, go") {
+		t.Errorf("owedctl version: exit %d, %q; want the -ldflags version and revision", code, out)
+	}
+	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer healthy.Close()
+	_, port, _ := net.SplitHostPort(healthy.Listener.Addr().String())
+	if code, _, errOut := run(t, bin, nil, "healthcheck", ":"+port); code != 0 {
+		t.Errorf("owedctl healthcheck on a healthy listener: exit %d\n%s", code, errOut)
+	}
+	if code, _, _ := run(t, bin, nil, "healthcheck"); code != 2 {
+		t.Errorf("owedctl healthcheck without an address: exit %d, want 2 (usage)", code)
 	}
 }
