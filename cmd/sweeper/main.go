@@ -12,13 +12,10 @@
 package main
 
 import (
-	"io"
 	"os"
 
-	"github.com/owedhq/owed"
 	"github.com/owedhq/owed/internal/buildinfo"
 	"github.com/owedhq/owed/internal/clock"
-	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/service"
@@ -27,22 +24,17 @@ import (
 
 func main() {
 	buildinfo.Service{Name: "sweeper", Summary: "the minute sweep, the scheduling API and the receipts endpoints",
-		Variables: variables, HealthzAddr: healthzAddr}.Main(run)
+		Specs: specs, HealthzAddr: healthzAddr}.Main(run)
 }
 
-// variables lists what LoadConfig and LoadOperations read, with the
-// defaults they give when nothing is set. The environment is cleared
-// first: help shows defaults, never a value (a secret) set here.
-func variables(w io.Writer) error {
+// specs are what LoadConfig and LoadOperations fill, with the defaults they
+// give when nothing is set. The environment is cleared first: help shows
+// defaults, never a value (a secret) set here.
+func specs() []any {
 	os.Clearenv()
 	cfg, _ := sweeper.LoadConfig()
 	ops, _ := service.LoadOperations(sweeper.MetricsAddrDefault)
-	specs := []any{&cfg, &cfg.Materialise, &cfg.Receipt, &cfg.Queue, &cfg.Queue.Rest, &cfg.Queue.SQS, &cfg.Queue.JetStream, &ops}
-	keys, err := config.Keys("OWED", specs...)
-	if err != nil {
-		return err
-	}
-	return config.Usage(w, "OWED", config.Descriptions(owed.README, keys), specs...)
+	return []any{&cfg, &cfg.Materialise, &cfg.Receipt, &cfg.Queue, &cfg.Queue.Rest, &cfg.Queue.SQS, &cfg.Queue.JetStream, &ops}
 }
 
 // healthzAddr is the operator listener, which serves /healthz beside

@@ -16,14 +16,11 @@ package main
 
 import (
 	"errors"
-	"io"
 	"os"
 
-	"github.com/owedhq/owed"
 	"github.com/owedhq/owed/internal/buildinfo"
 
 	"github.com/owedhq/owed/internal/clock"
-	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/provider/providers"
 	"github.com/owedhq/owed/internal/queue/backends"
@@ -34,22 +31,17 @@ import (
 
 func main() {
 	buildinfo.Service{Name: "worker", Summary: "drains the delivery queue and sends through the providers at their shared pace",
-		Variables: variables, HealthzAddr: healthzAddr}.Main(run)
+		Specs: specs, HealthzAddr: healthzAddr}.Main(run)
 }
 
-// variables lists what LoadConfig and LoadOperations read, with the
-// defaults they give when nothing is set. The environment is cleared
-// first: help shows defaults, never a value (a secret) set here.
-func variables(w io.Writer) error {
+// specs are what LoadConfig and LoadOperations fill, with the defaults they
+// give when nothing is set. The environment is cleared first: help shows
+// defaults, never a value (a secret) set here.
+func specs() []any {
 	os.Clearenv()
 	cfg, _ := worker.LoadConfig()
 	ops, _ := service.LoadOperations("")
-	specs := []any{&cfg, &cfg.Providers, &cfg.Queue, &cfg.Queue.Rest, &cfg.Queue.SQS, &cfg.Queue.JetStream, &ops}
-	keys, err := config.Keys("OWED", specs...)
-	if err != nil {
-		return err
-	}
-	return config.Usage(w, "OWED", config.Descriptions(owed.README, keys), specs...)
+	return []any{&cfg, &cfg.Providers, &cfg.Queue, &cfg.Queue.Rest, &cfg.Queue.SQS, &cfg.Queue.JetStream, &ops}
 }
 
 // healthzAddr is OWED_LISTEN_ADDR: the worker serves /healthz there

@@ -1,31 +1,56 @@
 package buildinfo_test
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
-// buildServices builds the sweeper, the worker and owedctl as the release does,
-// with the version and revision set by -ldflags -X.
+// built holds the binaries buildServices made, once per test binary.
+var built struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// buildServices builds the sweeper, the worker and owedctl as the release
+// does, with the version and revision set by -ldflags -X, once.
 func buildServices(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds three binaries")
 	}
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags",
-		"-X github.com/owedhq/owed/internal/buildinfo.version=v9.8.7 -X github.com/owedhq/owed/internal/buildinfo.revision=feedc0de",
-		"-o", dir+string(filepath.Separator), "./cmd/sweeper", "./cmd/worker", "./cmd/owedctl")
-	cmd.Dir = "../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "owed-buildinfo-"); built.err != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags",
+			"-X github.com/owedhq/owed/internal/buildinfo.version=v9.8.7 -X github.com/owedhq/owed/internal/buildinfo.revision=feedc0de",
+			"-o", built.dir+string(filepath.Separator), "./cmd/sweeper", "./cmd/worker", "./cmd/owedctl")
+		cmd.Dir = "../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return dir
+	return built.dir
 }
 
 // run runs a built binary with only env set and returns its exit status and

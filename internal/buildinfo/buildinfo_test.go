@@ -3,7 +3,6 @@ package buildinfo
 import (
 	"bytes"
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -103,7 +102,11 @@ func TestServiceRun(t *testing.T) {
 	healthy, sick := healthz(t, http.StatusOK), healthz(t, http.StatusInternalServerError)
 	service := func(addr string) Service {
 		return Service{Name: "svc", Summary: "a test service",
-			Variables:   func(w io.Writer) error { _, err := io.WriteString(w, "OWED_X  string  -  a setting\n"); return err },
+			Specs: func() []any {
+				return []any{&struct {
+					X string `envconfig:"TEST_X"`
+				}{X: "the-default"}}
+			},
 			HealthzAddr: func() (string, error) { return addr, nil }}
 	}
 	for _, c := range []struct {
@@ -115,7 +118,8 @@ func TestServiceRun(t *testing.T) {
 	}{
 		{nil, healthy, false, 0, ""},
 		{[]string{"--version"}, healthy, true, 0, "svc " + Get().String() + "\n"},
-		{[]string{"--help"}, healthy, true, 0, "OWED_X  string  -  a setting"},
+		{[]string{"--help"}, healthy, true, 0, "OWED_TEST_X"},
+		{[]string{"--help"}, healthy, true, 0, "the-default"},
 		{[]string{"-h"}, healthy, true, 0, "svc healthcheck"},
 		{[]string{"healthcheck"}, healthy, true, 0, ""},
 		{[]string{"healthcheck"}, sick, true, 1, ""},

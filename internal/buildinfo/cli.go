@@ -11,6 +11,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/owedhq/owed"
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/service"
 )
 
@@ -28,8 +30,11 @@ type Service struct {
 	Name string
 	// Summary is the first line of --help.
 	Summary string
-	// Variables writes every OWED_* variable the service reads.
-	Variables func(io.Writer) error
+	// Specs returns what the service's configuration loaders fill (pointers
+	// to structs), holding their defaults: --help lists every OWED_*
+	// variable they read, with its default and its meaning from the README's
+	// settings tables.
+	Specs func() []any
 	// HealthzAddr is the listen address (host:port, host may be empty)
 	// that serves the process's /healthz, from the same configuration.
 	HealthzAddr func() (string, error)
@@ -51,7 +56,7 @@ func (s Service) Run(args []string, stdout, stderr io.Writer) (handled bool, cod
 			"  %s healthcheck   GET this process's /healthz; exit 0 when it answers 200, else 1\n"+
 			"  %s --version     print the version, revision and Go version\n\nvariables:\n",
 			s.Name, s.Summary, s.Name, s.Name, s.Name)
-		if err := s.Variables(stdout); err != nil {
+		if err := variables(stdout, s.Specs()); err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", s.Name, err)
 			return true, 1
 		}
@@ -72,6 +77,15 @@ func (s Service) Run(args []string, stdout, stderr io.Writer) (handled bool, cod
 		fmt.Fprintf(stderr, "%s: unknown argument %q: the service takes none (see %s --help)\n", s.Name, args[0], s.Name)
 		return true, 2
 	}
+}
+
+// variables writes the table of the variables the specs read.
+func variables(w io.Writer, specs []any) error {
+	keys, err := config.Keys("OWED", specs...)
+	if err != nil {
+		return err
+	}
+	return config.Usage(w, "OWED", config.Descriptions(owed.README, keys), specs...)
 }
 
 // Main runs the service's command line: the answer to args when they ask
