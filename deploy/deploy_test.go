@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"sigs.k8s.io/yaml"
 
+	"github.com/owedhq/owed/internal/buildinfo"
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/provider/providers"
 	"github.com/owedhq/owed/internal/queue"
@@ -353,6 +354,7 @@ func TestMetricsPassPromtoolCheck(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	sweep.NewMetrics(reg).Observe(sweep.Result{Complete: true, Leased: 3, Published: 3, DurationMS: 41}, time.Now())
 	worker.NewMetrics(reg)
+	reg.MustRegister(buildinfo.Collector())
 	reg.MustRegister(sweeper.NewQueueCollector(func(context.Context) (queue.Stats, error) {
 		return queue.Stats{Visible: 2, InFlight: 1, DeadLetterDepth: 4, OldestAge: 12500 * time.Millisecond}, nil
 	}))
@@ -360,7 +362,7 @@ func TestMetricsPassPromtoolCheck(t *testing.T) {
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
-	for _, series := range []string{"owed_sweep_runs_total", "owed_delivery_lag_seconds_bucket", "owed_queue_dead_letter_depth 4"} {
+	for _, series := range []string{"owed_build_info{", "owed_sweep_runs_total", "owed_delivery_lag_seconds_bucket", "owed_queue_dead_letter_depth 4"} {
 		if !strings.Contains(body, series) {
 			t.Fatalf("the exposition lacks %s:\n%s", series, body)
 		}
