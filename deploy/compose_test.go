@@ -325,3 +325,67 @@ services:
 		t.Errorf("command %v and ports %v: want the command replaced and the ports appended", s["command"], s["ports"])
 	}
 }
+
+// composeOneShot reports whether a service runs once: another service
+// waits for it to complete, or it is a tool started by `run` (profile
+// tools).
+func composeOneShot(services map[string]map[string]any, name string) bool {
+	if slices.Contains(composeProfiles(services[name]), "tools") {
+		return true
+	}
+	for _, s := range services {
+		if d, ok := s["depends_on"].(map[string]any); ok {
+			if c, _ := d[name].(map[string]any); c["condition"] == "service_completed_successfully" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestComposeRestartAndHealthchecks: in every documented stack, each
+// long-running service restarts unless stopped and has a healthcheck, owed's
+// own through the binary's healthcheck subcommand (the images have no
+// shell); a one-shot has restart "no", so a finished migration is not run
+// again and again; and a dependency on a long-running service waits for it to
+// be healthy.
+func TestComposeRestartAndHealthchecks(t *testing.T) {
+	t.Parallel()
+	wantTest := map[string][]any{
+		"sweeper": {"CMD", "/usr/local/bin/sweeper", "healthcheck"},
+		"worker":  {"CMD", "/usr/local/bin/worker", "healthcheck"},
+		"queue":   {"CMD", "/usr/local/bin/owedctl", "healthcheck", ":8181"},
+		"sandbox": {"CMD", "/usr/local/bin/owedctl", "healthcheck", ":8089"},
+	}
+	for _, v := range composeVariants {
+		services := composeServices(t, composeProject(t, v.files))
+		for name, s := range services {
+			restart := fmt.Sprint(s["restart"])
+			if composeOneShot(services, name) {
+				if restart != "no" {
+					t.Errorf("%s: one-shot service %s has restart %q, want \"no\"", v.backend, name, restart)
+				}
+				continue
+			}
+			if restart != "unless-stopped" {
+				t.Errorf("%s: service %s has restart %q, want unless-stopped", v.backend, name, restart)
+			}
+			hc, _ := s["healthcheck"].(map[string]any)
+			test, _ := hc["test"].([]any)
+			if len(test) < 2 || hc["disable"] == true {
+				t.Errorf("%s: service %s has no healthcheck", v.backend, name)
+			}
+			if want, ok := wantTest[name]; ok && !slices.Equal(test, want) {
+				t.Errorf("%s: service %s's healthcheck is %v, want %v", v.backend, name, test, want)
+			}
+			if d, ok := s["depends_on"].(map[string]any); ok {
+				for dep, c := range d {
+					cond, _ := c.(map[string]any)["condition"].(string)
+					if !composeOneShot(services, dep) && cond != "service_healthy" && !slices.Contains(composeProfiles(s), "tools") {
+						t.Errorf("%s: %s waits for %s to be %s, want service_healthy", v.backend, name, dep, cond)
+					}
+				}
+			}
+		}
+	}
+}

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"sigs.k8s.io/yaml"
 
+	"github.com/owedhq/owed/internal/buildinfo"
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/provider/providers"
 	"github.com/owedhq/owed/internal/queue"
@@ -171,30 +174,108 @@ func TestManifestsSetOnlyDeclaredVariables(t *testing.T) {
 }
 
 // TestDockerfileBuildCommandBuilds runs the Dockerfile's go build line, with
-// its output folder swapped for a temporary one, so a package move or a cgo
-// dependency breaks this test rather than the image build.
+// its output folder swapped for a temporary one and VERSION and REVISION
+// set, twice: in the repository and in a copy of the build context as
+// Dockerfile.dockerignore leaves it, somewhere else. A package move, a cgo
+// dependency or a file the context leaves out breaks this test rather than
+// the image build; the two builds must be byte for byte the same (the
+// reproducible build deploy/README.md documents), and carry the version.
 func TestDockerfileBuildCommandBuilds(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds three binaries")
+		t.Skip("builds three binaries twice")
 	}
 	t.Parallel()
-	args := dockerfileBuildArgs(t)
-	out := t.TempDir() + string(filepath.Separator)
-	for i, a := range args {
-		if a == "-o" && i+1 < len(args) {
-			args[i+1] = out
+	context := t.TempDir()
+	copyBuildContext(t, "..", context)
+	var sums []map[string][32]byte
+	for _, dir := range []string{"..", context} {
+		args := dockerfileBuildArgs(t)
+		out := t.TempDir() + string(filepath.Separator)
+		for i, a := range args {
+			if a == "-o" && i+1 < len(args) {
+				args[i+1] = out
+			}
+			args[i] = strings.NewReplacer("${VERSION}", "v9.8.7", "${REVISION}", "feedc0de").Replace(args[i])
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("in %s: go %s: %v\n%s", dir, strings.Join(args, " "), err, b)
+		}
+		sum := map[string][32]byte{}
+		for _, bin := range []string{"sweeper", "worker", "owedctl"} {
+			b, err := os.ReadFile(filepath.Join(out, bin))
+			if err != nil {
+				t.Fatalf("the Dockerfile's build did not produce %s, which a final stage copies: %v", bin, err)
+			}
+			sum[bin] = sha256.Sum256(b)
+			if bytes.Contains(b, []byte(dir)) && dir != ".." {
+				t.Errorf("%s contains the build folder %s: -trimpath is missing", bin, dir)
+			}
+		}
+		if v, err := exec.Command(filepath.Join(out, "sweeper"), "--version").Output(); err != nil || !strings.HasPrefix(string(v), "sweeper v9.8.7 (revision feedc0de") {
+			t.Errorf("the built sweeper --version says %q (%v), want the VERSION and REVISION build arguments", v, err)
+		}
+		sums = append(sums, sum)
+	}
+	for bin, sum := range sums[0] {
+		if sums[1][bin] != sum {
+			t.Errorf("%s differs between two builds of the same source in different folders: the build is not reproducible", bin)
 		}
 	}
-	cmd := exec.Command("go", args...)
-	cmd.Dir = ".."
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
+}
+
+// copyBuildContext copies the repository at src to dst as the image build
+// sees it: without what Dockerfile.dockerignore excludes (its entries are
+// top-level names and **/*_test.go).
+func copyBuildContext(t *testing.T, src, dst string) {
+	t.Helper()
+	raw, err := os.ReadFile("Dockerfile.dockerignore")
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, bin := range []string{"sweeper", "worker", "owedctl"} {
-		if _, err := os.Stat(filepath.Join(out, bin)); err != nil {
-			t.Errorf("the Dockerfile's build did not produce %s, which a final stage copies: %v", bin, err)
+	var top []string
+	testFiles := false
+	for _, line := range strings.Split(string(raw), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case line == "**/*_test.go":
+			testFiles = true
+		case !strings.ContainsAny(strings.TrimPrefix(line, "/"), "/*"):
+			top = append(top, strings.TrimPrefix(line, "/"))
+		default:
+			t.Fatalf("Dockerfile.dockerignore entry %q: copyBuildContext knows only top-level names and **/*_test.go", line)
 		}
+	}
+	err = filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if first, _, _ := strings.Cut(rel, string(filepath.Separator)); slices.Contains(top, first) ||
+			(d.Type().IsRegular() && testFiles && strings.HasSuffix(rel, "_test.go")) || strings.HasPrefix(rel, ".") && rel != "." {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -273,6 +354,7 @@ func TestMetricsPassPromtoolCheck(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	sweep.NewMetrics(reg).Observe(sweep.Result{Complete: true, Leased: 3, Published: 3, DurationMS: 41}, time.Now())
 	worker.NewMetrics(reg)
+	reg.MustRegister(buildinfo.Collector())
 	reg.MustRegister(sweeper.NewQueueCollector(func(context.Context) (queue.Stats, error) {
 		return queue.Stats{Visible: 2, InFlight: 1, DeadLetterDepth: 4, OldestAge: 12500 * time.Millisecond}, nil
 	}))
@@ -280,7 +362,7 @@ func TestMetricsPassPromtoolCheck(t *testing.T) {
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
-	for _, series := range []string{"owed_sweep_runs_total", "owed_delivery_lag_seconds_bucket", "owed_queue_dead_letter_depth 4"} {
+	for _, series := range []string{"owed_build_info{", "owed_sweep_runs_total", "owed_delivery_lag_seconds_bucket", "owed_queue_dead_letter_depth 4"} {
 		if !strings.Contains(body, series) {
 			t.Fatalf("the exposition lacks %s:\n%s", series, body)
 		}

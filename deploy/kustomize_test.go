@@ -2,34 +2,54 @@ package deploy_test
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"sigs.k8s.io/yaml"
 )
 
-// kustomize builds a kustomization under deploy/ with kubectl's built-in
-// kustomize, which works without a cluster, and returns its objects.
+// renderer is deploy/check's render command, built once: the kustomize
+// library (what `kubectl kustomize` runs) in its own module, so these tests
+// need neither kubectl nor the library in owed's go.mod.
+var renderer = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "owed-render-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "render")
+	cmd := exec.Command("go", "build", "-o", bin, "./render")
+	cmd.Dir = "check"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build deploy/check/render: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// kustomize builds a kustomization under deploy/ and returns its objects.
 func kustomize(t *testing.T, dir string) map[string]map[string]any {
 	t.Helper()
-	kubectl, err := exec.LookPath("kubectl")
+	render, err := renderer()
 	if err != nil {
-		t.Skip("kubectl is not installed: the kustomizations are checked only as YAML")
+		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(kubectl, "kustomize", dir)
+	cmd := exec.Command(render, dir)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
+		t.Fatalf("render %s: %v\n%s", dir, err, stderr.String())
 	}
 	var docs []any
 	for _, part := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(out), -1) {
 		var doc any
 		if err := yaml.Unmarshal([]byte(part), &doc); err != nil {
-			t.Fatalf("kubectl kustomize %s: %v", dir, err)
+			t.Fatalf("render %s: %v", dir, err)
 		}
 		docs = append(docs, doc)
 	}
@@ -168,4 +188,32 @@ func TestKustomizeMigrateAndNATS(t *testing.T) {
 	if url := containerEnv(t, objs, job)["NATS_URL"]; url != "nats://owed-nats:4222" {
 		t.Errorf("the provisioning Job connects to %q, want the owed-nats Service", url)
 	}
+}
+
+// TestKustomizeRestEmulator: the development overlay points the sweeper and
+// the workers at the emulator it runs, on the port it listens on.
+func TestKustomizeRestEmulator(t *testing.T) {
+	t.Parallel()
+	objs := kustomize(t, "k8s/queues/rest-emulator")
+	specs := podSpecs(objs)
+	emu := containerEnv(t, objs, container(t, specs["Deployment/owed-queue"], "queue"))
+	if emu["OWED_QUEUE_ADDR"] != ":8181" {
+		t.Errorf("the emulator listens on %q, want :8181", emu["OWED_QUEUE_ADDR"])
+	}
+	svc := object(t, objs, "Service/owed-queue")
+	if port, _ := dig(svc, "spec", "ports").([]any); len(port) != 1 || fmt.Sprint(dig(port[0], "port")) != "8181" {
+		t.Errorf("Service owed-queue ports: %v, want 8181", port)
+	}
+	for _, key := range []string{"Deployment/owed-sweeper", "Deployment/owed-worker"} {
+		for _, c := range containers(specs[key]) {
+			env := containerEnv(t, objs, c)
+			if env["OWED_QUEUE_BACKEND"] != "rest" || env["OWED_QUEUE_URL"] != "http://owed-queue:8181" {
+				t.Errorf("%s: OWED_QUEUE_BACKEND=%q OWED_QUEUE_URL=%q, want rest on http://owed-queue:8181", key, env["OWED_QUEUE_BACKEND"], env["OWED_QUEUE_URL"])
+			}
+			if _, ok := env["OWED_QUEUE_TOKEN"]; !ok {
+				t.Errorf("%s has no OWED_QUEUE_TOKEN", key)
+			}
+		}
+	}
+	checkOwedImages(t, "rest-emulator", specs)
 }

@@ -26,3 +26,7 @@ fi
 if ! command -v owed-sqs-server >/dev/null 2>&1; then
   "$(dirname "$0")/install-sqs.sh"
 fi
+
+# deploy/check, a module of its own: the Kubernetes libraries its checks of
+# the manifests use (kustomize, k8s.io/api, the Pod Security evaluator).
+(cd "$(dirname "$0")/../deploy/check" && go mod download)

@@ -10,6 +10,10 @@ if [ -n "$gofmt_out" ]; then
   exit 1
 fi
 go vet ./...
+# deploy/check is a module of its own (the Kubernetes libraries stay out of
+# owed's go.mod): the manifests rendered, strictly decoded and evaluated
+# against the restricted Pod Security standard.
+(cd deploy/check && go vet ./... && go test -race -count=1 ./...)
 # Alert rules and their unit tests (installs promtool from Debian when missing).
 scripts/promtool-test.sh
 exec scripts/with-postgres.sh go test -race -count=1 -timeout 20m ./... "$@"

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 
+	"github.com/owedhq/owed/internal/buildinfo"
 	"github.com/owedhq/owed/internal/service"
 )
 
@@ -38,7 +40,29 @@ func commands() map[string]command {
 		"drill":         {"run the stack under faults and check every invariant", drillCmd},
 		"recipients":    {"list and clear undeliverable recipients (recipients list|clear)", recipientsCmd},
 		"tenants":       {"pause, resume and list paused tenants (tenants pause|resume|list)", tenantsCmd},
+		"version":       {"print the version, revision and Go version", versionCmd},
+		"healthcheck":   {"GET /healthz on a listen address (healthcheck :8181): the image's HEALTHCHECK", healthcheckCmd},
 	}
+}
+
+// versionCmd prints the build, as the services' --version do.
+func versionCmd(_ context.Context, args []string) error {
+	if len(args) > 0 {
+		return usageError{"version takes no arguments"}
+	}
+	fmt.Println("owedctl", buildinfo.Get())
+	return nil
+}
+
+// healthcheckCmd is the container healthcheck of the owedctl servers (queue
+// serve, provider serve): the image has no shell or curl.
+func healthcheckCmd(ctx context.Context, args []string) error {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
+		return usageError{"usage: owedctl healthcheck LISTEN-ADDR (e.g. :8181)"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, buildinfo.HealthcheckTimeout)
+	defer cancel()
+	return buildinfo.Healthcheck(ctx, args[0])
 }
 
 func usage() string {

@@ -6,9 +6,16 @@
 // security does not bind. It runs until SIGTERM or SIGINT, then stops
 // taking requests and finishes those in flight, a sweep within its budget
 // (OWED_SHUTDOWN_GRACE). A second signal exits at once.
+//
+// `sweeper --help` lists every variable with its default, `sweeper
+// --version` prints the build, and `sweeper healthcheck` asks the running
+// process's operator listener for /healthz (the image has no shell or curl).
 package main
 
 import (
+	"os"
+
+	"github.com/owedhq/owed/internal/buildinfo"
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/queue/backends"
@@ -16,7 +23,27 @@ import (
 	"github.com/owedhq/owed/internal/sweeper"
 )
 
-func main() { service.Main("sweeper", run) }
+func main() {
+	buildinfo.Service{Name: "sweeper", Summary: "the minute sweep, the scheduling API and the receipts endpoints",
+		Specs: specs, HealthzAddr: healthzAddr}.Main(run)
+}
+
+// specs are what LoadConfig and LoadOperations fill, with the defaults they
+// give when nothing is set. The environment is cleared first: help shows
+// defaults, never a value (a secret) set here.
+func specs() []any {
+	os.Clearenv()
+	cfg, _ := sweeper.LoadConfig()
+	ops, _ := service.LoadOperations(sweeper.MetricsAddrDefault)
+	return []any{&cfg, &cfg.Materialise, &cfg.Receipt, &cfg.Queue, &cfg.Queue.Rest, &cfg.Queue.SQS, &cfg.Queue.JetStream, &ops}
+}
+
+// healthzAddr is the operator listener, which serves /healthz beside
+// /readyz and /metrics.
+func healthzAddr() (string, error) {
+	ops, err := service.LoadOperations(sweeper.MetricsAddrDefault)
+	return ops.MetricsAddr, err
+}
 
 func run() error {
 	cfg, err := sweeper.LoadConfig()

@@ -8,10 +8,17 @@
 // finish within OWED_SHUTDOWN_TIMEOUT, hands the rest back to the queue
 // without costing any row an attempt, and exits 0; a second signal exits at
 // once.
+//
+// `worker --help` lists every variable with its default, `worker --version`
+// prints the build, and `worker healthcheck` asks the running process for
+// /healthz on OWED_LISTEN_ADDR (the image has no shell or curl).
 package main
 
 import (
 	"errors"
+	"os"
+
+	"github.com/owedhq/owed/internal/buildinfo"
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
@@ -22,7 +29,32 @@ import (
 	"github.com/owedhq/owed/internal/worker"
 )
 
-func main() { service.Main("worker", run) }
+func main() {
+	buildinfo.Service{Name: "worker", Summary: "drains the delivery queue and sends through the providers at their shared pace",
+		Specs: specs, HealthzAddr: healthzAddr}.Main(run)
+}
+
+// specs are what LoadConfig and LoadOperations fill, with the defaults they
+// give when nothing is set. The environment is cleared first: help shows
+// defaults, never a value (a secret) set here.
+func specs() []any {
+	os.Clearenv()
+	cfg, _ := worker.LoadConfig()
+	ops, _ := service.LoadOperations("")
+	return []any{&cfg, &cfg.Providers, &cfg.Queue, &cfg.Queue.Rest, &cfg.Queue.SQS, &cfg.Queue.JetStream, &ops}
+}
+
+// healthzAddr is OWED_LISTEN_ADDR: the worker serves /healthz there
+// whether or not OWED_METRICS_ADDR moves /readyz and /metrics away. The
+// rest of the configuration is the running process's to validate: only
+// the address matters here.
+func healthzAddr() (string, error) {
+	cfg, err := worker.LoadConfig()
+	if cfg.ListenAddr != "" {
+		return cfg.ListenAddr, nil
+	}
+	return "", err
+}
 
 func run() error {
 	cfg, err := worker.LoadConfig()
@@ -51,6 +83,7 @@ func run() error {
 	}
 	paces := worker.PacesFor(db, cfg.ProviderRate.For(router.DefaultRate))
 	reg := worker.NewRegistry()
+	reg.MustRegister(buildinfo.Collector())
 	o := cfg.Options()
 	clk := clock.Real()
 	o.Ledger, o.Queue, o.Route, o.Pace, o.Log, o.Clock = ledger.New(db, clk), q, router.For, paces, log, clk

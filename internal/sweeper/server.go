@@ -25,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/api"
+	"github.com/owedhq/owed/internal/buildinfo"
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/console"
 	"github.com/owedhq/owed/internal/ledger"
@@ -78,7 +79,7 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	watch.stats = stats.Get
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		NewBacklogCollector(backlog.Get), NewQueueCollector(stats.Get), watch)
+		NewBacklogCollector(backlog.Get), NewQueueCollector(stats.Get), watch, buildinfo.Collector())
 	s := &Server{cfg: cfg, clock: clk, ledger: l, queue: watch, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
 		cronSecret: service.NewBearer(cfg.CronSecret), log: log, stats: stats,
 		mux: http.NewServeMux(), ops: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise, clk)}
