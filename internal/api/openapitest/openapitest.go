@@ -422,6 +422,12 @@ func (op *operation) checkParam(name, v string) error {
 // Handler wraps h: every exchange through it is checked, a violation
 // failing t.
 func (s *Spec) Handler(t testing.TB, h http.Handler) http.Handler {
+	return s.Wrap(h, func(err error) { t.Errorf("openapi: %v", err) })
+}
+
+// Wrap wraps h: every exchange through it is checked, each violation given
+// to report (for a server shared by many tests, started in a TestMain).
+func (s *Spec) Wrap(h http.Handler, report func(error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body []byte
 		if r.Body != nil {
@@ -438,7 +444,7 @@ func (s *Spec) Handler(t testing.TB, h http.Handler) http.Handler {
 		w.Write(rec.Body.Bytes())
 		if err := s.Check(Exchange{Request: probe, RequestBody: body, Status: rec.Code, Header: rec.Header(),
 			Body: rec.Body.Bytes()}); err != nil {
-			t.Errorf("openapi: %v", err)
+			report(err)
 		}
 	})
 }
