@@ -42,7 +42,7 @@ const docURL = "mem:///openapi.json"
 // Spec is the loaded document and what the exchanges checked so far covered.
 type Spec struct {
 	ops     []*operation
-	routing map[int][]string // x-owed-routing-errors: status → codes
+	routing map[string]map[int][]string // x-owed-routing-errors: path prefix → status → codes
 	errSch  *jsonschema.Schema
 
 	mu   sync.Mutex
@@ -53,10 +53,13 @@ type operation struct {
 	method, path string
 	segments     []string
 	secured      bool
-	params       map[string]param // "query:name", "path:name"
-	bodies       map[string]*jsonschema.Schema
-	responses    map[int]map[string]*jsonschema.Schema // status → media type → schema (nil: any)
-	codes        map[int][]string
+	// anyQuery is x-owed-any-query: the query string is not the API's
+	// (Twilio's signed callback URL).
+	anyQuery  bool
+	params    map[string]param // "query:name", "path:name"
+	bodies    map[string]*jsonschema.Schema
+	responses map[int]map[string]*jsonschema.Schema // status → media type → schema (nil: any)
+	codes     map[int][]string
 }
 
 type param struct {
@@ -81,19 +84,25 @@ func Load(raw []byte) (*Spec, error) {
 	}
 	var d struct {
 		Security []map[string]any                    `json:"security"`
-		Routing  map[string][]string                 `json:"x-owed-routing-errors"`
+		Routing  map[string]map[string][]string      `json:"x-owed-routing-errors"`
 		Paths    map[string]map[string]operationJSON `json:"paths"`
 	}
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return nil, err
 	}
-	s := &Spec{routing: map[int][]string{}, seen: map[string]bool{}}
+	s := &Spec{routing: map[string]map[int][]string{}, seen: map[string]bool{}}
 	if s.errSch, err = c.Compile(docURL + "#/components/schemas/Error"); err != nil {
 		return nil, err
 	}
-	for st, codes := range d.Routing {
-		n, _ := strconv.Atoi(st)
-		s.routing[n] = codes
+	for prefix, byStatus := range d.Routing {
+		s.routing[prefix] = map[int][]string{}
+		for st, codes := range byStatus {
+			n, err := strconv.Atoi(st)
+			if err != nil {
+				return nil, fmt.Errorf("x-owed-routing-errors: %q is not a status", st)
+			}
+			s.routing[prefix][n] = codes
+		}
 	}
 	for path, methods := range d.Paths {
 		for method, o := range methods {
@@ -113,6 +122,7 @@ func Load(raw []byte) (*Spec, error) {
 
 type operationJSON struct {
 	Security   *[]map[string]any `json:"security"`
+	AnyQuery   bool              `json:"x-owed-any-query"`
 	Parameters []struct {
 		Name   string         `json:"name"`
 		In     string         `json:"in"`
@@ -156,6 +166,7 @@ func compileOperation(c *jsonschema.Compiler, path, method string, o operationJS
 	if o.Security != nil {
 		op.secured = len(*o.Security) > 0
 	}
+	op.anyQuery = o.AnyQuery
 	for i, p := range o.Parameters {
 		sch, err := c.Compile(pointer("paths", path, lower, "parameters", strconv.Itoa(i), "schema"))
 		if err != nil {
@@ -212,7 +223,8 @@ func (op *operation) matches(path string) (map[string]string, bool) {
 }
 
 // Key names one documented outcome: "METHOD PATH STATUS CODE" (CODE empty
-// for a success), or "* * STATUS CODE" for the mux's unrouted answers.
+// for a success), or "* PREFIX STATUS CODE" for the unrouted answers under
+// a path prefix.
 func key(method, path string, status int, code string) string {
 	return strings.TrimSpace(fmt.Sprintf("%s %s %d %s", method, path, status, code))
 }
@@ -234,9 +246,14 @@ func (s *Spec) Keys(prefix string) []string {
 			}
 		}
 	}
-	for st, codes := range s.routing {
-		for _, c := range codes {
-			out = append(out, key("*", "*", st, c))
+	for p, byStatus := range s.routing {
+		if !strings.HasPrefix(p, prefix) {
+			continue
+		}
+		for st, codes := range byStatus {
+			for _, c := range codes {
+				out = append(out, key("*", p, st, c))
+			}
 		}
 	}
 	sort.Strings(out)
@@ -309,7 +326,13 @@ func (s *Spec) Check(x Exchange) error {
 }
 
 func (s *Spec) checkRouting(x Exchange, want int) error {
-	codes, ok := s.routing[x.Status]
+	prefix := ""
+	for p := range s.routing {
+		if strings.HasPrefix(x.Request.URL.Path, p) && len(p) > len(prefix) {
+			prefix = p
+		}
+	}
+	codes, ok := s.routing[prefix][x.Status]
 	if !ok || x.Status != want {
 		return fmt.Errorf("%s %s: no such route in the contract, so want %d, got %d", x.Request.Method,
 			x.Request.URL.Path, want, x.Status)
@@ -320,7 +343,7 @@ func (s *Spec) checkRouting(x Exchange, want int) error {
 	}
 	for _, c := range codes {
 		if c == code {
-			s.record(key("*", "*", x.Status, code))
+			s.record(key("*", prefix, x.Status, code))
 			return nil
 		}
 	}
@@ -375,6 +398,9 @@ func (op *operation) checkRequest(r *http.Request, pathVals map[string]string, b
 		}
 	}
 	for name, vals := range r.URL.Query() {
+		if op.anyQuery {
+			break
+		}
 		if len(vals) != 1 {
 			return fmt.Errorf("query parameter %q given %d times", name, len(vals))
 		}
@@ -388,6 +414,11 @@ func (op *operation) checkRequest(r *http.Request, pathVals map[string]string, b
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	sch, ok := op.bodies[mt]
 	if err != nil || !ok {
+		// "*/*": any media type, the body unchecked (a receipt endpoint
+		// reads the provider's bytes whatever they are labelled).
+		if _, any := op.bodies["*/*"]; any {
+			return nil
+		}
 		return fmt.Errorf("content type %q is not documented", r.Header.Get("Content-Type"))
 	}
 	if mt != "application/json" {
