@@ -243,7 +243,11 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, idemp
 		case err == nil:
 			return nil
 		case ctx.Err() != nil:
-			return backoff.Permanent(err)
+			// The caller gave up: say so, whatever the last try answered.
+			if errors.Is(err, ctx.Err()) {
+				return backoff.Permanent(err)
+			}
+			return backoff.Permanent(fmt.Errorf("%w (the last try: %v)", ctx.Err(), err))
 		case errors.As(err, &e) && e.Status != http.StatusTooManyRequests && e.Status < 500:
 			return backoff.Permanent(err)
 		}

@@ -18,13 +18,22 @@ func sms(recipient, ref string, at time.Time) client.Notification {
 		Payload: client.Payload{Text: "hello"}}
 }
 
+// fresh is a due time no other run of a test in this process used: the
+// tests share one database.
+func fresh() time.Time {
+	return time.Date(2031, 5, 1, 8, 0, 0, 0, time.UTC).Add(time.Duration(runs.Add(1)) * 24 * time.Hour)
+}
+
+var runs atomic.Int64
+
 func TestEveryCall(t *testing.T) {
 	ctx := context.Background()
 	c := client.New(serverURL, tenantToken)
-	at := time.Date(2031, 5, 1, 8, 0, 0, 0, time.UTC)
+	at := fresh()
+	calls, pagesRef := "T-CALLS-"+at.Format("20060102"), "T-PAGES-"+at.Format("20060102")
 
 	exp := at.Add(time.Hour)
-	one := sms("+15551000", "T-CALLS", at)
+	one := sms("+15551000", calls, at)
 	one.ExpiresAt = &exp
 	s, err := c.Schedule(ctx, one)
 	if err != nil || !s.Created || s.ID < 1 {
@@ -38,7 +47,7 @@ func TestEveryCall(t *testing.T) {
 
 	var many []client.Notification
 	for i := range 7 {
-		many = append(many, sms(fmt.Sprintf("+1555110%d", i), "T-PAGES", at.Add(time.Duration(i%3)*time.Minute)))
+		many = append(many, sms(fmt.Sprintf("+1555110%d", i), pagesRef, at.Add(time.Duration(i%3)*time.Minute)))
 	}
 	res, err := c.ScheduleMany(ctx, many)
 	if err != nil || res.Created != 7 || len(res.Notifications) != 7 {
@@ -46,7 +55,7 @@ func TestEveryCall(t *testing.T) {
 	}
 	// Page by page, then through All: every row once, newest due first.
 	seen := map[int64]bool{}
-	opts := client.ListOptions{RefID: "T-PAGES", Limit: 3}
+	opts := client.ListOptions{RefID: pagesRef, Limit: 3}
 	pages := 0
 	for {
 		p, err := c.List(ctx, opts)
@@ -70,7 +79,7 @@ func TestEveryCall(t *testing.T) {
 	}
 	var last client.Row
 	n := 0
-	for r, err := range c.All(ctx, client.ListOptions{RefID: "T-PAGES", Limit: 2}) {
+	for r, err := range c.All(ctx, client.ListOptions{RefID: pagesRef, Limit: 2}) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,22 +105,22 @@ func TestEveryCall(t *testing.T) {
 		t.Fatalf("event row: %+v, %v", d, err)
 	}
 
-	ch, err := c.Reschedule(ctx, "follow_up", "T-CALLS", at.Add(2*time.Hour))
+	ch, err := c.Reschedule(ctx, "follow_up", calls, at.Add(2*time.Hour))
 	if err != nil || ch.Changed != 1 {
 		t.Fatalf("Reschedule: %+v, %v", ch, err)
 	}
 	// A second T-CALLS row for the same recipient: moving the first onto
 	// its due time would make two rows of one schedule key.
-	if _, err := c.Schedule(ctx, sms("+15551000", "T-CALLS", at.Add(3*time.Hour))); err != nil {
+	if _, err := c.Schedule(ctx, sms("+15551000", calls, at.Add(3*time.Hour))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Reschedule(ctx, "follow_up", "T-CALLS", at.Add(3*time.Hour)); !isAPIError(err, 409, "conflict", "due_at") {
+	if _, err := c.Reschedule(ctx, "follow_up", calls, at.Add(3*time.Hour)); !isAPIError(err, 409, "conflict", "due_at") {
 		t.Errorf("Reschedule onto an existing row: %v, want 409 conflict on due_at", err)
 	}
-	if ch, err := c.Snooze(ctx, "follow_up", "T-PAGES", 10*time.Minute); err != nil || ch.Changed != 7 {
+	if ch, err := c.Snooze(ctx, "follow_up", pagesRef, 10*time.Minute); err != nil || ch.Changed != 7 {
 		t.Fatalf("Snooze: %+v, %v", ch, err)
 	}
-	if ch, err := c.Cancel(ctx, "follow_up", "T-PAGES"); err != nil || ch.Changed != 7 {
+	if ch, err := c.Cancel(ctx, "follow_up", pagesRef); err != nil || ch.Changed != 7 {
 		t.Fatalf("Cancel: %+v, %v", ch, err)
 	}
 	if d, err := c.Get(ctx, res.Notifications[0].ID); err != nil || d.State != "cancelled" || d.SettledAt == nil {
@@ -157,7 +166,7 @@ func TestRetriesOnlyIdempotentCalls(t *testing.T) {
 	srv := httptest.NewServer(f)
 	defer srv.Close()
 	c := client.New(srv.URL, tenantToken)
-	at := time.Date(2031, 6, 1, 8, 0, 0, 0, time.UTC)
+	at := fresh()
 
 	f.fails.Store(2)
 	if _, err := c.Schedule(ctx, sms("+15552000", "T-RETRY", at)); err != nil || f.seen.Load() != 3 {
