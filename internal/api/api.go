@@ -14,6 +14,7 @@ package api
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"io"
 	"mime"
@@ -79,7 +80,25 @@ func New(o Options) http.Handler {
 	s.mux.HandleFunc("POST /v1/notifications/cancel", s.authed(s.cancel))
 	s.mux.HandleFunc("POST /v1/notifications/reschedule", s.authed(s.reschedule))
 	s.mux.HandleFunc("POST /v1/events", s.authed(s.event))
+	s.mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	return s
+}
+
+// openAPI is the contract of every /v1 route and the receipt endpoints,
+// served at GET /v1/openapi.json without a token. The API tests validate
+// every request and response they make against it (internal/api/openapitest).
+//
+//go:embed openapi.json
+var openAPI []byte
+
+// OpenAPI returns the OpenAPI 3.1 document (a copy: callers may keep it).
+func OpenAPI() []byte { return append([]byte(nil), openAPI...) }
+
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.Write(openAPI)
 }
 
 // requestInfo collects what the request's log line reports; handlers fill it
@@ -128,23 +147,28 @@ func (h *headerOnly) WriteHeader(code int)        { h.status = code }
 func (h *headerOnly) Write(b []byte) (int, error) { return len(b), nil }
 
 // ServeHTTP routes r, answering unknown routes and wrong methods with JSON
-// errors, and logs one line per request.
+// errors, and logs one line per request. It names the request (X-Request-Id)
+// and puts a logger carrying that id in the request's context
+// (zerolog.Ctx), so every line logged for the request names it.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	ri := &requestInfo{}
-	r = r.WithContext(context.WithValue(r.Context(), infoKey{}, ri))
+	id := requestID(r)
+	w.Header().Set(HeaderRequestID, id)
+	log := s.log.With().Str("request_id", id).Logger()
+	r = r.WithContext(log.WithContext(context.WithValue(r.Context(), infoKey{}, ri)))
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
 				panic(p)
 			}
-			s.log.Error().Interface("panic", p).Str("method", r.Method).Str("path", r.URL.Path).Msg("api: handler panicked")
+			log.Error().Interface("panic", p).Str("method", r.Method).Str("path", r.URL.Path).Msg("api: handler panicked")
 			if sw.status == 0 {
 				writeError(sw, &apiError{Status: http.StatusInternalServerError, Code: codeInternal, Message: "internal error"})
 			}
 		}
-		s.logRequest(r, sw.status, ri, time.Since(start))
+		logRequest(log, r, sw.status, ri, time.Since(start))
 	}()
 
 	h, pattern := s.mux.Handler(r)
@@ -164,10 +188,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(sw, r)
 }
 
-func (s *server) logRequest(r *http.Request, status int, ri *requestInfo, took time.Duration) {
-	ev := s.log.Info()
+// logRequest writes the request's one line through its own logger (the
+// one carrying request_id).
+func logRequest(log zerolog.Logger, r *http.Request, status int, ri *requestInfo, took time.Duration) {
+	ev := log.Info()
 	if status >= 500 {
-		ev = s.log.Error().Err(ri.err)
+		ev = log.Error().Err(ri.err)
 	}
 	ev = ev.Str("method", r.Method).Str("route", r.Pattern).Str("path", r.URL.Path).Int("status", status).
 		Int64("duration_ms", took.Milliseconds())

@@ -105,7 +105,7 @@ func (b *bundle) do(t *testing.T, method, path, token string, body any) response
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	rec := httptest.NewRecorder()
-	b.handler.ServeHTTP(rec, req)
+	contract.Handler(t, b.handler).ServeHTTP(rec, req)
 	return response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
 }
 
@@ -319,7 +319,7 @@ func TestWrongContentTypeIs415(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+b.acme)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	rec := httptest.NewRecorder()
-	b.handler.ServeHTTP(rec, req)
+	contract.Handler(t, b.handler).ServeHTTP(rec, req)
 	if rec.Code != http.StatusUnsupportedMediaType {
 		t.Fatalf("status %d, want 415", rec.Code)
 	}

@@ -145,12 +145,25 @@ func (s *server) find(w http.ResponseWriter, r *http.Request, p principal) {
 		return
 	}
 	info(r).tenant = q.tenant
-	rows, err := s.ledger.Find(r.Context(), q.tenant, q.filter)
+	rows, next, err := s.ledger.FindPage(r.Context(), q.tenant, q.filter, q.from)
 	if err != nil {
 		s.fail(w, r, err, batchNamer("notifications"))
 		return
 	}
-	writeData(w, http.StatusOK, map[string]any{"notifications": rows, "limit": effectiveLimit(q.filter.Limit)})
+	page := listPage{Notifications: rows, Limit: effectiveLimit(q.filter.Limit)}
+	if next != nil {
+		page.NextCursor = encodeCursor(*next)
+	}
+	writeData(w, http.StatusOK, page)
+}
+
+// listPage is one page of GET /v1/notifications. NextCursor is absent on
+// the last page; otherwise passing it as cursor (with the same filters)
+// reads the rows after this page.
+type listPage struct {
+	Notifications []ledger.Notification `json:"notifications"`
+	Limit         int                   `json:"limit"`
+	NextCursor    string                `json:"next_cursor,omitempty"`
 }
 
 // effectiveLimit is the cap ledger.Find applied, so a client can tell a full

@@ -15,10 +15,13 @@ import (
 type findQuery struct {
 	tenant string
 	filter ledger.Filter
+	// from is the decoded cursor; nil for the first page.
+	from *ledger.Position
 }
 
 // findParams are the query parameters GET /v1/notifications accepts.
-var findParams = map[string]bool{"tenant": true, "recipient": true, "ref": true, "kind": true, "limit": true}
+var findParams = map[string]bool{"tenant": true, "recipient": true, "ref": true, "kind": true, "limit": true,
+	"cursor": true}
 
 // decodeFind reads the list route's query. Unknown and repeated parameters
 // are rejected, as unknown JSON fields are: a typo ("recipent=") must not
@@ -27,7 +30,7 @@ func decodeFind(q url.Values, p principal) (findQuery, *apiError) {
 	var out findQuery
 	for name, vals := range q {
 		if !findParams[name] {
-			return out, unknownField(name, "unknown query parameter; accepted: tenant, recipient, ref, kind, limit")
+			return out, unknownField(name, "unknown query parameter; accepted: tenant, recipient, ref, kind, limit, cursor")
 		}
 		if len(vals) > 1 {
 			return out, badField(name, "given %d times; give it once", len(vals))
@@ -50,6 +53,14 @@ func decodeFind(q url.Values, p principal) (findQuery, *apiError) {
 			return out, badField("limit", "%q is not an integer in 1..%d", s, ledger.MaxFindLimit)
 		}
 		out.filter.Limit = n
+	}
+	if _, ok := q["cursor"]; ok {
+		from, err := decodeCursor(q.Get("cursor"))
+		if err != nil {
+			return out, badField("cursor", "%v: pass the next_cursor of the previous page unchanged, "+
+				"with the same filters", err)
+		}
+		out.from = &from
 	}
 	return out, nil
 }

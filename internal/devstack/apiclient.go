@@ -14,10 +14,10 @@ import (
 // maxAnswer bounds how much of an answer the client reads.
 const maxAnswer = 4 << 20
 
-// APIClient posts JSON to one of the stack's HTTP APIs with a bearer token:
-// the scheduling API as one tenant, as an application does (the dev seeder
-// and the drill schedule their workloads through it), or the queue
-// emulator's admin endpoint.
+// APIClient posts JSON to one of the stack's HTTP control endpoints with a
+// bearer token: the queue emulator's admin endpoint (fault injection) and the
+// benchmarks' raw posts. Scheduling through the API goes through package
+// client, as an application's does (the seeder and the drill's workload).
 type APIClient struct {
 	url, token string
 	// timeout bounds one call.

@@ -5,10 +5,11 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
-	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/client"
 	"github.com/owedhq/owed/internal/tenant"
 )
 
@@ -76,9 +77,10 @@ type Row struct {
 }
 
 // seeder schedules the workload through the public API as tenant Tenant,
-// and the calendar items through the documented owed_items table.
+// with the Go client applications use, and the calendar items through the
+// documented owed_items table.
 type seeder struct {
-	api *APIClient
+	api *client.Client
 	db  *sql.DB
 
 	mu       sync.Mutex
@@ -88,7 +90,11 @@ type seeder struct {
 	lastErr  string
 }
 
-func newSeeder(api *APIClient, db *sql.DB) *seeder {
+// newSeeder schedules through the API at apiURL with token (a tenant
+// token of Tenant) and writes the calendar items through db.
+func newSeeder(apiURL, token string, db *sql.DB) *seeder {
+	api := client.New(apiURL, token, client.WithHTTPClient(&http.Client{Timeout: seedTimeout}),
+		client.WithRetry(seedTimeout))
 	return &seeder{api: api, db: db, ticket: 1000, shipment: 880}
 }
 
@@ -107,26 +113,10 @@ func (s *seeder) err() string {
 	return s.lastErr
 }
 
-// notification is one row of POST /v1/notifications, whose JSON is the
-// ledger's row.
-type notification = ledger.NewNotification
+// notification is one row the seeder schedules.
+type notification = client.Notification
 
-type payload struct {
-	Subject string `json:"subject,omitempty"`
-	Text    string `json:"text"`
-}
-
-func (p payload) json() json.RawMessage {
-	b, _ := json.Marshal(p)
-	return b
-}
-
-type scheduled struct {
-	Notifications []struct {
-		ID int64 `json:"id"`
-	} `json:"notifications"`
-	Created int `json:"created"`
-}
+type payload = client.Payload
 
 // seedInitial schedules the start-up workload: the backlog, the shipment
 // exceptions, the expired and the bounced rows, and the calendar items.
@@ -153,7 +143,7 @@ func (s *seeder) seedInitial(ctx context.Context) error {
 		expires := now.Add(-time.Duration(i+1) * time.Minute)
 		rows = append(rows, notification{Recipient: fmt.Sprintf("late-%d@example.com", i+1), Channel: "email",
 			Kind: "meeting_soon", RefID: fmt.Sprintf("CAL-PAST-%d", i+1), DueAt: expires.Add(-10 * time.Minute),
-			ExpiresAt: &expires, Payload: payload{Subject: "Starting soon", Text: "Your meeting starts in 10 minutes."}.json()})
+			ExpiresAt: &expires, Payload: payload{Subject: "Starting soon", Text: "Your meeting starts in 10 minutes."}})
 	}
 	expired, err := s.schedule(ctx, rows)
 	if err != nil {
@@ -211,7 +201,7 @@ func (s *seeder) followUp(due time.Time) notification {
 	s.mu.Unlock()
 	return notification{Recipient: fmt.Sprintf("customer-%d@example.com", n), Channel: "email", Kind: "follow_up",
 		RefID: fmt.Sprintf("TCK-%d", n), DueAt: due,
-		Payload: payload{Subject: fmt.Sprintf("Ticket %d", n), Text: "Any news on your ticket? Reply to this email and we will pick it up."}.json()}
+		Payload: payload{Subject: fmt.Sprintf("Ticket %d", n), Text: "Any news on your ticket? Reply to this email and we will pick it up."}}
 }
 
 // shipmentException fans one exception out to the buyer, the merchant's
@@ -222,18 +212,16 @@ func (s *seeder) shipmentException(ctx context.Context, occurred time.Time) erro
 	ref := fmt.Sprintf("SHP-%d", s.shipment)
 	s.mu.Unlock()
 	text := "Shipment " + ref + " is held at customs."
-	body := map[string]any{
-		"kind": "shipment_exception", "ref_id": ref, "occurred_at": occurred,
-		"channel": "sms", "payload": payload{Text: text},
-		"recipients": []map[string]any{
-			{"recipient": "+15550100" + ref[len(ref)-3:]},
-			{"recipient": "orders@merchant.example", "channel": "email", "payload": payload{Subject: ref + " held at customs", Text: text}},
-			{"recipient": "C024BE91L", "channel": "slack"},
-			{"recipient": "dock@warehouse.example", "channel": "email", "payload": payload{Subject: ref + ": customs hold", Text: text}},
+	out, err := s.api.Event(ctx, client.Event{
+		Kind: "shipment_exception", RefID: ref, OccurredAt: occurred, Channel: "sms", Payload: payload{Text: text},
+		Recipients: []client.EventRecipient{
+			{Recipient: "+15550100" + ref[len(ref)-3:]},
+			{Recipient: "orders@merchant.example", Channel: "email", Payload: &payload{Subject: ref + " held at customs", Text: text}},
+			{Recipient: "C024BE91L", Channel: "slack"},
+			{Recipient: "dock@warehouse.example", Channel: "email", Payload: &payload{Subject: ref + ": customs hold", Text: text}},
 		},
-	}
-	var out scheduled
-	if err := s.api.Post(ctx, "/v1/events", body, &out); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("shipment exception %s: %w", ref, err)
 	}
 	s.mu.Lock()
@@ -244,8 +232,8 @@ func (s *seeder) shipmentException(ctx context.Context, occurred time.Time) erro
 
 // schedule posts rows and returns them with their ids, in input order.
 func (s *seeder) schedule(ctx context.Context, rows []notification) ([]Row, error) {
-	var out scheduled
-	if err := s.api.Post(ctx, "/v1/notifications", map[string]any{"notifications": rows}, &out); err != nil {
+	out, err := s.api.ScheduleMany(ctx, rows)
+	if err != nil {
 		return nil, err
 	}
 	if len(out.Notifications) != len(rows) {

@@ -172,7 +172,7 @@ func (s *Stack) Start(ctx context.Context) (err error) {
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.seeder = newSeeder(NewAPIClient(s.ep.API, s.ep.TenantToken, seedTimeout), s.appDB)
+	s.seeder = newSeeder(s.ep.API, s.ep.TenantToken, s.appDB)
 	if !s.cfg.NoSeed {
 		if err := s.seeder.seedInitial(ctx); err != nil {
 			return fmt.Errorf("seed the workload: %w", err)

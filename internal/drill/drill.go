@@ -115,7 +115,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
 	start := time.Now()
 	rows, ins := plan(cfg, start, rng)
-	api := &client{devstack.NewAPIClient(ep.API, ep.TenantToken, apiTimeout)}
+	api := newClient(ep.API, ep.TenantToken, apiTimeout)
 	if err := api.schedule(ctx, rows, ins); err != nil {
 		return nil, err
 	}

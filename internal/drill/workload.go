@@ -2,12 +2,12 @@ package drill
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"time"
 
-	"github.com/owedhq/owed/internal/devstack"
+	owed "github.com/owedhq/owed/client"
 )
 
 // rowKind says what a workload row is there to prove.
@@ -45,16 +45,8 @@ type row struct {
 	expiresAt *time.Time
 }
 
-// input is one row of POST /v1/notifications.
-type input struct {
-	Recipient string          `json:"recipient"`
-	Channel   string          `json:"channel"`
-	Kind      string          `json:"kind"`
-	RefID     string          `json:"ref_id"`
-	DueAt     string          `json:"due_at"`
-	ExpiresAt string          `json:"expires_at,omitempty"`
-	Payload   json.RawMessage `json:"payload"`
-}
+// input is one row to schedule.
+type input = owed.Notification
 
 // plan builds the workload: most rows fall due spread over the window,
 // some were due before it, and a few of each special kind.
@@ -78,11 +70,8 @@ func plan(cfg Config, start time.Time, rng *rand.Rand) ([]row, []input) {
 		i := len(rows)
 		ref := fmt.Sprintf("D-%d", i)
 		r := row{kind: k, refID: ref, dueAt: due.UTC().Truncate(time.Microsecond), expiresAt: expires}
-		in := input{Recipient: recipient, Channel: "email", Kind: workloadKind, RefID: ref, DueAt: r.dueAt.Format(time.RFC3339Nano),
-			Payload: json.RawMessage(fmt.Sprintf(`{"subject":"Drill %d","text":"Fault drill row %d."}`, i, i))}
-		if expires != nil {
-			in.ExpiresAt = expires.UTC().Format(time.RFC3339Nano)
-		}
+		in := input{Recipient: recipient, Channel: "email", Kind: workloadKind, RefID: ref, DueAt: r.dueAt,
+			ExpiresAt: expires, Payload: owed.Payload{Subject: fmt.Sprintf("Drill %d", i), Text: fmt.Sprintf("Fault drill row %d.", i)}}
 		rows, ins = append(rows, r), append(ins, in)
 	}
 	within := func() time.Time { return start.Add(time.Duration(rng.Int64N(int64(cfg.Spread)))) }
@@ -114,23 +103,26 @@ func plan(cfg Config, start time.Time, rng *rand.Rand) ([]row, []input) {
 	return rows, ins
 }
 
-// client calls the scheduling API as the drill's tenant.
-type client struct{ *devstack.APIClient }
+// client calls the scheduling API as the drill's tenant, with the Go client
+// applications use.
+type client struct{ api *owed.Client }
 
-// scheduleBatch is how many rows one POST carries: well under the API's
-// 1 MiB body limit.
+// newClient returns the drill's client of the API at url holding token;
+// timeout bounds one request.
+func newClient(url, token string, timeout time.Duration) *client {
+	return &client{api: owed.New(url, token, owed.WithHTTPClient(&http.Client{Timeout: timeout}))}
+}
+
+// scheduleBatch is how many rows one call carries: the API's most, well
+// under its 1 MiB body limit.
 const scheduleBatch = 1000
 
-// schedule posts the workload and fills in the ids the API gave.
+// schedule schedules the workload and fills in the ids the API gave.
 func (c *client) schedule(ctx context.Context, rows []row, ins []input) error {
 	for lo := 0; lo < len(ins); lo += scheduleBatch {
 		hi := min(lo+scheduleBatch, len(ins))
-		var out struct {
-			Notifications []struct {
-				ID int64 `json:"id"`
-			} `json:"notifications"`
-		}
-		if err := c.Post(ctx, "/v1/notifications", map[string]any{"notifications": ins[lo:hi]}, &out); err != nil {
+		out, err := c.api.ScheduleMany(ctx, ins[lo:hi])
+		if err != nil {
 			return fmt.Errorf("schedule rows %d to %d: %w", lo, hi, err)
 		}
 		if len(out.Notifications) != hi-lo {
@@ -145,5 +137,6 @@ func (c *client) schedule(ctx context.Context, rows []row, ins []input) error {
 
 // cancel cancels one subject.
 func (c *client) cancel(ctx context.Context, refID string) error {
-	return c.Post(ctx, "/v1/notifications/cancel", map[string]string{"kind": workloadKind, "ref_id": refID}, nil)
+	_, err := c.api.Cancel(ctx, workloadKind, refID)
+	return err
 }

@@ -100,31 +100,11 @@ type Filter struct {
 // MaxFindLimit caps how many rows Find returns.
 const MaxFindLimit = 500
 
-// Find lists tenant's rows matching f, newest due first.
+// Find lists tenant's rows matching f, newest due first: FindPage's first
+// page.
 func (l *Ledger) Find(ctx context.Context, tenant string, f Filter) ([]Notification, error) {
-	if err := ValidateTenant(tenant); err != nil {
-		return nil, err
-	}
-	if f.Limit <= 0 || f.Limit > MaxFindLimit {
-		f.Limit = MaxFindLimit
-	}
-	out := []Notification{}
-	err := l.withTenant(ctx, tenant, func(tx *txn) error {
-		rows, err := tx.Query(qFind, tenant, f.Recipient, f.RefID, f.Kind, f.Limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			n, err := scanNotification(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, n)
-		}
-		return rows.Err()
-	})
-	return out, err
+	rows, _, err := l.FindPage(ctx, tenant, f, nil)
+	return rows, err
 }
 
 // AuditRow is one row as an invariant check reads it: how it ended and how

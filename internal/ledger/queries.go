@@ -326,16 +326,6 @@ SELECT attempt, provider, started_at, finished_at, outcome, provider_message_id,
        possible_duplicate
   FROM owed_notification_attempts WHERE notification_id = $1 ORDER BY attempt`
 
-	// qFind lists a tenant's rows for a recipient and/or subject, newest due
-	// first. An empty filter value matches every row.
-	qFind = `SELECT ` + notificationColumns + ` FROM owed_notifications
- WHERE tenant_id = $1
-   AND ($2 = '' OR recipient = $2)
-   AND ($3 = '' OR ref_id = $3)
-   AND ($4 = '' OR kind = $4)
- ORDER BY due_at DESC, id DESC
- LIMIT $5`
-
 	// qBacklog counts owed rows by state (owed_ledger_backlog); it reads
 	// only the partial index's rows, so its cost follows the backlog, not the
 	// ledger. Its instant comes back with each group, so the caller measures

@@ -126,7 +126,13 @@ func orDefault[T comparable](v, def T) T {
 func LimitBody(h http.Handler, n int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > n {
-			http.Error(w, `{"error":{"code":"too_large","message":"request body exceeds the limit"}}`, http.StatusRequestEntityTooLarge)
+			// The API's documented error (docs/api.md, code body_too_large),
+			// as JSON, not http.Error's text/plain.
+			h := w.Header()
+			h.Set("Content-Type", "application/json; charset=utf-8")
+			h.Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			fmt.Fprintf(w, `{"error":{"code":"body_too_large","message":"the body exceeds the limit of %d bytes"}}`+"\n", n)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, n)

@@ -1,0 +1,204 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/owedhq/owed/client"
+)
+
+func sms(recipient, ref string, at time.Time) client.Notification {
+	return client.Notification{Recipient: recipient, Channel: "sms", Kind: "follow_up", RefID: ref, DueAt: at,
+		Payload: client.Payload{Text: "hello"}}
+}
+
+// fresh is a due time no other run of a test in this process used: the
+// tests share one database.
+func fresh() time.Time {
+	return time.Date(2031, 5, 1, 8, 0, 0, 0, time.UTC).Add(time.Duration(runs.Add(1)) * 24 * time.Hour)
+}
+
+var runs atomic.Int64
+
+func TestEveryCall(t *testing.T) {
+	ctx := context.Background()
+	c := client.New(serverURL, tenantToken)
+	at := fresh()
+	calls, pagesRef := "T-CALLS-"+at.Format("20060102"), "T-PAGES-"+at.Format("20060102")
+
+	exp := at.Add(time.Hour)
+	one := sms("+15551000", calls, at)
+	one.ExpiresAt = &exp
+	s, err := c.Schedule(ctx, one)
+	if err != nil || !s.Created || s.ID < 1 {
+		t.Fatalf("Schedule: %+v, %v", s, err)
+	}
+	d, err := c.Get(ctx, s.ID)
+	if err != nil || d.Recipient != "+15551000" || !d.DueAt.Equal(at) || d.ExpiresAt == nil || !d.ExpiresAt.Equal(exp) ||
+		d.State != "pending" || d.Payload.Text != "hello" || d.History == nil {
+		t.Fatalf("Get: %+v, %v", d, err)
+	}
+
+	var many []client.Notification
+	for i := range 7 {
+		many = append(many, sms(fmt.Sprintf("+1555110%d", i), pagesRef, at.Add(time.Duration(i%3)*time.Minute)))
+	}
+	res, err := c.ScheduleMany(ctx, many)
+	if err != nil || res.Created != 7 || len(res.Notifications) != 7 {
+		t.Fatalf("ScheduleMany: %+v, %v", res, err)
+	}
+	// Page by page, then through All: every row once, newest due first.
+	seen := map[int64]bool{}
+	opts := client.ListOptions{RefID: pagesRef, Limit: 3}
+	pages := 0
+	for {
+		p, err := c.List(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, r := range p.Notifications {
+			if seen[r.ID] {
+				t.Fatalf("row %d on two pages", r.ID)
+			}
+			seen[r.ID] = true
+		}
+		if p.NextCursor == "" {
+			break
+		}
+		opts.Cursor = p.NextCursor
+	}
+	if pages != 3 || len(seen) != 7 {
+		t.Fatalf("%d pages, %d rows; want 3 pages of the 7 rows", pages, len(seen))
+	}
+	var last client.Row
+	n := 0
+	for r, err := range c.All(ctx, client.ListOptions{RefID: pagesRef, Limit: 2}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 && (r.DueAt.After(last.DueAt) || (r.DueAt.Equal(last.DueAt) && r.ID >= last.ID)) {
+			t.Fatalf("row %d after %d: not newest due first", r.ID, last.ID)
+		}
+		last, n = r, n+1
+	}
+	if n != 7 {
+		t.Fatalf("All yielded %d rows, want 7", n)
+	}
+	if _, err := c.List(ctx, client.ListOptions{Cursor: "not-a-cursor"}); !isAPIError(err, 400, "invalid_field", "cursor") {
+		t.Errorf("bad cursor: %v", err)
+	}
+
+	ev, err := c.Event(ctx, client.Event{Kind: "shipment", RefID: "S-CALLS", Channel: "sms",
+		Payload: client.Payload{Text: "delayed"}, OccurredAt: at, Delay: time.Minute,
+		Recipients: []client.EventRecipient{{Recipient: "+15551200"}, {Recipient: "+15551201"}}})
+	if err != nil || ev.Created != 2 || ev.Notifications[1].Recipient != "+15551201" {
+		t.Fatalf("Event: %+v, %v", ev, err)
+	}
+	if d, err := c.Get(ctx, ev.Notifications[0].ID); err != nil || !d.DueAt.Equal(at.Add(time.Minute)) {
+		t.Fatalf("event row: %+v, %v", d, err)
+	}
+
+	ch, err := c.Reschedule(ctx, "follow_up", calls, at.Add(2*time.Hour))
+	if err != nil || ch.Changed != 1 {
+		t.Fatalf("Reschedule: %+v, %v", ch, err)
+	}
+	// A second T-CALLS row for the same recipient: moving the first onto
+	// its due time would make two rows of one schedule key.
+	if _, err := c.Schedule(ctx, sms("+15551000", calls, at.Add(3*time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reschedule(ctx, "follow_up", calls, at.Add(3*time.Hour)); !isAPIError(err, 409, "conflict", "due_at") {
+		t.Errorf("Reschedule onto an existing row: %v, want 409 conflict on due_at", err)
+	}
+	if ch, err := c.Snooze(ctx, "follow_up", pagesRef, 10*time.Minute); err != nil || ch.Changed != 7 {
+		t.Fatalf("Snooze: %+v, %v", ch, err)
+	}
+	if ch, err := c.Cancel(ctx, "follow_up", pagesRef); err != nil || ch.Changed != 7 {
+		t.Fatalf("Cancel: %+v, %v", ch, err)
+	}
+	if d, err := c.Get(ctx, res.Notifications[0].ID); err != nil || d.State != "cancelled" || d.SettledAt == nil {
+		t.Fatalf("cancelled row: %+v, %v", d, err)
+	}
+
+	if _, err := client.New(serverURL, tenantToken, client.WithTenant("globex")).Get(ctx, s.ID); !isAPIError(err, 403, "forbidden", "tenant") {
+		t.Errorf("another tenant: %v", err)
+	}
+	if _, err := client.New(serverURL, "wrong").List(ctx, client.ListOptions{}); !isAPIError(err, 401, "unauthorized", "") {
+		t.Errorf("bad token: %v", err)
+	}
+	if _, err := client.New(serverURL, serviceToken, client.WithTenant("acme")).Get(ctx, s.ID); err != nil {
+		t.Errorf("service token naming the tenant: %v", err)
+	}
+}
+
+func isAPIError(err error, status int, code, field string) bool {
+	var e *client.Error
+	return errors.As(err, &e) && e.Status == status && e.Code == code && e.Field == field && e.RequestID != ""
+}
+
+// flaky answers 503 to the first fails requests, then passes them to the
+// real API, counting every request.
+type flaky struct {
+	fails, seen atomic.Int64
+}
+
+func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.seen.Add(1) <= f.fails.Load() {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Request-Id", "flaky")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"error":{"code":"internal","message":"try again"}}`))
+		return
+	}
+	apiHandler.ServeHTTP(w, r)
+}
+
+func TestRetriesOnlyIdempotentCalls(t *testing.T) {
+	ctx := context.Background()
+	f := &flaky{}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	c := client.New(srv.URL, tenantToken)
+	at := fresh()
+
+	f.fails.Store(2)
+	if _, err := c.Schedule(ctx, sms("+15552000", "T-RETRY", at)); err != nil || f.seen.Load() != 3 {
+		t.Fatalf("Schedule through two 503s: %v after %d requests, want success on the 3rd", err, f.seen.Load())
+	}
+	f.seen.Store(0)
+	f.fails.Store(1)
+	if _, err := c.Snooze(ctx, "follow_up", "T-RETRY", time.Minute); !isAPIError(err, 503, "internal", "") ||
+		f.seen.Load() != 1 {
+		t.Fatalf("Snooze: %v after %d requests, want the 503 after one (it is not idempotent)", err, f.seen.Load())
+	}
+	f.seen.Store(0)
+	f.fails.Store(0)
+	if _, err := c.Get(ctx, 0); !isAPIError(err, 400, "invalid_field", "id") || f.seen.Load() != 1 {
+		t.Fatalf("a 400: %v after %d requests, want one", err, f.seen.Load())
+	}
+	// A cancelled context ends the retries.
+	f.seen.Store(0)
+	f.fails.Store(1 << 40)
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		for f.seen.Load() < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	if _, err := c.List(cctx, client.ListOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("List with a cancelled context: %v, want context.Canceled", err)
+	}
+	f.seen.Store(0)
+	if _, err := client.New(srv.URL, tenantToken, client.WithRetry(0)).List(ctx, client.ListOptions{}); err == nil ||
+		f.seen.Load() != 1 {
+		t.Fatalf("WithRetry(0): %v after %d requests, want one", err, f.seen.Load())
+	}
+}

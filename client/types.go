@@ -1,0 +1,176 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Payload is a notification's rendered message. email needs Subject and
+// Text or HTML; sms, telegram and slack need Text; webhook needs Data or
+// Text.
+type Payload struct {
+	Subject string `json:"subject,omitempty"`
+	Text    string `json:"text,omitempty"`
+	HTML    string `json:"html,omitempty"`
+	// Data is the JSON body a webhook receives.
+	Data json.RawMessage `json:"data,omitempty"`
+	// Extras are channel-specific options (say, Telegram's parse_mode).
+	Extras map[string]string `json:"extras,omitempty"`
+}
+
+// Notification is one row to schedule. Scheduling is idempotent on
+// (tenant, Recipient, Kind, RefID, DueAt): scheduling it again inserts
+// nothing and answers the same id.
+type Notification struct {
+	Recipient string `json:"recipient"`
+	// Channel is email, sms, telegram, slack or webhook.
+	Channel string    `json:"channel"`
+	Kind    string    `json:"kind"`
+	RefID   string    `json:"ref_id"`
+	DueAt   time.Time `json:"-"`
+	// ExpiresAt, when set, is when the row stops being worth sending.
+	ExpiresAt *time.Time `json:"-"`
+	Payload   Payload    `json:"payload"`
+}
+
+// MarshalJSON writes the times as RFC 3339 strings, as the API reads them.
+func (n Notification) MarshalJSON() ([]byte, error) {
+	type plain Notification
+	out := struct {
+		plain
+		DueAt     string `json:"due_at"`
+		ExpiresAt string `json:"expires_at,omitempty"`
+	}{plain: plain(n), DueAt: n.DueAt.UTC().Format(time.RFC3339Nano)}
+	if n.ExpiresAt != nil {
+		out.ExpiresAt = n.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	return json.Marshal(out)
+}
+
+// Scheduled is what scheduling did with one input row, in input order.
+type Scheduled struct {
+	// Recipient is set for an event's rows.
+	Recipient string `json:"recipient,omitempty"`
+	ID        int64  `json:"id"`
+	// Created is false when the row already existed; State is then its
+	// state.
+	Created bool   `json:"created"`
+	State   string `json:"state"`
+}
+
+// ScheduleResult is the answer to ScheduleMany and Event.
+type ScheduleResult struct {
+	Notifications []Scheduled `json:"notifications"`
+	Created       int         `json:"created"`
+	Existing      int         `json:"existing"`
+}
+
+// Event fans one event out: one row per recipient, due at OccurredAt +
+// Delay. The due time comes from the event, so sending it twice lands on the
+// same rows.
+type Event struct {
+	Kind       string
+	RefID      string
+	Channel    string
+	Payload    Payload
+	OccurredAt time.Time
+	Delay      time.Duration
+	// ExpiresIn, when positive, expires each row that long after its due
+	// time.
+	ExpiresIn  time.Duration
+	Recipients []EventRecipient
+}
+
+// EventRecipient is one recipient of an Event; Channel and Payload, when
+// set, override the event's.
+type EventRecipient struct {
+	Recipient string   `json:"recipient"`
+	Channel   string   `json:"channel,omitempty"`
+	Payload   *Payload `json:"payload,omitempty"`
+}
+
+// ChangeResult is what a cancel or a reschedule changed.
+type ChangeResult struct {
+	// Changed counts open rows changed.
+	Changed int64 `json:"changed"`
+	// InFlight counts rows a worker is sending now; Intents those the
+	// change is recorded on, applied when the send ends.
+	InFlight int64 `json:"in_flight"`
+	Intents  int64 `json:"intents"`
+}
+
+// Row is a scheduled notification as the API reports it.
+type Row struct {
+	ID                int64      `json:"id"`
+	TenantID          string     `json:"tenant_id"`
+	Recipient         string     `json:"recipient"`
+	Channel           string     `json:"channel"`
+	Kind              string     `json:"kind"`
+	RefID             string     `json:"ref_id"`
+	DueAt             time.Time  `json:"due_at"`
+	ExpiresAt         *time.Time `json:"expires_at,omitempty"`
+	Payload           Payload    `json:"payload"`
+	State             string     `json:"state"`
+	Attempts          int        `json:"attempts"`
+	DeliveredAt       *time.Time `json:"delivered_at,omitempty"`
+	SettledAt         *time.Time `json:"settled_at,omitempty"`
+	Provider          string     `json:"provider,omitempty"`
+	ProviderMessageID string     `json:"provider_message_id,omitempty"`
+	LastError         string     `json:"last_error,omitempty"`
+	CreatedAt         time.Time  `json:"created_at"`
+	UpdatedAt         time.Time  `json:"updated_at"`
+}
+
+// Attempt is one send tried.
+type Attempt struct {
+	Attempt           int       `json:"attempt"`
+	Provider          string    `json:"provider"`
+	StartedAt         time.Time `json:"started_at"`
+	FinishedAt        time.Time `json:"finished_at"`
+	Outcome           string    `json:"outcome"`
+	ProviderMessageID string    `json:"provider_message_id,omitempty"`
+	HTTPStatus        int       `json:"http_status,omitempty"`
+	Error             string    `json:"error,omitempty"`
+	PossibleDuplicate bool      `json:"possible_duplicate,omitempty"`
+}
+
+// Receipt is one status the provider reported after accepting a send.
+type Receipt struct {
+	Provider          string     `json:"provider"`
+	ProviderMessageID string     `json:"provider_message_id"`
+	Status            string     `json:"status"`
+	Code              string     `json:"code,omitempty"`
+	OccurredAt        *time.Time `json:"occurred_at,omitempty"`
+	ReceivedAt        time.Time  `json:"received_at"`
+}
+
+// Detail is one row with its sends and receipts: the answer to "was this
+// recipient notified, and when".
+type Detail struct {
+	Row
+	History  []Attempt `json:"history"`
+	Receipts []Receipt `json:"receipts"`
+	// ReceiptStatus is the provider's confirmed word, when it sent one.
+	ReceiptStatus string     `json:"receipt_status,omitempty"`
+	ReceiptCode   string     `json:"receipt_code,omitempty"`
+	ConfirmedAt   *time.Time `json:"confirmed_at,omitempty"`
+}
+
+// ListOptions filters List; empty fields match every row.
+type ListOptions struct {
+	Recipient string
+	RefID     string
+	Kind      string
+	// Limit is the rows per page (default and maximum 500).
+	Limit int
+	// Cursor is a Page's NextCursor; empty for the first page.
+	Cursor string
+}
+
+// Page is one page of List, newest due first.
+type Page struct {
+	Notifications []Row `json:"notifications"`
+	// NextCursor reads the following page (ListOptions.Cursor); empty on
+	// the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}

@@ -1,0 +1,71 @@
+package ledger
+
+import (
+	"context"
+	"time"
+)
+
+// Position is where a page of Find's order (newest due first) ends: the due
+// time and id of its last row. The next page starts strictly after it, so
+// rows scheduled between two page reads never shift a page (keyset
+// pagination, not an offset).
+type Position struct {
+	DueAt time.Time
+	ID    int64
+}
+
+// qFindPage lists a tenant's rows for a recipient and/or subject (an empty
+// filter value matches every row), newest due first, from a position: rows
+// ordered after $5/$6 in (due_at DESC, id DESC). The first page passes 'infinity', which every due
+// time precedes. Migration 00033's (tenant_id, due_at, id) index serves it
+// read backwards; the +1 in the limit tells whether another page follows.
+const qFindPage = `SELECT ` + notificationColumns + ` FROM owed_notifications
+ WHERE tenant_id = $1
+   AND ($2 = '' OR recipient = $2)
+   AND ($3 = '' OR ref_id = $3)
+   AND ($4 = '' OR kind = $4)
+   AND (due_at, id) < ($5::timestamptz, $6::bigint)
+ ORDER BY due_at DESC, id DESC
+ LIMIT $7`
+
+// FindPage lists one page of tenant's rows matching f, newest due first,
+// starting after from (nil: the first page). next is the position to ask
+// for the following page, nil when this page is the last.
+func (l *Ledger) FindPage(ctx context.Context, tenant string, f Filter, from *Position) (rows []Notification,
+	next *Position, err error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return nil, nil, err
+	}
+	if f.Limit <= 0 || f.Limit > MaxFindLimit {
+		f.Limit = MaxFindLimit
+	}
+	due, id := "infinity", int64(0)
+	if from != nil {
+		due, id = from.DueAt.UTC().Format(time.RFC3339Nano), from.ID
+	}
+	rows = []Notification{}
+	err = l.withTenant(ctx, tenant, func(tx *txn) error {
+		rs, err := tx.Query(qFindPage, tenant, f.Recipient, f.RefID, f.Kind, due, id, f.Limit+1)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for rs.Next() {
+			n, err := scanNotification(rs)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, n)
+		}
+		return rs.Err()
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(rows) > f.Limit {
+		rows = rows[:f.Limit]
+		last := rows[len(rows)-1]
+		next = &Position{DueAt: last.DueAt, ID: last.ID}
+	}
+	return rows, next, nil
+}
