@@ -17,8 +17,9 @@ import (
 // database migrated only that far (the previous release's head, when every
 // migration since is expand-only and the code tolerates their absence).
 // Raise it when code starts to depend on a migration; readiness refuses an
-// older schema with "run owedctl migrate up".
-const OldestSchema = 26
+// older schema with "run owedctl migrate up". 31: the operator pauses
+// (00029) and the console's audit (00031) are called by this code.
+const OldestSchema = 31
 
 // compatTable records, per applied migration, the oldest binary that may
 // still run on it (migrations/00027).
