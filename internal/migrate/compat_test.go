@@ -160,9 +160,15 @@ func TestRecordFollowsUpAndDown(t *testing.T) {
 		}
 		return c
 	}
+	// Numbers may be skipped (a number reserved and never used), so the
+	// count is of the files, not the head's number.
+	files, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var rows int64
-	if err := d.Owner.QueryRow(`SELECT count(*) FROM owed_schema_compat WHERE breaks_before = 0`).Scan(&rows); err != nil || rows != this.Head {
-		t.Fatalf("%d rows of breaks_before 0 after up (err %v), want one per migration, %d", rows, err, this.Head)
+	if err := d.Owner.QueryRow(`SELECT count(*) FROM owed_schema_compat WHERE breaks_before = 0`).Scan(&rows); err != nil || rows != int64(len(files)) {
+		t.Fatalf("%d rows of breaks_before 0 after up (err %v), want one per migration, %d", rows, err, len(files))
 	}
 	runner := migrate.Runner{FS: contractFS(t)}
 	if applied, err := runner.Up(ctx, d.Owner); err != nil || len(applied) != 1 || applied[0] != 99 {
@@ -187,7 +193,7 @@ func TestRecordFollowsUpAndDown(t *testing.T) {
 	if _, err := migrate.DownTo(ctx, d.Owner, 26); err != nil {
 		t.Fatal(err)
 	}
-	c, err := migrate.Check(ctx, d.App, migrate.Build{Oldest: 27, Head: this.Head})
+	c, err = migrate.Check(ctx, d.App, migrate.Build{Oldest: 27, Head: this.Head})
 	if err != nil || c.Schema != 26 || c.Requires != 0 || c.Err() == nil || !strings.Contains(c.Err().Error(), "run owedctl migrate up") {
 		t.Errorf("at 26: %+v %v %v", c, c.Err(), err)
 	}
