@@ -6,8 +6,16 @@ BIN := bin
 
 all: build
 
+# The version and revision the binaries print (--version, owed_build_info):
+# the checkout's commit, so they are right even where GOFLAGS has
+# -buildvcs=false; override with `make build VERSION=v1.2.3`.
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
+BUILDINFO := github.com/owedhq/owed/internal/buildinfo
+LDFLAGS := $(if $(REVISION),-X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION))
+
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 ## run: the whole system on this machine (throwaway Postgres, queue emulator,
 ## sandbox provider, sweeper, two workers, a scheduler) with a seeded workload.
