@@ -42,6 +42,9 @@ type delivery struct {
 	// dueIn is how long after the claim the row is due, by the ledger's
 	// clock (0 when it was due already).
 	dueIn time.Duration
+	// mark is the undeliverable mark of the row's recipient as the claim
+	// read it (nil: not marked); see undeliverable.
+	mark *ledger.Undeliverable
 	// possibleDuplicate says an earlier claim may have reached the
 	// provider: this send is flagged and counted.
 	possibleDuplicate bool
@@ -165,7 +168,7 @@ func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool
 		return nil, false
 	}
 	dl := &delivery{msg: msg, env: env, row: claim.Row, hold: claim.Hold, asked: asked, claimedAt: claim.Now,
-		dueIn: claim.Wait, possibleDuplicate: claim.PossibleDuplicate, log: log}
+		dueIn: claim.Wait, possibleDuplicate: claim.PossibleDuplicate, mark: claim.Undeliverable, log: log}
 	dl.lease = w.holdClaim(dl, asked)
 	return dl, true
 }
@@ -372,6 +375,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 			after = time.Second
 		}
 		after = min(after, w.o.RetryAfterMax)
+		w.clear.forget(dl.sender.Name())
 		if err := dl.pace.Pause(ctx, after); err != nil {
 			dl.log.Warn().Err(err).Msg("could not pause the shared pace")
 		}

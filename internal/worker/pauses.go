@@ -16,12 +16,9 @@ import (
 // QueueDelayMax) with no attempt counted, and is counted as
 // owed_worker_messages_total{outcome="tenant_paused"} or
 // {outcome="account_held"}. The account's hold is read with its circuit
-// (admit); the tenants' pauses are read all at once, at most once every
-// pausesFresh, so a pause costs no statement per send.
-
-// pausesFresh is how long the worker trusts its last reading of the
-// operator pauses: a pause or a resume takes effect within it.
-const pausesFresh = time.Second
+// (admit, which trusts a clear reading for pace.CacheFor); the tenants'
+// pauses are read all at once, at most once every pace.CacheFor, so
+// neither costs a statement per send.
 
 // pausedRetry is how long (±20%) the message of a row held back by an
 // operator pause waits before it comes back: the pause has no end, so it is
@@ -29,7 +26,7 @@ const pausesFresh = time.Second
 const pausedRetry = time.Minute
 
 // pauses is the worker's reading of the operator pauses, refreshed when it
-// is older than pausesFresh. The reading's age is measured on the process's
+// is older than pace.CacheFor: a pause or a resume takes effect within it. The reading's age is measured on the process's
 // monotonic clock, not Options.Clock: it is the cache's own, never compared
 // with an instant of the ledger's.
 type pauses struct {
@@ -51,7 +48,7 @@ func newPauses(read func(ctx context.Context) (pace.Pauses, error), m *Metrics) 
 func (p *pauses) tenant(ctx context.Context, id string) (pace.TenantPause, bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.tenants == nil || time.Since(p.readAt) >= pausesFresh {
+	if p.tenants == nil || time.Since(p.readAt) >= pace.CacheFor {
 		ps, err := p.read(ctx)
 		if err != nil {
 			return pace.TenantPause{}, false, err

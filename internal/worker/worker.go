@@ -147,6 +147,9 @@ type Worker struct {
 	acks    *batcher[string, struct{}]
 	gate    *gate
 	pauses  *pauses
+	// clear is what this process knows of the accounts it found clear
+	// (account.go).
+	clear clearAccounts
 
 	mu      sync.Mutex
 	started bool
