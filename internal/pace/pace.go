@@ -214,19 +214,24 @@ func (l *Limiter) Next(ctx context.Context) (time.Duration, error) {
 		return l.localPause(), nil
 	}
 	s, err := l.State(ctx)
-	if err != nil {
-		return 0, err
-	}
 	if l.rate.IsUnlimited() {
 		// An unlimited account takes no slots: only a pause (this
 		// process's, or the one every process shares) holds it back.
 		shared := s.PausedUntil.Sub(s.Now)
-		if shared <= 0 && l.db != nil {
-			l.mu.Lock()
+		l.mu.Lock()
+		if err == nil && shared <= 0 && l.db != nil {
 			l.clearAt = time.Now()
-			l.mu.Unlock()
+		} else {
+			l.clearAt = time.Time{}
+		}
+		l.mu.Unlock()
+		if err != nil {
+			return 0, err
 		}
 		return max(shared, l.localPause(), 0), nil
+	}
+	if err != nil {
+		return 0, err
 	}
 	// A zero TAT or PausedUntil (never reserved, never paused) lies far in
 	// the past and counts as now.
@@ -234,11 +239,20 @@ func (l *Limiter) Next(ctx context.Context) (time.Duration, error) {
 }
 
 // sharedClear says an unlimited limiter's Next found no shared pause less
-// than CacheFor ago.
+// than CacheFor ago. When that reading has just aged out, the one caller
+// told so reads again and the others trust the old reading until its
+// answer, instead of every fetcher reading at once.
 func (l *Limiter) sharedClear() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return !l.clearAt.IsZero() && time.Since(l.clearAt) < CacheFor
+	if l.clearAt.IsZero() {
+		return false
+	}
+	if time.Since(l.clearAt) < CacheFor {
+		return true
+	}
+	l.clearAt = time.Now()
+	return false
 }
 
 // localPause is how long an unlimited limiter's in-memory pause still runs.

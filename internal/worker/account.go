@@ -47,12 +47,22 @@ type clearAccounts struct {
 	at map[string]time.Time
 }
 
-// fresh says account was found clear less than pace.CacheFor ago.
+// fresh says account was found clear less than pace.CacheFor ago. When
+// that reading has just aged out, the one caller told so reads the account
+// again, and the others trust the old reading until its answer (saw, or
+// forget on an error) instead of all reading at once.
 func (c *clearAccounts) fresh(account string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	at, ok := c.at[account]
-	return ok && time.Since(at) < pace.CacheFor
+	if !ok {
+		return false
+	}
+	if time.Since(at) < pace.CacheFor {
+		return true
+	}
+	c.at[account] = time.Now()
+	return false
 }
 
 // saw records a reading of the account: a clear one is trusted for
@@ -85,6 +95,9 @@ func (w *Worker) admit(ctx context.Context, dl *delivery) bool {
 		return true
 	}
 	a, err := w.o.Accounts.Admit(ctx, name, w.o.AccountPause)
+	if err != nil {
+		w.clear.forget(name)
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		w.abandon(ctx, dl, false)
