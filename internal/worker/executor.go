@@ -317,11 +317,17 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		m.possibleDuplicates.Inc()
 		dl.log.Warn().Msg("resending a row whose previous worker died mid-send: possible duplicate")
 	}
-	m.inFlight.Inc()
+	account, channel := dl.sender.Name(), row.Channel
+	inFlight := m.inFlight.WithLabelValues(account, channel)
+	inFlight.Inc()
 	sctx, cancel := context.WithTimeout(ctx, timeout)
+	sending := w.o.Clock.Now()
 	res, sendErr := dl.sender.Send(sctx, dl.request)
+	finished := w.o.Clock.Now()
 	cancel()
-	m.inFlight.Dec()
+	inFlight.Dec()
+	// sent counts the send by its result, with how long the provider took.
+	sent := func(result string) { m.sent(account, channel, result, finished.Sub(sending)) }
 	if sendErr != nil && ctx.Err() != nil {
 		// The shutdown timeout cut the send off: owed's own cancellation is
 		// no attempt and never fails the row. The request may have reached
@@ -330,7 +336,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		w.abandon(ctx, dl, true)
 		return
 	}
-	attempt := ledger.Attempt{Provider: dl.sender.Name(), StartedAt: started, FinishedAt: w.o.Clock.Now(),
+	attempt := ledger.Attempt{Provider: account, StartedAt: started, FinishedAt: finished,
 		PossibleDuplicate: dl.possibleDuplicate}
 	// What happens next must not be cut short by shutdown: the provider has
 	// answered, and that answer is worth recording.
@@ -339,7 +345,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 
 	if sendErr == nil {
 		attempt.ProviderMessageID, attempt.HTTPStatus = res.MessageID, res.HTTPStatus
-		m.attempts.WithLabelValues("accepted").Inc()
+		sent("accepted")
 		w.probed(ctx, dl, nil)
 		w.delivered(dl, attempt)
 		return
@@ -350,7 +356,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		// left for the provider to enforce it. Late is wrong, so the row
 		// settles expired, as the check before the send would have a
 		// moment later.
-		m.attempts.WithLabelValues("expired").Inc()
+		sent("expired")
 		w.expire(ctx, dl, nil)
 		return
 	}
@@ -362,14 +368,14 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		// The account cannot send anything: the row is not at fault, so it
 		// burns no attempt and goes back to the queue until the account is
 		// resumed; every worker stops sending on the account meanwhile.
-		m.attempts.WithLabelValues("account").Inc()
+		sent("account")
 		w.tripAccount(ctx, dl, pe)
 		w.release(ctx, dl, retry{after: w.pausedDelay(w.o.AccountPause), reason: "provider account paused: " + pe.Error(),
 			uncertain: pe.MaybeSent})
 		m.outcome("account_paused")
 	case provider.RateLimited:
-		m.attempts.WithLabelValues("rate_limited").Inc()
-		m.rateLimited.Inc()
+		sent("rate_limited")
+		m.rateLimited.WithLabelValues(account, channel).Inc()
 		after := pe.RetryAfter
 		if after <= 0 {
 			after = time.Second
@@ -383,7 +389,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		w.release(ctx, dl, retry{after: w.pausedDelay(after), reason: "rate limited by the provider"})
 		m.outcome("rate_limited")
 	case provider.Permanent:
-		m.attempts.WithLabelValues("permanent").Inc()
+		sent("permanent")
 		attempt.Outcome = ledger.AttemptPermanent
 		// The error (pe.Error()) carries the provider's status and code,
 		// on the row and its attempt. A recipient's failure (opted out,
@@ -401,7 +407,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 			w.markUndeliverable(ctx, dl, pe)
 		}
 	default:
-		m.attempts.WithLabelValues("transient").Inc()
+		sent("transient")
 		attempt.Outcome = ledger.AttemptTransient
 		// The adapter says whether the request reached the provider with
 		// an answer that does not tell whether it was taken: no answer

@@ -126,13 +126,19 @@ type slotPacer interface {
 }
 
 // newGate builds the gate over the accounts o's router serves: the
-// distinct provider names of every channel it routes.
+// distinct provider names of every channel it routes. The same walk creates
+// each routed account and channel's send series (Metrics.route), so the
+// router is asked once per channel at start.
 func newGate(o Options) *gate {
 	g := &gate{maxWait: o.PaceMaxWait, clock: o.Clock, backlog: true}
 	var names []string
 	for _, ch := range payload.Channels() {
 		s, err := o.Route(ch)
-		if err != nil || s == nil || slices.Contains(names, s.Name()) {
+		if err != nil || s == nil {
+			continue
+		}
+		o.Metrics.route(s.Name(), ch)
+		if slices.Contains(names, s.Name()) {
 			continue
 		}
 		names = append(names, s.Name())

@@ -16,6 +16,15 @@ import (
 // absent).
 func gauge(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
+	v, _ := sample(t, reg, name, label, value)
+	return v
+}
+
+// sample reads the series of name whose labels include the pairs given
+// (label, value, label, value…) from reg: a counter's or gauge's value, a
+// histogram's sample count; zeros when there is none.
+func sample(t *testing.T, reg *prometheus.Registry, name string, pairs ...string) (float64, uint64) {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -24,18 +33,27 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, label, value string) fl
 		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
 			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					if c := m.GetCounter(); c != nil {
-						return c.GetValue()
-					}
-					return m.GetGauge().GetValue()
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(pairs); i += 2 {
+				if have[pairs[i]] != pairs[i+1] {
+					continue series
 				}
 			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue(), 0
+			case m.GetHistogram() != nil:
+				return 0, m.GetHistogram().GetSampleCount()
+			}
+			return m.GetGauge().GetValue(), 0
 		}
 	}
-	return 0
+	return 0, 0
 }
 
 // On-call's pauses hold rows back without an attempt: a held provider
