@@ -70,6 +70,7 @@ type delivery struct {
 // stop; whatever step it cuts short hands the row and its message back
 // without counting an attempt (abandon).
 func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
+	defer w.live.finished(1)
 	// The message holds a place in the gate from its receive until its
 	// slot is reserved, or until it leaves without one.
 	held := true

@@ -88,6 +88,8 @@ type gate struct {
 	// ahead for, and its pace; ahead is nil when it takes none.
 	account string
 	ahead   slotPacer
+	// live is the worker's liveness: each pace reading is a step of it.
+	live *liveness
 	// wake is how many slots a pre-taking fetcher lets come within reach
 	// before it asks the pace again: one statement per slot would have
 	// every process's fetchers ask at every interval.
@@ -160,7 +162,9 @@ func newGate(o Options) *gate {
 // an account's pace could not be read and no other has room.
 func (g *gate) take(ctx context.Context) (int, error) {
 	for {
+		end := g.live.begin("reading the pace", 0)
 		n, sleep, err := g.room(ctx)
+		end()
 		if n > 0 || err != nil {
 			return n, err
 		}
