@@ -33,9 +33,10 @@ type pauses struct {
 	read    func(ctx context.Context) (pace.Pauses, error)
 	metrics *Metrics
 
-	mu      sync.Mutex
-	readAt  time.Time
-	tenants map[string]pace.TenantPause
+	mu       sync.Mutex
+	readAt   time.Time
+	tenants  map[string]pace.TenantPause
+	accounts map[string]bool
 }
 
 func newPauses(read func(ctx context.Context) (pace.Pauses, error), m *Metrics) *pauses {
@@ -48,21 +49,44 @@ func newPauses(read func(ctx context.Context) (pace.Pauses, error), m *Metrics) 
 func (p *pauses) tenant(ctx context.Context, id string) (pace.TenantPause, bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.tenants == nil || time.Since(p.readAt) >= pace.CacheFor {
-		ps, err := p.read(ctx)
-		if err != nil {
-			return pace.TenantPause{}, false, err
-		}
-		p.readAt = time.Now()
-		p.tenants = make(map[string]pace.TenantPause, len(ps.Tenants))
-		for _, t := range ps.Tenants {
-			p.tenants[t.Tenant] = t
-		}
-		p.metrics.operatorPauses.WithLabelValues("tenant").Set(float64(len(ps.Tenants)))
-		p.metrics.operatorPauses.WithLabelValues("account").Set(float64(len(ps.Accounts)))
+	if err := p.fresh(ctx); err != nil {
+		return pace.TenantPause{}, false, err
 	}
 	t, ok := p.tenants[id]
 	return t, ok, nil
+}
+
+// held says on-call holds the account, by the same reading. An unreadable
+// reading says not held: the gate keeps receiving, and admit, which reads
+// the account's hold with its circuit, holds each row back all the same.
+func (p *pauses) held(ctx context.Context, account string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fresh(ctx) == nil && p.accounts[account]
+}
+
+// fresh reads the pauses again unless the last reading is younger than
+// pace.CacheFor; p.mu is held.
+func (p *pauses) fresh(ctx context.Context) error {
+	if p.tenants != nil && time.Since(p.readAt) < pace.CacheFor {
+		return nil
+	}
+	ps, err := p.read(ctx)
+	if err != nil {
+		return err
+	}
+	p.readAt = time.Now()
+	p.tenants = make(map[string]pace.TenantPause, len(ps.Tenants))
+	for _, t := range ps.Tenants {
+		p.tenants[t.Tenant] = t
+	}
+	p.accounts = make(map[string]bool, len(ps.Accounts))
+	for _, a := range ps.Accounts {
+		p.accounts[a.Account] = true
+	}
+	p.metrics.operatorPauses.WithLabelValues("tenant").Set(float64(len(ps.Tenants)))
+	p.metrics.operatorPauses.WithLabelValues("account").Set(float64(len(ps.Accounts)))
+	return nil
 }
 
 // tenantPaused gives back a row whose tenant on-call paused. It returns

@@ -172,7 +172,7 @@ func New(o Options) (*Worker, error) {
 	w := &Worker{o: o, gate: newGate(o),
 		pauses: newPauses(func(ctx context.Context) (pace.Pauses, error) { return pace.ReadPauses(ctx, db) }, o.Metrics)}
 	w.live = newLiveness(o.StallAfter)
-	w.gate.live = w.live
+	w.gate.live, w.gate.onHold = w.live, w.pauses.held
 	w.claims = newBatcher(claimBatch, claimLinger, w.flushClaims)
 	w.extends = newBatcher(claimBatch, claimLinger, w.flushExtends)
 	w.settles = newBatcher(settleBatch, settleLinger, w.flushSettles)
