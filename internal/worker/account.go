@@ -98,13 +98,8 @@ func (w *Worker) admit(ctx context.Context, dl *delivery) bool {
 	if err != nil {
 		w.clear.forget(name)
 	}
-	switch {
-	case err != nil && ctx.Err() != nil:
-		w.abandon(ctx, dl, false)
-		return false
-	case err != nil:
-		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "provider account state unavailable: " + err.Error()})
-		w.o.Metrics.outcome("retried")
+	if err != nil {
+		w.unknown(ctx, dl, "provider account state unavailable", err)
 		return false
 	}
 	w.o.Metrics.account(a.AccountState)

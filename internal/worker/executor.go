@@ -256,13 +256,8 @@ func (w *Worker) reserve(ctx context.Context, dl *delivery) bool {
 	}
 	// The slot is taken (or refused): the gate may count the next message.
 	dl.unhold()
-	if err != nil && ctx.Err() != nil {
-		w.abandon(ctx, dl, false)
-		return false
-	}
 	if err != nil {
-		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "pace unavailable: " + err.Error()})
-		m.outcome("retried")
+		w.unknown(ctx, dl, "pace unavailable", err)
 		return false
 	}
 	if !granted {

@@ -94,12 +94,8 @@ func (p *pauses) fresh(ctx context.Context) error {
 func (w *Worker) tenantPaused(ctx context.Context, dl *delivery) bool {
 	t, paused, err := w.pauses.tenant(ctx, dl.row.Tenant)
 	switch {
-	case err != nil && ctx.Err() != nil:
-		w.abandon(ctx, dl, false)
-		return true
 	case err != nil:
-		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "operator pauses unavailable: " + err.Error()})
-		w.o.Metrics.outcome("retried")
+		w.unknown(ctx, dl, "operator pauses unavailable", err)
 		return true
 	case !paused:
 		return false

@@ -30,14 +30,10 @@ func (w *Worker) undeliverable(ctx context.Context, dl *delivery) bool {
 	}
 	u, marked, err := w.mark(ctx, dl)
 	switch {
-	case err != nil && ctx.Err() != nil:
-		w.abandon(ctx, dl, false)
-		return true
 	case err != nil:
 		// Not knowing is no reason to send to an address that may have
 		// opted out, nor to fail the row: it comes back, at no attempt.
-		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "undeliverable look-up failed: " + err.Error()})
-		w.o.Metrics.outcome("retried")
+		w.unknown(ctx, dl, "undeliverable look-up failed", err)
 		return true
 	case !marked:
 		return false
