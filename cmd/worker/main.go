@@ -100,7 +100,7 @@ func run() error {
 		Int("concurrency", cfg.Concurrency).Msg("worker starting")
 
 	srvErr := make(chan error, 1)
-	go func() { srvErr <- p.Serve(service.HealthzOnly(), worker.Handler(db, q, reg)) }()
+	go func() { srvErr <- p.Serve(w.HealthzOnly(), worker.Handler(db, q, reg, w.Healthz)) }()
 	runErr := w.Run(ctx)
 	p.Shutdown()
 	return errors.Join(runErr, <-srvErr)

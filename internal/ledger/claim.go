@@ -68,6 +68,12 @@ type Claim struct {
 	// (ClaimEarly; ClaimSend, 0 when it is due already), or until the lease
 	// of the live claim holding it runs out (ClaimHeld).
 	Wait time.Duration
+	// Undeliverable is the mark of the row's recipient on its channel in
+	// its tenant (ClaimSend only; nil when it is not marked), read in the
+	// claim's own statement: a worker that sends to the recipient itself
+	// needs no look-up of its own (LookupUndeliverable). Only Provider,
+	// Code, MarkedAt and the key are set.
+	Undeliverable *Undeliverable
 }
 
 // ClaimParams shape the worker's claim.
@@ -184,7 +190,7 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 	if len(in) == 0 {
 		return claims, errs, nil
 	}
-	res, err := l.queryBatch(ctx, qClaimBatch, in, l.now(), seconds(p.LeaseFor), seconds(p.EarlyTolerance))
+	res, err := l.queryBatch(ctx, qClaimBatchMarked, in, l.now(), seconds(p.LeaseFor), seconds(p.EarlyTolerance))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -192,16 +198,25 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 		row  Notification
 		took bool
 		now  time.Time
+		mark *Undeliverable
 	}
 	answers := make(map[int]answer, len(reqs))
 	for res.Next() {
-		var idx int
-		var a answer
-		if a.row, err = scanNotification(prefixed{res, &idx}, &a.took, &a.now); err != nil {
+		var (
+			idx          int
+			a            answer
+			mProv, mCode sql.NullString
+			mAt          sql.NullTime
+		)
+		if a.row, err = scanNotification(prefixed{res, &idx}, &a.took, &mProv, &mCode, &mAt, &a.now); err != nil {
 			res.Close()
 			return nil, nil, err
 		}
 		a.now = a.now.UTC()
+		if mAt.Valid {
+			a.mark = &Undeliverable{Tenant: a.row.Tenant, Channel: a.row.Channel, Address: a.row.Recipient,
+				Provider: mProv.String, Code: mCode.String, MarkedAt: mAt.Time.UTC()}
+		}
 		answers[idx] = a
 	}
 	res.Close()
@@ -215,9 +230,24 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 			continue
 		}
 		claims[r.Idx], errs[r.Idx] = l.decide(ctx, a.row, a.took, due[r.Idx], a.now, p.EarlyTolerance)
+		if claims[r.Idx].Outcome == ClaimSend {
+			claims[r.Idx].Undeliverable = a.mark
+		}
 	}
 	return claims, errs, nil
 }
+
+// qClaimBatchMarked is qClaimBatch (queries.go) through
+// owed_claim_batch_marked (migrations/00030): each row taken comes back
+// with the undeliverable mark of its recipient on its channel (its
+// provider, code and instant, NULL when unmarked) before the claim's
+// instant, so the worker's check of the mark costs no transaction of its
+// own.
+const qClaimBatchMarked = `
+SELECT c.*, t.now
+  FROM (SELECT coalesce($2::timestamptz, now()) AS now) t,
+       owed_claim_batch_marked($1::jsonb, t.now, t.now + make_interval(secs => $3),
+                               t.now + make_interval(secs => $4)) c`
 
 // checkClaim refuses, naming the field, a claim request the ledger can
 // never take: its tenant id breaks tenant.Validate's rules, or its due time

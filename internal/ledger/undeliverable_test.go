@@ -70,3 +70,32 @@ VALUES ('acme', 'sms', '+15550199', 'twilio', '21610', 'forged', now())`)
 		t.Errorf("second clear: %v, %v; want nothing to clear", was, err)
 	}
 }
+
+// The claim reads each taken row's mark in its own statement, in the row's
+// tenant: a batch of two tenants' rows to one address answers acme's mark
+// for acme's row alone, and a row the claim did not take carries none.
+func TestClaimReadsTheRecipientsMark(t *testing.T) {
+	b := setup(t)
+	if err := b.l.MarkUndeliverable(ctx, Undeliverable{Tenant: "acme", Channel: "sms", Address: "r0",
+		Provider: "twilio", Code: "21610", Reason: "STOP"}); err != nil {
+		t.Fatal(err)
+	}
+	acme := mustSchedule(t, b, "acme", row("r0", "a", b.now), row("r1", "b", b.now))
+	globex := mustSchedule(t, b, "globex", row("r0", "c", b.now))
+	reqs := []ClaimRequest{{"globex", globex[0].ID, b.now}, {"acme", acme[0].ID, b.now}, {"acme", acme[1].ID, b.now}}
+	claims, errs, err := b.l.ClaimForSendBatch(ctx, reqs, ClaimParams{LeaseFor: time.Minute})
+	if err != nil || errs[0] != nil || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("claim: %v %v", err, errs)
+	}
+	if u := claims[1].Undeliverable; claims[1].Outcome != ClaimSend || u == nil || u.Code != "21610" ||
+		u.Provider != "twilio" || u.Address != "r0" || !u.MarkedAt.Equal(b.now) {
+		t.Errorf("acme's row to r0: %s with mark %+v; want sent with the 21610 mark", claims[1].Outcome, u)
+	}
+	if claims[0].Undeliverable != nil || claims[2].Undeliverable != nil {
+		t.Errorf("marks on globex's r0 and acme's r1: %+v, %+v; want none", claims[0].Undeliverable, claims[2].Undeliverable)
+	}
+	again, _, err := b.l.ClaimForSendBatch(ctx, reqs[1:2], ClaimParams{LeaseFor: time.Minute})
+	if err != nil || again[0].Outcome != ClaimHeld || again[0].Undeliverable != nil {
+		t.Errorf("a claim that took nothing: %s with mark %+v, %v; want held and no mark", again[0].Outcome, again[0].Undeliverable, err)
+	}
+}

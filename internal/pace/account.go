@@ -32,18 +32,25 @@ const MaxAccountError = 1024
 // the runtime role may run. Like the Limiter, Accounts passes its clock's
 // NowOrNil as every statement's now, so the database's clock decides in
 // production.
-type Accounts struct {
+type Accounts struct{ store }
+
+// NewAccounts returns the account circuit over db (the runtime role), on
+// clk (clock.Real() when nil).
+func NewAccounts(db *sql.DB, clk clock.Clock) *Accounts { return &Accounts{newStore(db, clk)} }
+
+// store is what Accounts and Tenants write with: the runtime role's pool,
+// and the clock whose NowOrNil every statement passes as its now.
+type store struct {
 	db    *sql.DB
 	clock clock.Clock
 }
 
-// NewAccounts returns the account circuit over db (the runtime role), on
-// clk (clock.Real() when nil).
-func NewAccounts(db *sql.DB, clk clock.Clock) *Accounts {
+// newStore returns the store over db on clk (clock.Real() when nil).
+func newStore(db *sql.DB, clk clock.Clock) store {
 	if clk == nil {
 		clk = clock.Real()
 	}
-	return &Accounts{db: db, clock: clk}
+	return store{db: db, clock: clk}
 }
 
 // AccountState is an account's pause as one statement read it.

@@ -83,19 +83,11 @@ func (a *Accounts) Held(ctx context.Context) ([]AccountHold, error) {
 
 // Tenants are the tenants' pauses (owed_tenant_pauses), every worker's to
 // read and on-call's to write through SECURITY DEFINER functions.
-type Tenants struct {
-	db    *sql.DB
-	clock clock.Clock
-}
+type Tenants struct{ store }
 
 // NewTenants returns the tenants' pauses over db (the runtime role), on clk
 // (clock.Real() when nil: the database's clock stamps a pause).
-func NewTenants(db *sql.DB, clk clock.Clock) *Tenants {
-	if clk == nil {
-		clk = clock.Real()
-	}
-	return &Tenants{db: db, clock: clk}
-}
+func NewTenants(db *sql.DB, clk clock.Clock) *Tenants { return &Tenants{newStore(db, clk)} }
 
 // Pause pauses every send of the tenant until Resume. Pausing a paused
 // tenant again replaces the reason and the actor and keeps the instant it

@@ -106,3 +106,39 @@ func TestTenantPauseAndResume(t *testing.T) {
 		t.Fatal("the runtime role lifted a tenant's pause with plain SQL")
 	}
 }
+
+// An unlimited limiter's Next trusts a reading without a shared pause for
+// CacheFor: its own 429 holds it back at once, and another process's
+// reaches it once that reading ages out.
+func TestUnlimitedNextSeesPausesThroughItsCache(t *testing.T) {
+	b := setup(t)
+	a := mustNew(t, b.process(t), "sandbox", Unlimited)
+	if w, err := a.Next(ctx); err != nil || w != 0 {
+		t.Fatalf("Next on a fresh account = %s, %v; want 0", w, err)
+	}
+	if err := a.Pause(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := a.Next(ctx); err != nil || w < 59*time.Minute {
+		t.Fatalf("Next after its own 429 = %s, %v; want about an hour", w, err)
+	}
+	b2 := mustNew(t, b.process(t), "sendgrid", Unlimited)
+	if w, err := b2.Next(ctx); err != nil || w != 0 {
+		t.Fatalf("Next on a fresh account = %s, %v; want 0", w, err)
+	}
+	if err := mustNew(t, b.process(t), "sendgrid", Unlimited).Pause(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		w, err := b2.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w > 59*time.Minute {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("another process's 429 never reached Next (%s)", w)
+		}
+	}
+}

@@ -51,6 +51,14 @@ import (
 	"github.com/owedhq/owed/internal/clock"
 )
 
+// CacheFor is how long a process trusts its reading that an account is
+// neither paused nor held, or of the operator pauses, before it reads
+// again: a pause another process records (a 429, an account error, an
+// operator's) holds this process back within CacheFor, while a pause this
+// process records holds it back at once. It spares a read per send, and a
+// read per receive of an unlimited account (Limiter.Next).
+const CacheFor = time.Second
+
 // MaxAccountLength is the longest account name the owed_provider_pace table
 // accepts.
 const MaxAccountLength = 128
@@ -81,6 +89,10 @@ type Limiter struct {
 	// pausedUntil is the local pause of an unlimited limiter (see Pause).
 	mu          sync.Mutex
 	pausedUntil time.Time
+	// clearAt is when an unlimited limiter's Next last read the shared
+	// pause and found none, on the process's monotonic clock (a cache's
+	// age, never compared with a database instant); zero when it did not.
+	clearAt time.Time
 }
 
 // Option configures a Limiter.
@@ -149,6 +161,7 @@ func (l *Limiter) Pause(ctx context.Context, retryAfter time.Duration) error {
 		if until.After(l.pausedUntil) {
 			l.pausedUntil = until
 		}
+		l.clearAt = time.Time{}
 		l.mu.Unlock()
 		if l.db == nil {
 			return nil
@@ -191,23 +204,55 @@ func (l *Limiter) State(ctx context.Context) (State, error) {
 // it: greatest(tat, now, paused_until) - now on the limiter's clock, read in
 // one statement that writes nothing (State's). An unlimited limiter answers
 // the longer of its local pause and the shared one (without a database, its
-// local pause alone). Workers ask before each receive, so
+// local pause alone), and reads the shared one at most once every CacheFor
+// while it finds none. Workers ask before each receive, so
 // they do not fetch messages they could not send soon; the answer is a
 // moment's picture, and a slot it shows may be taken by another process
 // before the caller reserves it.
 func (l *Limiter) Next(ctx context.Context) (time.Duration, error) {
-	s, err := l.State(ctx)
-	if err != nil {
-		return 0, err
+	if l.rate.IsUnlimited() && l.sharedClear() {
+		return l.localPause(), nil
 	}
+	s, err := l.State(ctx)
 	if l.rate.IsUnlimited() {
 		// An unlimited account takes no slots: only a pause (this
 		// process's, or the one every process shares) holds it back.
-		return max(s.PausedUntil.Sub(s.Now), l.localPause(), 0), nil
+		shared := s.PausedUntil.Sub(s.Now)
+		l.mu.Lock()
+		if err == nil && shared <= 0 && l.db != nil {
+			l.clearAt = time.Now()
+		} else {
+			l.clearAt = time.Time{}
+		}
+		l.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		return max(shared, l.localPause(), 0), nil
+	}
+	if err != nil {
+		return 0, err
 	}
 	// A zero TAT or PausedUntil (never reserved, never paused) lies far in
 	// the past and counts as now.
 	return max(s.TAT.Sub(s.Now), s.PausedUntil.Sub(s.Now), 0), nil
+}
+
+// sharedClear says an unlimited limiter's Next found no shared pause less
+// than CacheFor ago. When that reading has just aged out, the one caller
+// told so reads again and the others trust the old reading until its
+// answer, instead of every fetcher reading at once.
+func (l *Limiter) sharedClear() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.clearAt.IsZero() {
+		return false
+	}
+	if time.Since(l.clearAt) < CacheFor {
+		return true
+	}
+	l.clearAt = time.Now()
+	return false
 }
 
 // localPause is how long an unlimited limiter's in-memory pause still runs.

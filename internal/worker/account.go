@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/owedhq/owed/internal/clock"
@@ -30,22 +31,79 @@ import (
 //
 // The gate stops receiving for an account while it is paused, since the
 // pause sits in the same row its Next reads.
+//
+// An account this process found closed, unpaused and not held is trusted
+// so for pace.CacheFor (clearAccounts) before admit reads it again: one
+// read a second per account instead of one per send. What this worker
+// sees itself (a 429, an account error, a probe's answer) forgets that at
+// once, so its next send reads the account; another process's pause
+// reaches it within pace.CacheFor.
+
+// clearAccounts remembers when this process last found each account
+// closed, unpaused and not held, on the process's monotonic clock (a
+// cache's age, never compared with an instant of the database's).
+type clearAccounts struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// fresh says account was found clear less than pace.CacheFor ago. When
+// that reading has just aged out, the one caller told so reads the account
+// again, and the others trust the old reading until its answer (saw, or
+// forget on an error) instead of all reading at once.
+func (c *clearAccounts) fresh(account string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.at[account]
+	if !ok {
+		return false
+	}
+	if time.Since(at) < pace.CacheFor {
+		return true
+	}
+	c.at[account] = time.Now()
+	return false
+}
+
+// saw records a reading of the account: a clear one is trusted for
+// pace.CacheFor, any other forgets the last clear one.
+func (c *clearAccounts) saw(s pace.AccountState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at == nil {
+		c.at = map[string]time.Time{}
+	}
+	if s.Open() || s.Held() || s.Wait > 0 {
+		delete(c.at, s.Account)
+		return
+	}
+	c.at[s.Account] = time.Now()
+}
+
+// forget drops what is known of account: this worker saw it paused.
+func (c *clearAccounts) forget(account string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.at, account)
+}
 
 // admit asks the account circuit whether dl may be sent now. It returns
 // false when the row was released instead.
 func (w *Worker) admit(ctx context.Context, dl *delivery) bool {
 	name := dl.sender.Name()
+	if w.clear.fresh(name) {
+		return true
+	}
 	a, err := w.o.Accounts.Admit(ctx, name, w.o.AccountPause)
-	switch {
-	case err != nil && ctx.Err() != nil:
-		w.abandon(ctx, dl, false)
-		return false
-	case err != nil:
-		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "provider account state unavailable: " + err.Error()})
-		w.o.Metrics.outcome("retried")
+	if err != nil {
+		w.clear.forget(name)
+	}
+	if err != nil {
+		w.unknown(ctx, dl, "provider account state unavailable", err)
 		return false
 	}
 	w.o.Metrics.account(a.AccountState)
+	w.clear.saw(a.AccountState)
 	switch {
 	case a.Held():
 		// On-call's hold outranks everything the workers decide: no send,
@@ -85,6 +143,7 @@ func (w *Worker) pausedDelay(pause time.Duration) time.Duration { return min(pau
 func (w *Worker) tripAccount(ctx context.Context, dl *delivery, pe *provider.Error) {
 	name := dl.sender.Name()
 	reason := accountReason(pe)
+	w.clear.forget(name)
 	w.o.Metrics.accountErrors.WithLabelValues(name).Inc()
 	if err := w.o.Accounts.Trip(ctx, name, w.o.AccountPause, reason, pe.Error()); err != nil {
 		dl.log.Warn().Err(err).Msg("could not record the provider account's pause; it is paused at its next account error")
@@ -104,6 +163,7 @@ func (w *Worker) probed(ctx context.Context, dl *delivery, pe *provider.Error) {
 		return
 	}
 	name := dl.sender.Name()
+	w.clear.forget(name)
 	if _, err := w.o.Accounts.Close(ctx, name); err != nil {
 		dl.log.Warn().Err(err).Msg("could not resume the provider account after a good probe; the next probe tries again")
 		return

@@ -128,6 +128,19 @@ func (w *Worker) expire(ctx context.Context, dl *delivery, a *ledger.Attempt) {
 	w.ack(dl.msg.Receipt)
 }
 
+// unknown hands dl back when a read it needed before the send failed (the
+// account, the pace, a mark, the pauses): the row is not at fault, so it
+// costs no attempt. A read the shutdown cut off is abandoned; any other
+// comes back after unavailableRetry, counted as retried.
+func (w *Worker) unknown(ctx context.Context, dl *delivery, what string, err error) {
+	if ctx.Err() != nil {
+		w.abandon(ctx, dl, false)
+		return
+	}
+	w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: what + ": " + err.Error()})
+	w.o.Metrics.outcome("retried")
+}
+
 // failure says why a row is settled failed: the cause counted in
 // owed_worker_failed_total, and whether its message goes to the dead
 // letters (a message owed could not process) or is acked (a recipient's

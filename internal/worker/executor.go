@@ -42,6 +42,9 @@ type delivery struct {
 	// dueIn is how long after the claim the row is due, by the ledger's
 	// clock (0 when it was due already).
 	dueIn time.Duration
+	// mark is the undeliverable mark of the row's recipient as the claim
+	// read it (nil: not marked); see undeliverable.
+	mark *ledger.Undeliverable
 	// possibleDuplicate says an earlier claim may have reached the
 	// provider: this send is flagged and counted.
 	possibleDuplicate bool
@@ -67,6 +70,7 @@ type delivery struct {
 // stop; whatever step it cuts short hands the row and its message back
 // without counting an attempt (abandon).
 func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
+	defer w.live.finished(1)
 	// The message holds a place in the gate from its receive until its
 	// slot is reserved, or until it leaves without one.
 	held := true
@@ -165,7 +169,7 @@ func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool
 		return nil, false
 	}
 	dl := &delivery{msg: msg, env: env, row: claim.Row, hold: claim.Hold, asked: asked, claimedAt: claim.Now,
-		dueIn: claim.Wait, possibleDuplicate: claim.PossibleDuplicate, log: log}
+		dueIn: claim.Wait, possibleDuplicate: claim.PossibleDuplicate, mark: claim.Undeliverable, log: log}
 	dl.lease = w.holdClaim(dl, asked)
 	return dl, true
 }
@@ -252,13 +256,8 @@ func (w *Worker) reserve(ctx context.Context, dl *delivery) bool {
 	}
 	// The slot is taken (or refused): the gate may count the next message.
 	dl.unhold()
-	if err != nil && ctx.Err() != nil {
-		w.abandon(ctx, dl, false)
-		return false
-	}
 	if err != nil {
-		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "pace unavailable: " + err.Error()})
-		m.outcome("retried")
+		w.unknown(ctx, dl, "pace unavailable", err)
 		return false
 	}
 	if !granted {
@@ -314,11 +313,17 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		m.possibleDuplicates.Inc()
 		dl.log.Warn().Msg("resending a row whose previous worker died mid-send: possible duplicate")
 	}
-	m.inFlight.Inc()
+	account, channel := dl.sender.Name(), row.Channel
+	inFlight := m.inFlight.WithLabelValues(account, channel)
+	inFlight.Inc()
 	sctx, cancel := context.WithTimeout(ctx, timeout)
+	sending := w.o.Clock.Now()
 	res, sendErr := dl.sender.Send(sctx, dl.request)
+	finished := w.o.Clock.Now()
 	cancel()
-	m.inFlight.Dec()
+	inFlight.Dec()
+	// sent counts the send by its result, with how long the provider took.
+	sent := func(result string) { m.sent(account, channel, result, finished.Sub(sending)) }
 	if sendErr != nil && ctx.Err() != nil {
 		// The shutdown timeout cut the send off: owed's own cancellation is
 		// no attempt and never fails the row. The request may have reached
@@ -327,7 +332,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		w.abandon(ctx, dl, true)
 		return
 	}
-	attempt := ledger.Attempt{Provider: dl.sender.Name(), StartedAt: started, FinishedAt: w.o.Clock.Now(),
+	attempt := ledger.Attempt{Provider: account, StartedAt: started, FinishedAt: finished,
 		PossibleDuplicate: dl.possibleDuplicate}
 	// What happens next must not be cut short by shutdown: the provider has
 	// answered, and that answer is worth recording.
@@ -336,7 +341,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 
 	if sendErr == nil {
 		attempt.ProviderMessageID, attempt.HTTPStatus = res.MessageID, res.HTTPStatus
-		m.attempts.WithLabelValues("accepted").Inc()
+		sent("accepted")
 		w.probed(ctx, dl, nil)
 		w.delivered(dl, attempt)
 		return
@@ -347,7 +352,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		// left for the provider to enforce it. Late is wrong, so the row
 		// settles expired, as the check before the send would have a
 		// moment later.
-		m.attempts.WithLabelValues("expired").Inc()
+		sent("expired")
 		w.expire(ctx, dl, nil)
 		return
 	}
@@ -359,19 +364,20 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		// The account cannot send anything: the row is not at fault, so it
 		// burns no attempt and goes back to the queue until the account is
 		// resumed; every worker stops sending on the account meanwhile.
-		m.attempts.WithLabelValues("account").Inc()
+		sent("account")
 		w.tripAccount(ctx, dl, pe)
 		w.release(ctx, dl, retry{after: w.pausedDelay(w.o.AccountPause), reason: "provider account paused: " + pe.Error(),
 			uncertain: pe.MaybeSent})
 		m.outcome("account_paused")
 	case provider.RateLimited:
-		m.attempts.WithLabelValues("rate_limited").Inc()
-		m.rateLimited.Inc()
+		sent("rate_limited")
+		m.rateLimited.WithLabelValues(account, channel).Inc()
 		after := pe.RetryAfter
 		if after <= 0 {
 			after = time.Second
 		}
 		after = min(after, w.o.RetryAfterMax)
+		w.clear.forget(dl.sender.Name())
 		if err := dl.pace.Pause(ctx, after); err != nil {
 			dl.log.Warn().Err(err).Msg("could not pause the shared pace")
 		}
@@ -379,7 +385,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		w.release(ctx, dl, retry{after: w.pausedDelay(after), reason: "rate limited by the provider"})
 		m.outcome("rate_limited")
 	case provider.Permanent:
-		m.attempts.WithLabelValues("permanent").Inc()
+		sent("permanent")
 		attempt.Outcome = ledger.AttemptPermanent
 		// The error (pe.Error()) carries the provider's status and code,
 		// on the row and its attempt. A recipient's failure (opted out,
@@ -397,7 +403,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 			w.markUndeliverable(ctx, dl, pe)
 		}
 	default:
-		m.attempts.WithLabelValues("transient").Inc()
+		sent("transient")
 		attempt.Outcome = ledger.AttemptTransient
 		// The adapter says whether the request reached the provider with
 		// an answer that does not tell whether it was taken: no answer

@@ -77,17 +77,31 @@ const gateMaxSleep = 5 * time.Second
 // other processes may take a slot a fetcher counted, and a message whose
 // account has no slot after all when it reserves is returned with
 // ChangeVisibility until its slot.
+//
+// A held account (an operator's hold, pauses.held) counts no slots, and
+// the single account the gate takes slots ahead for is not reserved for
+// while it is held: when every account is held the fetchers receive
+// nothing and look again every gateMaxSleep, so the backlog waits in the
+// queue rather than cycling through claims.
 type gate struct {
 	// paces are the paces of the accounts the worker serves; with none
 	// (no channel routes to a provider) the gate is always open, so the
 	// messages are received and settled failed for want of a provider.
-	paces   []Pacer
+	paces []Pacer
+	// names are the paces' accounts, in the same order.
+	names   []string
 	maxWait time.Duration
 	clock   clock.Clock
 	// account and ahead are the one limited account the gate takes slots
 	// ahead for, and its pace; ahead is nil when it takes none.
 	account string
 	ahead   slotPacer
+	// live is the worker's liveness: each pace reading is a step of it.
+	live *liveness
+	// onHold says on-call holds the account (pauses.held): the gate receives
+	// nothing for it, so a held account's backlog waits in the queue
+	// instead of being claimed and handed back every minute.
+	onHold func(ctx context.Context, account string) bool
 	// wake is how many slots a pre-taking fetcher lets come within reach
 	// before it asks the pace again: one statement per slot would have
 	// every process's fetchers ask at every interval.
@@ -126,17 +140,24 @@ type slotPacer interface {
 }
 
 // newGate builds the gate over the accounts o's router serves: the
-// distinct provider names of every channel it routes.
+// distinct provider names of every channel it routes. The same walk creates
+// each routed account and channel's send series (Metrics.route), so the
+// router is asked once per channel at start.
 func newGate(o Options) *gate {
 	g := &gate{maxWait: o.PaceMaxWait, clock: o.Clock, backlog: true}
 	var names []string
 	for _, ch := range payload.Channels() {
 		s, err := o.Route(ch)
-		if err != nil || s == nil || slices.Contains(names, s.Name()) {
+		if err != nil || s == nil {
+			continue
+		}
+		o.Metrics.route(s.Name(), ch)
+		if slices.Contains(names, s.Name()) {
 			continue
 		}
 		names = append(names, s.Name())
 		g.paces = append(g.paces, o.Pace(s.Name()))
+		g.names = names
 	}
 	if len(g.paces) == 1 {
 		if sp, ok := g.paces[0].(slotPacer); ok && !sp.Rate().IsUnlimited() {
@@ -154,7 +175,9 @@ func newGate(o Options) *gate {
 // an account's pace could not be read and no other has room.
 func (g *gate) take(ctx context.Context) (int, error) {
 	for {
+		end := g.live.begin("reading the pace", 0)
 		n, sleep, err := g.room(ctx)
+		end()
 		if n > 0 || err != nil {
 			return n, err
 		}
@@ -241,6 +264,9 @@ func (g *gate) room(ctx context.Context) (n int, sleep time.Duration, err error)
 	}
 	g.fetch.Lock()
 	defer g.fetch.Unlock()
+	if g.ahead != nil && g.onHold(ctx, g.account) {
+		return 0, gateMaxSleep, nil
+	}
 	g.mu.Lock()
 	ahead := g.ahead != nil && g.backlog
 	g.mu.Unlock()
@@ -310,7 +336,10 @@ func (g *gate) count(ctx context.Context) (n int, sleep time.Duration, err error
 		errs     []error
 		unbound  bool
 	)
-	for _, p := range g.paces {
+	for i, p := range g.paces {
+		if g.onHold(ctx, g.names[i]) {
+			continue
+		}
 		wait, interval, err := p.Next(ctx)
 		if err != nil {
 			errs = append(errs, err)
@@ -339,6 +368,10 @@ func (g *gate) count(ctx context.Context) (n int, sleep time.Duration, err error
 	}
 	if len(errs) > 0 {
 		return 0, 0, errors.Join(errs...)
+	}
+	if len(accounts) == 0 {
+		// Every account is held: look again as a resume would want.
+		return 0, gateMaxSleep, nil
 	}
 	// Slot number k (from 0) of an account starts wait + k·interval from
 	// now and enters the window maxWait before that. The window must hold

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -12,14 +13,15 @@ import (
 type Metrics struct {
 	messages           *prometheus.CounterVec
 	attempts           *prometheus.CounterVec
+	sendDuration       *prometheus.HistogramVec
 	lag                prometheus.Histogram
-	rateLimited        prometheus.Counter
+	rateLimited        *prometheus.CounterVec
 	duplicatesAbsorbed prometheus.Counter
 	possibleDuplicates prometheus.Counter
 	keyMismatches      prometheus.Counter
 	deadLettered       *prometheus.CounterVec
 	failed             *prometheus.CounterVec
-	inFlight           prometheus.Gauge
+	inFlight           *prometheus.GaugeVec
 	accountErrors      *prometheus.CounterVec
 	accountPaused      *prometheus.GaugeVec
 	operatorPauses     *prometheus.GaugeVec
@@ -35,6 +37,17 @@ var messageOutcomes = []string{"delivered", "skipped", "failed", "expired", "sta
 	"held", "early", "retried", "rate_limited", "paced", "poison", "claim_lost", "account_paused", "unrouted",
 	"tenant_paused", "account_held"}
 
+// sendResults are the values of owed_worker_send_attempts_total{result} and
+// owed_provider_send_duration_seconds{outcome}: how a provider answered a
+// send (expired: the adapter sent nothing, too little of the row's
+// validity was left).
+var sendResults = []string{"accepted", "transient", "permanent", "rate_limited", "account", "expired"}
+
+// sendBuckets are owed_provider_send_duration_seconds' buckets: from a
+// provider answering in a few milliseconds to OWED_SEND_TIMEOUT's default
+// (15 s) and beyond.
+var sendBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15, 30}
+
 // failureCauses are the values of owed_worker_failed_total{cause}: a
 // recipient's permanent failure (recorded, not dead-lettered, not paged),
 // another permanent failure, attempts exhausted, an unreadable payload.
@@ -46,16 +59,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		messages: counterVec("owed_worker_messages_total", "Queue messages handled, by outcome.",
 			"outcome", messageOutcomes...),
-		attempts: counterVec("owed_worker_send_attempts_total",
-			"Provider sends tried, by result: accepted, transient, permanent, rate_limited and account (neither counted on the row).",
-			"result", "accepted", "transient", "permanent", "rate_limited", "account"),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owed_worker_send_attempts_total",
+			Help: "Provider sends tried, by provider account, channel and result: accepted, transient, permanent, rate_limited and account (neither counted on the row), expired (nothing sent)."},
+			sendLabels("result")),
+		sendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "owed_provider_send_duration_seconds",
+			Help:    "How long a provider took to answer a send, by provider account, channel and outcome (the result of owed_worker_send_attempts_total).",
+			Buckets: sendBuckets}, sendLabels("outcome")),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "owed_delivery_lag_seconds",
 			Help:    "Time from a row's due_at to the provider accepting its send.",
 			Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600},
 		}),
-		rateLimited: counter("owed_worker_provider_rate_limited_total",
-			"Provider 429 answers; each paused every worker sharing the account."),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owed_worker_provider_rate_limited_total",
+			Help: "Provider 429 answers, by provider account and channel; each paused every worker sharing the account."},
+			sendLabels()),
 		duplicatesAbsorbed: counter("owed_worker_duplicates_absorbed_total",
 			"Messages whose row was already settled: acked without a send."),
 		possibleDuplicates: counter("owed_worker_possible_duplicate_resends_total",
@@ -68,10 +85,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		failed: counterVec("owed_worker_failed_total",
 			"Rows settled failed, by cause: recipient (the provider's permanent answer about the recipient; not dead-lettered), permanent, exhausted, payload.",
 			"cause", failureCauses...),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "owed_worker_sends_in_flight",
-			Help: "Provider sends under way in this process.",
-		}),
+			Help: "Provider sends under way in this process, by provider account and channel.",
+		}, sendLabels()),
 		accountErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "owed_provider_account_errors_total",
 			Help: "Account-level provider errors (expired credential, no credit, suspended account), by account; each paused the account.",
@@ -89,7 +106,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.operatorPauses.WithLabelValues("tenant")
 	m.operatorPauses.WithLabelValues("account")
 	if reg != nil {
-		reg.MustRegister(m.messages, m.attempts, m.lag, m.rateLimited, m.duplicatesAbsorbed,
+		reg.MustRegister(m.messages, m.attempts, m.sendDuration, m.lag, m.rateLimited, m.duplicatesAbsorbed,
 			m.possibleDuplicates, m.keyMismatches, m.deadLettered, m.failed, m.inFlight, m.accountErrors,
 			m.accountPaused, m.operatorPauses)
 	}
@@ -110,6 +127,29 @@ func (m *Metrics) account(s pace.AccountState) {
 		m.accountPaused.WithLabelValues(s.Account, s.Reason).Set(1)
 		m.paused[s.Account] = s.Reason
 	}
+}
+
+// sendLabels are the send metrics' labels: the provider account (the
+// Sender's Name(), as the pace and the circuit name it: one per configured
+// provider) and the channel (payload.Channels()), then extra. No tenant or
+// recipient: the series stay as few as the providers configured.
+func sendLabels(extra ...string) []string { return append([]string{"provider", "channel"}, extra...) }
+
+// route creates the send series of a provider account on a channel at
+// zero, so a dashboard sees them before the first send.
+func (m *Metrics) route(account, channel string) {
+	for _, r := range sendResults {
+		m.attempts.WithLabelValues(account, channel, r)
+	}
+	m.rateLimited.WithLabelValues(account, channel)
+	m.inFlight.WithLabelValues(account, channel)
+}
+
+// sent counts one send of account on channel by its result, and how long
+// the provider took to answer it.
+func (m *Metrics) sent(account, channel, result string, took time.Duration) {
+	m.attempts.WithLabelValues(account, channel, result).Inc()
+	m.sendDuration.WithLabelValues(account, channel, result).Observe(took.Seconds())
 }
 
 func counter(name, help string) prometheus.Counter {

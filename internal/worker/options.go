@@ -144,6 +144,10 @@ type Options struct {
 	EarlyTolerance    time.Duration
 	PaceMaxWait       time.Duration
 	RetryBase         time.Duration
+	// StallAfter is how long the worker may make no progress while it has
+	// work before Healthz fails (OWED_WORKER_STALL_AFTER;
+	// StallAfterDefault); see liveness.
+	StallAfter time.Duration
 }
 
 func (o *Options) defaults() {
@@ -157,6 +161,7 @@ func (o *Options) defaults() {
 	orDefault(&o.EarlyTolerance, EarlyToleranceDefault)
 	orDefault(&o.PaceMaxWait, PaceMaxWaitDefault)
 	orDefault(&o.RetryBase, RetryBaseDefault)
+	orDefault(&o.StallAfter, StallAfterDefault)
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = sweep.KeyPrefixDefault
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
+	"github.com/owedhq/owed/internal/payload"
+	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/worker"
 )
@@ -15,6 +17,15 @@ import (
 // gauge reads the value of name with the label pair from reg (0 when
 // absent).
 func gauge(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	v, _ := sample(t, reg, name, label, value)
+	return v
+}
+
+// sample reads the series of name whose labels include the pairs given
+// (label, value, label, value…) from reg: a counter's or gauge's value, a
+// histogram's sample count; zeros when there is none.
+func sample(t *testing.T, reg *prometheus.Registry, name string, pairs ...string) (float64, uint64) {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -24,28 +35,46 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, label, value string) fl
 		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
 			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					if c := m.GetCounter(); c != nil {
-						return c.GetValue()
-					}
-					return m.GetGauge().GetValue()
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(pairs); i += 2 {
+				if have[pairs[i]] != pairs[i+1] {
+					continue series
 				}
 			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue(), 0
+			case m.GetHistogram() != nil:
+				return 0, m.GetHistogram().GetSampleCount()
+			}
+			return m.GetGauge().GetValue(), 0
 		}
 	}
-	return 0
+	return 0, 0
 }
+
+// renamed is a provider account of another name on the same sandbox.
+type renamed struct {
+	provider.Sender
+	name string
+}
+
+func (r renamed) Name() string { return r.name }
 
 // On-call's pauses hold rows back without an attempt: a held provider
 // account sends nothing until it is resumed, a paused tenant sends nothing
 // until it is resumed, each held-back row goes back to the queue (counted
-// by its outcome), and the gauge shows the pauses the worker read.
+// by its outcome), and the gauge shows the pauses the worker read. The
+// worker serves a second account, not held, so it keeps receiving.
 func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 	b := setup(t, stacktest.Options{})
 	accounts, tenants := pace.NewAccounts(b.DB.App, nil), pace.NewTenants(b.DB.App, nil)
-	if err := accounts.Hold(bg, "sandbox", "carrier incident", "alice"); err != nil {
+	if err := accounts.Hold(bg, "held", "carrier incident", "alice"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tenants.Pause(bg, "globex", "runaway campaign", "bob"); err != nil {
@@ -55,8 +84,15 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 	globex := b.Schedule(t, "globex", 5, time.Now().Add(-time.Second), nil)
 	b.sweepAll(t)
 	reg := prometheus.NewRegistry()
+	held := renamed{Sender: b.Sender, name: "held"}
 	b.start(t, func(o *worker.Options) {
 		o.Metrics, o.QueueDelayMax = worker.NewMetrics(reg), 300*time.Millisecond
+		o.Route = func(ch string) (provider.Sender, error) {
+			if ch == payload.ChannelSMS {
+				return held, nil
+			}
+			return b.Sender, nil
+		}
 	})
 	outcome := func(o string) float64 { return gauge(t, reg, "owed_worker_messages_total", "outcome", o) }
 	waitFor(t, "both pauses held rows back", func() bool {
@@ -79,7 +115,7 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 		t.Errorf("held accounts gauge = %v, want 1", g)
 	}
 
-	if was, err := accounts.Resume(bg, "sandbox"); err != nil || !was {
+	if was, err := accounts.Resume(bg, "held"); err != nil || !was {
 		t.Fatalf("resume the account: %v, %v", was, err)
 	}
 	waitFor(t, "acme's rows are delivered", func() bool {
@@ -104,5 +140,36 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 	b.waitSettled(t, time.Minute)
 	if s := b.sandboxStats(t); s.Accepted != 10 || s.Duplicates != 0 {
 		t.Errorf("sandbox accepted=%d duplicates=%d, want 10 and 0", s.Accepted, s.Duplicates)
+	}
+}
+
+// A worker whose every account is held receives nothing: the held
+// account's backlog waits in the queue instead of being claimed and handed
+// back every minute, and a resume sends it.
+func TestAHeldAccountsBacklogStaysInTheQueue(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	accounts := pace.NewAccounts(b.DB.App, nil)
+	if err := accounts.Hold(bg, "sandbox", "carrier incident", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	b.Schedule(t, "acme", 20, time.Now().Add(-time.Second), nil)
+	b.sweepAll(t)
+	reg := prometheus.NewRegistry()
+	q := &countingQueue{Queue: b.Queue}
+	b.start(t, func(o *worker.Options) { o.Queue, o.Metrics = q, worker.NewMetrics(reg) })
+	waitFor(t, "the worker read the hold", func() bool {
+		return gauge(t, reg, "owed_worker_operator_pauses", "kind", "account") == 1
+	})
+	// The window opens once the worker knows of the hold.
+	time.Sleep(2 * time.Second)
+	if n := q.received.Load(); n != 0 {
+		t.Fatalf("the worker received %d messages while its only account was held", n)
+	}
+	if was, err := accounts.Resume(bg, "sandbox"); err != nil || !was {
+		t.Fatalf("resume: %v, %v", was, err)
+	}
+	b.waitSettled(t, time.Minute)
+	if s := b.sandboxStats(t); s.Accepted != 20 {
+		t.Errorf("sandbox accepted %d, want 20", s.Accepted)
 	}
 }

@@ -16,12 +16,9 @@ import (
 // QueueDelayMax) with no attempt counted, and is counted as
 // owed_worker_messages_total{outcome="tenant_paused"} or
 // {outcome="account_held"}. The account's hold is read with its circuit
-// (admit); the tenants' pauses are read all at once, at most once every
-// pausesFresh, so a pause costs no statement per send.
-
-// pausesFresh is how long the worker trusts its last reading of the
-// operator pauses: a pause or a resume takes effect within it.
-const pausesFresh = time.Second
+// (admit, which trusts a clear reading for pace.CacheFor); the tenants'
+// pauses are read all at once, at most once every pace.CacheFor, so
+// neither costs a statement per send.
 
 // pausedRetry is how long (±20%) the message of a row held back by an
 // operator pause waits before it comes back: the pause has no end, so it is
@@ -29,16 +26,17 @@ const pausesFresh = time.Second
 const pausedRetry = time.Minute
 
 // pauses is the worker's reading of the operator pauses, refreshed when it
-// is older than pausesFresh. The reading's age is measured on the process's
+// is older than pace.CacheFor: a pause or a resume takes effect within it. The reading's age is measured on the process's
 // monotonic clock, not Options.Clock: it is the cache's own, never compared
 // with an instant of the ledger's.
 type pauses struct {
 	read    func(ctx context.Context) (pace.Pauses, error)
 	metrics *Metrics
 
-	mu      sync.Mutex
-	readAt  time.Time
-	tenants map[string]pace.TenantPause
+	mu       sync.Mutex
+	readAt   time.Time
+	tenants  map[string]pace.TenantPause
+	accounts map[string]bool
 }
 
 func newPauses(read func(ctx context.Context) (pace.Pauses, error), m *Metrics) *pauses {
@@ -51,21 +49,44 @@ func newPauses(read func(ctx context.Context) (pace.Pauses, error), m *Metrics) 
 func (p *pauses) tenant(ctx context.Context, id string) (pace.TenantPause, bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.tenants == nil || time.Since(p.readAt) >= pausesFresh {
-		ps, err := p.read(ctx)
-		if err != nil {
-			return pace.TenantPause{}, false, err
-		}
-		p.readAt = time.Now()
-		p.tenants = make(map[string]pace.TenantPause, len(ps.Tenants))
-		for _, t := range ps.Tenants {
-			p.tenants[t.Tenant] = t
-		}
-		p.metrics.operatorPauses.WithLabelValues("tenant").Set(float64(len(ps.Tenants)))
-		p.metrics.operatorPauses.WithLabelValues("account").Set(float64(len(ps.Accounts)))
+	if err := p.fresh(ctx); err != nil {
+		return pace.TenantPause{}, false, err
 	}
 	t, ok := p.tenants[id]
 	return t, ok, nil
+}
+
+// held says on-call holds the account, by the same reading. An unreadable
+// reading says not held: the gate keeps receiving, and admit, which reads
+// the account's hold with its circuit, holds each row back all the same.
+func (p *pauses) held(ctx context.Context, account string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fresh(ctx) == nil && p.accounts[account]
+}
+
+// fresh reads the pauses again unless the last reading is younger than
+// pace.CacheFor; p.mu is held.
+func (p *pauses) fresh(ctx context.Context) error {
+	if p.tenants != nil && time.Since(p.readAt) < pace.CacheFor {
+		return nil
+	}
+	ps, err := p.read(ctx)
+	if err != nil {
+		return err
+	}
+	p.readAt = time.Now()
+	p.tenants = make(map[string]pace.TenantPause, len(ps.Tenants))
+	for _, t := range ps.Tenants {
+		p.tenants[t.Tenant] = t
+	}
+	p.accounts = make(map[string]bool, len(ps.Accounts))
+	for _, a := range ps.Accounts {
+		p.accounts[a.Account] = true
+	}
+	p.metrics.operatorPauses.WithLabelValues("tenant").Set(float64(len(ps.Tenants)))
+	p.metrics.operatorPauses.WithLabelValues("account").Set(float64(len(ps.Accounts)))
+	return nil
 }
 
 // tenantPaused gives back a row whose tenant on-call paused. It returns
@@ -73,12 +94,8 @@ func (p *pauses) tenant(ctx context.Context, id string) (pace.TenantPause, bool,
 func (w *Worker) tenantPaused(ctx context.Context, dl *delivery) bool {
 	t, paused, err := w.pauses.tenant(ctx, dl.row.Tenant)
 	switch {
-	case err != nil && ctx.Err() != nil:
-		w.abandon(ctx, dl, false)
-		return true
 	case err != nil:
-		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "operator pauses unavailable: " + err.Error()})
-		w.o.Metrics.outcome("retried")
+		w.unknown(ctx, dl, "operator pauses unavailable", err)
 		return true
 	case !paused:
 		return false

@@ -35,7 +35,7 @@ func TestReadySchemaRange(t *testing.T) {
 	ready := func() *httptest.ResponseRecorder {
 		// A handler per probe: its answer is cached.
 		w := httptest.NewRecorder()
-		Handler(s.DB.App, s.Queue, NewRegistry()).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		Handler(s.DB.App, s.Queue, NewRegistry(), nil).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 		return w
 	}
 	if w := ready(); w.Code != http.StatusOK {

@@ -76,6 +76,9 @@ type Config struct {
 	// Undeliverable marks the addresses a provider refused as the
 	// recipient's and skips later sends to them (Options.NoUndeliverable).
 	Undeliverable bool `envconfig:"UNDELIVERABLE"`
+	// StallAfter is how long the worker may make no progress while it has
+	// work before /healthz answers 503 (Options.StallAfter).
+	StallAfter time.Duration `envconfig:"WORKER_STALL_AFTER"`
 
 	// Queue is the queue backend, OWED_QUEUE_BACKEND and its variables.
 	Queue     backends.Config  `ignored:"true"`
@@ -92,7 +95,8 @@ func defaultConfig() Config {
 		SendTimeout: SendTimeoutDefault, VisibilityTimeout: VisibilityTimeoutDefault,
 		RetryAfterMax: RetryAfterMaxDefault, Resolver: ResolverDefault, IdempotencyPrefix: sweep.KeyPrefixDefault,
 		AccountPause: pace.AccountPauseDefault, RetrySchedule: MustSchedule(RetryScheduleDefault),
-		RetryScheduleWebhook: MustSchedule(RetryScheduleWebhookDefault), Undeliverable: true}
+		RetryScheduleWebhook: MustSchedule(RetryScheduleWebhookDefault), Undeliverable: true,
+		StallAfter: StallAfterDefault}
 }
 
 // LoadConfig reads the environment over defaultConfig; errors name the
@@ -134,6 +138,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_RETRY_AFTER_MAX=%s must be above zero", c.RetryAfterMax)
 	case c.Resolver != "recipient" && c.Resolver != "sql":
 		return fmt.Errorf("OWED_RESOLVER=%q is not one of recipient, sql", c.Resolver)
+	case c.StallAfter < c.SendTimeout+stallMargin:
+		return fmt.Errorf("OWED_WORKER_STALL_AFTER=%s must be at least OWED_SEND_TIMEOUT + %s (%s): a message's slowest legitimate path", c.StallAfter, stallMargin, c.SendTimeout+stallMargin)
 	case c.DBMaxConns < 1:
 		return fmt.Errorf("OWED_DB_MAX_CONNS=%d must be above zero", c.DBMaxConns)
 	}
@@ -156,7 +162,8 @@ func (c Config) Options() Options {
 	return Options{Concurrency: c.Concurrency, MaxAttempts: c.MaxAttempts, SendTimeout: c.SendTimeout,
 		VisibilityTimeout: c.VisibilityTimeout, ShutdownTimeout: c.ShutdownTimeout, RetryAfterMax: c.RetryAfterMax,
 		KeyPrefix: c.IdempotencyPrefix, AccountPause: c.AccountPause,
-		Retries: Retries{Default: c.RetrySchedule, ByChannel: by}, NoUndeliverable: !c.Undeliverable}
+		Retries: Retries{Default: c.RetrySchedule, ByChannel: by}, NoUndeliverable: !c.Undeliverable,
+		StallAfter: c.StallAfter}
 }
 
 // ProviderRate is OWED_PROVIDER_RATE as read: Set is false while the
@@ -279,10 +286,14 @@ func (p pacer) GiveBack(ctx context.Context, s pace.Slots, k int) (pace.Slots, b
 }
 
 // Handler serves /healthz, /readyz and /metrics for the worker process;
+// /healthz is healthz (the worker's Healthz; service.Healthz when nil),
 // /readyz pings the database, checks its schema and reads q's stats to tell the queue is
 // reachable. Its answer is cached for service.CacheTTLDefault, so probes and
 // scrapes in a loop cost one ping and one stats call per TTL.
-func Handler(db *sql.DB, q queue.Queue, reg *prometheus.Registry) http.Handler {
+func Handler(db *sql.DB, q queue.Queue, reg *prometheus.Registry, healthz http.HandlerFunc) http.Handler {
+	if healthz == nil {
+		healthz = service.Healthz
+	}
 	ready := &service.Cache[string]{Fetch: func(ctx context.Context) (string, error) {
 		if err := db.PingContext(ctx); err != nil {
 			return `{"database":"unreachable"}`, err
@@ -299,7 +310,7 @@ func Handler(db *sql.DB, q queue.Queue, reg *prometheus.Registry) http.Handler {
 		return `{"database":"ok","queue":"ok"}`, nil
 	}}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", service.Healthz)
+	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		body, err := ready.Get(r.Context())
 		w.Header().Set("Content-Type", "application/json")

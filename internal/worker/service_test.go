@@ -30,7 +30,7 @@ func TestConfigDefaultsAreTheConstants(t *testing.T) {
 		Resolver: worker.ResolverDefault, IdempotencyPrefix: sweep.KeyPrefixDefault,
 		AccountPause: pace.AccountPauseDefault, RetrySchedule: worker.MustSchedule(worker.RetryScheduleDefault),
 		RetryScheduleWebhook: worker.MustSchedule(worker.RetryScheduleWebhookDefault), Undeliverable: true,
-		Queue: c.Queue, Providers: c.Providers}
+		StallAfter: worker.StallAfterDefault, Queue: c.Queue, Providers: c.Providers}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
 	}
@@ -56,6 +56,17 @@ func TestConfigDefaultsAreTheConstants(t *testing.T) {
 		t.Errorf("OWED_PROVIDER_ACCOUNT_PAUSE=0s: %v, want an error naming the variable", err)
 	}
 	t.Setenv("OWED_PROVIDER_ACCOUNT_PAUSE", "5m")
+
+	// A stall shorter than a slow send plus the rest of a message's path
+	// would restart a worker that is only waiting on its provider.
+	t.Setenv("OWED_WORKER_STALL_AFTER", "30s")
+	if _, err := worker.LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_WORKER_STALL_AFTER") {
+		t.Errorf("OWED_WORKER_STALL_AFTER=30s: %v, want an error naming the variable", err)
+	}
+	t.Setenv("OWED_WORKER_STALL_AFTER", "5m")
+	if c, err = worker.LoadConfig(); err != nil || c.StallAfter != 5*time.Minute || c.Options().StallAfter != 5*time.Minute {
+		t.Errorf("OWED_WORKER_STALL_AFTER=5m: %v, %v", c.StallAfter, err)
+	}
 
 	t.Setenv("OWED_PROVIDER_RATE", "40/m")
 	if c, err = worker.LoadConfig(); err != nil || c.ProviderRate.String() != "40/m" {

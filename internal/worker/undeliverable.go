@@ -17,24 +17,23 @@ import (
 // `owedctl recipients clear` removes the mark. Options.NoUndeliverable
 // (OWED_UNDELIVERABLE=false) turns both off.
 
-// undeliverable reads the mark of the row's resolved address (one read by
-// the table's key in the tenant's scope) and, when there is one, settles
-// the row skipped with the mark's provider, code and time instead of
-// sending. It returns true when the row was settled or released instead.
+// undeliverable checks the mark of the row's resolved address and, when
+// there is one, settles the row skipped with the mark's provider, code and
+// time instead of sending. It returns true when the row was settled or
+// released instead. When the address is the row's recipient (the recipient
+// resolver) the claim read the mark already (ledger.Claim.Undeliverable);
+// an address a resolver mapped the recipient to is looked up (one read by
+// the table's key in the tenant's scope).
 func (w *Worker) undeliverable(ctx context.Context, dl *delivery) bool {
 	if w.o.NoUndeliverable {
 		return false
 	}
-	u, marked, err := w.o.Ledger.LookupUndeliverable(ctx, dl.row.Tenant, dl.row.Channel, dl.request.Recipient)
+	u, marked, err := w.mark(ctx, dl)
 	switch {
-	case err != nil && ctx.Err() != nil:
-		w.abandon(ctx, dl, false)
-		return true
 	case err != nil:
 		// Not knowing is no reason to send to an address that may have
 		// opted out, nor to fail the row: it comes back, at no attempt.
-		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "undeliverable look-up failed: " + err.Error()})
-		w.o.Metrics.outcome("retried")
+		w.unknown(ctx, dl, "undeliverable look-up failed", err)
 		return true
 	case !marked:
 		return false
@@ -43,6 +42,18 @@ func (w *Worker) undeliverable(ctx context.Context, dl *delivery) bool {
 	dl.log.Info().Str("channel", u.Channel).Str("reason", reason).Msg("recipient marked undeliverable; the row is skipped, not sent")
 	w.skip(ctx, dl, reason, "undeliverable")
 	return true
+}
+
+// mark is the undeliverable mark of dl's resolved address, from the claim
+// when the address is the recipient, otherwise from the ledger.
+func (w *Worker) mark(ctx context.Context, dl *delivery) (ledger.Undeliverable, bool, error) {
+	if dl.request.Recipient == dl.row.Recipient {
+		if dl.mark == nil {
+			return ledger.Undeliverable{}, false, nil
+		}
+		return *dl.mark, true, nil
+	}
+	return w.o.Ledger.LookupUndeliverable(ctx, dl.row.Tenant, dl.row.Channel, dl.request.Recipient)
 }
 
 // markUndeliverable records the row's resolved address as undeliverable

@@ -145,3 +145,28 @@ func TestUndeliverableSetting(t *testing.T) {
 		}
 	}
 }
+
+// toPhone resolves every recipient to one phone number, as the sql
+// resolver maps a contact to its address.
+type toPhone struct{}
+
+func (toPhone) Resolve(context.Context, string, string, string) (string, bool, error) {
+	return "+15550100", false, nil
+}
+
+// A resolver that maps the recipient to another address has that address
+// looked up, not the recipient the claim read the mark of: a marked phone
+// number is skipped whatever the row's recipient is called.
+func TestTheResolvedAddressIsWhatIsMarked(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	if err := b.Ledger.MarkUndeliverable(bg, ledger.Undeliverable{Tenant: "acme", Channel: "sms", Address: "+15550100",
+		Provider: "twilio", Code: "21610", Reason: "STOP"}); err != nil {
+		t.Fatal(err)
+	}
+	id := scheduleR0(t, b, "acme", "mapped")
+	b.start(t, func(o *worker.Options) { o.Resolver = toPhone{} })
+	b.waitSettled(t, 30*time.Second)
+	if d, _ := b.Ledger.Get(bg, "acme", id); d.State != ledger.StateSkipped || !strings.Contains(d.LastError, "21610") {
+		t.Errorf("row to a contact whose number is marked: %s, %q; want skipped naming 21610", d.State, d.LastError)
+	}
+}

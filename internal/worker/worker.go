@@ -147,6 +147,11 @@ type Worker struct {
 	acks    *batcher[string, struct{}]
 	gate    *gate
 	pauses  *pauses
+	// live is the loop's progress, for /healthz (liveness.go).
+	live *liveness
+	// clear is what this process knows of the accounts it found clear
+	// (account.go).
+	clear clearAccounts
 
 	mu      sync.Mutex
 	started bool
@@ -166,6 +171,8 @@ func New(o Options) (*Worker, error) {
 	db := o.Ledger.DB()
 	w := &Worker{o: o, gate: newGate(o),
 		pauses: newPauses(func(ctx context.Context) (pace.Pauses, error) { return pace.ReadPauses(ctx, db) }, o.Metrics)}
+	w.live = newLiveness(o.StallAfter)
+	w.gate.live, w.gate.onHold = w.live, w.pauses.held
 	w.claims = newBatcher(claimBatch, claimLinger, w.flushClaims)
 	w.extends = newBatcher(claimBatch, claimLinger, w.flushExtends)
 	w.settles = newBatcher(settleBatch, settleLinger, w.flushSettles)
@@ -301,7 +308,10 @@ func (w *Worker) fetch(ctx context.Context, work chan<- queue.Delivery) {
 		if n == 0 {
 			return
 		}
+		end := w.live.begin("receiving", consumeWait+receiveMargin)
 		msgs, err := w.receive(ctx, n)
+		end()
+		w.live.received(len(msgs))
 		w.gate.received(ctx, n, len(msgs))
 		if err != nil {
 			if ctx.Err() != nil || !retry(err, "receive failed") {
@@ -338,6 +348,7 @@ func (w *Worker) handOut(ctx context.Context, msgs []queue.Delivery, work chan<-
 			w.returnAfter(ctx, left, 0, "worker shutting down")
 		}
 		w.gate.done(len(msgs) - i)
+		w.live.finished(len(msgs) - i)
 		return
 	}
 }
