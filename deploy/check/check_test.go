@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -294,5 +295,46 @@ func TestServiceProbesAndPodMonitor(t *testing.T) {
 				t.Errorf("the PodMonitor scrapes port %q, which %s does not have (it has %v)", ep.Port, app, ports[app])
 			}
 		}
+	}
+}
+
+// TestSweeperGraceOutlastsItsShutdown: on SIGTERM the sweeper lets a
+// running sweep finish for OWED_SHUTDOWN_GRACE (OWED_SWEEP_BUDGET + 10s
+// unless set), so the kubelet's SIGKILL must come later than that.
+func TestSweeperGraceOutlastsItsShutdown(t *testing.T) {
+	t.Parallel()
+	found := false
+	for key, p := range PodTemplates(decoded(t)["../k8s/queues/rest"]) {
+		if p.Meta.Labels["app.kubernetes.io/name"] != "owed-sweeper" {
+			continue
+		}
+		found = true
+		env := map[string]string{}
+		for _, e := range p.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		budget := 50 * time.Second
+		if v := env["OWED_SWEEP_BUDGET"]; v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatalf("%s: OWED_SWEEP_BUDGET %q: %v", key, v, err)
+			}
+			budget = d
+		}
+		grace := budget + 10*time.Second
+		if v := env["OWED_SHUTDOWN_GRACE"]; v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatalf("%s: OWED_SHUTDOWN_GRACE %q: %v", key, v, err)
+			}
+			grace = d
+		}
+		pod := p.Spec.TerminationGracePeriodSeconds
+		if pod == nil || time.Duration(*pod)*time.Second <= grace {
+			t.Errorf("%s: terminationGracePeriodSeconds %v is not longer than the shutdown grace %s", key, pod, grace)
+		}
+	}
+	if !found {
+		t.Fatal("no owed-sweeper pod in k8s/queues/rest")
 	}
 }
