@@ -147,14 +147,14 @@ func (h *headerOnly) WriteHeader(code int)        { h.status = code }
 func (h *headerOnly) Write(b []byte) (int, error) { return len(b), nil }
 
 // ServeHTTP routes r, answering unknown routes and wrong methods with JSON
-// errors, and logs one line per request. It names the request (X-Request-Id)
+// errors, and logs one line per request. It names the request (X-Request-Id, service.RequestID)
 // and puts a logger carrying that id in the request's context
 // (zerolog.Ctx), so every line logged for the request names it.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	ri := &requestInfo{}
-	id := requestID(r)
-	w.Header().Set(HeaderRequestID, id)
+	id := service.RequestID(r)
+	w.Header().Set(service.HeaderRequestID, id)
 	log := s.log.With().Str("request_id", id).Logger()
 	r = r.WithContext(log.WithContext(context.WithValue(r.Context(), infoKey{}, ri)))
 	sw := &statusWriter{ResponseWriter: w}

@@ -94,8 +94,8 @@ func TestRequestID(t *testing.T) {
 	b := setup(t)
 	for _, tc := range []struct{ in, want string }{
 		{"abc-123", "abc-123"},
-		{strings.Repeat("x", maxRequestID), strings.Repeat("x", maxRequestID)},
-		{strings.Repeat("x", maxRequestID+1), ""},
+		{strings.Repeat("x", service.MaxRequestID), strings.Repeat("x", service.MaxRequestID)},
+		{strings.Repeat("x", service.MaxRequestID+1), ""},
 		{"has space", ""},
 		{"ümlaut", ""},
 		{"", ""},
@@ -103,12 +103,12 @@ func TestRequestID(t *testing.T) {
 		req := httptest.NewRequest("GET", "/v1/notifications?limit=1", nil)
 		req.Header.Set("Authorization", "Bearer "+b.acme)
 		if tc.in != "" {
-			req.Header.Set(HeaderRequestID, tc.in)
+			req.Header.Set(service.HeaderRequestID, tc.in)
 		}
 		b.logs.Reset()
 		rec := httptest.NewRecorder()
 		contract.Handler(t, b.handler).ServeHTTP(rec, req)
-		got := rec.Header().Get(HeaderRequestID)
+		got := rec.Header().Get(service.HeaderRequestID)
 		switch {
 		case tc.want != "" && got != tc.want:
 			t.Errorf("incoming %q: answered %q, want it kept", tc.in, got)
@@ -137,6 +137,17 @@ func TestServiceBodyLimitIsTheDocumentedError(t *testing.T) {
 		json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error == nil || e.Error.Code != codeTooLarge {
 		t.Fatalf("status %d, type %q, body %s; want 413 application/json %s", rec.Code,
 			rec.Header().Get("Content-Type"), rec.Body.Bytes(), codeTooLarge)
+	}
+	// Refused before the API sees it, it still carries a request id: the
+	// caller's when sane, else a new one.
+	if rec.Header().Get(service.HeaderRequestID) == "" {
+		t.Errorf("413 without %s", service.HeaderRequestID)
+	}
+	req.Header.Set(service.HeaderRequestID, "caller-42")
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if got := rec.Header().Get(service.HeaderRequestID); got != "caller-42" {
+		t.Errorf("413 %s %q, want the caller's caller-42", service.HeaderRequestID, got)
 	}
 }
 

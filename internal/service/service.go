@@ -129,6 +129,7 @@ func LimitBody(h http.Handler, n int64) http.Handler {
 			// The API's documented error (docs/api.md, code body_too_large),
 			// as JSON, not http.Error's text/plain.
 			h := w.Header()
+			h.Set(HeaderRequestID, RequestID(r))
 			h.Set("Content-Type", "application/json; charset=utf-8")
 			h.Set("X-Content-Type-Options", "nosniff")
 			w.WriteHeader(http.StatusRequestEntityTooLarge)
