@@ -38,8 +38,9 @@ var ctx = context.Background()
 // TestUpgradeAndRollback runs release N (testdata/release-n.txt) and N+1
 // (this tree) against one database, with deliveries flowing the whole time:
 // N serves; N+1's `owedctl migrate up` runs under it; N+1 starts beside N;
-// N stops. Then the rollback: N+1 stops, its `owedctl migrate down-to` N's
-// schema, and N serves alone again. After each half every row scheduled
+// N stops. Then the rollback, the same shape backwards: N starts beside
+// N+1 on N+1's schema, N+1 stops, and N+1's `owedctl migrate down-to` N's
+// schema runs while N serves. After each half every row scheduled
 // is delivered exactly once (the sandbox accepted each key once), and
 // nothing is left leased, queued or sending, or in the queue.
 func TestUpgradeAndRollback(t *testing.T) {
@@ -78,16 +79,21 @@ func TestUpgradeAndRollback(t *testing.T) {
 	e.sched.stop(t)
 	e.checkSettled(t, "after the upgrade")
 
-	// Rollback.
+	// Rollback, the same shape backwards: N starts beside N+1 on N+1's
+	// schema, N+1 stops, and the schema goes back to N's while N serves.
 	e.sched.start()
 	e.waitDelivered(t, "N+1 before the rollback", 10)
-	e.sched.setAPIs()
-	e.stop(t, nextSweeper, nextWorker)
-	e.owedctl(t, next, "migrate", "down-to", strconv.FormatInt(n.head, 10))
 	nSweeper, nWorker = e.startSweeper(t, n), e.startWorker(t, n)
+	e.waitReady(t, nSweeper, fmt.Sprintf("ok: schema %d, newer than this build's %d and compatible with it", next.head, n.head))
+	e.waitReady(t, nWorker, "")
+	e.sched.setAPIs(nSweeper.public, nextSweeper.public)
+	e.waitDelivered(t, "N beside N+1 on N+1's schema", 10)
+	e.sched.setAPIs(nSweeper.public)
+	e.stop(t, nextSweeper, nextWorker)
+	e.waitDelivered(t, "N alone on N+1's schema", 10)
+	e.owedctl(t, next, "migrate", "down-to", strconv.FormatInt(n.head, 10))
 	e.waitReady(t, nSweeper, fmt.Sprintf("ok: schema %d", n.head))
 	e.waitReady(t, nWorker, "")
-	e.sched.setAPIs(nSweeper.public)
 	e.waitDelivered(t, "N alone after the rollback", 10)
 	e.sched.stop(t)
 	e.checkSettled(t, "after the rollback")
