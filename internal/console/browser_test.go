@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/stacktest"
@@ -68,7 +70,8 @@ func artifacts(t *testing.T) string {
 // runningStack is a stack with the sweeper and a worker running.
 type runningStack struct {
 	*stacktest.Stack
-	console string
+	console       string
+	workerMetrics *prometheus.Registry
 }
 
 func startStack(t *testing.T) *runningStack {
@@ -101,7 +104,8 @@ func startStack(t *testing.T) *runningStack {
 			}
 		}
 	}()
-	w, err := worker.New(worker.Options{Ledger: s.Ledger, Queue: s.Queue,
+	reg := prometheus.NewRegistry()
+	w, err := worker.New(worker.Options{Ledger: s.Ledger, Queue: s.Queue, Metrics: worker.NewMetrics(reg),
 		Route: func(string) (provider.Sender, error) { return s.Sender, nil },
 		Pace:  func(string) worker.Pacer { return stacktest.Unpaced{} }, Log: zerolog.Nop(), NoUndeliverable: true,
 		QueueDelayMax: 300 * time.Millisecond, Concurrency: 4, VisibilityTimeout: 10 * time.Second, SendTimeout: 5 * time.Second, ShutdownTimeout: 10 * time.Second})
@@ -112,7 +116,30 @@ func startStack(t *testing.T) *runningStack {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	return &runningStack{Stack: s, console: opsSrv.URL + "/console/"}
+	return &runningStack{Stack: s, console: opsSrv.URL + "/console/", workerMetrics: reg}
+}
+
+// workerGauge is the worker's gauge name{label=value}, or -1 when it has
+// no such series.
+func (s *runningStack) workerGauge(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := s.workerMetrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }
 
 // waitFor polls ok until it holds, or fails the test after two minutes.
@@ -324,13 +351,22 @@ func TestBrowserOnCall(t *testing.T) {
 	if got := text(t, b, "#result"); !strings.Contains(got, "sandbox is held") {
 		t.Errorf("the hold says %q", got)
 	}
+	// Another process's hold reaches a worker when its reading of the
+	// pauses is renewed (at most pace.CacheFor old): schedule once it has.
+	s.waitFor(t, "the worker sees the hold", func() bool {
+		return s.workerGauge(t, "owed_worker_operator_pauses", "kind", "account") == 1
+	})
 	held := s.Schedule(t, "acme", 3, time.Now(), func(i int, r *ledger.NewNotification) { r.Recipient = fmt.Sprintf("held-%d", i) })
+	// A held row is either left in the queue (the worker receives nothing
+	// while every account it serves is held) or claimed and given back.
 	for _, r := range held {
-		s.waitFor(t, fmt.Sprintf("row %d held back", r.ID), func() bool {
+		s.waitFor(t, fmt.Sprintf("row %d published and held back", r.ID), func() bool {
 			d, err := s.Ledger.Get(ctx, "acme", r.ID)
-			return err == nil && strings.Contains(d.LastError, "held by alice")
+			return err == nil && (d.State == ledger.StateQueued || strings.Contains(d.LastError, "held by alice"))
 		})
 	}
+	// A few of the worker's pause readings later, still nothing sent.
+	time.Sleep(3 * pace.CacheFor)
 	for _, r := range held {
 		if d, _ := s.Ledger.Get(ctx, "acme", r.ID); d.State.Settled() || d.Attempts != 0 {
 			t.Errorf("held row %d is %s with %d attempts, want owed with none", r.ID, d.State, d.Attempts)
