@@ -111,6 +111,24 @@ func New(tb testing.TB) *DB {
 	return d
 }
 
+// NewEmpty creates a fresh database with no migration applied (the
+// server's default template, an empty public schema) and registers its
+// removal: for a test that builds a schema some other way, such as the
+// current definitions of docs/sql.md.
+func NewEmpty(tb testing.TB) *DB {
+	tb.Helper()
+	d, drop, err := create(context.Background(), AdminURL(tb), "")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := drop(); err != nil {
+			tb.Logf("%v", err)
+		}
+	})
+	return d
+}
+
 // Create creates a fresh database migrated to head on the server at admin
 // (an owner role that may CREATE DATABASE) and returns it with drop, which
 // closes its pools and drops it. It is New without a test, for the
@@ -126,6 +144,12 @@ func Create(ctx context.Context, admin string) (d *DB, drop func() error, err er
 		templates.byAdmin[admin] = tmpl
 	}
 	templates.Unlock()
+	return create(ctx, admin, tmpl)
+}
+
+// create creates a database copied from tmpl (the server's default when
+// empty) and opens its three pools.
+func create(ctx context.Context, admin, tmpl string) (d *DB, drop func() error, err error) {
 	adm, err := sql.Open("postgres", admin)
 	if err != nil {
 		return nil, nil, fmt.Errorf("testdb: %w", err)
@@ -133,7 +157,11 @@ func Create(ctx context.Context, admin string) (d *DB, drop func() error, err er
 	defer adm.Close()
 
 	name := "owed_test_" + randomHex(8)
-	if _, err := adm.ExecContext(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, tmpl)); err != nil {
+	stmt := "CREATE DATABASE " + name
+	if tmpl != "" {
+		stmt += " TEMPLATE " + tmpl
+	}
+	if _, err := adm.ExecContext(ctx, stmt); err != nil {
 		return nil, nil, fmt.Errorf("testdb: create database: %w", err)
 	}
 	drop = func() error {

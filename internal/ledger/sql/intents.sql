@@ -1,0 +1,109 @@
+-- Intents: a cancel or a reschedule (snooze) that lands while a worker
+-- holds a row's claim (state sending) is recorded on the row by
+-- ledger.Cancel or ledger.Reschedule (intent, intent_due_at and
+-- intent_expires_at for a reschedule, intent_at) and applied here when the
+-- row leaves sending, whoever moves it: the worker's release or settle, the
+-- sweep's lease or expiry of a row whose claim ran out, a direct cancel or
+-- reschedule after that, or owed_claim handing back a lapsed claim. A later
+-- claim of the row (sending to sending) leaves the intent alone, so it
+-- waits for the send that finally ends. intent_outcome says how it ended:
+--
+--   applied     the row took it: cancelled, or moved to intent_due_at as a
+--               reschedule moves an open row (pending, a new queue
+--               generation, never published under the new due time);
+--   too_late    a cancel of a send that ended delivered (or skipped or
+--               expired: nothing was sent, nothing will be);
+--   new_row     a reschedule of a send that settled: the outcome stands and
+--               a new row for the same recipient, channel and payload is
+--               scheduled at intent_due_at (or the one already there kept);
+--   superseded  a direct cancel or reschedule made after the claim ran out
+--               is the later word.
+--
+-- A reschedule of a row just delivered schedules the send again because
+-- that is what the caller was promised: the API answered that the snooze
+-- was recorded. A cancel cannot take back a delivered send; its answer said
+-- the send was in flight. A send that failed with a cancel recorded ends
+-- cancelled (the failure stays in last_error), so a redrive never sends it.
+--
+-- The intent resolves at the instant of the statement that ends the send
+-- (its updated_at, which every ledger statement stamps with its now, so a
+-- test's clock stamps it too). The function runs as the role that wrote
+-- the row (SECURITY INVOKER): that statement runs in the row's tenant
+-- scope, or the definer's across tenants, which is the scope its look-up
+-- and its new row need.
+CREATE FUNCTION owed_apply_intent() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    ended_at timestamptz := NEW.updated_at;
+BEGIN
+    IF OLD.intent = 'cancel' THEN
+        IF NEW.state IN ('delivered', 'skipped', 'expired') THEN
+            NEW.intent_outcome := 'too_late';
+            RETURN NEW;
+        END IF;
+        -- Handed back, taken back by the sweep, failed, or moved or
+        -- cancelled directly after the claim ran out: the cancel came
+        -- first, and it wins.
+        NEW.last_error := CASE WHEN NEW.state = 'failed'
+                               THEN 'cancelled; the send in flight failed: ' || coalesce(NEW.last_error, 'failed')
+                               ELSE 'cancelled' END;
+        NEW.state := 'cancelled';
+        NEW.settled_at := coalesce(NEW.settled_at, ended_at);
+        NEW.lease_until := NULL;
+        NEW.intent_outcome := 'applied';
+        RETURN NEW;
+    END IF;
+
+    -- A reschedule. Only ledger.Reschedule moves a row from sending to
+    -- pending (the worker's release hands it back as queued, the sweep's
+    -- lease takes it as leased), and only a cancel makes it cancelled.
+    IF NEW.state IN ('pending', 'cancelled') THEN
+        NEW.intent_outcome := 'superseded';
+    ELSIF NEW.settled_at IS NOT NULL THEN
+        INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
+                                        payload, payload_id, created_at, updated_at)
+        VALUES (OLD.tenant_id, OLD.recipient, OLD.channel, OLD.kind, OLD.ref_id, OLD.intent_due_at,
+                OLD.intent_expires_at, OLD.payload, OLD.payload_id, ended_at, ended_at)
+        ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING;
+        NEW.intent_outcome := 'new_row';
+    ELSIF EXISTS (SELECT 1 FROM owed_notifications o
+                   WHERE o.tenant_id = OLD.tenant_id AND o.recipient = OLD.recipient AND o.kind = OLD.kind
+                     AND o.ref_id = OLD.ref_id AND o.due_at = OLD.intent_due_at AND o.id <> OLD.id) THEN
+        -- A row for this recipient was scheduled at the new time after the
+        -- intent was recorded: that row is the send the snooze asked for,
+        -- and moving this one onto its key would fail the release.
+        NEW.state := 'cancelled';
+        NEW.settled_at := ended_at;
+        NEW.lease_until := NULL;
+        NEW.last_error := 'rescheduled onto a row already scheduled at that due time';
+        NEW.intent_outcome := 'new_row';
+    ELSE
+        -- As qReschedule moves an open row: the new due time is a new
+        -- provider idempotency key, so the message handed back (published
+        -- for the old one) is stale to the claim, and the next publish gets
+        -- a new queue generation. A row the sweep is taking back stays
+        -- leased, so the sweep publishes it for the new due time; claimed_at
+        -- stays as the release left it, so a send that may have reached the
+        -- provider still marks the next one a possible duplicate.
+        NEW.due_at := OLD.intent_due_at;
+        NEW.expires_at := OLD.intent_expires_at;
+        NEW.published_at := NULL;
+        NEW.queue_generation := greatest(NEW.queue_generation, OLD.queue_generation + 1);
+        IF NEW.state <> 'leased' THEN
+            NEW.state := 'pending';
+            NEW.lease_until := NULL;
+        END IF;
+        NEW.intent_outcome := 'applied';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- The WHEN clause is tested in the executor without calling the function,
+-- so every other update costs nothing.
+CREATE TRIGGER owed_notifications_apply_intent
+    BEFORE UPDATE ON owed_notifications
+    FOR EACH ROW
+    WHEN (OLD.state = 'sending' AND NEW.state <> 'sending'
+          AND OLD.intent IS NOT NULL AND OLD.intent_outcome IS NULL)
+    EXECUTE FUNCTION owed_apply_intent();

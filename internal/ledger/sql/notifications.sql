@@ -1,0 +1,180 @@
+-- The ledger: one row per owed notification. A row is owed until it
+-- settles, and its state says where it is on the way:
+--
+--   pending    scheduled; the sweep leases it once it is due (or within
+--              the publish-ahead window, OWED_PUBLISH_AHEAD).
+--   leased     the sweep holds it while it publishes the row's message.
+--   queued     published; a worker's claim takes it when the message
+--              arrives. lease_until is when the sweep republishes it.
+--   sending    a worker holds its claim (claim_seq is the claim's token)
+--              until lease_until, which the worker's heartbeat moves on.
+--   delivered, skipped, expired, failed, cancelled: settled, for good
+--              (failed until an operator's redrive reopens it).
+--
+-- The table is FORCE ROW LEVEL SECURITY: the runtime role and applications
+-- see only the tenant named by the transaction-local setting
+-- owed.tenant_id; statements across tenants are the SECURITY DEFINER
+-- functions of sweep.sql and operator.sql.
+CREATE TABLE owed_notifications (
+    -- The sequence keeps the name it had before every table took the owed_
+    -- prefix; renaming a table leaves its identity sequence's name alone.
+    id                  bigint      GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME notifications_id_seq) PRIMARY KEY,
+    -- Text bounds count bytes, as the Go validators and the queue envelope
+    -- do (tenant.MaxLength is 128): length() counts characters, so a value
+    -- of multibyte characters would pass the table and fail every caller.
+    tenant_id           text        NOT NULL CHECK (tenant_id <> '' AND octet_length(tenant_id) <= 128),
+    recipient           text        NOT NULL CHECK (recipient <> '' AND octet_length(recipient) <= 512),
+    channel             text        NOT NULL CHECK (channel <> '' AND octet_length(channel) <= 64),
+    kind                text        NOT NULL CHECK (kind <> '' AND octet_length(kind) <= 128),
+    ref_id              text        NOT NULL CHECK (ref_id <> '' AND octet_length(ref_id) <= 256),
+    due_at              timestamptz NOT NULL,
+    expires_at          timestamptz CHECK (expires_at IS NULL OR expires_at > due_at),
+    -- The row's own payload, or NULL when the row points at a payload of
+    -- owed_event_payloads that many rows of one event share (payload_id
+    -- below). Every reader reads coalesce(own, shared). The bound measures
+    -- the stored form, which payload.Canonical computes in Go.
+    payload             jsonb       DEFAULT '{}'::jsonb CHECK (octet_length(payload::text) <= 65536),
+    state               text        NOT NULL DEFAULT 'pending'
+                        CHECK (state IN ('pending', 'leased', 'queued', 'sending',
+                                         'delivered', 'skipped', 'expired', 'failed', 'cancelled')),
+    attempts            integer     NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    lease_until         timestamptz,
+    claimed_at          timestamptz,
+    published_at        timestamptz,
+    delivered_at        timestamptz,
+    settled_at          timestamptz,
+    provider            text,
+    provider_message_id text,
+    last_error          text,
+    created_at          timestamptz NOT NULL DEFAULT now(),
+    updated_at          timestamptz NOT NULL DEFAULT now(),
+    -- Counts the deliberate republishes of the row: the sweep's requeue of
+    -- a row published before (its message was lost and its lease ran out),
+    -- a reschedule, an operator's redrive. The queue message's key is the
+    -- row's provider idempotency key plus this (ledger.QueueKey), so a queue
+    -- that deduplicates by key never drops a republish as a copy of the
+    -- message it replaces; the provider's key stays the row's own.
+    queue_generation    integer     NOT NULL DEFAULT 0 CHECK (queue_generation >= 0),
+    -- The fencing token: owed_claim adds one each time it takes the row
+    -- and hands the new value to its worker. Every later write of that
+    -- worker names the token and changes the row only while the token is
+    -- still the row's (internal/ledger/fence.go), so a worker whose lease
+    -- ran out while it stalled cannot undo another worker's claim.
+    claim_seq           bigint      NOT NULL DEFAULT 0,
+    -- An intent: a cancel or a reschedule (snooze) that landed while a
+    -- worker held the row's claim, recorded here and applied when the row
+    -- leaves sending (owed_apply_intent, intents.sql), so the answer the
+    -- caller got holds whatever the send does next. intent_outcome says
+    -- how it was resolved; NULL while it waits.
+    intent              text,
+    intent_due_at       timestamptz,
+    intent_expires_at   timestamptz,
+    intent_at           timestamptz,
+    intent_outcome      text,
+    -- The shared payload (owed_event_payloads, by tenant_id and this id).
+    -- There is no foreign key: the ledger writes a payload and its rows in
+    -- one transaction and deletes a payload no row took (a replayed event),
+    -- and a foreign key would make that delete scan the ledger for want of
+    -- an index on payload_id.
+    payload_id          bigint,
+    -- The row's confirmed outcome: the governing receipt's status, code and
+    -- time (owed_receipt_record, receipts.sql). A receipt never changes the
+    -- row's state: a bounce after "accepted" leaves the row delivered.
+    receipt_status      text        CHECK (receipt_status IN ('sent', 'deferred', 'delivered', 'bounced', 'failed')),
+    receipt_code        text        CHECK (octet_length(receipt_code) <= 256),
+    confirmed_at        timestamptz,
+    -- A nudge the materialiser wrote (or found at the time an item asks
+    -- for) for the owed_items row of the same (tenant_id, recipient, kind,
+    -- ref_id). It tells a nudge that follows its item from a row an
+    -- application scheduled through the API for the same subject, which the
+    -- materialiser never changes.
+    materialised        boolean     NOT NULL DEFAULT false,
+    -- Scheduling the same thing twice is one row.
+    CONSTRAINT owed_notifications_schedule_key UNIQUE (tenant_id, recipient, kind, ref_id, due_at),
+    -- settled_at is set exactly when the state is final, so the partial
+    -- indexes can use it as "still owed".
+    CONSTRAINT owed_notifications_settled_state CHECK (
+        (settled_at IS NOT NULL) = (state IN ('delivered', 'skipped', 'expired', 'failed', 'cancelled'))),
+    -- A delivered row always says when.
+    CONSTRAINT owed_notifications_delivered_at CHECK (state <> 'delivered' OR delivered_at IS NOT NULL),
+    CONSTRAINT owed_notifications_payload_present CHECK (payload IS NOT NULL OR payload_id IS NOT NULL),
+    CONSTRAINT owed_notifications_intent_kind CHECK (intent IN ('cancel', 'reschedule')),
+    CONSTRAINT owed_notifications_intent_outcome
+        CHECK (intent_outcome IN ('applied', 'too_late', 'new_row', 'superseded')),
+    -- An intent says when it was made and, for a reschedule, where to;
+    -- only a recorded intent has an outcome.
+    CONSTRAINT owed_notifications_intent_recorded CHECK (
+        (intent IS NULL) = (intent_at IS NULL)
+        AND (intent IS NOT NULL OR intent_outcome IS NULL)
+        AND (intent IS DISTINCT FROM 'reschedule' OR intent_due_at IS NOT NULL)),
+    -- An intent still waiting sits on a row being sent: the trigger
+    -- resolves it on every way out of sending.
+    CONSTRAINT owed_notifications_intent_waits_on_send
+        CHECK (intent IS NULL OR intent_outcome IS NOT NULL OR state = 'sending')
+);
+
+-- What the sweep's lease reads: owed rows, oldest first. Settled rows leave
+-- the index, so the lease costs what is owed, not what the ledger holds.
+-- The id after due_at lets a run of lease slices resume from a (due_at, id)
+-- cursor: without it a burst of rows sharing one due time (an event fanned
+-- out to every subscriber) made each slice step again over every row the
+-- run had already leased.
+CREATE INDEX owed_notifications_owed_due ON owed_notifications (due_at, id) WHERE settled_at IS NULL;
+
+-- The expiry pass reads owed rows that carry an expiry, soonest first.
+CREATE INDEX owed_notifications_owed_expiry ON owed_notifications (expires_at)
+    WHERE settled_at IS NULL AND expires_at IS NOT NULL;
+
+-- Operator and API look-ups: "was this recipient notified about this ref".
+CREATE INDEX owed_notifications_tenant_ref ON owed_notifications (tenant_id, ref_id);
+
+-- The keyset read behind GET /v1/notifications' cursor (ledger.FindPage):
+-- one tenant's rows, newest due first, from a (due_at, id) position, so
+-- page 1,000 costs what page 1 does.
+CREATE INDEX owed_notifications_tenant_due ON owed_notifications (tenant_id, due_at, id);
+
+-- What the materialiser's reconciliation reads: its nudges still owed, by
+-- expiry, so its cost follows the nudges, not the ledger.
+CREATE INDEX owed_notifications_materialised_owed ON owed_notifications (expires_at)
+    WHERE materialised AND settled_at IS NULL;
+
+ALTER TABLE owed_notifications ENABLE ROW LEVEL SECURITY;
+ALTER TABLE owed_notifications FORCE ROW LEVEL SECURITY;
+
+-- current_setting(..., true) is NULL (or '' once set elsewhere in the
+-- session) when the scope is unset, so an unscoped statement matches no row.
+CREATE POLICY owed_notifications_tenant ON owed_notifications TO owed_runtime, owed_apps
+    USING (tenant_id = current_setting('owed.tenant_id', true))
+    WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
+-- The migrating role owns the table and is exempt (roles.sql says why).
+CREATE POLICY owed_notifications_owner ON owed_notifications TO CURRENT_USER USING (true) WITH CHECK (true);
+-- The SECURITY DEFINER functions read and write across tenants; INSERT is
+-- for owed_apply_intent, which a sweep's update of a row with a
+-- reschedule waiting fires.
+CREATE POLICY owed_notifications_definer ON owed_notifications TO owed_definer USING (true) WITH CHECK (true);
+
+-- Rows are settled, never deleted, so nobody is granted DELETE.
+GRANT SELECT, INSERT, UPDATE ON owed_notifications TO owed_runtime, owed_apps, owed_definer;
+
+-- A payload that several rows of one scheduling batch share (an event with
+-- one payload and 1,000 recipients) is stored once, here, and each row
+-- points at it by payload_id with its own payload NULL; a row with a payload
+-- of its own keeps it in place. Without it one 86 KB request wrote a 62 KB
+-- payload into each of 1,000 rows: 62 MB.
+CREATE TABLE owed_event_payloads (
+    tenant_id  text        NOT NULL CHECK (tenant_id <> '' AND octet_length(tenant_id) <= 128),
+    id         bigint      GENERATED ALWAYS AS IDENTITY,
+    payload    jsonb       NOT NULL CHECK (octet_length(payload::text) <= 65536),
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, id)
+);
+
+ALTER TABLE owed_event_payloads ENABLE ROW LEVEL SECURITY;
+ALTER TABLE owed_event_payloads FORCE ROW LEVEL SECURITY;
+CREATE POLICY owed_event_payloads_tenant ON owed_event_payloads TO owed_runtime, owed_apps
+    USING (tenant_id = current_setting('owed.tenant_id', true))
+    WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
+CREATE POLICY owed_event_payloads_owner ON owed_event_payloads TO CURRENT_USER USING (true) WITH CHECK (true);
+
+-- DELETE: the ledger removes a payload that no row of its batch took.
+GRANT SELECT, INSERT, DELETE ON owed_event_payloads TO owed_runtime;

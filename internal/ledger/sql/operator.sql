@@ -1,0 +1,107 @@
+-- What operators read across tenants (owedctl stats, the console's
+-- dashboard, a dead letter's row), and the audit trail of what they did.
+-- Each read is a SECURITY DEFINER function owned by owed_definer that
+-- returns aggregates or ids, never a recipient or a payload; the runtime
+-- role may EXECUTE them and read nothing wider.
+
+-- owed_ledger_backlog counts what is owed by state, with the oldest due
+-- time among the rows already due, as of p_now (NULL: the database's clock).
+CREATE FUNCTION owed_ledger_backlog(p_now timestamptz)
+RETURNS TABLE (state text, owed bigint, oldest_due_at timestamptz, asked_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+SELECT state, count(*), min(due_at) FILTER (WHERE due_at <= coalesce($1, now())), coalesce($1, now())
+  FROM owed_notifications WHERE settled_at IS NULL GROUP BY state
+$$;
+ALTER FUNCTION owed_ledger_backlog(timestamptz) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_ledger_backlog(timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_ledger_backlog(timestamptz) TO owed_runtime;
+
+-- owed_ledger_stats summarises the rows settled since p_since: how many of
+-- each final state, the delivery lag (delivered_at - due_at) at p50, p95
+-- and max, and from the attempts finished since then, the rows accepted
+-- more than once and the sends flagged possible duplicates.
+CREATE FUNCTION owed_ledger_stats(p_since timestamptz)
+RETURNS TABLE (delivered bigint, expired bigint, failed bigint, skipped bigint, cancelled bigint,
+               lag_p50 double precision, lag_p95 double precision, lag_max double precision,
+               duplicate_rows bigint, possible_duplicates bigint)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+SELECT count(*) FILTER (WHERE state = 'delivered'),
+       count(*) FILTER (WHERE state = 'expired'),
+       count(*) FILTER (WHERE state = 'failed'),
+       count(*) FILTER (WHERE state = 'skipped'),
+       count(*) FILTER (WHERE state = 'cancelled'),
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM delivered_at - due_at))
+                FILTER (WHERE state = 'delivered'), 0)::double precision,
+       coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM delivered_at - due_at))
+                FILTER (WHERE state = 'delivered'), 0)::double precision,
+       coalesce(max(extract(epoch FROM delivered_at - due_at)) FILTER (WHERE state = 'delivered'), 0)::double precision,
+       (SELECT count(*) FROM (SELECT notification_id FROM owed_notification_attempts
+                               WHERE outcome = 'accepted' AND finished_at >= $1
+                               GROUP BY notification_id HAVING count(*) > 1) d),
+       (SELECT count(*) FROM owed_notification_attempts WHERE possible_duplicate AND finished_at >= $1)
+  FROM owed_notifications WHERE settled_at >= $1
+$$;
+ALTER FUNCTION owed_ledger_stats(timestamptz) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_ledger_stats(timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_ledger_stats(timestamptz) TO owed_runtime;
+
+-- owed_ledger_tenants_of says whose rows the ids are, and nothing else: an
+-- operator names rows by id alone (owedctl notifications get, a dead
+-- letter's row), and the row is then read, or redriven, in that tenant's
+-- own scope.
+CREATE FUNCTION owed_ledger_tenants_of(p_ids bigint[]) RETURNS TABLE (id bigint, tenant_id text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+SELECT n.id, n.tenant_id FROM owed_notifications n WHERE n.id = ANY($1)
+$$;
+ALTER FUNCTION owed_ledger_tenants_of(bigint[]) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_ledger_tenants_of(bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_ledger_tenants_of(bigint[]) TO owed_runtime;
+
+-- owed_ledger_sends_per_minute counts, across every tenant, the send
+-- attempts finished in each minute since p_since: accepted, and the rest
+-- (skipped, transient, permanent). The console charts the last hour.
+CREATE FUNCTION owed_ledger_sends_per_minute(p_since timestamptz)
+RETURNS TABLE (minute timestamptz, accepted bigint, other bigint)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+SELECT date_trunc('minute', finished_at), count(*) FILTER (WHERE outcome = 'accepted'),
+       count(*) FILTER (WHERE outcome <> 'accepted')
+  FROM owed_notification_attempts
+ WHERE finished_at >= $1
+ GROUP BY 1 ORDER BY 1
+$$;
+ALTER FUNCTION owed_ledger_sends_per_minute(timestamptz) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_ledger_sends_per_minute(timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_ledger_sends_per_minute(timestamptz) TO owed_runtime;
+
+-- The operators' audit trail (internal/console, internal/ops): one row per
+-- operator action (a dead-letter redrive or delete, a pause, reading a
+-- tenant's payload) with who, what, the filter or ids it named, how many
+-- things it touched and the reason given. It is not a tenant's data, so
+-- it has no row-level security.
+CREATE TABLE owed_operator_audit (
+    id       bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at       timestamptz NOT NULL,
+    operator text        NOT NULL CHECK (operator <> '' AND octet_length(operator) <= 256),
+    action   text        NOT NULL CHECK (action <> '' AND octet_length(action) <= 64),
+    target   text        NOT NULL CHECK (octet_length(target) <= 4096),
+    count    integer     NOT NULL CHECK (count >= 0),
+    reason   text        NOT NULL CHECK (octet_length(reason) <= 1024)
+);
+CREATE INDEX owed_operator_audit_at ON owed_operator_audit (at);
+
+-- The runtime role reads the trail and appends to it only through
+-- owed_operator_audit_record: no operator action edits or removes what an
+-- earlier one recorded.
+GRANT SELECT ON owed_operator_audit TO owed_runtime;
+GRANT SELECT, INSERT ON owed_operator_audit TO owed_definer;
+
+CREATE FUNCTION owed_operator_audit_record(p_now timestamptz, p_operator text, p_action text, p_target text,
+                                           p_count integer, p_reason text) RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+INSERT INTO owed_operator_audit (at, operator, action, target, count, reason)
+VALUES (coalesce($1, now()), $2, $3, $4, $5, $6)
+RETURNING id
+$$;
+ALTER FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) TO owed_runtime;

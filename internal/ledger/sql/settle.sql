@@ -1,0 +1,85 @@
+-- The worker's settle of an accepted send. Like the claim, it runs as its
+-- caller, in the row's tenant scope, one round trip for the whole write.
+
+-- owed_settle_delivered records an accepted send and settles its row. An
+-- accepted send is the truth and is always recorded as an attempt; only the
+-- row's fate depends on the claim's token (p_claim_seq). Everything is
+-- judged on the row as it was before the update: the row is stamped
+-- delivered when it is open (a failed row included: it failed while this
+-- send was under way) and no other live claim holds it. A superseded
+-- claim's accepted send still settles the row delivered (the provider has
+-- it), unless another worker holds the row under a live claim right now:
+-- that claim's send may already be under way, so the row is left to it
+-- (held_elsewhere) and the attempt is recorded as a possible duplicate, as
+-- is every send made under a superseded claim. An already delivered row
+-- keeps its first delivered_at and message id. changed says whether the
+-- row was stamped.
+CREATE FUNCTION owed_settle_delivered(p_tenant text, p_id bigint, p_claim_seq bigint, p_provider text,
+                                      p_started timestamptz, p_now timestamptz, p_message_id text,
+                                      p_http_status integer, p_possible_duplicate boolean,
+                                      OUT changed boolean, OUT held_elsewhere boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM set_config('owed.tenant_id', p_tenant, true);
+    -- Everything is judged on the row as it was before the update. The
+    -- row is stamped delivered when it is open (a failed row included: it
+    -- failed while this send was under way) and no other live claim holds
+    -- it; an already delivered row keeps its first delivered_at and message
+    -- id. The attempt is recorded in every case, because it happened.
+    WITH old AS (
+        SELECT n.id, n.claim_seq <> p_claim_seq AS superseded,
+               coalesce(n.claim_seq <> p_claim_seq AND n.state = 'sending' AND n.lease_until > p_now, false)
+                   AS held_elsewhere,
+               (n.settled_at IS NULL OR n.state = 'failed') AS open
+          FROM owed_notifications n WHERE n.id = p_id FOR UPDATE
+    ), judged AS (
+        SELECT old.*, old.open AND NOT old.held_elsewhere AS stamp FROM old
+    ), settled AS (
+        UPDATE owed_notifications n
+           SET attempts = n.attempts + 1, updated_at = p_now,
+               state = CASE WHEN j.stamp THEN 'delivered' ELSE n.state END,
+               delivered_at = CASE WHEN j.stamp THEN p_now ELSE n.delivered_at END,
+               settled_at = CASE WHEN j.stamp THEN p_now ELSE n.settled_at END,
+               lease_until = CASE WHEN j.stamp THEN NULL ELSE n.lease_until END,
+               provider = CASE WHEN j.stamp THEN p_provider ELSE n.provider END,
+               provider_message_id = CASE WHEN j.stamp THEN p_message_id ELSE n.provider_message_id END,
+               last_error = CASE WHEN j.stamp THEN NULL ELSE n.last_error END
+          FROM judged j
+         WHERE n.id = j.id
+        RETURNING n.id, n.tenant_id, n.attempts, j.stamp, j.superseded, j.held_elsewhere
+    ), recorded AS (
+        INSERT INTO owed_notification_attempts (notification_id, tenant_id, attempt, provider, started_at,
+                                                finished_at, outcome, provider_message_id, http_status, error,
+                                                possible_duplicate)
+        SELECT id, tenant_id, attempts, p_provider, p_started, p_now, 'accepted', p_message_id,
+               p_http_status, NULL, p_possible_duplicate OR superseded
+          FROM settled
+    )
+    SELECT s.stamp, s.held_elsewhere INTO changed, held_elsewhere FROM settled s;
+END
+$$;
+
+-- owed_settle_delivered_batch settles many accepted sends, possibly of many
+-- tenants, in one statement and one commit, each through
+-- owed_settle_delivered under its own tenant's scope, in id order so
+-- concurrent batches lock rows in one order and cannot deadlock.
+CREATE FUNCTION owed_settle_delivered_batch(p_rows jsonb, p_now timestamptz)
+RETURNS TABLE (idx integer, changed boolean, held_elsewhere boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT * FROM jsonb_to_recordset(p_rows) AS x(
+                 idx integer, tenant_id text, id bigint, claim_seq bigint, provider text,
+                 started_at timestamptz, message_id text, http_status integer, possible_duplicate boolean)
+             ORDER BY x.id, x.idx
+    LOOP
+        idx := r.idx;
+        SELECT s.changed, s.held_elsewhere INTO changed, held_elsewhere
+          FROM owed_settle_delivered(r.tenant_id, r.id, r.claim_seq, r.provider, r.started_at, p_now,
+                                     r.message_id, r.http_status, r.possible_duplicate) s;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;

@@ -1,0 +1,107 @@
+-- A provider account's circuit and on-call's hold, both in the account's
+-- pace row (pace.sql), because a pause is what a 429, an account error and
+-- a hold all are: paused_until holds every process's next reservation back
+-- (owed_pace_reserve starts no slot before it), and the gate stops
+-- receiving for the account while it lasts.
+--
+-- The circuit is the workers': an account error opens it
+-- (owed_provider_account_trip); when its pause passes, one worker takes the
+-- probe (owed_provider_account_probe) and sends one real message; a success
+-- closes it (owed_provider_account_resume), another account error opens it
+-- again. The hold is on-call's alone: a worker never probes a held account
+-- and no worker's answer lifts the hold. `owedctl provider resume --account
+-- NAME` lifts both (owed_provider_account_resume, then
+-- owed_provider_account_unhold).
+
+-- owed_provider_account_trip opens (or re-opens) the circuit: no slot
+-- starts before now + $2, and the reason and error are the latest account
+-- error's. account_paused_at keeps the first trip's instant while the
+-- circuit stays open, so on-call sees how long the account has been down.
+CREATE FUNCTION owed_provider_account_trip(p_account text, p_pause bigint, p_reason text, p_error text,
+                                           p_now timestamptz) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+INSERT INTO owed_provider_pace AS p (account, tat, paused_until, updated_at, account_reason, account_error,
+                                     account_paused_at)
+VALUES ($1, coalesce($5, clock_timestamp()), coalesce($5, clock_timestamp()) + ($2 * interval '1 microsecond'),
+        coalesce($5, clock_timestamp()), $3, $4, coalesce($5, clock_timestamp()))
+ON CONFLICT (account) DO UPDATE
+   SET paused_until = greatest(p.paused_until, coalesce($5, clock_timestamp()) + ($2 * interval '1 microsecond')),
+       account_reason = $3, account_error = $4,
+       account_paused_at = coalesce(p.account_paused_at, coalesce($5, clock_timestamp())),
+       updated_at = coalesce($5, clock_timestamp())
+$$;
+ALTER FUNCTION owed_provider_account_trip(text, bigint, text, text, timestamptz) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_provider_account_trip(text, bigint, text, text, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_provider_account_trip(text, bigint, text, text, timestamptz) TO owed_runtime;
+
+-- owed_provider_account_probe hands the probe to its caller when the
+-- circuit is open and its pause has passed, and holds every other worker
+-- back for another pause ($2) meanwhile: a probe that never answers (its
+-- worker died) is followed by another one a pause later. It answers whether
+-- the caller took the probe; the row lock makes exactly one caller win.
+CREATE FUNCTION owed_provider_account_probe(p_account text, p_pause bigint, p_now timestamptz) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+WITH probe AS (
+    UPDATE owed_provider_pace
+       SET paused_until = coalesce($3, clock_timestamp()) + ($2 * interval '1 microsecond'),
+           updated_at = coalesce($3, clock_timestamp())
+     WHERE account = $1 AND account_reason IS NOT NULL
+       AND (paused_until IS NULL OR paused_until <= coalesce($3, clock_timestamp()))
+    RETURNING 1
+)
+SELECT count(*) > 0 FROM probe
+$$;
+ALTER FUNCTION owed_provider_account_probe(text, bigint, timestamptz) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_provider_account_probe(text, bigint, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_provider_account_probe(text, bigint, timestamptz) TO owed_runtime;
+
+-- owed_provider_account_resume closes the circuit and lifts its pause (a
+-- probe succeeded, or on-call resumed the account). It answers whether the
+-- circuit was open.
+CREATE FUNCTION owed_provider_account_resume(p_account text, p_now timestamptz) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+WITH resumed AS (
+    UPDATE owed_provider_pace
+       SET paused_until = NULL, account_reason = NULL, account_error = NULL, account_paused_at = NULL,
+           updated_at = coalesce($2, clock_timestamp())
+     WHERE account = $1 AND account_reason IS NOT NULL
+    RETURNING 1
+)
+SELECT count(*) > 0 FROM resumed
+$$;
+ALTER FUNCTION owed_provider_account_resume(text, timestamptz) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_provider_account_resume(text, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_provider_account_resume(text, timestamptz) TO owed_runtime;
+
+-- owed_provider_account_hold holds every send on the account until
+-- owed_provider_account_unhold. Holding a held account again replaces the
+-- reason and the actor and keeps held_at, so on-call sees how long it has
+-- been held. An account without a pace row gets one with nothing reserved.
+CREATE FUNCTION owed_provider_account_hold(p_account text, p_reason text, p_actor text, p_now timestamptz)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+INSERT INTO owed_provider_pace AS p (account, tat, updated_at, hold_reason, hold_actor, held_at)
+VALUES ($1, coalesce($4, clock_timestamp()), coalesce($4, clock_timestamp()), $2, $3, coalesce($4, clock_timestamp()))
+ON CONFLICT (account) DO UPDATE
+   SET hold_reason = $2, hold_actor = $3, held_at = coalesce(p.held_at, coalesce($4, clock_timestamp())),
+       updated_at = coalesce($4, clock_timestamp())
+$$;
+ALTER FUNCTION owed_provider_account_hold(text, text, text, timestamptz) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_provider_account_hold(text, text, text, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_provider_account_hold(text, text, text, timestamptz) TO owed_runtime;
+
+-- owed_provider_account_unhold lifts the hold and answers whether there was
+-- one.
+CREATE FUNCTION owed_provider_account_unhold(p_account text, p_now timestamptz) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+WITH lifted AS (
+    UPDATE owed_provider_pace
+       SET hold_reason = NULL, hold_actor = NULL, held_at = NULL, updated_at = coalesce($2, clock_timestamp())
+     WHERE account = $1 AND held_at IS NOT NULL
+    RETURNING 1
+)
+SELECT count(*) > 0 FROM lifted
+$$;
+ALTER FUNCTION owed_provider_account_unhold(text, timestamptz) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_provider_account_unhold(text, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_provider_account_unhold(text, timestamptz) TO owed_runtime;

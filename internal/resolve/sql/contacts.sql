@@ -1,0 +1,24 @@
+-- Contacts for the SQL recipient resolver (OWED_RESOLVER=sql): the
+-- application maps a ledger row's recipient to a channel address here, and
+-- may mark a contact opted out, which settles its rows skipped. Tenant
+-- data, under the ledger's policy shape.
+CREATE TABLE owed_contacts (
+    -- Unlike the other tenant tables', this tenant_id carries no bound:
+    -- none was ever added.
+    tenant_id  text        NOT NULL,
+    recipient  text        NOT NULL,
+    channel    text        NOT NULL,
+    address    text        NOT NULL CHECK (address <> '' AND octet_length(address) <= 512),
+    opted_out  boolean     NOT NULL DEFAULT false,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, recipient, channel)
+);
+
+ALTER TABLE owed_contacts ENABLE ROW LEVEL SECURITY;
+ALTER TABLE owed_contacts FORCE ROW LEVEL SECURITY;
+CREATE POLICY owed_contacts_tenant ON owed_contacts TO owed_runtime, owed_apps
+    USING (tenant_id = current_setting('owed.tenant_id', true))
+    WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
+CREATE POLICY owed_contacts_owner ON owed_contacts TO CURRENT_USER USING (true) WITH CHECK (true);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON owed_contacts TO owed_runtime, owed_apps;
