@@ -3,8 +3,10 @@
 // public port: a live dashboard (backlog, lag, duplicates, dead letters,
 // the provider pace, sends per minute with the last hour's chart), finding
 // notifications and each one's timeline, the dead letters with filtered and
-// bulk redrive and delete, and pausing sends per provider account or
-// tenant. Pages are rendered on the
+// bulk redrive and delete, pausing sends per provider account or tenant,
+// and the operators' sessions (sessions.go: kept on the server, so logging
+// out or revoking ends them; wrong tokens are throttled, throttle.go).
+// Pages are rendered on the
 // server from embedded templates; the only script-like thing is the
 // dashboard's meta refresh.
 //
