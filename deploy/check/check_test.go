@@ -251,8 +251,10 @@ func TestWorkloadsHaveDisruptionBudgetsAndResources(t *testing.T) {
 }
 
 // TestServiceProbes: the sweeper's and the workers' liveness is /healthz
-// and readiness /readyz, and the PodMonitor scrapes a port each of the
-// pods it selects has.
+// and readiness /readyz, each probe sends the pod's IP as its Host (no
+// host and no Host header: the operator listener answers IP addresses,
+// localhost and OWED_OPERATOR_HOSTS only), and the PodMonitor scrapes a
+// port each of the pods it selects has.
 func TestServiceProbesAndPodMonitor(t *testing.T) {
 	t.Parallel()
 	all := decoded(t)
@@ -270,6 +272,19 @@ func TestServiceProbesAndPodMonitor(t *testing.T) {
 		}
 		if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
 			t.Errorf("%s: readiness is not GET /readyz", key)
+		}
+		for _, probe := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+			if probe == nil || probe.HTTPGet == nil {
+				continue
+			}
+			if probe.HTTPGet.Host != "" {
+				t.Errorf("%s: a probe asks host %q instead of the pod's IP", key, probe.HTTPGet.Host)
+			}
+			for _, h := range probe.HTTPGet.HTTPHeaders {
+				if strings.EqualFold(h.Name, "Host") {
+					t.Errorf("%s: a probe sends Host %q, which the operator listener refuses unless OWED_OPERATOR_HOSTS lists it", key, h.Value)
+				}
+			}
 		}
 	}
 	var pm *PodMonitor

@@ -4,11 +4,10 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
+	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -23,14 +22,16 @@ import (
 //     authenticated the operator and names them. The console must then be
 //     reachable only through that proxy.
 //   - The operator token (Options.Token): "Authorization: Bearer <token>"
-//     on each request (scripts), or the login form, which sets a session
-//     cookie: HttpOnly, SameSite=Strict, signed with a key derived from the
-//     token, so changing the token ends every session.
+//     on each request (scripts), or the login form, which starts a session
+//     (sessions.go) and sets its cookie: HttpOnly, SameSite=Strict, the
+//     session's id and a MAC of it keyed on the token, so changing the
+//     token ends every session. Logging out revokes the session on the
+//     server. Wrong tokens are throttled (throttle.go).
 //
 // Every POST also needs the form's CSRF field, a MAC of the operator's
-// name, and an Origin, when the browser sends one, of this very host; a
-// bearer request, which no browser sends on its own, needs the Origin
-// check alone.
+// name and session, and an Origin, when the browser sends one, of this very
+// host; a bearer request, which no browser sends on its own, needs the
+// Origin check alone.
 
 // CookieName is the console's session cookie.
 const CookieName = "owed_console"
@@ -50,20 +51,24 @@ type operator struct {
 	Name string
 	// Via is how they were recognised: proxy, bearer or session.
 	Via string
+	// Session is the session's id when Via is session.
+	Session string
 }
 
 type auth struct {
 	token  service.Bearer
 	header string
-	// key signs sessions and CSRF fields: derived from the token when there
-	// is one, so every replica agrees and a new token ends old sessions;
-	// random per process otherwise.
-	key []byte
-	now func() time.Time
+	// key signs session cookies and CSRF fields: derived from the token
+	// when there is one, so every replica agrees and a new token ends old
+	// sessions; random per process otherwise.
+	key      []byte
+	now      func() time.Time
+	sessions SessionStore
+	throttle *throttle
 }
 
-func newAuth(token, header string, now func() time.Time) auth {
-	a := auth{token: service.NewBearer(token), header: header, now: now}
+func newAuth(token, header string, now func() time.Time, sessions SessionStore, th *throttle) auth {
+	a := auth{token: service.NewBearer(token), header: header, now: now, sessions: sessions, throttle: th}
 	if token != "" {
 		m := hmac.New(sha256.New, []byte(token))
 		m.Write([]byte("owed console session key"))
@@ -81,58 +86,90 @@ func (a auth) mac(parts ...string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// refusal says why identify recognised nobody.
+type refusal struct {
+	// bad is true when a credential was offered and is wrong (or its
+	// session has ended).
+	bad bool
+	// wait is how long the request's source is still locked out after
+	// too many wrong tokens; its token was not even checked.
+	wait time.Duration
+	// err is the session store's failure.
+	err error
+}
+
 // identify says who r comes from; ok is false when nobody is recognised,
-// and bad is true when a credential was offered and is wrong.
-func (a auth) identify(r *http.Request) (op operator, ok, bad bool) {
+// and why then says whether a credential was offered and refused.
+func (a auth) identify(r *http.Request) (op operator, ok bool, why refusal) {
 	if a.header != "" {
 		if name := r.Header.Get(a.header); name != "" {
 			if !validName(name) {
-				return operator{}, false, true
+				return operator{}, false, refusal{bad: true}
 			}
-			return operator{Name: name, Via: "proxy"}, true, false
+			return operator{Name: name, Via: "proxy"}, true, refusal{}
 		}
 	}
 	if tok, has := service.BearerToken(r); has {
-		if !a.token.Matches(tok) {
-			return operator{}, false, true
+		if d := a.throttle.lockedOut(r, ""); d > 0 {
+			return operator{}, false, refusal{wait: d}
 		}
-		return operator{Name: "bearer", Via: "bearer"}, true, false
+		if !a.token.Matches(tok) {
+			a.throttle.failed(r, "", "wrong_bearer")
+			return operator{}, false, refusal{bad: true}
+		}
+		return operator{Name: "bearer", Via: "bearer"}, true, refusal{}
 	}
 	if c, err := r.Cookie(CookieName); err == nil {
-		if name, valid := a.session(c.Value); valid {
-			return operator{Name: name, Via: "session"}, true, false
+		id, valid := a.sessionID(c.Value)
+		if !valid {
+			return operator{}, false, refusal{bad: true}
 		}
-		return operator{}, false, true
+		s, found, err := a.sessions.Get(r.Context(), id)
+		if err != nil {
+			return operator{}, false, refusal{err: err}
+		}
+		if !found || !s.Active(a.now()) {
+			return operator{}, false, refusal{bad: true}
+		}
+		return operator{Name: s.Operator, Via: "session", Session: id}, true, refusal{}
 	}
-	return operator{}, false, false
+	return operator{}, false, refusal{}
 }
 
-// newSession is the cookie value of name's login: name, expiry, MAC.
-func (a auth) newSession(name string) string {
-	exp := strconv.FormatInt(a.now().Add(SessionTTL).Unix(), 10)
-	enc := base64.RawURLEncoding.EncodeToString([]byte(name))
-	return enc + "." + exp + "." + a.mac("session", name, exp)
+// startSession records a session for name and sets its cookie.
+func (a auth) startSession(w http.ResponseWriter, r *http.Request, name string) (Session, error) {
+	now := a.now()
+	s := Session{ID: newSessionID(), Operator: name, Source: peer(r), Created: now, Expires: now.Add(SessionTTL)}
+	if err := a.sessions.Create(r.Context(), s); err != nil {
+		return Session{}, err
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: a.cookieValue(s.ID), Path: Prefix,
+		MaxAge: int(SessionTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+	return s, nil
 }
 
-func (a auth) session(v string) (string, bool) {
-	parts := strings.Split(v, ".")
-	if len(parts) != 3 {
+// cookieValue is the session cookie of session id: the id and its MAC.
+func (a auth) cookieValue(id string) string { return id + "." + a.mac("session", id) }
+
+// sessionID is the id a session cookie names, when this console signed it.
+func (a auth) sessionID(v string) (string, bool) {
+	id, sum, ok := strings.Cut(v, ".")
+	if !ok || id == "" || !hmac.Equal([]byte(sum), []byte(a.mac("session", id))) {
 		return "", false
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(parts[0])
-	exp, err2 := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || err2 != nil || a.now().Unix() >= exp {
-		return "", false
+	return id, true
+}
+
+// peer is r's remote address without the port.
+func peer(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
 	}
-	name := string(raw)
-	if !hmac.Equal([]byte(parts[2]), []byte(a.mac("session", name, parts[1]))) || !validName(name) {
-		return "", false
-	}
-	return name, true
+	return r.RemoteAddr
 }
 
 // csrf is the CSRF field of op's forms.
-func (a auth) csrf(op operator) string { return a.mac("csrf", op.Via, op.Name) }
+func (a auth) csrf(op operator) string { return a.mac("csrf", op.Via, op.Name, op.Session) }
 
 // sameOrigin says whether r's Origin, when the browser sent one, is this
 // host; a browser that sends none must not say the request is cross-site.
@@ -172,11 +209,6 @@ func validName(s string) bool {
 
 func secure(r *http.Request) bool {
 	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
-}
-
-func (a auth) setSession(w http.ResponseWriter, r *http.Request, name string) {
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: a.newSession(name), Path: Prefix,
-		MaxAge: int(SessionTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
 }
 
 func clearSession(w http.ResponseWriter, r *http.Request) {

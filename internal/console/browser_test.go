@@ -402,4 +402,12 @@ func TestBrowserOnCall(t *testing.T) {
 		t.Errorf("the audit trail lacks the hold and the resume: %s", a)
 	}
 	screenshot(t, b, dir, "audit")
+
+	run(t, b, "open the sessions", chromedp.Navigate(s.console+"sessions"), chromedp.WaitVisible(chromedp.CSS(`#sessions`)))
+	if list := text(t, b, "#sessions"); !strings.Contains(list, "alice") || !strings.Contains(list, "(this one)") {
+		t.Errorf("the sessions page lacks alice's own session: %s", list)
+	}
+	screenshot(t, b, dir, "sessions")
+	run(t, b, "log out", chromedp.Click(chromedp.CSS(`.who button`)), chromedp.WaitVisible(chromedp.CSS(`input[name="token"]`)))
+	run(t, b, "open the dashboard after the logout", chromedp.Navigate(s.console), chromedp.WaitVisible(chromedp.CSS(`input[name="token"]`)))
 }

@@ -3,8 +3,10 @@
 // public port: a live dashboard (backlog, lag, duplicates, dead letters,
 // the provider pace, sends per minute with the last hour's chart), finding
 // notifications and each one's timeline, the dead letters with filtered and
-// bulk redrive and delete, and pausing sends per provider account or
-// tenant. Pages are rendered on the
+// bulk redrive and delete, pausing sends per provider account or tenant,
+// and the operators' sessions (sessions.go: kept on the server, so logging
+// out or revoking ends them; wrong tokens are throttled, throttle.go).
+// Pages are rendered on the
 // server from embedded templates; the only script-like thing is the
 // dashboard's meta refresh.
 //
@@ -26,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/clock"
@@ -58,6 +61,11 @@ type Options struct {
 	Clock                clock.Clock
 	// Refresh is the dashboard's reload interval (RefreshDefault when 0).
 	Refresh time.Duration
+	// Sessions keeps the logins (a new MemorySessions when nil).
+	Sessions SessionStore
+	// Metrics, when set, registers the console's series: the wrong tokens
+	// and the refusals of the login throttle.
+	Metrics prometheus.Registerer
 }
 
 //go:embed templates/*.html templates/*.tmpl static/*
@@ -84,8 +92,11 @@ func New(o Options) *Console {
 	if o.Refresh <= 0 {
 		o.Refresh = RefreshDefault
 	}
-	c := &Console{o: o, auth: newAuth(o.Token, o.TrustedHeader, o.Clock.Now), mux: http.NewServeMux(),
-		pages: parsePages()}
+	if o.Sessions == nil {
+		o.Sessions = NewMemorySessions()
+	}
+	c := &Console{o: o, auth: newAuth(o.Token, o.TrustedHeader, o.Clock.Now, o.Sessions, newThrottle(o.Clock.Now, o.Metrics)),
+		mux: http.NewServeMux(), pages: parsePages()}
 	if o.Ledger != nil {
 		c.accounts, c.tenants = pace.NewAccounts(o.Ledger.DB(), o.Clock), pace.NewTenants(o.Ledger.DB(), o.Clock)
 	}
@@ -108,6 +119,8 @@ func New(o Options) *Console {
 	c.mux.HandleFunc("GET "+Prefix+"pauses", c.authed(c.pauses))
 	c.mux.HandleFunc("POST "+Prefix+"pauses/action", c.authed(c.pauseAct))
 	c.mux.HandleFunc("GET "+Prefix+"audit", c.authed(c.audit))
+	c.mux.HandleFunc("GET "+Prefix+"sessions", c.authed(c.sessionsPage))
+	c.mux.HandleFunc("POST "+Prefix+"sessions/revoke", c.authed(c.revokeSession))
 	return c
 }
 
@@ -136,17 +149,28 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type handler func(w http.ResponseWriter, r *http.Request, op operator)
 
 // authed lets recognised operators through: others are sent to the login
-// form (a browser with the token configured), or answered 401; a POST must
-// pass the CSRF guard as well.
+// form (a browser with the token configured), or answered 401, or 429 while
+// their address is locked out for wrong bearer tokens; a POST must pass the
+// CSRF guard as well.
 func (c *Console) authed(h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		op, ok, bad := c.auth.identify(r)
-		if !ok {
-			if bad {
+		op, ok, why := c.auth.identify(r)
+		switch {
+		case ok:
+		case why.wait > 0:
+			w.Header().Set("Retry-After", retryAfter(why.wait))
+			http.Error(w, "too many wrong tokens from this address: try again in "+retryAfter(why.wait)+" s", http.StatusTooManyRequests)
+			return
+		case why.err != nil:
+			c.o.Log.Error().Err(why.err).Str("path", r.URL.Path).Msg("console: the session store cannot be read")
+			http.Error(w, "the console's sessions cannot be read: try again", http.StatusServiceUnavailable)
+			return
+		default:
+			if why.bad {
 				c.o.Log.Warn().Str("path", r.URL.Path).Str("remote", r.RemoteAddr).Msg("console: refused a wrong credential")
 			}
 			if r.Method == http.MethodGet && c.o.Token != "" && r.Header.Get("Authorization") == "" {
-				if bad {
+				if why.bad {
 					clearSession(w, r)
 				}
 				http.Redirect(w, r, Prefix+"login?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/console"
@@ -27,23 +28,31 @@ import (
 const token = "console-test-token-0123456789"
 
 type bundle struct {
-	stack *stacktest.Stack
-	srv   *httptest.Server
-	log   *devstacktest.Buffer
+	stack   *stacktest.Stack
+	console *console.Console
+	srv     *httptest.Server
+	log     *devstacktest.Buffer
+	reg     *prometheus.Registry
 }
 
-// setup serves a console over a fresh stack with o's token and header.
-func setup(t *testing.T, tok, header string) *bundle {
+// setup serves a console over a fresh stack with o's token and header; opts
+// change the console's other options.
+func setup(t *testing.T, tok, header string, opts ...func(*console.Options)) *bundle {
 	t.Helper()
 	s := stacktest.New(t, stacktest.Options{})
 	log := &devstacktest.Buffer{}
-	c := console.New(console.Options{Ledger: s.Ledger, Queue: s.Queue, Token: tok, TrustedHeader: header,
-		Log: zerolog.New(log)})
+	reg := prometheus.NewRegistry()
+	o := console.Options{Ledger: s.Ledger, Queue: s.Queue, Token: tok, TrustedHeader: header,
+		Log: zerolog.New(log), Metrics: reg}
+	for _, f := range opts {
+		f(&o)
+	}
+	c := console.New(o)
 	mux := http.NewServeMux()
 	mux.Handle(console.Prefix, c)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &bundle{stack: s, srv: srv, log: log}
+	return &bundle{stack: s, console: c, srv: srv, log: log, reg: reg}
 }
 
 // client follows no redirects, so a test sees each answer.

@@ -38,6 +38,11 @@ type Operations struct {
 	// listener, which only a service whose main listener is itself
 	// operational (the worker's) may do.
 	MetricsAddr string `envconfig:"METRICS_ADDR"`
+	// OperatorHosts is OWED_OPERATOR_HOSTS: the host names the operator
+	// listener answers to besides IP addresses, localhost and its own bind
+	// address's (hosts.go); a request for any other Host is refused, so DNS
+	// rebinding cannot read it from a browser.
+	OperatorHosts []string `envconfig:"OPERATOR_HOSTS"`
 	// AllowInsecureRole is OWED_ALLOW_INSECURE_DATABASE_ROLE: start even
 	// when CheckRole refuses the database role, logging every problem at
 	// error level. For a development database only.
@@ -55,6 +60,9 @@ func LoadOperations(metricsAddr string) (Operations, error) {
 	}
 	if metricsAddr != "" && o.MetricsAddr == "" {
 		return o, fmt.Errorf("OWED_METRICS_ADDR is empty: this service's main listener is public, so /metrics and /readyz need their own listener (default %s)", metricsAddr)
+	}
+	if _, err := NewHosts(o.OperatorHosts, o.MetricsAddr); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -79,7 +87,9 @@ type Process struct {
 	// A service whose requests run longer (the sweeper's sweep) sets it
 	// before Serve.
 	ShutdownTimeout time.Duration
-	stop            context.CancelFunc
+	// hosts are the names the operator routes answer to (OperatorHosts).
+	hosts Hosts
+	stop  context.CancelFunc
 }
 
 // Start is every service's start-up, in this order: the logger, the signal
@@ -94,8 +104,16 @@ func Start(name string, b Basics) (p *Process, err error) {
 	if b.MetricsAddr != "" && b.MetricsAddr == b.ListenAddr && !strings.HasSuffix(b.ListenAddr, ":0") {
 		return nil, fmt.Errorf("OWED_METRICS_ADDR=%s is OWED_LISTEN_ADDR: the operator listener needs an address of its own", b.MetricsAddr)
 	}
+	opsAddr := b.MetricsAddr
+	if opsAddr == "" {
+		opsAddr = b.ListenAddr
+	}
+	hosts, err := NewHosts(b.OperatorHosts, opsAddr)
+	if err != nil {
+		return nil, err
+	}
 	ctx, stop := SignalContext()
-	p = &Process{Log: log, Ctx: ctx, stop: stop}
+	p = &Process{Log: log, Ctx: ctx, hosts: hosts, stop: stop}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -141,8 +159,10 @@ func (p *Process) Close() {
 // Serve serves handler on the listener and ops (/metrics, /readyz and
 // /healthz) on the operator listener until Ctx ends or either server fails,
 // then shuts both down gracefully. Without an operator listener, ops's
-// /metrics and /readyz are served on the listener beside handler.
+// /metrics and /readyz are served on the listener beside handler. Either
+// way ops answers only the Hosts it knows (hosts.go).
 func (p *Process) Serve(handler, ops http.Handler) error {
+	ops = p.hosts.Handler(ops)
 	if p.Metrics == nil {
 		mux := http.NewServeMux()
 		mux.Handle("/", handler)

@@ -1,6 +1,7 @@
 // Package service holds what every owed process shares: the start-up (Start:
 // logger, signal context, database pool, the database role check CheckRole,
-// the listener and the operator listener for /metrics and /readyz), an HTTP
+// the listener and the operator listener for /metrics and /readyz, which
+// answers only the Hosts it knows, hosts.go), an HTTP
 // server with timeouts, a body limit and graceful shutdown (Server,
 // Process.Serve), the cache of scrape-time readings (Cache) and the one
 // hashed, constant-time bearer check (Bearer). It knows nothing about the

@@ -88,7 +88,7 @@ func Defaults() Config {
 		SweepMaxOutstanding: sweep.MaxOutstandingDefault, SweepInterval: sweep.IntervalDefault,
 		PublishAhead: sweep.PublishAheadDefault, RequeueAfter: sweep.RequeueAfterDefault,
 		IdempotencyPrefix: sweep.KeyPrefixDefault,
-		NotifyConfig:      NotifyConfig{SweepOnNotify: SweepOnNotifyDefault}}
+		NotifyConfig:      NotifyConfig{SweepOnNotify: SweepOnNotifyDefault, SweepNotifyRate: NotifyRateDefault}}
 }
 
 // LoadConfig reads the environment over Defaults. Errors name the variable.
@@ -151,6 +151,9 @@ func (c Config) Validate() error {
 	case c.APIMaxExpandedBytes != 0 && c.APIMaxExpandedBytes < payload.MaxPayloadBytes:
 		return fmt.Errorf("OWED_API_MAX_EXPANDED_BYTES=%d must be at least %d, one row's largest payload",
 			c.APIMaxExpandedBytes, payload.MaxPayloadBytes)
+	}
+	if err := c.NotifyConfig.Validate(); err != nil {
+		return err
 	}
 	if err := c.Receipt.Validate(); err != nil {
 		return err

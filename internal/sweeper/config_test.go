@@ -49,6 +49,18 @@ func TestLoadConfigAppliesTheDefaultsAndTheEnvironmentOverIt(t *testing.T) {
 		t.Errorf("LoadConfig() = %+v, want the defaults %+v", c, want)
 	}
 
+	if c.SweepNotifyRate != NotifyRateDefault {
+		t.Errorf("SweepNotifyRate = %v, want %v", c.SweepNotifyRate, NotifyRateDefault)
+	}
+	for _, bad := range []string{"-1", "NaN", "+Inf"} {
+		t.Setenv("OWED_SWEEP_NOTIFY_RATE", bad)
+		if _, err := LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_SWEEP_NOTIFY_RATE") {
+			t.Errorf("OWED_SWEEP_NOTIFY_RATE=%s: %v, want an error naming it", bad, err)
+		}
+	}
+	t.Setenv("OWED_SWEEP_NOTIFY_RATE", "")
+	os.Unsetenv("OWED_SWEEP_NOTIFY_RATE")
+
 	t.Setenv("OWED_SWEEP_BATCH", "7")
 	t.Setenv("OWED_LISTEN_ADDR", ":9999")
 	t.Setenv("OWED_SWEEP_ON_NOTIFY", "false")

@@ -3,12 +3,15 @@ package sweeper
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/lib/pq"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/sweep"
@@ -27,17 +30,51 @@ import (
 // the heartbeat and the safety net: a notification sent while the sweeper
 // was not listening is caught by the run after each (re)connect, or by the
 // next cron call.
+//
+// A notification is only a hint. Postgres has no privilege on channels: any
+// login to the database may NOTIFY owed_due. So the listener ignores a
+// notification whose payload is not the triggers' (they send an empty one),
+// and notify runs start at most OWED_SWEEP_NOTIFY_RATE a second (notifyRuns
+// at once after a quiet spell): a flood of forged notifications costs at
+// most that many sweeps, each of which leases only rows the ledger owes, so
+// it can make a due row go early by no more than the cron would have, and
+// never publishes anything else.
 
 // NotifyConfig is the fast path's setting; Config embeds it.
 type NotifyConfig struct {
 	// SweepOnNotify runs a sweep as soon as a committed write leaves a row
 	// due within a minute (OWED_SWEEP_ON_NOTIFY).
 	SweepOnNotify bool `envconfig:"SWEEP_ON_NOTIFY"`
+	// SweepNotifyRate is the most notify runs started per second
+	// (OWED_SWEEP_NOTIFY_RATE; zero is NotifyRateDefault).
+	SweepNotifyRate float64 `envconfig:"SWEEP_NOTIFY_RATE"`
+}
+
+// Validate refuses a rate that is not a positive number.
+func (c NotifyConfig) Validate() error {
+	if c.SweepNotifyRate < 0 || math.IsNaN(c.SweepNotifyRate) || math.IsInf(c.SweepNotifyRate, 0) {
+		return fmt.Errorf("OWED_SWEEP_NOTIFY_RATE=%v must be a number of notify runs per second above zero (default %v)",
+			c.SweepNotifyRate, NotifyRateDefault)
+	}
+	return nil
+}
+
+// notifyRate is SweepNotifyRate, or its default.
+func (c NotifyConfig) notifyRate() float64 {
+	if c.SweepNotifyRate == 0 {
+		return NotifyRateDefault
+	}
+	return c.SweepNotifyRate
 }
 
 const (
 	// SweepOnNotifyDefault turns the fast path on.
 	SweepOnNotifyDefault = true
+	// NotifyRateDefault is the most notify runs started per second. A run
+	// sweeps every row due by then, however many notifications asked for
+	// it, so the bound costs throughput nothing; a row due now waits at
+	// most 1/rate (50 ms) longer while notifications arrive faster.
+	NotifyRateDefault = 20.0
 	// DueChannel is the channel the ledger's triggers notify.
 	DueChannel = "owed_due"
 	// listenMinReconnect and listenMaxReconnect bound the listener's
@@ -62,7 +99,8 @@ const (
 
 // DueListener runs a sweep for every notification on DueChannel, coalesced:
 // at most notifyRuns runs at a time, and notifications that arrive while
-// they are all busy make one more run after them. Its runs are counted in their own series
+// they are all busy make one more run after them; runs start at most
+// OWED_SWEEP_NOTIFY_RATE a second. Its runs are counted in their own series
 // (owed_sweep_notify_*), so owed_sweep_last_success_timestamp_seconds stays
 // the cron's heartbeat: a dead cron is not hidden by the fast path.
 type DueListener struct {
@@ -70,8 +108,14 @@ type DueListener struct {
 	on  bool
 	url string
 	coalescer
+	// limit spaces the runs' starts, whatever sends notifications.
+	limit *rate.Limiter
+	// ignoredLog logs the first ignored notification and then one a
+	// minute at most: whoever sends them chooses how many.
+	ignoredLog rate.Sometimes
 
 	runs      *prometheus.CounterVec
+	received  *prometheus.CounterVec
 	published prometheus.Counter
 	up        prometheus.Gauge
 
@@ -85,9 +129,15 @@ type DueListener struct {
 // OWED_DATABASE_URL (LISTEN and the triggers' pg_notify need no privilege).
 func NewDueListener(s *Server) *DueListener {
 	d := &DueListener{srv: s, on: s.cfg.SweepOnNotify, url: s.cfg.DatabaseURL, coalescer: newCoalescer(),
+		limit:      rate.NewLimiter(rate.Limit(s.cfg.notifyRate()), notifyRuns),
+		ignoredLog: rate.Sometimes{First: 1, Interval: time.Minute},
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "owed_sweep_notify_runs_total",
 			Help: "Sweep runs started by a due-now notification (not the cron), by outcome: ok, incomplete, stalled.",
+		}, []string{"outcome"}),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "owed_sweep_notify_received_total",
+			Help: "Notifications received on owed_due, by outcome: accepted (the triggers' empty payload), ignored (any other payload: not owed's trigger).",
 		}, []string{"outcome"}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "owed_sweep_notify_published_total",
@@ -101,7 +151,10 @@ func NewDueListener(s *Server) *DueListener {
 	for _, o := range []string{"ok", "incomplete", "stalled"} {
 		d.runs.WithLabelValues(o)
 	}
-	s.reg.MustRegister(d.runs, d.published, d.up)
+	for _, o := range []string{"accepted", "ignored"} {
+		d.received.WithLabelValues(o)
+	}
+	s.reg.MustRegister(d.runs, d.received, d.published, d.up)
 	return d
 }
 
@@ -179,11 +232,14 @@ func (d *DueListener) listen(ctx context.Context, l *pq.Listener) {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-l.Notify:
-			// A nil notification follows a reconnect: notifications sent
-			// while the connection was down are lost, so it sweeps too.
+		case n, ok := <-l.Notify:
 			if !ok {
 				return
+			}
+			// A nil notification follows a reconnect: notifications sent
+			// while the connection was down are lost, so it sweeps too.
+			if n != nil && !d.accept(n) {
+				continue
 			}
 			d.poke()
 		case <-ping.C:
@@ -192,6 +248,22 @@ func (d *DueListener) listen(ctx context.Context, l *pq.Listener) {
 			go l.Ping()
 		}
 	}
+}
+
+// accept says whether n has the shape of the triggers' notifications (an
+// empty payload), counting it either way.
+func (d *DueListener) accept(n *pq.Notification) bool {
+	if n.Extra == "" {
+		d.received.WithLabelValues("accepted").Inc()
+		return true
+	}
+	d.received.WithLabelValues("ignored").Inc()
+	d.ignoredLog.Do(func() {
+		d.srv.log.Warn().Str("channel", n.Channel).Int("sender_pid", n.BePid).Int("payload_bytes", len(n.Extra)).
+			Msg("sweeper: ignored a notification whose payload is not owed's trigger's: another database login notifies the channel " +
+				"(see owed_sweep_notify_received_total{outcome=\"ignored\"}; the sender's pid is in pg_stat_activity while it is connected)")
+	})
+	return false
 }
 
 // drain discards notifications until the closed listener closes Notify.
@@ -231,8 +303,12 @@ func (c coalescer) runEach(ctx context.Context, run func(context.Context)) {
 	}
 }
 
-// sweepOnce is one notify-started run, counted in the fast path's series.
+// sweepOnce is one notify-started run, counted in the fast path's series,
+// once the rate lets it start.
 func (d *DueListener) sweepOnce(ctx context.Context) {
+	if d.limit.Wait(ctx) != nil {
+		return
+	}
 	res, _ := d.srv.sweeper.RunNotify(ctx)
 	d.observe(res)
 	if !res.Complete || res.HeldBack == sweep.HeldBackpressure {

@@ -3,6 +3,8 @@ package sweeper
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"math"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/tenant"
+	"github.com/owedhq/owed/internal/testdb"
 )
 
 // publishDeadline bounds the polls below: a test that fails says so
@@ -22,9 +25,15 @@ const publishDeadline = time.Minute
 
 // startListening starts the fast path on s and, with it on, waits for the
 // run that follows the LISTEN: from there on, a notification reaches it.
-func startListening(t *testing.T, s *stacktest.Stack, on bool) *DueListener {
+// change, when given, changes the rest of the configuration.
+func startListening(t *testing.T, s *stacktest.Stack, on bool, change ...func(*Config)) *DueListener {
 	t.Helper()
-	d := NewDueListener(newServer(t, s, func(c *Config) { c.SweepOnNotify = on }))
+	d := NewDueListener(newServer(t, s, func(c *Config) {
+		c.SweepOnNotify = on
+		for _, f := range change {
+			f(c)
+		}
+	}))
 	if err := d.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -306,4 +315,79 @@ func TestDueRunStartsBesideARunUnderWay(t *testing.T) {
 		t.Fatalf("no second run within %s while the first was under way", publishDeadline)
 	}
 	close(release)
+}
+
+// runsSoFar is how many notify runs have ended, whatever their outcome.
+func runsSoFar(t *testing.T, d *DueListener) float64 {
+	t.Helper()
+	var n float64
+	for _, o := range []string{"ok", "incomplete", "stalled"} {
+		n += metricValue(t, d, "owed_sweep_notify_runs_total", o)
+	}
+	return n
+}
+
+// notifyFlood sends n notifications on DueChannel with payload, each in its
+// own transaction (Postgres folds a transaction's identical notifications
+// into one), pausing pause between them, as the login db connects as.
+func notifyFlood(t *testing.T, db *sql.DB, n int, payload string, pause time.Duration) {
+	t.Helper()
+	if _, err := db.ExecContext(t.Context(), fmt.Sprintf(`
+DO $$
+BEGIN
+    FOR i IN 1..%d LOOP
+        PERFORM pg_notify(%s, %s);
+        COMMIT;
+        PERFORM pg_sleep(%f);
+    END LOOP;
+END
+$$`, n, pq.QuoteLiteral(DueChannel), pq.QuoteLiteral(payload), pause.Seconds())); err != nil {
+		t.Fatalf("notify %d times: %v", n, err)
+	}
+}
+
+// Any login may NOTIFY owed_due (Postgres has no privilege on channels). A
+// notification whose payload is not the triggers' (empty) is ignored and
+// starts no run; a flood of well-shaped ones, from a login that is not the
+// sweeper's, starts no more runs than OWED_SWEEP_NOTIFY_RATE allows (plus
+// notifyRuns at once): the runs started within any span of t seconds are at
+// most notifyRuns + rate × t, which a slow machine only lowers. Due rows
+// are still published after the flood.
+func TestForgedNotificationsAreIgnoredOrBounded(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Options{})
+	const rate = 1.0
+	d := startListening(t, s, true, func(c *Config) { c.SweepNotifyRate = rate })
+	var login string
+	if err := s.DB.Admin.QueryRowContext(t.Context(), `SELECT current_user`).Scan(&login); err != nil || login == testdb.AppUser() {
+		t.Fatalf("the flood's login is %q (%v), want one other than the sweeper's", login, err)
+	}
+	base := runsSoFar(t, d)
+
+	notifyFlood(t, s.DB.Admin, 100, "forged", 0)
+	waitFor(t, "100 ignored notifications", func() bool {
+		return metricValue(t, d, "owed_sweep_notify_received_total", "ignored") == 100
+	})
+	if got := metricValue(t, d, "owed_sweep_notify_received_total", "accepted"); got != 0 {
+		t.Errorf("%v notifications with a payload were accepted, want none", got)
+	}
+	if got := runsSoFar(t, d); got != base {
+		t.Errorf("%v runs after notifications with a payload, want none", got-base)
+	}
+
+	const flood = 400
+	start := time.Now()
+	notifyFlood(t, s.DB.Admin, flood, "", 5*time.Millisecond)
+	waitFor(t, "the flood's notifications", func() bool {
+		return metricValue(t, d, "owed_sweep_notify_received_total", "accepted") == flood
+	})
+	runs, elapsed := runsSoFar(t, d)-base, time.Since(start)
+	if bound := notifyRuns + math.Ceil(rate*elapsed.Seconds()); runs > bound {
+		t.Errorf("%d notifications over %s started %v runs, want at most %v (%d at once, then %v a second)",
+			flood, elapsed.Round(time.Millisecond), runs, bound, notifyRuns, rate)
+	}
+	if runs < 1 {
+		t.Errorf("the flood started no run: a well-shaped notification is still a hint")
+	}
+	received(t, s, insertAsApp(t, s.DB.App, "acme", "after-the-flood"))
 }

@@ -98,7 +98,7 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	s.ops.HandleFunc("GET /readyz", s.handleReady)
 	s.ops.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	s.ops.Handle(console.Prefix, console.New(console.Options{Ledger: l, Queue: q, Token: cfg.ConsoleToken,
-		TrustedHeader: cfg.ConsoleTrustedHeader, Log: log, Clock: clk}))
+		TrustedHeader: cfg.ConsoleTrustedHeader, Log: log, Clock: clk, Metrics: reg}))
 	return s, nil
 }
 
