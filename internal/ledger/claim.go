@@ -238,7 +238,7 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 }
 
 // qClaimBatchMarked is qClaimBatch (queries.go) through
-// owed_claim_batch_marked (migrations/00030): each row taken comes back
+// owed_claim_batch_marked (sql/claim.sql): each row taken comes back
 // with the undeliverable mark of its recipient on its channel (its
 // provider, code and instant, NULL when unmarked) before the claim's
 // instant, so the worker's check of the mark costs no transaction of its

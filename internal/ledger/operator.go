@@ -12,7 +12,7 @@ import (
 // The operators' reads and the audit trail behind the console
 // (internal/console) and owedctl: sends per minute across every tenant, the
 // rows a list of ids names (a dead letter's row), and the append-only
-// record of operator actions (migrations/00031).
+// record of operator actions (owed_operator_audit, sql/operator.sql).
 const (
 	// qSendsPerMinute counts the attempts finished in each minute since $1
 	// (owed_ledger_sends_per_minute); minutes without one are absent.
@@ -106,7 +106,8 @@ type OperatorAction struct {
 	Reason string `json:"reason"`
 }
 
-// Audit trail bounds, as migrations/00031 checks them; RecordOperatorAction
+// Audit trail bounds, as owed_operator_audit's checks hold them
+// (sql/operator.sql); RecordOperatorAction
 // cuts longer values rather than lose the line.
 const (
 	maxAuditOperator = 256

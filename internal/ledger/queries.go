@@ -12,7 +12,8 @@ package ledger
 const (
 	// notificationColumns are a row's columns as the ledger reads them back:
 	// the payload is the row's own or, for a row of an event, the shared one
-	// (migrations/00017). Selected FROM owed_notifications, unaliased.
+	// (owed_event_payloads, sql/notifications.sql). Selected FROM
+	// owed_notifications, unaliased.
 	notificationColumns = `id, tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
 		coalesce(payload, (SELECT p.payload FROM owed_event_payloads p
 		                    WHERE p.tenant_id = owed_notifications.tenant_id AND p.id = owed_notifications.payload_id)),
@@ -54,7 +55,7 @@ SELECT id, state FROM owed_notifications
 	// worker is sending right now is left alone here: its outcome is the
 	// truth, and the cancel or reschedule is recorded on it as an intent
 	// instead (qRecordCancel, qRecordReschedule in schedule.go), applied
-	// when the send ends (migrations/00013).
+	// when the send ends (owed_apply_intent, sql/intents.sql).
 	//
 	// The rows are locked in id order first, as every multi-row update a
 	// worker may race is (see qMarkQueued).
@@ -96,7 +97,7 @@ UPDATE owed_notifications n
        updated_at = coalesce($4::timestamptz, now())` + subjectOpenRows
 
 	// The sweeper's statements below cross tenants, so each is a SECURITY
-	// DEFINER function owned by owed_definer (migrations/00019), the only
+	// DEFINER function owned by owed_definer (sql/sweep.sql), the only
 	// way the runtime role reaches another tenant's rows, and returns only
 	// the columns read here. The comments say what each function's SQL does.
 	//
@@ -144,7 +145,7 @@ UPDATE owed_notifications n
 	//
 	// Every statement that updates several rows that workers may be
 	// claiming at the same moment locks them first, in id order, as the
-	// workers' batched claims and settles do (migrations/00008): two
+	// workers' batched claims and settles do (sql/claim.sql): two
 	// transactions that lock overlapping rows in the same order wait for
 	// each other instead of deadlocking. This one and qReleaseLeased do.
 	qMarkQueued = `SELECT owed_sweep_mark_queued($1, $2, $3)`
@@ -156,7 +157,7 @@ UPDATE owed_notifications n
 
 	// heldRow fences every write a worker makes after its claim: the row
 	// ($1) changes only while it is still sending under the claim token its
-	// worker holds ($2, claim_seq: see migrations/00012_claim_fence.sql). A
+	// worker holds ($2, owed_notifications.claim_seq: sql/notifications.sql). A
 	// row another claim has taken since, or the sweep re-leased after the
 	// lease ran out, matches nothing, and the empty RETURNING tells the
 	// caller so (ErrClaimLost). $3 is now in each of them.
@@ -182,20 +183,20 @@ UPDATE owed_notifications
 
 	// qClaimBatch is the worker's claim of many rows, possibly of many
 	// tenants, in one statement and one commit: owed_claim_batch
-	// (migrations/00008) runs owed_claim (migrations/00007) for each row in
+	// (sql/claim.sql) runs owed_claim for each row in
 	// id order under the row's own tenant scope. For each row owed_claim
 	// locks it and takes it for one send only if it is owed, due (within the
 	// early tolerance, $4 seconds), for the due time the message names,
 	// unexpired and not held by a live worker; it returns the row as it was
 	// plus whether it was taken, and the caller reads the old row to say why
 	// a claim took nothing. A settled row is never taken, failed included
-	// (owed_claim as migrations/00011 left it): only Redrive reopens a failed
+	// (owed_claim, sql/claim.sql): only Redrive reopens a failed
 	// row, so a stray or redriven copy of its message sends nothing. A row
 	// not visible in its tenant's scope answers nothing for its idx.
 	//
 	// A claim that takes the row moves its claim_seq on, and the row comes
 	// back with the new value: the token of this claim, which every later
-	// write names (heldRow; owed_claim as migrations/00012 left it).
+	// write names (heldRow; owed_claim, sql/claim.sql).
 	//
 	// The claim's instant comes back as the last column, so the caller
 	// judges the rows by the instant that took them, and the lease ($3
@@ -208,7 +209,7 @@ SELECT c.*, t.now
 
 	// qSettleDeliveredBatch records accepted sends and settles their rows
 	// in one statement and one commit: owed_settle_delivered_batch runs
-	// owed_settle_delivered (both as migrations/00012 left them) for each
+	// owed_settle_delivered (both sql/settle.sql) for each
 	// row in id order under the row's own tenant scope. delivered_at is
 	// stamped only on a row not delivered yet, so a row has one delivered_at
 	// however many copies of its message arrive; the attempt is recorded
@@ -227,7 +228,7 @@ SELECT idx, changed, held_elsewhere FROM owed_settle_delivered_batch($1::jsonb, 
 
 	// qExtendClaims is the heartbeat of many held claims, possibly of many
 	// tenants, in one statement and one commit: owed_extend_claims
-	// (migrations/00012) moves each row's lease to $3 seconds from now, if
+	// (sql/claim.sql) moves each row's lease to $3 seconds from now, if
 	// the row is still sending under the token named, in its tenant's scope,
 	// and says whether it was.
 	qExtendClaims = `

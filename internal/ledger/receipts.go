@@ -13,7 +13,8 @@ import (
 // ReceiptStatus is what a provider said became of a message after it
 // accepted it. The first two are interim, the last three final; a row's
 // confirmed outcome is its final receipt when it has one (the latest by
-// the provider's time), else its latest interim one (migrations/00024).
+// the provider's time), else its latest interim one (owed_receipt_rank,
+// sql/receipts.sql).
 type ReceiptStatus string
 
 // The receipt statuses, in owed's words; internal/receipt maps each
@@ -95,7 +96,7 @@ type ReceiptResult struct {
 // RecordReceipt keeps r against the row whose accepted send the provider
 // gave r's message id, in whichever tenant that row is: the callback names
 // no tenant, so this is the SECURITY DEFINER owed_receipt_record
-// (migrations/00024), which also moves the row's confirmed outcome on. A
+// (sql/receipts.sql), which also moves the row's confirmed outcome on. A
 // replay records nothing and an unknown id is no error: both are reported
 // in the result.
 func (l *Ledger) RecordReceipt(ctx context.Context, r Receipt) (ReceiptResult, error) {
@@ -114,7 +115,8 @@ func (l *Ledger) RecordReceipt(ctx context.Context, r Receipt) (ReceiptResult, e
 }
 
 // Outcome is a row's confirmed outcome: the receipt that governs it
-// (migrations/00024), empty when no provider has said anything yet.
+// (owed_notifications.receipt_status, sql/notifications.sql), empty when no
+// provider has said anything yet.
 type Outcome struct {
 	ReceiptStatus ReceiptStatus `json:"receipt_status,omitempty"`
 	ReceiptCode   string        `json:"receipt_code,omitempty"`

@@ -9,7 +9,8 @@ import (
 )
 
 // The materialiser's entry points (internal/materialise): the rows it
-// writes follow their owed_items row (migrations/00026). Cancel and
+// writes follow their owed_items row (owed_notifications.materialised,
+// internal/materialise/sql/items.sql). Cancel and
 // Reschedule change every row of a subject, every recipient's and rows
 // scheduled through the API alike, and a reschedule shifts the expiry by as
 // much as the due time moves; an item is one recipient's, and its nudge
@@ -17,7 +18,7 @@ import (
 // only rows marked materialised, and take the due time and expiry each row
 // is to have. A row a live worker is sending is left to its send, as Cancel
 // and Reschedule leave it: the change is recorded on it as an intent, which
-// the trigger owed_apply_intent (migrations/00013) applies when the send
+// the trigger owed_apply_intent (sql/intents.sql) applies when the send
 // ends.
 
 // MaterialisedChange is the materialiser's change to one row it wrote.

@@ -240,7 +240,7 @@ type ChangeResult struct {
 	// InFlight counts rows a worker is sending right now.
 	InFlight int64 `json:"in_flight"`
 	// Intents counts the rows in flight that now carry this change as an
-	// intent, applied when their send ends (migrations/00013_intents.sql):
+	// intent, applied when their send ends (owed_apply_intent, sql/intents.sql):
 	// a send handed back (no pace slot, a 429, a transient error) takes it,
 	// so a cancelled row is never sent and a rescheduled one goes out at the
 	// new due time; a send that delivers first stands, and a reschedule then
@@ -322,7 +322,7 @@ func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref, change, i
 // A row in flight is one a live worker is sending (the rows qCountInFlight
 // counts; the change statement already handled one whose claim ran out).
 // The intent waits on the row until it leaves sending: the trigger
-// owed_apply_intent (migrations/00013_intents.sql) applies or resolves it
+// owed_apply_intent (sql/intents.sql) applies or resolves it
 // then, and a new claim of the row keeps it.
 const (
 	subjectInFlight = `

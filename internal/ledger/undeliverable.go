@@ -13,7 +13,7 @@ import (
 // Undeliverable is an address a provider refused for good as the
 // recipient's own (a STOP reply, a blocked bot, an inactive or invalid
 // address): the worker skips later sends to it on its channel in its tenant
-// until it is cleared (migrations/00023).
+// until it is cleared (owed_undeliverable, sql/undeliverable.sql).
 type Undeliverable struct {
 	Tenant  string `json:"tenant_id"`
 	Channel string `json:"channel"`

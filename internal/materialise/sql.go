@@ -8,12 +8,12 @@ import (
 	"time"
 )
 
-// SQLSource reads the owed_items table (migrations/00003_items.sql), which
+// SQLSource reads the owed_items table (sql/items.sql), which
 // applications fill in their own tenant's scope.
 //
 // Its two reads are cross-tenant statements: the materialiser serves every
-// tenant in one pass, so it calls owed_materialise_upcoming (migrations/00019,
-// as 00026 left it) and owed_materialise_nudges (migrations/00026), SECURITY
+// tenant in one pass, so it calls owed_materialise_upcoming and
+// owed_materialise_nudges (sql/items.sql), SECURITY
 // DEFINER functions owned by owed_definer that the runtime role may execute,
 // exactly as the ledger's sweeper statements do; no session setting opens
 // every tenant. Nothing else in this package reads across tenants; the rows

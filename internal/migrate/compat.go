@@ -22,7 +22,7 @@ import (
 const OldestSchema = 31
 
 // compatTable records, per applied migration, the oldest binary that may
-// still run on it (migrations/00027).
+// still run on it (internal/migrate/sql/versions.sql).
 const compatTable = "owed_schema_compat"
 
 // breaksBeforeMarker is the line a contract migration carries: binaries

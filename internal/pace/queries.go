@@ -12,7 +12,8 @@ package pace
 // and WHERE of ON CONFLICT DO UPDATE is read after the lock is held.
 
 // The writes are SECURITY DEFINER functions owned by owed_definer
-// (migrations/00020), each holding the statement described below: the
+// (sql/pace.sql, sql/account.sql, sql/tenant_pauses.sql), each holding the
+// statement described below: the
 // pace rows are every tenant's, and the runtime role may read them but write
 // them only through these functions. The comments say what each function's
 // SQL does; its parameters are numbered as here.
@@ -101,7 +102,7 @@ SELECT c.now, p.paused_until, p.account_reason, p.account_error, p.account_pause
 	qAccountResume = `SELECT owed_provider_account_resume($1, $2)`
 
 	// qAccountHold holds the account for on-call: $2 the reason, $3 the
-	// actor (owed_provider_account_hold, migrations/00029).
+	// actor (owed_provider_account_hold, sql/account.sql).
 	qAccountHold = `SELECT owed_provider_account_hold($1, $2, $3, $4)`
 
 	// qAccountUnhold lifts the hold (owed_provider_account_unhold).

@@ -39,7 +39,8 @@ SELECT r.rolname, r.rolsuper, r.rolbypassrls,
 FROM pg_roles r WHERE r.rolname = current_user`
 
 // RuntimeRole is the group role whose privileges the sweeper, the workers
-// and the API need (migrations/00018): the one a login must be granted.
+// and the API need (internal/migrate/sql/roles.sql): the one a login must be
+// granted.
 const RuntimeRole = "owed_runtime"
 
 // CheckRole refuses a database role a service must not run as: a superuser

@@ -3,12 +3,13 @@
 //
 // Row-level security on every tenant table compares tenant_id with the
 // transaction-local setting owed.tenant_id, for the roles the policies name
-// (owed_runtime, owed_apps: migrations/00018). Enter sets it,
+// (owed_runtime, owed_apps: internal/migrate/sql/roles.sql). Enter sets it,
 // transaction-locally (set_config(…, true)), so a pooled connection never
 // carries one request's scope into the next, and a statement run without it
 // matches no row. There is no setting that opens every tenant: a
 // cross-tenant statement is a SECURITY DEFINER function the runtime role may
-// execute (migrations/00019, 00020), never a scope a session can enter.
+// execute (owed_sweep_*, owed_ledger_*, owed_pace_*, ...: docs/sql.md), never
+// a scope a session can enter.
 //
 // Nothing else in owed writes set_config for this setting; SQL functions
 // that scope themselves (migrations) are the only other writers. The package
