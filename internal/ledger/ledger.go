@@ -29,7 +29,7 @@
 // ClaimForSend and SettleDelivered are the same statements for a batch of
 // one. Only this package calls these functions and the cross-tenant ones
 // above; their current definitions, and what each does, are in this
-// package's sql folder (docs/sql.md), and queries.go holds each call.
+// package's sql folder (docs/sql.md), and sql/queries.sql holds each call.
 //
 // Every claim that takes a row moves its claim_seq on and hands the worker a
 // Hold (the row and that token). Every write after the claim names the Hold

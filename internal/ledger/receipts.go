@@ -182,24 +182,10 @@ func (l *Ledger) ReceiptStats(ctx context.Context, since time.Time) (ReceiptStat
 	return s, err
 }
 
-const (
-	// qRecordReceipt records one receipt against the accepted send with its
-	// message id, whatever the tenant (owed_receipt_record): $1 provider
-	// family, $2 message id, $3 status, $4 code, $5 the provider's time, $6
-	// now.
-	qRecordReceipt = `SELECT known, recorded FROM owed_receipt_record($1, $2, $3, $4, $5, $6)`
-
-	// qReceiptOutcome reads a row's confirmed outcome in its tenant's scope.
-	qReceiptOutcome = `SELECT receipt_status, receipt_code, confirmed_at FROM owed_notifications WHERE id = $1`
-
-	// qReceipts lists a row's receipts in its tenant's scope, oldest first.
-	qReceipts = `
-SELECT provider, provider_message_id, status, code, occurred_at, received_at
-  FROM owed_receipts WHERE notification_id = $1
- ORDER BY coalesce(occurred_at, received_at), id`
-
-	// qReceiptStats is owed_ledger_receipt_stats over the rows settled
-	// since $1.
-	qReceiptStats = `SELECT accepted, confirmed_delivered, bounced, failed, unconfirmed
-  FROM owed_ledger_receipt_stats($1)`
+// The receipts' statements.
+var (
+	qRecordReceipt  = queries.Get("RecordReceipt")
+	qReceiptOutcome = queries.Get("ReceiptOutcome")
+	qReceipts       = queries.Get("Receipts")
+	qReceiptStats   = queries.Get("ReceiptStats")
 )
