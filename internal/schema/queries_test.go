@@ -10,12 +10,14 @@ import (
 	// Every package that keeps its queries in sql/queries.sql, so that
 	// sqlfile.All holds each file.
 	_ "github.com/owedhq/owed/internal/ledger"
+	_ "github.com/owedhq/owed/internal/pace"
 )
 
 // queryFiles are the files the blank imports above load; a package that
 // moves its queries into a file adds itself to both.
 var queryFiles = []string{
 	"internal/ledger/sql/queries.sql",
+	"internal/pace/sql/queries.sql",
 }
 
 // TestNamedQueriesPrepare holds the queries the Go code runs true to the
