@@ -10,14 +10,24 @@ import (
 	// Every package that keeps its queries in sql/queries.sql, so that
 	// sqlfile.All holds each file.
 	_ "github.com/owedhq/owed/internal/ledger"
+	_ "github.com/owedhq/owed/internal/materialise"
+	_ "github.com/owedhq/owed/internal/migrate"
 	_ "github.com/owedhq/owed/internal/pace"
+	_ "github.com/owedhq/owed/internal/resolve"
+	_ "github.com/owedhq/owed/internal/service"
+	_ "github.com/owedhq/owed/internal/tenant"
 )
 
 // queryFiles are the files the blank imports above load; a package that
 // moves its queries into a file adds itself to both.
 var queryFiles = []string{
 	"internal/ledger/sql/queries.sql",
+	"internal/materialise/sql/queries.sql",
+	"internal/migrate/sql/queries.sql",
 	"internal/pace/sql/queries.sql",
+	"internal/resolve/sql/queries.sql",
+	"internal/service/sql/queries.sql",
+	"internal/tenant/sql/queries.sql",
 }
 
 // TestNamedQueriesPrepare holds the queries the Go code runs true to the

@@ -19,10 +19,13 @@ package tenant
 import (
 	"context"
 	"database/sql"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/owedhq/owed/internal/sqlfile"
 )
 
 // MaxLength is the longest tenant id, in bytes. The tables check the same
@@ -54,8 +57,13 @@ type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// qEnter is the only statement in Go that sets the scope.
-const qEnter = `SELECT set_config('owed.tenant_id', $1, true)`
+// queriesSQL holds qEnter, the only statement in Go that sets the scope
+// (sql/queries.sql, docs/sql.md).
+//
+//go:embed sql/queries.sql
+var queriesSQL string
+
+var qEnter = sqlfile.MustParse("internal/tenant/sql/queries.sql", queriesSQL).Get("Enter")
 
 // Enter scopes the transaction behind tx to id: from here until it ends, its
 // statements see and write only id's rows.
