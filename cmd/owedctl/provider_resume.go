@@ -16,8 +16,8 @@ import (
 // that an account error opened (an expired credential, no credit), so every
 // worker sends on the account again at once instead of waiting for the
 // next probe. It connects as the runtime role, like the workers, and
-// resumes through owed_provider_account_unhold (migrations/00029) and
-// owed_provider_account_resume (migrations/00022); the rows the pause held
+// resumes through owed_provider_account_unhold and
+// owed_provider_account_resume (internal/pace/sql/account.sql); the rows the pause held
 // back are still queued and come back within OWED_PROVIDER_ACCOUNT_PAUSE
 // (a minute after a hold).
 func providerResume(ctx context.Context, args []string) error {

@@ -16,7 +16,8 @@ const recipientsExample = "owedctl recipients clear --tenant acme --channel sms 
 // recipientsCmd shows and clears a tenant's undeliverable recipients: the
 // addresses a provider refused as the recipient's own (a STOP reply, a
 // blocked bot, an inactive address), to which the workers send nothing
-// until the mark is cleared (migrations/00023). It connects as the runtime
+// until the mark is cleared (owed_undeliverable,
+// internal/ledger/sql/undeliverable.sql). It connects as the runtime
 // role and works in the tenant's scope.
 func recipientsCmd(ctx context.Context, args []string) error {
 	return runRecipients(ctx, os.Stdout, args)

@@ -17,7 +17,8 @@ import (
 const tenantsExample = `owedctl tenants pause --tenant acme --reason "runaway campaign, ticket 4711"`
 
 // tenantsCmd pauses, resumes and lists the tenants on-call paused
-// (migrations/00029): the workers send nothing of a paused tenant, and give
+// (owed_tenant_pauses, internal/pace/sql/tenant_pauses.sql): the workers
+// send nothing of a paused tenant, and give
 // its claimed rows back to the queue without an attempt, until it is
 // resumed. It connects as the runtime role, like the workers, and writes
 // through owed_tenant_pause and owed_tenant_resume.

@@ -53,7 +53,7 @@ type Token struct {
 // holds only SHA-256 hashes; the plaintext exists once, in Create's return
 // value.
 //
-// Two roles use it (migrations/00018, 00020). The API, as the runtime role,
+// Two roles use it (internal/api/sql/tokens.sql). The API, as the runtime role,
 // only Authenticates: it may not read the table, and resolves a token by its
 // hash through owed_token_authenticate and refreshes last_used_at through
 // owed_token_touch, SECURITY DEFINER functions that answer the token's id

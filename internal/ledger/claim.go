@@ -237,17 +237,7 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 	return claims, errs, nil
 }
 
-// qClaimBatchMarked is qClaimBatch (queries.go) through
-// owed_claim_batch_marked (migrations/00030): each row taken comes back
-// with the undeliverable mark of its recipient on its channel (its
-// provider, code and instant, NULL when unmarked) before the claim's
-// instant, so the worker's check of the mark costs no transaction of its
-// own.
-const qClaimBatchMarked = `
-SELECT c.*, t.now
-  FROM (SELECT coalesce($2::timestamptz, now()) AS now) t,
-       owed_claim_batch_marked($1::jsonb, t.now, t.now + make_interval(secs => $3),
-                               t.now + make_interval(secs => $4)) c`
+var qClaimBatchMarked = queries.Get("ClaimBatchMarked")
 
 // checkClaim refuses, naming the field, a claim request the ledger can
 // never take: its tenant id breaks tenant.Validate's rules, or its due time

@@ -10,7 +10,8 @@ import (
 	"github.com/owedhq/owed/internal/tenant"
 )
 
-// intentOf is a row's intent columns (migrations/00013_intents.sql).
+// intentOf is a row's intent columns (owed_notifications.intent*,
+// internal/ledger/sql/notifications.sql).
 type intentOf struct {
 	Intent, Outcome string // "" when NULL
 	DueAt           *time.Time

@@ -3,11 +3,13 @@
 // statement that reads or writes them. Nothing outside this package writes SQL against the ledger.
 //
 // Row-level security is forced on both tables, and its policies name the
-// roles they serve (migrations/00018): owed_runtime, the services' group,
+// roles they serve (sql/notifications.sql, sql/attempts.sql; the roles are
+// internal/migrate/sql/roles.sql): owed_runtime, the services' group,
 // sees a tenant's rows only in a transaction scoped to it by tenant.Enter.
 // No setting opens every tenant. The cross-tenant statements are SECURITY
 // DEFINER functions owned by owed_definer, a role no login is a member of,
-// each answering only the columns its caller reads (migrations/00019):
+// each answering only the columns its caller reads (sql/sweep.sql,
+// sql/operator.sql):
 //
 //   - Survey, Lease, ExpireOverdue, MarkQueued and ReleaseLeased: the
 //     sweeper's look at what is owed and held, its claim over every tenant's
@@ -23,22 +25,19 @@
 // owed_settle_delivered_batch and owed_extend_claims, which run owed_claim
 // and owed_settle_delivered (or, for the heartbeat, one update) once per row
 // under that row's own tenant scope, so a batch of many tenants' rows costs
-// one round trip and one commit (all as migrations/00012_claim_fence.sql
-// left them; the claim and settle first came in
-// migrations/00007_ledger_functions.sql and 00008_worker_batches.sql).
+// one round trip and one commit (sql/claim.sql, sql/settle.sql).
 // ClaimForSend and SettleDelivered are the same statements for a batch of
-// one. These functions and the cross-tenant ones above (migrations/00019,
-// which also holds the comments on what each does, beside its statement in
-// queries.go) are the only ledger SQL kept outside this package, and only
-// this package calls them.
+// one. Only this package calls these functions and the cross-tenant ones
+// above; their current definitions, and what each does, are in this
+// package's sql folder (docs/sql.md), and sql/queries.sql holds each call.
 //
 // Every claim that takes a row moves its claim_seq on and hands the worker a
 // Hold (the row and that token). Every write after the claim names the Hold
 // and changes the row only while it is still the row's (fence.go): a worker
 // whose claim was superseded gets ErrClaimLost and has changed nothing.
 //
-// Besides these functions, one trigger keeps ledger SQL outside this
-// package: owed_apply_intent (migrations/00013_intents.sql) applies a cancel
+// Besides these functions, one trigger runs ledger SQL that no statement
+// of this package names: owed_apply_intent (sql/intents.sql) applies a cancel
 // or reschedule that Cancel or Reschedule recorded on a row in flight when
 // the row leaves sending, whichever statement moves it, so the intent holds
 // through every release and settle path without each statement knowing it.

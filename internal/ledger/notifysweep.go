@@ -72,10 +72,10 @@ func (l *Ledger) SetAside(ctx context.Context, id int64, reason string) (bool, e
 	return n == 1, err
 }
 
-// The fast path's statements, calls of the SECURITY DEFINER functions of
-// migrations/00021 (see the package doc).
-const (
-	qLeaseDue = `SELECT held, id, tenant_id, due_at, republish, queue_generation
-  FROM owed_sweep_lease_due($1, $2, $3, $4, $5, $6, $7)`
-	qSetAside = `SELECT owed_sweep_set_aside($1, $2, $3)`
+// The fast path's statements, calls of the SECURITY DEFINER functions
+// owed_sweep_lease_due and owed_sweep_set_aside (sql/sweep.sql; see the
+// package doc).
+var (
+	qLeaseDue = queries.Get("LeaseDue")
+	qSetAside = queries.Get("SetAside")
 )

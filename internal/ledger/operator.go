@@ -12,22 +12,12 @@ import (
 // The operators' reads and the audit trail behind the console
 // (internal/console) and owedctl: sends per minute across every tenant, the
 // rows a list of ids names (a dead letter's row), and the append-only
-// record of operator actions (migrations/00031).
-const (
-	// qSendsPerMinute counts the attempts finished in each minute since $1
-	// (owed_ledger_sends_per_minute); minutes without one are absent.
-	qSendsPerMinute = `SELECT minute, accepted, other FROM owed_ledger_sends_per_minute($1)`
-
-	// qRowsIn reads the rows of one tenant among the ids $1, in that
-	// tenant's scope.
-	qRowsIn = `SELECT ` + notificationColumns + ` FROM owed_notifications WHERE id = ANY($1)`
-
-	// qRecordAction appends one operator action (owed_operator_audit_record).
-	qRecordAction = `SELECT owed_operator_audit_record($1, $2, $3, $4, $5, $6)`
-
-	// qOperatorActions reads the latest $1 operator actions, newest first.
-	qOperatorActions = `SELECT id, at, operator, action, target, count, reason FROM owed_operator_audit
- ORDER BY at DESC, id DESC LIMIT $1`
+// record of operator actions (owed_operator_audit, sql/operator.sql).
+var (
+	qSendsPerMinute  = queries.Get("SendsPerMinute")
+	qRowsIn          = queries.Get("RowsIn")
+	qRecordAction    = queries.Get("RecordAction")
+	qOperatorActions = queries.Get("OperatorActions")
 )
 
 // MinuteSends is one minute's finished send attempts.
@@ -106,7 +96,8 @@ type OperatorAction struct {
 	Reason string `json:"reason"`
 }
 
-// Audit trail bounds, as migrations/00031 checks them; RecordOperatorAction
+// Audit trail bounds, as owed_operator_audit's checks hold them
+// (sql/operator.sql); RecordOperatorAction
 // cuts longer values rather than lose the line.
 const (
 	maxAuditOperator = 256

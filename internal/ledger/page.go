@@ -14,19 +14,7 @@ type Position struct {
 	ID    int64
 }
 
-// qFindPage lists a tenant's rows for a recipient and/or subject (an empty
-// filter value matches every row), newest due first, from a position: rows
-// ordered after $5/$6 in (due_at DESC, id DESC). The first page passes 'infinity', which every due
-// time precedes. Migration 00033's (tenant_id, due_at, id) index serves it
-// read backwards; the +1 in the limit tells whether another page follows.
-const qFindPage = `SELECT ` + notificationColumns + ` FROM owed_notifications
- WHERE tenant_id = $1
-   AND ($2 = '' OR recipient = $2)
-   AND ($3 = '' OR ref_id = $3)
-   AND ($4 = '' OR kind = $4)
-   AND (due_at, id) < ($5::timestamptz, $6::bigint)
- ORDER BY due_at DESC, id DESC
- LIMIT $7`
+var qFindPage = queries.Get("FindPage")
 
 // FindPage lists one page of tenant's rows matching f, newest due first,
 // starting after from (nil: the first page). next is the position to ask

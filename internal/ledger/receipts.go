@@ -13,7 +13,8 @@ import (
 // ReceiptStatus is what a provider said became of a message after it
 // accepted it. The first two are interim, the last three final; a row's
 // confirmed outcome is its final receipt when it has one (the latest by
-// the provider's time), else its latest interim one (migrations/00024).
+// the provider's time), else its latest interim one (owed_receipt_rank,
+// sql/receipts.sql).
 type ReceiptStatus string
 
 // The receipt statuses, in owed's words; internal/receipt maps each
@@ -95,7 +96,7 @@ type ReceiptResult struct {
 // RecordReceipt keeps r against the row whose accepted send the provider
 // gave r's message id, in whichever tenant that row is: the callback names
 // no tenant, so this is the SECURITY DEFINER owed_receipt_record
-// (migrations/00024), which also moves the row's confirmed outcome on. A
+// (sql/receipts.sql), which also moves the row's confirmed outcome on. A
 // replay records nothing and an unknown id is no error: both are reported
 // in the result.
 func (l *Ledger) RecordReceipt(ctx context.Context, r Receipt) (ReceiptResult, error) {
@@ -114,7 +115,8 @@ func (l *Ledger) RecordReceipt(ctx context.Context, r Receipt) (ReceiptResult, e
 }
 
 // Outcome is a row's confirmed outcome: the receipt that governs it
-// (migrations/00024), empty when no provider has said anything yet.
+// (owed_notifications.receipt_status, sql/notifications.sql), empty when no
+// provider has said anything yet.
 type Outcome struct {
 	ReceiptStatus ReceiptStatus `json:"receipt_status,omitempty"`
 	ReceiptCode   string        `json:"receipt_code,omitempty"`
@@ -180,24 +182,10 @@ func (l *Ledger) ReceiptStats(ctx context.Context, since time.Time) (ReceiptStat
 	return s, err
 }
 
-const (
-	// qRecordReceipt records one receipt against the accepted send with its
-	// message id, whatever the tenant (owed_receipt_record): $1 provider
-	// family, $2 message id, $3 status, $4 code, $5 the provider's time, $6
-	// now.
-	qRecordReceipt = `SELECT known, recorded FROM owed_receipt_record($1, $2, $3, $4, $5, $6)`
-
-	// qReceiptOutcome reads a row's confirmed outcome in its tenant's scope.
-	qReceiptOutcome = `SELECT receipt_status, receipt_code, confirmed_at FROM owed_notifications WHERE id = $1`
-
-	// qReceipts lists a row's receipts in its tenant's scope, oldest first.
-	qReceipts = `
-SELECT provider, provider_message_id, status, code, occurred_at, received_at
-  FROM owed_receipts WHERE notification_id = $1
- ORDER BY coalesce(occurred_at, received_at), id`
-
-	// qReceiptStats is owed_ledger_receipt_stats over the rows settled
-	// since $1.
-	qReceiptStats = `SELECT accepted, confirmed_delivered, bounced, failed, unconfirmed
-  FROM owed_ledger_receipt_stats($1)`
+// The receipts' statements.
+var (
+	qRecordReceipt  = queries.Get("RecordReceipt")
+	qReceiptOutcome = queries.Get("ReceiptOutcome")
+	qReceipts       = queries.Get("Receipts")
+	qReceiptStats   = queries.Get("ReceiptStats")
 )

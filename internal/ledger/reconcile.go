@@ -9,7 +9,8 @@ import (
 )
 
 // The materialiser's entry points (internal/materialise): the rows it
-// writes follow their owed_items row (migrations/00026). Cancel and
+// writes follow their owed_items row (owed_notifications.materialised,
+// internal/materialise/sql/items.sql). Cancel and
 // Reschedule change every row of a subject, every recipient's and rows
 // scheduled through the API alike, and a reschedule shifts the expiry by as
 // much as the due time moves; an item is one recipient's, and its nudge
@@ -17,7 +18,7 @@ import (
 // only rows marked materialised, and take the due time and expiry each row
 // is to have. A row a live worker is sending is left to its send, as Cancel
 // and Reschedule leave it: the change is recorded on it as an intent, which
-// the trigger owed_apply_intent (migrations/00013) applies when the send
+// the trigger owed_apply_intent (sql/intents.sql) applies when the send
 // ends.
 
 // MaterialisedChange is the materialiser's change to one row it wrote.
@@ -45,102 +46,16 @@ type MaterialisedChanges struct {
 	Intents int64 `json:"intents"`
 }
 
-// The statements of ChangeMaterialised, in the order it runs them. $1 is
-// the tenant, $2 now, $3 the changes as a JSON array. A row changes only
-// while it is marked materialised and unsettled, so a row that settled
-// since the materialiser read it (delivered above all) is never changed.
-const (
-	materialisedInput = `
-  FROM jsonb_to_recordset($3::jsonb) AS i(id bigint, cancel boolean, reason text,
-                                          due_at timestamptz, expires_at timestamptz)
- WHERE n.id = i.id AND n.tenant_id = $1 AND n.materialised AND n.settled_at IS NULL`
-
-	// materialisedOpen is an open row, as subjectOpenRows says: one no
-	// live worker is sending.
-	materialisedOpen = materialisedInput + `
-   AND (n.state <> 'sending' OR n.lease_until <= coalesce($2::timestamptz, now()))`
-
-	// materialisedInFlight is a row a live worker is sending.
-	materialisedInFlight = materialisedInput + `
-   AND n.state = 'sending' AND n.lease_until > coalesce($2::timestamptz, now())`
-
-	// cancelWaits is a cancel still waiting on the row's send.
-	cancelWaits = `(n.intent IS NOT DISTINCT FROM 'cancel' AND n.intent_outcome IS NULL)`
-
-	// takenKey is a row other than n holding the schedule key n is to move
-	// to, which the move would violate.
-	takenKey = `EXISTS (SELECT 1 FROM owed_notifications o
-                WHERE o.tenant_id = n.tenant_id AND o.recipient = n.recipient AND o.kind = n.kind
-                  AND o.ref_id = n.ref_id AND o.due_at = i.due_at AND o.id <> n.id)`
-
-	// qLockMaterialised ($1 the tenant, $2 the changes) locks every row
-	// the changes name first, in id order, as every multi-row update a
-	// worker may race does (see qMarkQueued), so no release or settle slips
-	// between the statements below.
-	qLockMaterialised = `
-SELECT count(*) FROM (SELECT n.id FROM owed_notifications n, jsonb_to_recordset($2::jsonb) AS i(id bigint)
-                       WHERE n.id = i.id AND n.tenant_id = $1 AND n.materialised AND n.settled_at IS NULL
-                       ORDER BY n.id FOR UPDATE OF n) l`
-
-	// qCancelMaterialised settles open rows cancelled, as qCancel does.
-	qCancelMaterialised = `
-UPDATE owed_notifications n
-   SET state = 'cancelled', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL,
-       updated_at = coalesce($2::timestamptz, now()), last_error = coalesce(i.reason, 'cancelled')` +
-		materialisedOpen + ` AND i.cancel`
-
-	// qCancelOntoTaken cancels an open row whose recipient already has a
-	// row at the due time it is to move to: that row is the nudge at the
-	// new time, as owed_apply_intent decides for a move in flight.
-	qCancelOntoTaken = `
-UPDATE owed_notifications n
-   SET state = 'cancelled', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL,
-       updated_at = coalesce($2::timestamptz, now()),
-       last_error = 'rescheduled onto a row already scheduled at that due time'` +
-		materialisedOpen + ` AND NOT i.cancel AND ` + takenKey
-
-	// qMoveMaterialised moves open rows as qReschedule does (a new due time
-	// is a new idempotency key; pending, never published under it, a new
-	// queue generation), to the expiry named rather than a shifted one. A
-	// row already there is left as it is.
-	qMoveMaterialised = `
-UPDATE owed_notifications n
-   SET due_at = i.due_at, expires_at = i.expires_at,
-       state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
-       queue_generation = n.queue_generation + 1,
-       updated_at = coalesce($2::timestamptz, now())` +
-		materialisedOpen + ` AND NOT i.cancel AND NOT ` + takenKey + `
-   AND (n.due_at <> i.due_at OR n.expires_at IS DISTINCT FROM i.expires_at)`
-
-	// qRecordMaterialisedCancel records a cancel on rows in flight, as
-	// qRecordCancel does, replacing a reschedule still waiting; a row whose
-	// cancel already waits is left alone, so a second run changes nothing.
-	qRecordMaterialisedCancel = `
-UPDATE owed_notifications n
-   SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL,
-       intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
-       updated_at = coalesce($2::timestamptz, now())` +
-		materialisedInFlight + ` AND i.cancel AND NOT ` + cancelWaits
-
-	// qRecordMaterialisedMove records a move on rows in flight, as
-	// qRecordReschedule does, except on a row whose cancel waits (it came
-	// first and wins) or whose same move waits already. A clash with a row
-	// at the new due time is left to owed_apply_intent, which cancels the
-	// row in flight in favour of that row when the send is handed back.
-	qRecordMaterialisedMove = `
-UPDATE owed_notifications n
-   SET intent = 'reschedule', intent_due_at = i.due_at, intent_expires_at = i.expires_at,
-       intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
-       updated_at = coalesce($2::timestamptz, now())` +
-		materialisedInFlight + ` AND NOT i.cancel AND NOT ` + cancelWaits + `
-   AND NOT (n.intent IS NOT DISTINCT FROM 'reschedule' AND n.intent_outcome IS NULL
-            AND n.intent_due_at = i.due_at AND n.intent_expires_at IS NOT DISTINCT FROM i.expires_at)`
-
-	// qMarkMaterialised marks the unsettled rows of $2 (ids) as the
-	// materialiser's, so they follow their items from now on.
-	qMarkMaterialised = `
-UPDATE owed_notifications SET materialised = true
- WHERE tenant_id = $1 AND id = ANY($2) AND settled_at IS NULL AND NOT materialised`
+// The statements of ChangeMaterialised, in the order it runs them; what
+// each changes, and which rows it never does, is in sql/queries.sql.
+var (
+	qLockMaterialised         = queries.Get("LockMaterialised")
+	qCancelMaterialised       = queries.Get("CancelMaterialised")
+	qCancelOntoTaken          = queries.Get("CancelOntoTaken")
+	qMoveMaterialised         = queries.Get("MoveMaterialised")
+	qRecordMaterialisedCancel = queries.Get("RecordMaterialisedCancel")
+	qRecordMaterialisedMove   = queries.Get("RecordMaterialisedMove")
+	qMarkMaterialised         = queries.Get("MarkMaterialised")
 )
 
 // ChangeMaterialised applies changes to tenant's rows in one transaction:

@@ -82,25 +82,10 @@ func sharedPayloads(canon [][]byte) (shared [][]byte, of []int) {
 	return shared, of
 }
 
-// The statements of shared payloads, beside their callers, and the expiry
-// a reschedule moves (qReschedule, qRecordReschedule).
-const (
-	// qInsertSharedPayload stores a payload several rows of one batch
-	// share, once ($1 tenant, $2 payload, $3 now); the rows name its id.
-	qInsertSharedPayload = `
-INSERT INTO owed_event_payloads (tenant_id, payload, created_at)
-VALUES ($1, $2::jsonb, coalesce($3::timestamptz, now()))
-RETURNING id`
-
-	// qDeleteSharedPayloads removes shared payloads ($2) no row of their
-	// batch took, the rows being there already (a replayed event).
-	qDeleteSharedPayloads = `DELETE FROM owed_event_payloads WHERE tenant_id = $1 AND id = ANY($2)`
-
-	// shiftedExpiry is a row's expiry moved by as much as its due time moves
-	// to $5, no later than the last instant a ledger time may hold (the
-	// years 1 to 9999 in UTC, checkTime): a far expiry moved far ahead
-	// would otherwise be a time no API answer or queue message can write.
-	shiftedExpiry = `least(n.expires_at + ($5 - n.due_at), '9999-12-31 23:59:59.999999+00'::timestamptz)`
+// The statements of shared payloads, beside their callers.
+var (
+	qInsertSharedPayload  = queries.Get("InsertSharedPayload")
+	qDeleteSharedPayloads = queries.Get("DeleteSharedPayloads")
 )
 
 // Schedule inserts rows for tenant idempotently: a row whose (recipient,
@@ -240,7 +225,7 @@ type ChangeResult struct {
 	// InFlight counts rows a worker is sending right now.
 	InFlight int64 `json:"in_flight"`
 	// Intents counts the rows in flight that now carry this change as an
-	// intent, applied when their send ends (migrations/00013_intents.sql):
+	// intent, applied when their send ends (owed_apply_intent, sql/intents.sql):
 	// a send handed back (no pace slot, a 429, a transient error) takes it,
 	// so a cancelled row is never sent and a rescheduled one goes out at the
 	// new due time; a send that delivers first stands, and a reschedule then
@@ -322,58 +307,9 @@ func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref, change, i
 // A row in flight is one a live worker is sending (the rows qCountInFlight
 // counts; the change statement already handled one whose claim ran out).
 // The intent waits on the row until it leaves sending: the trigger
-// owed_apply_intent (migrations/00013_intents.sql) applies or resolves it
+// owed_apply_intent (sql/intents.sql) applies or resolves it
 // then, and a new claim of the row keeps it.
-const (
-	subjectInFlight = `
-    SELECT n.id, n.recipient FROM owed_notifications n
-     WHERE n.tenant_id = $1 AND n.kind = $2 AND n.ref_id = $3 AND n.settled_at IS NULL
-       AND n.state = 'sending' AND n.lease_until > coalesce($4::timestamptz, now())`
-
-	// qRecordCancel records a cancel on the subject's rows in flight,
-	// replacing a reschedule still waiting there: the cancel is the later
-	// word.
-	qRecordCancel = `
-WITH recorded AS (
-    UPDATE owed_notifications n
-       SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL,
-           intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
-           updated_at = coalesce($4::timestamptz, now())
-      FROM (` + subjectInFlight + `) t
-     WHERE n.id = t.id
-    RETURNING n.id
-)
-SELECT count(*), false FROM recorded`
-
-	// qRecordReschedule records a move to $5 on the subject's rows in
-	// flight, except one whose cancel is still waiting (the cancel came
-	// first and wins, as for an open row a cancel already settled). The
-	// expiry target shifts by the same amount, as qReschedule shifts it.
-	// It records nothing and reports a clash when a row would land on the
-	// schedule key of another row (open or settled, moved there by
-	// qReschedule a moment ago included), or two rows in flight of one
-	// recipient on one key: the clash qReschedule meets as a unique
-	// violation, met here before the intent is applied, so a release never
-	// fails on it.
-	qRecordReschedule = `
-WITH target AS (
-    SELECT t.id, t.recipient FROM (` + subjectInFlight + `) t
-      JOIN owed_notifications n ON n.id = t.id
-     WHERE n.intent IS DISTINCT FROM 'cancel' OR n.intent_outcome IS NOT NULL
-), clash AS (
-    SELECT 1 FROM target t
-     WHERE EXISTS (SELECT 1 FROM owed_notifications o
-                    WHERE o.tenant_id = $1 AND o.recipient = t.recipient AND o.kind = $2 AND o.ref_id = $3
-                      AND o.due_at = $5::timestamptz AND o.id <> t.id)
-        OR (SELECT count(*) FROM target u WHERE u.recipient = t.recipient) > 1
-), recorded AS (
-    UPDATE owed_notifications n
-       SET intent = 'reschedule', intent_due_at = $5, intent_expires_at = ` + shiftedExpiry + `,
-           intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
-           updated_at = coalesce($4::timestamptz, now())
-      FROM target t
-     WHERE n.id = t.id AND NOT EXISTS (SELECT 1 FROM clash)
-    RETURNING n.id
-)
-SELECT count(*), EXISTS (SELECT 1 FROM clash) FROM recorded`
+var (
+	qRecordCancel     = queries.Get("RecordCancel")
+	qRecordReschedule = queries.Get("RecordReschedule")
 )

@@ -13,7 +13,7 @@ import (
 // Undeliverable is an address a provider refused for good as the
 // recipient's own (a STOP reply, a blocked bot, an inactive or invalid
 // address): the worker skips later sends to it on its channel in its tenant
-// until it is cleared (migrations/00023).
+// until it is cleared (owed_undeliverable, sql/undeliverable.sql).
 type Undeliverable struct {
 	Tenant  string `json:"tenant_id"`
 	Channel string `json:"channel"`
@@ -58,19 +58,20 @@ func (l *Ledger) MarkUndeliverable(ctx context.Context, u Undeliverable) error {
 		nid = &u.NotificationID
 	}
 	return tenant.InTx(ctx, l.db, u.Tenant, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO owed_undeliverable
-    (tenant_id, channel, address, provider, code, reason, notification_id, marked_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8::timestamptz, now()))
-ON CONFLICT (tenant_id, channel, address) DO UPDATE
-   SET provider = EXCLUDED.provider, code = EXCLUDED.code, reason = EXCLUDED.reason,
-       notification_id = EXCLUDED.notification_id, marked_at = EXCLUDED.marked_at`,
+		_, err := tx.ExecContext(ctx, qMarkUndeliverable,
 			u.Tenant, u.Channel, u.Address, clip(u.Provider, 64), clip(u.Code, 256),
 			clip(u.Reason, maxUndeliverableReason), nid, l.now())
 		return err
 	})
 }
 
-const qUndeliverableCols = `tenant_id, channel, address, provider, code, reason, coalesce(notification_id, 0), marked_at`
+// The marks' statements (sql/queries.sql), each in the caller's tenant scope.
+var (
+	qMarkUndeliverable   = queries.Get("MarkUndeliverable")
+	qLookupUndeliverable = queries.Get("LookupUndeliverable")
+	qClearUndeliverable  = queries.Get("ClearUndeliverable")
+	qListUndeliverable   = queries.Get("ListUndeliverable")
+)
 
 func scanUndeliverable(s interface{ Scan(...any) error }) (Undeliverable, error) {
 	var u Undeliverable
@@ -82,8 +83,7 @@ func scanUndeliverable(s interface{ Scan(...any) error }) (Undeliverable, error)
 // by the table's key. ok is false when the address is not marked.
 func (l *Ledger) LookupUndeliverable(ctx context.Context, tenantID, channel, address string) (u Undeliverable, ok bool, err error) {
 	err = tenant.InTx(ctx, l.db, tenantID, func(tx *sql.Tx) error {
-		u, err = scanUndeliverable(tx.QueryRowContext(ctx, `SELECT `+qUndeliverableCols+`
-  FROM owed_undeliverable WHERE tenant_id = $1 AND channel = $2 AND address = $3`, tenantID, channel, address))
+		u, err = scanUndeliverable(tx.QueryRowContext(ctx, qLookupUndeliverable, tenantID, channel, address))
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -97,8 +97,7 @@ func (l *Ledger) LookupUndeliverable(ctx context.Context, tenantID, channel, add
 func (l *Ledger) ClearUndeliverable(ctx context.Context, tenantID, channel, address string) (bool, error) {
 	var n int64
 	err := tenant.InTx(ctx, l.db, tenantID, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM owed_undeliverable
- WHERE tenant_id = $1 AND channel = $2 AND address = $3`, tenantID, channel, address)
+		res, err := tx.ExecContext(ctx, qClearUndeliverable, tenantID, channel, address)
 		if err == nil {
 			n, err = res.RowsAffected()
 		}
@@ -112,9 +111,7 @@ func (l *Ledger) ClearUndeliverable(ctx context.Context, tenantID, channel, addr
 func (l *Ledger) ListUndeliverable(ctx context.Context, tenantID, channel string) ([]Undeliverable, error) {
 	var out []Undeliverable
 	err := tenant.InTx(ctx, l.db, tenantID, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT `+qUndeliverableCols+`
-  FROM owed_undeliverable WHERE tenant_id = $1 AND ($2 = '' OR channel = $2)
- ORDER BY marked_at DESC, channel, address`, tenantID, channel)
+		rows, err := tx.QueryContext(ctx, qListUndeliverable, tenantID, channel)
 		if err != nil {
 			return err
 		}

@@ -15,14 +15,15 @@
 // and moves the row when the item moved or its lead changed, or cancels it
 // when the item was deleted, cancelled or moved to a time already begun. It
 // never changes a settled row, nor one a worker is sending: that one takes
-// the change as an intent, applied when its send ends (migrations/00013).
-// A row is the materialiser's when it is marked so (migrations/00026); a row
+// the change as an intent, applied when its send ends (owed_apply_intent,
+// internal/ledger/sql/intents.sql). A row is the materialiser's when it is
+// marked so (owed_notifications.materialised); a row
 // an application scheduled through the API is never changed here.
 //
 // Its one clock (clock.Clock, given to New) says when a run looks from; the
 // ledger stamps the rows it writes by its own. The cross-tenant reads of
 // owed_items and of the rows it wrote (SQLSource) are SECURITY DEFINER
-// functions (migrations/00019, 00026); the rows are written back, and
+// functions (sql/items.sql); the rows are written back, and
 // changed, through the ledger in each item's own tenant scope. Nothing it
 // answers or logs names a recipient.
 package materialise

@@ -3,17 +3,20 @@ package materialise
 import (
 	"context"
 	"database/sql"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/owedhq/owed/internal/sqlfile"
 )
 
-// SQLSource reads the owed_items table (migrations/00003_items.sql), which
+// SQLSource reads the owed_items table (sql/items.sql), which
 // applications fill in their own tenant's scope.
 //
 // Its two reads are cross-tenant statements: the materialiser serves every
-// tenant in one pass, so it calls owed_materialise_upcoming (migrations/00019,
-// as 00026 left it) and owed_materialise_nudges (migrations/00026), SECURITY
+// tenant in one pass, so it calls owed_materialise_upcoming and
+// owed_materialise_nudges (sql/items.sql), SECURITY
 // DEFINER functions owned by owed_definer that the runtime role may execute,
 // exactly as the ledger's sweeper statements do; no session setting opens
 // every tenant. Nothing else in this package reads across tenants; the rows
@@ -28,23 +31,18 @@ func NewSQLSource(db *sql.DB) *SQLSource { return &SQLSource{db: db} }
 
 var _ Source = (*SQLSource)(nil)
 
-// The reads, each one SECURITY DEFINER function.
-const (
-	// qUpcoming is a range scan of owed_items_starts_at, ordered by tenant,
-	// starts_at and id: the order makes a run's batches, and so its log,
-	// reproducible. Cancelled items are left out.
-	qUpcoming = `
-SELECT id, tenant_id, recipient, channel, kind, ref_id, starts_at, lead_seconds, payload
-  FROM owed_materialise_upcoming($1, $2)`
+// queriesSQL is every statement the materialiser runs, by name, with what
+// each reads: sql/queries.sql (docs/sql.md).
+//
+//go:embed sql/queries.sql
+var queriesSQL string
 
-	// qNudges reads owed_notifications_materialised_owed from $1 (the
-	// rows the materialiser marked, still owed and not expired), each
-	// joined to its item by owed_items_key, ordered by tenant and id. A row
-	// whose item was deleted comes back with a NULL item. It answers no
-	// recipient and no payload.
-	qNudges = `
-SELECT id, tenant_id, due_at, expires_at, cancelling, moving, item_id, starts_at, lead_seconds, item_cancelled
-  FROM owed_materialise_nudges($1)`
+var queries = sqlfile.MustParse("internal/materialise/sql/queries.sql", queriesSQL)
+
+// The reads, each one SECURITY DEFINER function.
+var (
+	qUpcoming = queries.Get("Upcoming")
+	qNudges   = queries.Get("Nudges")
 )
 
 // Upcoming returns every item starting in (from, to], across all tenants.

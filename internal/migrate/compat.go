@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"database/sql"
+	_ "embed"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/pressly/goose/v3"
 
+	"github.com/owedhq/owed/internal/sqlfile"
 	"github.com/owedhq/owed/migrations"
 )
 
@@ -21,9 +23,23 @@ import (
 // (00029) and the console's audit (00031) are called by this code.
 const OldestSchema = 31
 
-// compatTable records, per applied migration, the oldest binary that may
-// still run on it (migrations/00027).
-const compatTable = "owed_schema_compat"
+// queriesSQL is every statement this package runs itself, by name:
+// sql/queries.sql (docs/sql.md). owed_schema_compat, which they keep,
+// records per applied migration the oldest binary that may still run on it
+// (sql/versions.sql).
+//
+//go:embed sql/queries.sql
+var queriesSQL string
+
+var (
+	queries           = sqlfile.MustParse("internal/migrate/sql/queries.sql", queriesSQL)
+	qSchemaVersion    = queries.Get("SchemaVersion")
+	qCompatExists     = queries.Get("CompatExists")
+	qCompatRequires   = queries.Get("CompatRequires")
+	qAnnounceContract = queries.Get("AnnounceContract")
+	qForgetRolledBack = queries.Get("ForgetRolledBack")
+	qRecordApplied    = queries.Get("RecordApplied")
+)
 
 // breaksBeforeMarker is the line a contract migration carries: binaries
 // whose own schema is older than the number no longer run once it is
@@ -120,19 +136,19 @@ func (c Compat) String() string {
 // read; an error reading them is returned as is (see service.Unready).
 func Check(ctx context.Context, db *sql.DB, b Build) (Compat, error) {
 	c := Compat{Build: b}
-	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).
+	if err := db.QueryRowContext(ctx, qSchemaVersion).
 		Scan(&c.Schema); err != nil {
 		return c, fmt.Errorf("read the schema version: %w", err)
 	}
 	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass('public.`+compatTable+`') IS NOT NULL`).Scan(&exists); err != nil {
+	if err := db.QueryRowContext(ctx, qCompatExists).Scan(&exists); err != nil {
 		return c, fmt.Errorf("read the schema compatibility: %w", err)
 	}
 	if !exists {
 		// Before migrations/00027 nothing declared a break.
 		return c, nil
 	}
-	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(breaks_before), 0) FROM `+compatTable).Scan(&c.Requires); err != nil {
+	if err := db.QueryRowContext(ctx, qCompatRequires).Scan(&c.Requires); err != nil {
 		return c, fmt.Errorf("read the schema compatibility: %w", err)
 	}
 	return c, nil
@@ -153,7 +169,7 @@ func CheckThis(ctx context.Context, db *sql.DB) (Compat, error) {
 // and recording. record removes the rows of any that then did not apply.
 func announce(ctx context.Context, db *sql.DB, p *goose.Provider, fsys fs.FS) error {
 	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass('public.`+compatTable+`') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+	if err := db.QueryRowContext(ctx, qCompatExists).Scan(&exists); err != nil || !exists {
 		// A database before migrations/00027 runs no binary that reads it.
 		return err
 	}
@@ -172,8 +188,7 @@ func announce(ctx context.Context, db *sql.DB, p *goose.Provider, fsys fs.FS) er
 			}
 			continue
 		}
-		if _, err := db.ExecContext(ctx, `INSERT INTO `+compatTable+` (version, breaks_before) VALUES ($1, $2)
-			ON CONFLICT (version) DO UPDATE SET breaks_before = excluded.breaks_before`, s.Source.Version, bb); err != nil {
+		if _, err := db.ExecContext(ctx, qAnnounceContract, s.Source.Version, bb); err != nil {
 			return fmt.Errorf("announce contract migration %05d: %w", s.Source.Version, err)
 		}
 	}
@@ -192,14 +207,13 @@ func record(ctx context.Context, db *sql.DB, p *goose.Provider, fsys fs.FS) erro
 	}
 	defer tx.Rollback()
 	var exists bool
-	if err := tx.QueryRowContext(ctx, `SELECT to_regclass('public.`+compatTable+`') IS NOT NULL`).Scan(&exists); err != nil {
+	if err := tx.QueryRowContext(ctx, qCompatExists).Scan(&exists); err != nil {
 		return fmt.Errorf("record schema compatibility: %w", err)
 	}
 	if !exists {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM `+compatTable+` c WHERE NOT EXISTS
-		(SELECT 1 FROM goose_db_version g WHERE g.version_id = c.version AND g.is_applied)`); err != nil {
+	if _, err := tx.ExecContext(ctx, qForgetRolledBack); err != nil {
 		return fmt.Errorf("record schema compatibility: %w", err)
 	}
 	st, err := p.Status(ctx)
@@ -214,8 +228,7 @@ func record(ctx context.Context, db *sql.DB, p *goose.Provider, fsys fs.FS) erro
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO `+compatTable+` (version, breaks_before) VALUES ($1, $2)
-			ON CONFLICT (version) DO NOTHING`, s.Source.Version, bb); err != nil {
+		if _, err := tx.ExecContext(ctx, qRecordApplied, s.Source.Version, bb); err != nil {
 			return fmt.Errorf("record schema compatibility of %05d: %w", s.Source.Version, err)
 		}
 	}

@@ -22,7 +22,8 @@ const MaxAccountReason = 128
 const MaxAccountError = 1024
 
 // Accounts is the account circuit every worker process shares through the
-// pace rows (migrations/00022): an account error (provider.Account) trips
+// pace rows (owed_provider_account_*, sql/account.sql): an account error
+// (provider.Account) trips
 // it, which pauses every send on the account; when the pause has passed,
 // one worker takes the probe and sends one real message; a success resumes
 // the account, another account error trips it again. A 429's pause lives in

@@ -11,7 +11,8 @@ import (
 	"github.com/owedhq/owed/internal/tenant"
 )
 
-// Operator pauses (migrations/00029): on-call holds every send of a provider
+// Operator pauses (owed_provider_account_hold, sql/account.sql;
+// owed_tenant_pauses, sql/tenant_pauses.sql): on-call holds every send of a provider
 // account (Accounts.Hold), or pauses every send of one tenant
 // (Tenants.Pause), and the pause stays until on-call lifts it
 // (Accounts.Resume, Tenants.Resume). Unlike the account's circuit, no

@@ -5,10 +5,7 @@ import (
 	"fmt"
 )
 
-// qAccounts names every provider account with a pace row: each account a
-// worker reserved on, paused, tripped or on-call held (the operator
-// console's list, internal/console).
-const qAccounts = `SELECT account FROM owed_provider_pace ORDER BY account`
+var qAccounts = queries.Get("Accounts")
 
 // List reads the state of every account with a pace row, by name.
 func (a *Accounts) List(ctx context.Context) ([]AccountState, error) {

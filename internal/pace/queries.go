@@ -1,124 +1,34 @@
 package pace
 
-// Every statement the pace runs. Parameters common to all of them: $1 is the
-// account, and the last one is the injected clock, NULL in production so the
-// database's clock_timestamp() decides (see the package doc for why).
+import (
+	_ "embed"
+
+	"github.com/owedhq/owed/internal/sqlfile"
+)
+
+// queriesSQL is every statement the pace runs, by name, with what each does
+// and why it reads clock_timestamp(): sql/queries.sql (docs/sql.md).
 //
-// clock_timestamp() rather than now(): now() is frozen at the start of the
-// transaction, before the statement waited for the row lock behind other
-// processes, so a slot computed from it could already lie in the past and let
-// two sends through closer than one interval. clock_timestamp() in
-// qReserveN's UPDATE (which joins the row its locked CTE holds) and in SET
-// and WHERE of ON CONFLICT DO UPDATE is read after the lock is held.
+//go:embed sql/queries.sql
+var queriesSQL string
 
-// The writes are SECURITY DEFINER functions owned by owed_definer
-// (migrations/00020), each holding the statement described below: the
-// pace rows are every tenant's, and the runtime role may read them but write
-// them only through these functions. The comments say what each function's
-// SQL does; its parameters are numbered as here.
-const (
-	// qReserveN takes up to $5 slots in one statement, or reports the
-	// earliest one without taking any (owed_pace_reserve). locked reads the
-	// account's row FOR UPDATE: it waits for a concurrent reservation and
-	// then sees that reservation's version, not the statement's snapshot.
-	// taken computes "now" ($4, or clock_timestamp()) once, after that lock
-	// (a sub-select in SET, so tat and updated_at agree to the
-	// microsecond): the first slot starts at greatest(tat, now,
-	// paused_until) (greatest ignores a NULL paused_until), and tat moves
-	// past as many slots, one interval ($2 microseconds) each, as start
-	// within max wait ($3 microseconds), at most $5. Granted slots are
-	// therefore never closer than one interval, whichever process took them.
-	//
-	// A first slot beyond max wait takes nothing: the WHERE leaves the row
-	// as it is (but locked) and taken answers nothing. The answer is the row
-	// as locked, and, when slots were taken, tat as left and the "now" they
-	// were computed from (updated_at); from those ReserveN works out the
-	// first slot and the count exactly. Without slots taken, the "now" is
-	// read again for the refusal's wait. An account without a row answers
-	// nothing: ReserveN creates it (qCreate) and asks again.
-	qReserveN = `SELECT tat, paused_until, new_tat, computed_at FROM owed_pace_reserve($1, $2, $3, $4, $5)`
+var queries = sqlfile.MustParse("internal/pace/sql/queries.sql", queriesSQL)
 
-	// qCreate creates an account's row with nothing reserved
-	// (owed_pace_create): its tat is now, so the first slot starts at the
-	// first reservation's now.
-	qCreate = `SELECT owed_pace_create($1, $2)`
-
-	// qGiveBack moves tat back by $3 microseconds (the last slots of a
-	// reservation) only if it still ends where that reservation left it
-	// ($2), and answers whether it did (owed_pace_give_back): then no
-	// process took a slot after them, and the next reservation starts at
-	// the first slot given back (or now, or the pause's end, whichever is
-	// latest). Anything else (a later reservation, a pause that moved tat)
-	// leaves the row alone.
-	qGiveBack = `SELECT owed_pace_give_back($1, $2, $3, $4)`
-
-	// qPause records a 429: no slot starts before now + Retry-After ($2
-	// microseconds) (owed_pace_pause). greatest() keeps a longer pause
-	// another process recorded. tat moves to the pause's end too, so State
-	// shows the truth and the slots handed out after the pause follow one
-	// another an interval apart from its end. The minute is also recorded in
-	// owed_provider_limited_minutes, the history behind owedctl stats'
-	// "minutes the provider limited us".
-	qPause = `SELECT owed_pace_pause($1, $2, $3)`
-
-	// clockState is "now" in qState: the injected instant if any, otherwise
-	// the database's wall clock at the moment of evaluation.
-	clockState = `coalesce($2::timestamptz, clock_timestamp())`
-
-	// qState reads an account's pace for metrics and owedctl. The left join
-	// answers with the clock even for an account that never reserved.
-	qState = `
-SELECT c.now, p.tat, p.paused_until
-  FROM (SELECT ` + clockState + ` AS now) c
-  LEFT JOIN owed_provider_pace p ON p.account = $1`
-
-	// qRecordLimitedMinute records a 429 of an unlimited account, whose pace
-	// lives in process memory (owed_pace_record_limited_minute).
-	qRecordLimitedMinute = `SELECT owed_pace_record_limited_minute($1, $2)`
-
-	// qLimitedMinutes counts the minutes since $1 in which any account was
-	// refused.
-	qLimitedMinutes = `SELECT count(DISTINCT minute) FROM owed_provider_limited_minutes WHERE minute >= date_trunc('minute', $1::timestamptz)`
-
-	// qAccountState reads an account's pause, circuit and hold
-	// (Accounts.State); like qState it answers the clock for an account
-	// without a row.
-	qAccountState = `
-SELECT c.now, p.paused_until, p.account_reason, p.account_error, p.account_paused_at,
-       coalesce(p.hold_reason, ''), coalesce(p.hold_actor, ''), p.held_at
-  FROM (SELECT ` + clockState + ` AS now) c
-  LEFT JOIN owed_provider_pace p ON p.account = $1`
-
-	// qAccountTrip opens the circuit for $2 microseconds with the reason $3
-	// and the provider's message $4 (owed_provider_account_trip).
-	qAccountTrip = `SELECT owed_provider_account_trip($1, $2, $3, $4, $5)`
-
-	// qAccountProbe takes the probe of an open circuit whose pause passed,
-	// holding the others back $2 microseconds (owed_provider_account_probe).
-	qAccountProbe = `SELECT owed_provider_account_probe($1, $2, $3)`
-
-	// qAccountResume closes the circuit (owed_provider_account_resume).
-	qAccountResume = `SELECT owed_provider_account_resume($1, $2)`
-
-	// qAccountHold holds the account for on-call: $2 the reason, $3 the
-	// actor (owed_provider_account_hold, migrations/00029).
-	qAccountHold = `SELECT owed_provider_account_hold($1, $2, $3, $4)`
-
-	// qAccountUnhold lifts the hold (owed_provider_account_unhold).
-	qAccountUnhold = `SELECT owed_provider_account_unhold($1, $2)`
-
-	// qTenantPause pauses the tenant $1 for on-call (owed_tenant_pause).
-	qTenantPause = `SELECT owed_tenant_pause($1, $2, $3, $4)`
-
-	// qTenantResume lifts the tenant's pause (owed_tenant_resume).
-	qTenantResume = `SELECT owed_tenant_resume($1)`
-
-	// qPauses reads every operator pause, held accounts and paused tenants
-	// alike, longest paused first (ReadPauses): both tables hold a handful
-	// of rows at most, and a worker reads them once a second, not per send.
-	qPauses = `
-SELECT 'account', account, hold_reason, hold_actor, held_at FROM owed_provider_pace WHERE held_at IS NOT NULL
-UNION ALL
-SELECT 'tenant', tenant_id, reason, actor, paused_at FROM owed_tenant_pauses
-ORDER BY 5, 2`
+var (
+	qReserveN            = queries.Get("ReserveN")
+	qCreate              = queries.Get("Create")
+	qGiveBack            = queries.Get("GiveBack")
+	qPause               = queries.Get("Pause")
+	qState               = queries.Get("State")
+	qRecordLimitedMinute = queries.Get("RecordLimitedMinute")
+	qLimitedMinutes      = queries.Get("LimitedMinutes")
+	qAccountState        = queries.Get("AccountState")
+	qAccountTrip         = queries.Get("AccountTrip")
+	qAccountProbe        = queries.Get("AccountProbe")
+	qAccountResume       = queries.Get("AccountResume")
+	qAccountHold         = queries.Get("AccountHold")
+	qAccountUnhold       = queries.Get("AccountUnhold")
+	qTenantPause         = queries.Get("TenantPause")
+	qTenantResume        = queries.Get("TenantResume")
+	qPauses              = queries.Get("Pauses")
 )

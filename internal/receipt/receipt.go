@@ -12,7 +12,8 @@
 // for Postmark, basic credentials) it has not verified, never reads more
 // than a provider's body bound, and never logs or echoes a secret. A
 // receipt changes no row's state: it is kept beside the row, and the row's
-// confirmed outcome follows it (migrations/00024). Replays are harmless
+// confirmed outcome follows it (owed_receipt_record,
+// internal/ledger/sql/receipts.sql). Replays are harmless
 // (the ledger keeps one of each receipt), and a message id no accepted send
 // had is logged and answered 2xx, since the provider cannot do better by
 // retrying it.

@@ -7,13 +7,21 @@ package resolve
 import (
 	"context"
 	"database/sql"
+	_ "embed"
 	"errors"
 	"fmt"
 
+	"github.com/owedhq/owed/internal/sqlfile"
 	"github.com/owedhq/owed/internal/tenant"
 )
 
-const qContact = `SELECT address, opted_out FROM owed_contacts WHERE tenant_id = $1 AND recipient = $2 AND channel = $3`
+// queriesSQL is every statement the resolver runs, by name:
+// sql/queries.sql (docs/sql.md).
+//
+//go:embed sql/queries.sql
+var queriesSQL string
+
+var qContact = sqlfile.MustParse("internal/resolve/sql/queries.sql", queriesSQL).Get("Contact")
 
 // ErrNoContact is returned when a recipient has no address for a channel.
 var ErrNoContact = errors.New("resolve: no contact for this recipient and channel")

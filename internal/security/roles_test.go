@@ -3,7 +3,8 @@ package security_test
 // The database boundary (docs/security.md, "Database roles"): tenant
 // isolation holds against the application role itself and against an
 // application's own SQL role, whatever SQL either issues, because it is a
-// privilege (migrations/00018–00020) and not a setting a session may set.
+// privilege (internal/migrate/sql/roles.sql, and each table's policies and
+// grants in its home: docs/sql.md) and not a setting a session may set.
 
 import (
 	"context"

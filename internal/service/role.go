@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"database/sql"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,35 +12,23 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/migrate"
+	"github.com/owedhq/owed/internal/sqlfile"
 )
 
 // InsecureRoleVariable is the development-only escape hatch of CheckRole.
 const InsecureRoleVariable = "OWED_ALLOW_INSECURE_DATABASE_ROLE"
 
-// qRole reads, for the session's role, everything that would make
-// row-level security a no-op for it. Role attributes are not inherited, but
-// a member of a superuser or BYPASSRLS role can SET ROLE to it, and a member
-// of a table's owner can act as the owner (ALTER TABLE … DISABLE ROW LEVEL
-// SECURITY, DROP POLICY), so membership counts as much as the role itself.
-// current_setting reads what every new session starts with: the URL's
-// options, PGOPTIONS, ALTER ROLE … SET and ALTER DATABASE … SET all land
-// there before owed's first statement.
-const qRole = `
-SELECT r.rolname, r.rolsuper, r.rolbypassrls,
-       coalesce((SELECT string_agg(m.rolname, ', ' ORDER BY m.rolname) FROM pg_roles m
-                 WHERE m.oid <> r.oid AND (m.rolsuper OR m.rolbypassrls) AND pg_has_role(r.oid, m.oid, 'MEMBER')), ''),
-       coalesce((SELECT string_agg(c.relname, ', ' ORDER BY c.relname) FROM pg_class c
-                 WHERE c.relkind IN ('r', 'p') AND c.relname LIKE 'owed\_%' AND pg_has_role(r.oid, c.relowner, 'MEMBER')), ''),
-       coalesce(current_setting('owed.bypass_rls', true), ''),
-       coalesce(current_setting('owed.tenant_id', true), ''),
-       coalesce((SELECT string_agg(g.rolname, ', ' ORDER BY g.rolname) FROM pg_roles g
-                 WHERE g.rolname IN ('owed_definer', 'owed_token_admin') AND pg_has_role(r.oid, g.oid, 'MEMBER')), ''),
-       EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = 'owed_runtime'),
-       EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = 'owed_runtime' AND pg_has_role(r.oid, g.oid, 'USAGE'))
-FROM pg_roles r WHERE r.rolname = current_user`
+// queriesSQL holds qRole: what, for the session's role, would make
+// row-level security a no-op for it (sql/queries.sql, docs/sql.md).
+//
+//go:embed sql/queries.sql
+var queriesSQL string
+
+var qRole = sqlfile.MustParse("internal/service/sql/queries.sql", queriesSQL).Get("Role")
 
 // RuntimeRole is the group role whose privileges the sweeper, the workers
-// and the API need (migrations/00018): the one a login must be granted.
+// and the API need (internal/migrate/sql/roles.sql): the one a login must be
+// granted.
 const RuntimeRole = "owed_runtime"
 
 // CheckRole refuses a database role a service must not run as: a superuser

@@ -19,7 +19,8 @@ import (
 
 // The fast path: a row scheduled due now is published within milliseconds
 // instead of at the next cron call. The ledger's triggers
-// (migrations/00014_due_notify.sql) send pg_notify(DueChannel) when a
+// (owed_notifications_due_inserted and _due_updated,
+// internal/ledger/sql/due_notify.sql) send pg_notify(DueChannel) when a
 // committed statement leaves a pending row due within a minute, whoever
 // wrote it; the DueListener holds a LISTEN connection and answers each
 // notification with one sweep run (sweep.RunNotify): the cron's slices

@@ -3,12 +3,13 @@
 //
 // Row-level security on every tenant table compares tenant_id with the
 // transaction-local setting owed.tenant_id, for the roles the policies name
-// (owed_runtime, owed_apps: migrations/00018). Enter sets it,
+// (owed_runtime, owed_apps: internal/migrate/sql/roles.sql). Enter sets it,
 // transaction-locally (set_config(…, true)), so a pooled connection never
 // carries one request's scope into the next, and a statement run without it
 // matches no row. There is no setting that opens every tenant: a
 // cross-tenant statement is a SECURITY DEFINER function the runtime role may
-// execute (migrations/00019, 00020), never a scope a session can enter.
+// execute (owed_sweep_*, owed_ledger_*, owed_pace_*, ...: docs/sql.md), never
+// a scope a session can enter.
 //
 // Nothing else in owed writes set_config for this setting; SQL functions
 // that scope themselves (migrations) are the only other writers. The package
@@ -18,10 +19,13 @@ package tenant
 import (
 	"context"
 	"database/sql"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/owedhq/owed/internal/sqlfile"
 )
 
 // MaxLength is the longest tenant id, in bytes. The tables check the same
@@ -53,8 +57,13 @@ type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// qEnter is the only statement in Go that sets the scope.
-const qEnter = `SELECT set_config('owed.tenant_id', $1, true)`
+// queriesSQL holds qEnter, the only statement in Go that sets the scope
+// (sql/queries.sql, docs/sql.md).
+//
+//go:embed sql/queries.sql
+var queriesSQL string
+
+var qEnter = sqlfile.MustParse("internal/tenant/sql/queries.sql", queriesSQL).Get("Enter")
 
 // Enter scopes the transaction behind tx to id: from here until it ends, its
 // statements see and write only id's rows.

@@ -7,7 +7,7 @@
 // enforced in every test.
 //
 // The owner role must have CREATEDB and CREATEROLE: the migrations create
-// owed's group roles (migrations/00018), and the template is built after
+// owed's group roles (internal/migrate/sql/roles.sql), and the template is built after
 // the token administrator's login (AdminUser) is created when missing.
 package testdb
 
@@ -46,8 +46,8 @@ type DB struct {
 
 // OwnerTx runs fn in a transaction as the owning role and commits it when
 // fn returns nil: the fixtures that cross tenants. The policies exempt the
-// owner (migrations/00018): an owner is no boundary, and no service runs as
-// it.
+// owner (each tenant table's *_owner policy, internal/migrate/sql/roles.sql
+// says why): an owner is no boundary, and no service runs as it.
 func (d *DB) OwnerTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := d.Owner.BeginTx(ctx, nil)
 	if err != nil {

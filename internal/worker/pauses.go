@@ -9,7 +9,8 @@ import (
 	"github.com/owedhq/owed/internal/pace"
 )
 
-// Operator pauses (pace.Tenants, pace.Accounts.Hold; migrations/00029): on-call
+// Operator pauses (pace.Tenants, pace.Accounts.Hold; internal/pace/sql/account.sql
+// and tenant_pauses.sql): on-call
 // pauses every send of a tenant, or holds every send of a provider account,
 // until lifted by hand. A claimed row of a paused tenant, or routed to a
 // held account, goes back to the queue after pausedRetry (at most

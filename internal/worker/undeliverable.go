@@ -9,7 +9,8 @@ import (
 	"github.com/owedhq/owed/internal/provider"
 )
 
-// Undeliverable recipients (migrations/00023, docs/providers.md): a
+// Undeliverable recipients (owed_undeliverable,
+// internal/ledger/sql/undeliverable.sql; docs/providers.md): a
 // recipient's permanent failure (provider.Error.Recipient: a STOP reply, a
 // blocked bot, an inactive or invalid address) marks the resolved address
 // undeliverable on its channel in the row's tenant, and a later row to that

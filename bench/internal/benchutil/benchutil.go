@@ -162,7 +162,7 @@ func Schedule(ctx context.Context, l *ledger.Ledger, prefix string, n, tenants i
 // WaitSettled polls until nothing is owed in the ledger (every row settled),
 // and returns when that was first seen. It reads through its own pool, as
 // the owner role, so its statements are not counted as the app role's (the
-// owner reads every tenant's rows through its own policy, migrations/00018;
+// owner reads every tenant's rows through its own policy, owed_notifications_owner;
 // the ledger's Backlog is a function only owed_runtime may run).
 func (d *DB) WaitSettled(ctx context.Context, every time.Duration) (time.Time, error) {
 	for {
@@ -231,7 +231,7 @@ type Outcome struct {
 func (d *DB) Outcome(ctx context.Context) (Outcome, error) {
 	var o Outcome
 	// The owner reads every tenant's rows: the policies exempt it
-	// (migrations/00018).
+	// (owed_notifications_owner, internal/ledger/sql/notifications.sql).
 	err := d.Owner.QueryRowContext(ctx, `
 			SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state <> 'delivered'),
 			       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), 0),

@@ -2,8 +2,8 @@
 -- it names, in the row's tenant scope. The claim functions are SECURITY
 -- INVOKER (the default), so row-level security applies to the caller as to
 -- the statements they wrap, and set_config(..., true) is local to the
--- caller's transaction. internal/ledger is their only caller, and its Go
--- side (claim.go, decide) reads the row the claim returns.
+-- caller's transaction. internal/ledger is their only caller (queries.sql),
+-- and its Go side (claim.go, decide) reads the row the claim returns.
 
 -- owed_claim takes one row for a send, and returns the row as it was
 -- before the claim (its payload read through owed_event_payloads when it

@@ -2,9 +2,8 @@
 -- sweep leases the rows falling due (pending to leased), publishes a queue
 -- message for each, marks the published rows queued, releases what it
 -- could not publish, republishes rows whose message was lost (their lease
--- ran out), and expires rows past their expiry. internal/ledger (sweep.go,
--- notifysweep.go) is the only caller, and its comments explain each
--- condition.
+-- ran out), and expires rows past their expiry. internal/ledger is the only
+-- caller, and its calls in queries.sql explain each condition.
 --
 -- Each statement is a SECURITY DEFINER function owned by owed_definer, and
 -- the runtime role may EXECUTE exactly these: each returns only the columns

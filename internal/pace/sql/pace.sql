@@ -64,7 +64,7 @@ GRANT SELECT, INSERT ON owed_provider_limited_minutes TO owed_definer;
 -- apart, as many as start within the max wait ($3), or none when the first
 -- free slot starts later; it answers the row as it was locked, the new tat
 -- (NULL: nothing taken) and the instant the slots were computed from.
--- internal/pace/queries.go (qReserveN) explains each step. It reads
+-- internal/pace/sql/queries.sql (ReserveN) explains each step. It reads
 -- clock_timestamp(), not now(): now() is frozen at the start of the
 -- transaction, before the statement waited for the row lock behind other
 -- processes, so a slot computed from it could already lie in the past and

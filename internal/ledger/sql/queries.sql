@@ -1,0 +1,704 @@
+-- Every statement the ledger runs (internal/ledger), by name; the Go code
+-- binds each to a variable when the package is initialised (queries.go and
+-- beside each caller) and never writes SQL of its own. The schema they run
+-- on is this folder's other files (docs/sql.md).
+--
+-- "Now" is always written coalesce($n::timestamptz, now()) with the Ledger
+-- clock's NowOrNil as $n: nil in production, so the database's clock decides
+-- (now() is the transaction's start, so every statement of one transaction
+-- agrees on the instant), or a test's stubbed instant. A time derived from
+-- now (a lease's end, a publish-ahead horizon) is computed here from that
+-- same expression and a duration in seconds, never in Go from another clock.
+
+
+-- Reading rows, in the caller's tenant scope.
+
+-- fragment: notificationColumns
+-- notificationColumns are a row's columns as the ledger reads them back:
+-- the payload is the row's own or, for a row of an event, the shared one
+-- (owed_event_payloads, sql/notifications.sql). Selected FROM
+-- owed_notifications, unaliased.
+id, tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
+       coalesce(payload, (SELECT p.payload FROM owed_event_payloads p
+                           WHERE p.tenant_id = owed_notifications.tenant_id AND p.id = owed_notifications.payload_id)),
+       state, attempts, lease_until, claimed_at, published_at, delivered_at, settled_at,
+       provider, provider_message_id, last_error, created_at, updated_at, queue_generation, claim_seq
+
+-- name: Get
+-- Get reads one row in the caller's tenant scope.
+SELECT {{notificationColumns}} FROM owed_notifications WHERE id = $1
+
+-- name: Attempts
+-- Attempts lists a row's sends, first first.
+SELECT attempt, provider, started_at, finished_at, outcome, provider_message_id, http_status, error,
+       possible_duplicate
+  FROM owed_notification_attempts WHERE notification_id = $1 ORDER BY attempt
+
+-- name: RowsIn
+-- RowsIn reads the rows of one tenant among the ids $1, in that
+-- tenant's scope.
+SELECT {{notificationColumns}} FROM owed_notifications WHERE id = ANY($1)
+
+-- name: FindPage
+-- FindPage lists a tenant's rows for a recipient and/or subject (an empty
+-- filter value matches every row), newest due first, from a position: rows
+-- ordered after $5/$6 in (due_at DESC, id DESC). The first page passes 'infinity', which every due
+-- time precedes. The index owed_notifications_tenant_due (tenant_id,
+-- due_at, id) serves it read backwards; the +1 in the limit tells whether another page follows.
+SELECT {{notificationColumns}} FROM owed_notifications
+ WHERE tenant_id = $1
+   AND ($2 = '' OR recipient = $2)
+   AND ($3 = '' OR ref_id = $3)
+   AND ($4 = '' OR kind = $4)
+   AND (due_at, id) < ($5::timestamptz, $6::bigint)
+ ORDER BY due_at DESC, id DESC
+ LIMIT $7
+
+-- name: Audit
+-- Audit summarises each of a tenant's rows with its sends.
+SELECT n.id, n.state, n.expires_at, n.settled_at,
+       count(a.id) FILTER (WHERE a.outcome = 'accepted'),
+       coalesce(bool_or(a.possible_duplicate), false)
+  FROM owed_notifications n LEFT JOIN owed_notification_attempts a ON a.notification_id = n.id
+ WHERE n.tenant_id = $1
+ GROUP BY n.id
+
+-- Scheduling, cancelling and rescheduling (schedule.go).
+
+-- name: Schedule
+-- Schedule inserts a batch idempotently. The batch travels as one JSON
+-- array so a thousand rows cost one round trip. Rows already there are
+-- found by the schedule key in the final select.
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
+        idx int, recipient text, channel text, kind text, ref_id text,
+        due_at timestamptz, expires_at timestamptz, payload jsonb, payload_id bigint)
+), ins AS (
+    INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
+                               payload, payload_id, created_at, updated_at)
+    SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload, payload_id,
+           coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now())
+      FROM input ORDER BY idx
+    ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING
+    RETURNING id, recipient, kind, ref_id, due_at
+)
+SELECT i.idx, coalesce(ins.id, n.id), ins.id IS NOT NULL, coalesce(n.state, 'pending')
+  FROM input i
+  LEFT JOIN ins ON (ins.recipient, ins.kind, ins.ref_id, ins.due_at) = (i.recipient, i.kind, i.ref_id, i.due_at)
+  LEFT JOIN owed_notifications n ON n.tenant_id = $2
+       AND (n.recipient, n.kind, n.ref_id, n.due_at) = (i.recipient, i.kind, i.ref_id, i.due_at)
+ ORDER BY i.idx
+
+-- name: FindScheduled
+-- FindScheduled looks up rows a concurrent scheduler inserted after
+-- Schedule's snapshot was taken (ON CONFLICT saw them, the join did not).
+SELECT id, state FROM owed_notifications
+ WHERE tenant_id = $1 AND recipient = $2 AND kind = $3 AND ref_id = $4 AND due_at = $5
+
+-- name: InsertSharedPayload
+-- InsertSharedPayload stores a payload several rows of one batch
+-- share, once ($1 tenant, $2 payload, $3 now); the rows name its id.
+INSERT INTO owed_event_payloads (tenant_id, payload, created_at)
+VALUES ($1, $2::jsonb, coalesce($3::timestamptz, now()))
+RETURNING id
+
+-- name: DeleteSharedPayloads
+-- DeleteSharedPayloads removes shared payloads ($2) no row of their
+-- batch took, the rows being there already (a replayed event).
+DELETE FROM owed_event_payloads WHERE tenant_id = $1 AND id = ANY($2)
+
+-- fragment: subjectOpenRows
+-- subjectOpenRows picks the open rows of one subject ($1 tenant, $2
+-- kind, $3 ref_id; $4 is now) for Cancel and Reschedule. A row a
+-- worker is sending right now is left alone here: its outcome is the
+-- truth, and the cancel or reschedule is recorded on it as an intent
+-- instead (RecordCancel, RecordReschedule in schedule.go), applied
+-- when the send ends (owed_apply_intent, sql/intents.sql).
+--
+-- The rows are locked in id order first, as every multi-row update a
+-- worker may race is (see MarkQueued).
+  FROM (SELECT id FROM owed_notifications
+         WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3 AND settled_at IS NULL
+         ORDER BY id FOR UPDATE) l
+ WHERE n.id = l.id
+   AND n.settled_at IS NULL
+   AND (n.state <> 'sending' OR n.lease_until <= coalesce($4::timestamptz, now()))
+
+-- name: Cancel
+-- Cancel settles the open rows of one subject.
+UPDATE owed_notifications n
+   SET state = 'cancelled', settled_at = coalesce($4::timestamptz, now()), lease_until = NULL,
+       updated_at = coalesce($4::timestamptz, now()), last_error = 'cancelled'
+{{subjectOpenRows}}
+
+-- name: CountInFlight
+-- CountInFlight counts rows of one subject that are being sent now.
+SELECT count(*) FROM owed_notifications
+ WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3
+   AND state = 'sending' AND lease_until > coalesce($4::timestamptz, now())
+
+-- fragment: shiftedExpiry
+-- shiftedExpiry is a row's expiry moved by as much as its due time moves
+-- to $5, no later than the last instant a ledger time may hold (the
+-- years 1 to 9999 in UTC, checkTime): a far expiry moved far ahead
+-- would otherwise be a time no API answer or queue message can write.
+least(n.expires_at + ($5 - n.due_at), '9999-12-31 23:59:59.999999+00'::timestamptz)
+
+-- name: Reschedule
+-- Reschedule moves the open rows of one subject to a new due time ($5),
+-- shifting an expiry by the same amount so the window a nudge is worth
+-- sending in keeps its length. The new due_at gives the row a new
+-- idempotency key; a message already published under the old one is
+-- recognised as stale by the worker. published_at is cleared because the
+-- new key was never published. The queue generation moves on too: a
+-- snooze and un-snooze back to a due time already published must not
+-- reuse that message's queue key, or a queue that deduplicates would
+-- drop the new message as a copy of the old one, which the worker
+-- acked as stale.
+UPDATE owed_notifications n
+   SET due_at = $5, expires_at = {{shiftedExpiry}},
+       state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
+       queue_generation = n.queue_generation + 1,
+       updated_at = coalesce($4::timestamptz, now())
+{{subjectOpenRows}}
+
+-- The intents (schedule.go): a cancel or reschedule of a row a live
+-- worker is sending is recorded on the row and applied when the send ends
+-- (owed_apply_intent, sql/intents.sql).
+
+-- fragment: subjectInFlight
+-- subjectInFlight is the subject's rows a live worker is sending ($1
+-- tenant, $2 kind, $3 ref_id, $4 now), with their recipients.
+SELECT n.id, n.recipient FROM owed_notifications n
+ WHERE n.tenant_id = $1 AND n.kind = $2 AND n.ref_id = $3 AND n.settled_at IS NULL
+   AND n.state = 'sending' AND n.lease_until > coalesce($4::timestamptz, now())
+
+-- name: RecordCancel
+-- RecordCancel records a cancel on the subject's rows in flight,
+-- replacing a reschedule still waiting there: the cancel is the later
+-- word.
+WITH recorded AS (
+    UPDATE owed_notifications n
+       SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL,
+           intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
+           updated_at = coalesce($4::timestamptz, now())
+      FROM ({{subjectInFlight}}) t
+     WHERE n.id = t.id
+    RETURNING n.id
+)
+SELECT count(*), false FROM recorded
+
+-- name: RecordReschedule
+-- RecordReschedule records a move to $5 on the subject's rows in
+-- flight, except one whose cancel is still waiting (the cancel came
+-- first and wins, as for an open row a cancel already settled). The
+-- expiry target shifts by the same amount, as Reschedule shifts it.
+-- It records nothing and reports a clash when a row would land on the
+-- schedule key of another row (open or settled, moved there by
+-- Reschedule a moment ago included), or two rows in flight of one
+-- recipient on one key: the clash Reschedule meets as a unique
+-- violation, met here before the intent is applied, so a release never
+-- fails on it.
+WITH target AS (
+    SELECT t.id, t.recipient FROM ({{subjectInFlight}}) t
+      JOIN owed_notifications n ON n.id = t.id
+     WHERE n.intent IS DISTINCT FROM 'cancel' OR n.intent_outcome IS NOT NULL
+), clash AS (
+    SELECT 1 FROM target t
+     WHERE EXISTS (SELECT 1 FROM owed_notifications o
+                    WHERE o.tenant_id = $1 AND o.recipient = t.recipient AND o.kind = $2 AND o.ref_id = $3
+                      AND o.due_at = $5::timestamptz AND o.id <> t.id)
+        OR (SELECT count(*) FROM target u WHERE u.recipient = t.recipient) > 1
+), recorded AS (
+    UPDATE owed_notifications n
+       SET intent = 'reschedule', intent_due_at = $5, intent_expires_at = {{shiftedExpiry}},
+           intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
+           updated_at = coalesce($4::timestamptz, now())
+      FROM target t
+     WHERE n.id = t.id AND NOT EXISTS (SELECT 1 FROM clash)
+    RETURNING n.id
+)
+SELECT count(*), EXISTS (SELECT 1 FROM clash) FROM recorded
+
+-- The sweeper's statements here cross tenants, so each is a SECURITY
+-- DEFINER function owned by owed_definer (sql/sweep.sql), the only
+-- way the runtime role reaches another tenant's rows, and returns only
+-- the columns read here. The comments say what each function's SQL does.
+
+-- name: Survey
+-- Survey is what a sweep run looks at before it leases, in one
+-- statement (owed_sweep_survey: $1 now, $2 how far to count, $3 the
+-- publish-ahead window in seconds): the rows a live lease holds (leased,
+-- queued or sending, due by the horizon, which every leased row was),
+-- counted up to $2 so the count costs at most the backpressure cap;
+-- whether pending rows and rows whose lease ran out wait (the first index
+-- entry of each); and the due time of the oldest unsettled row already
+-- due (one step down the partial index), with the instant it was asked
+-- at. Every part reads owed_notifications_owed_due from its start, so an
+-- idle survey costs what is owed by the horizon, not what the ledger
+-- holds.
+SELECT outstanding, pending, requeues, oldest_due_at, asked_at FROM owed_sweep_survey($1, $2, $3)
+
+-- name: LeasableExists
+-- LeasableExists tells whether a lease could have returned something
+-- (owed_sweep_leasable, $1 now, $2 the publish-ahead window): the check
+-- behind "a sweep that leased nothing while rows are owed".
+SELECT owed_sweep_leasable($1, $2)
+
+-- name: Lease
+-- Lease is the sweeper's claim of every owed row, in one statement
+-- (owed_sweep_lease, whose text is owed_sweep_lease_sql): the inner
+-- select reads the partial index owed_notifications_owed_due ((due_at,
+-- id) of unsettled rows) plus the lease test, SKIP LOCKED lets a
+-- concurrent sweep step over rows this one holds instead of queueing
+-- behind them, and the LIMIT bounds the slice. There is no lower bound
+-- on due_at: after a pause, the oldest owed rows go first. RETURNING
+-- shows published_at before this statement (it is not set here), which
+-- tells a republish from a first publish. $1 is the slice, $2 now, $3 the
+-- lease and $4 the publish-ahead window, in seconds from now, $5 the
+-- limit.
+--
+-- A row published before (queued or sending with its lease run out: its
+-- message was lost, acked or dead-lettered, or its worker died) is
+-- republished deliberately, so its queue generation moves on and the new
+-- message gets a new queue key. A row still leased and never marked
+-- published (the sweep died between the publish and the mark) keeps its
+-- generation: its message is probably in the queue already, and the
+-- same key lets a deduplicating queue absorb the repeat.
+--
+-- A sweep run leases in two kinds of slice, so requeues never starve new
+-- rows: SlicePending takes pending rows after a (due_at, id) cursor
+-- ($6, $7), which the index reads as a range, so a run's next slice
+-- starts where its last one ended instead of stepping again over the
+-- rows it already leased; SliceRequeue takes rows whose lease ran out.
+-- ExplainLease runs the same text under EXPLAIN ANALYZE.
+SELECT id, tenant_id, due_at, republish, queue_generation FROM owed_sweep_lease($1, $2, $3, $4, $5, $6, $7)
+
+-- name: ExplainLease
+-- ExplainLease runs Lease's text under EXPLAIN ANALYZE
+-- (owed_sweep_explain_lease); its caller rolls the transaction back.
+SELECT owed_sweep_explain_lease($1, $2, $3, $4, $5, $6, $7)
+
+-- name: LeaseDue
+-- LeaseDue is the fast path's lease (owed_sweep_lease_due): the pending
+-- slice, bounded by the backpressure cap as well, with the count of rows a
+-- live lease holds on every row it returns.
+SELECT held, id, tenant_id, due_at, republish, queue_generation
+  FROM owed_sweep_lease_due($1, $2, $3, $4, $5, $6, $7)
+
+-- name: SetAside
+-- SetAside settles failed a leased row whose message cannot be built
+-- (owed_sweep_set_aside: $1 the row, $2 now, $3 the reason).
+SELECT owed_sweep_set_aside($1, $2, $3)
+
+-- name: ExpireOverdue
+-- ExpireOverdue settles rows whose expiry passed before they were sent
+-- (owed_sweep_expire, $1 now, $2 the limit) and counts them. A row a
+-- live worker is sending is skipped: that worker checked the expiry when
+-- it claimed the row.
+SELECT owed_sweep_expire($1, $2)
+
+-- name: MarkQueued
+-- MarkQueued records that the queue accepted the messages of rows $1
+-- (owed_sweep_mark_queued). Only rows still leased change: a worker may
+-- already have claimed (or even delivered) a row whose message it
+-- received before this statement ran. The lease runs from the due time
+-- ($3 seconds past it), since a message published ahead is invisible
+-- until then.
+--
+-- Every statement that updates several rows that workers may be
+-- claiming at the same moment locks them first, in id order, as the
+-- workers' batched claims and settles do (sql/claim.sql): two
+-- transactions that lock overlapping rows in the same order wait for
+-- each other instead of deadlocking. This one and ReleaseLeased do.
+SELECT owed_sweep_mark_queued($1, $2, $3)
+
+-- name: ReleaseLeased
+-- ReleaseLeased hands back the rows of $1 that are still leased, whose
+-- messages were not accepted, so the next sweep takes them at once
+-- (owed_sweep_release).
+SELECT owed_sweep_release($1, $2)
+
+-- The worker's statements: the claim, its heartbeat, and every settle or
+-- release after it.
+
+-- name: ClaimBatch
+-- ClaimBatch is the worker's claim of many rows, possibly of many
+-- tenants, in one statement and one commit: owed_claim_batch
+-- (sql/claim.sql) runs owed_claim for each row in
+-- id order under the row's own tenant scope. For each row owed_claim
+-- locks it and takes it for one send only if it is owed, due (within the
+-- early tolerance, $4 seconds), for the due time the message names,
+-- unexpired and not held by a live worker; it returns the row as it was
+-- plus whether it was taken, and the caller reads the old row to say why
+-- a claim took nothing. A settled row is never taken, failed included
+-- (owed_claim, sql/claim.sql): only Redrive reopens a failed
+-- row, so a stray or redriven copy of its message sends nothing. A row
+-- not visible in its tenant's scope answers nothing for its idx.
+--
+-- A claim that takes the row moves its claim_seq on, and the row comes
+-- back with the new value: the token of this claim, which every later
+-- write names (heldRow; owed_claim, sql/claim.sql).
+--
+-- The claim's instant comes back as the last column, so the caller
+-- judges the rows by the instant that took them, and the lease ($3
+-- seconds) runs from it.
+SELECT c.*, t.now
+  FROM (SELECT coalesce($2::timestamptz, now()) AS now) t,
+       owed_claim_batch($1::jsonb, t.now, t.now + make_interval(secs => $3),
+                        t.now + make_interval(secs => $4)) c
+
+-- name: ClaimBatchMarked
+-- ClaimBatchMarked is ClaimBatch through
+-- owed_claim_batch_marked (sql/claim.sql): each row taken comes back
+-- with the undeliverable mark of its recipient on its channel (its
+-- provider, code and instant, NULL when unmarked) before the claim's
+-- instant, so the worker's check of the mark costs no transaction of its
+-- own.
+SELECT c.*, t.now
+  FROM (SELECT coalesce($2::timestamptz, now()) AS now) t,
+       owed_claim_batch_marked($1::jsonb, t.now, t.now + make_interval(secs => $3),
+                               t.now + make_interval(secs => $4)) c
+
+-- name: ExtendClaims
+-- ExtendClaims is the heartbeat of many held claims, possibly of many
+-- tenants, in one statement and one commit: owed_extend_claims
+-- (sql/claim.sql) moves each row's lease to $3 seconds from now, if
+-- the row is still sending under the token named, in its tenant's scope,
+-- and says whether it was.
+SELECT idx, held FROM owed_extend_claims($1::jsonb, coalesce($2::timestamptz, now()),
+                                         coalesce($2::timestamptz, now()) + make_interval(secs => $3))
+
+-- name: SettleDeliveredBatch
+-- SettleDeliveredBatch records accepted sends and settles their rows
+-- in one statement and one commit: owed_settle_delivered_batch runs
+-- owed_settle_delivered (both sql/settle.sql) for each
+-- row in id order under the row's own tenant scope. delivered_at is
+-- stamped only on a row not delivered yet, so a row has one delivered_at
+-- however many copies of its message arrive; the attempt is recorded
+-- either way, because it happened. A row failed while its send was still
+-- under way (its claim's lease ran out and another worker failed it) is
+-- stamped delivered all the same: the provider's yes is the truth.
+--
+-- Each send names its claim's token. A send made under a claim that
+-- another has superseded is recorded as a possible duplicate; when that
+-- other claim still holds the row under a live lease (its send may be
+-- under way) the row is left to it (held_elsewhere) rather than settled
+-- from under it. A row not visible in its tenant's scope answers a NULL
+-- changed.
+SELECT idx, changed, held_elsewhere FROM owed_settle_delivered_batch($1::jsonb, coalesce($2::timestamptz, now()))
+
+-- fragment: heldRow
+-- heldRow fences every write a worker makes after its claim: the row
+-- ($1) changes only while it is still sending under the claim token its
+-- worker holds ($2, owed_notifications.claim_seq: sql/notifications.sql). A
+-- row another claim has taken since, or the sweep re-leased after the
+-- lease ran out, matches nothing, and the empty RETURNING tells the
+-- caller so (ErrClaimLost). $3 is now in each of them.
+ WHERE id = $1 AND claim_seq = $2 AND state = 'sending'
+RETURNING id
+
+-- name: SettleExpired
+-- SettleExpired settles a held row whose expiry passed after its claim.
+UPDATE owed_notifications
+   SET state = 'expired', settled_at = coalesce($3::timestamptz, now()), lease_until = NULL,
+       updated_at = coalesce($3::timestamptz, now()), last_error = 'expired before it was sent'
+{{heldRow}}
+
+-- name: SettleSkipped
+-- SettleSkipped settles a held row whose recipient has nothing to
+-- receive.
+UPDATE owed_notifications
+   SET state = 'skipped', settled_at = coalesce($3::timestamptz, now()), lease_until = NULL, last_error = $4,
+       updated_at = coalesce($3::timestamptz, now())
+{{heldRow}}
+
+-- name: SettleFailed
+-- SettleFailed settles a held row failed. claimed_at, the mark that the
+-- next send may duplicate an earlier one (see Redrive), survives only
+-- when the last send's outcome was unknown ($5) or a send of the row
+-- (the one just recorded included) was recorded as a possible
+-- duplicate: either may have reached the provider. The
+-- claimed_at every other failed claim leaves behind is cleared, so it is
+-- not taken for such a mark.
+UPDATE owed_notifications n
+   SET state = 'failed', settled_at = coalesce($3::timestamptz, now()), lease_until = NULL, last_error = $4,
+       claimed_at = CASE WHEN $5::boolean OR EXISTS (SELECT 1 FROM owed_notification_attempts a
+                                                     WHERE a.notification_id = n.id AND a.possible_duplicate)
+                         THEN n.claimed_at END,
+       updated_at = coalesce($3::timestamptz, now())
+{{heldRow}}
+
+-- name: ReleaseClaim
+-- ReleaseClaim returns a held row a worker could not send now (rate
+-- limited, transient failure) to queued. Its message comes back after
+-- the nack's delay; the lease, $4 seconds from now (that delay and the
+-- requeue grace), keeps the sweeper from republishing it before then.
+-- claimed_at is cleared so the next claim is not taken for a crash.
+--
+-- When the send's outcome is unknown ($6: it timed out, or the
+-- connection dropped, after the request may have reached the provider)
+-- claimed_at stays, so the next claim flags its send as a possible
+-- duplicate, exactly as after a worker that died mid-send.
+UPDATE owed_notifications
+   SET state = 'queued', claimed_at = CASE WHEN $6::boolean THEN claimed_at END,
+       lease_until = coalesce($3::timestamptz, now()) + make_interval(secs => $4), last_error = $5,
+       updated_at = coalesce($3::timestamptz, now())
+{{heldRow}}
+
+-- name: ExpireUnclaimed
+-- ExpireUnclaimed settles expired a row a claim found past its expiry
+-- and did not take ($2 is the claim's instant). A row a live worker is
+-- sending is left alone, as ExpireOverdue leaves it: the claim answers
+-- ClaimHeld for it, and only its holder settles it.
+UPDATE owed_notifications
+   SET state = 'expired', settled_at = $2, lease_until = NULL, updated_at = $2,
+       last_error = 'expired before it was sent'
+ WHERE id = $1 AND settled_at IS NULL AND (state <> 'sending' OR lease_until <= $2)
+
+-- name: RecordAttempt
+-- RecordAttempt appends one send tried and counts it on the row.
+WITH counted AS (
+    UPDATE owed_notifications SET attempts = attempts + 1, updated_at = $4
+     WHERE id = $1
+    RETURNING id, tenant_id, attempts
+)
+INSERT INTO owed_notification_attempts (notification_id, tenant_id, attempt, provider, started_at, finished_at,
+                                   outcome, provider_message_id, http_status, error, possible_duplicate)
+SELECT id, tenant_id, attempts, $2, $3, $4, $5, $6, $7, $8, $9 FROM counted
+RETURNING attempt
+
+-- An operator's redrive of failed rows (redrive.go).
+
+-- name: Redrive
+-- Redrive reopens the failed rows of $1 (ids) in the caller's scope, as
+-- Redrive documents: back to pending, unsettled, unleased and never
+-- published under the new queue generation, so the next sweep leases
+-- them at once and publishes a fresh message under a new queue key.
+-- attempts is kept: it counts sends tried. claimed_at, the mark that the
+-- next send may duplicate an earlier one, is kept as SettleFailed left
+-- it: set only when the last send's outcome was unknown or a send was
+-- already recorded as a possible duplicate, since an earlier send that
+-- may have reached the provider still may have. A row past its expiry
+-- stays failed: a redrive never sends a late nudge.
+--
+-- The rows are locked in id order first (see MarkQueued). The final
+-- select reads the rows as they were before the update, so it takes the
+-- reopened rows' new state and generation from the update's RETURNING;
+-- its instant comes back with each row, for the caller's reasons.
+WITH target AS (
+    SELECT id FROM owed_notifications WHERE id = ANY($1) ORDER BY id FOR UPDATE
+), reopened AS (
+    UPDATE owed_notifications n
+       SET state = 'pending', settled_at = NULL, lease_until = NULL, published_at = NULL,
+           queue_generation = n.queue_generation + 1,
+           last_error = 'redriven after: ' || coalesce(n.last_error, 'failed'),
+           updated_at = coalesce($2::timestamptz, now())
+      FROM target t
+     WHERE n.id = t.id AND n.state = 'failed'
+       AND (n.expires_at IS NULL OR n.expires_at > coalesce($2::timestamptz, now()))
+    RETURNING n.id, n.state, n.queue_generation
+)
+SELECT n.id, n.tenant_id, coalesce(r.state, n.state), coalesce(r.queue_generation, n.queue_generation),
+       r.id IS NOT NULL, n.expires_at, coalesce($2::timestamptz, now())
+  FROM owed_notifications n
+  JOIN target t ON t.id = n.id
+  LEFT JOIN reopened r ON r.id = n.id
+
+-- The statements of ChangeMaterialised (reconcile.go), in the order it
+-- runs them. $1 is the tenant, $2 now, $3 the changes as a JSON array. A
+-- row changes only while it is marked materialised and unsettled, so a row
+-- that settled since the materialiser read it (delivered above all) is
+-- never changed.
+
+-- fragment: materialisedInput
+  FROM jsonb_to_recordset($3::jsonb) AS i(id bigint, cancel boolean, reason text,
+                                          due_at timestamptz, expires_at timestamptz)
+ WHERE n.id = i.id AND n.tenant_id = $1 AND n.materialised AND n.settled_at IS NULL
+
+-- fragment: materialisedOpen
+-- materialisedOpen is an open row, as subjectOpenRows says: one no
+-- live worker is sending.
+{{materialisedInput}}
+   AND (n.state <> 'sending' OR n.lease_until <= coalesce($2::timestamptz, now()))
+
+-- fragment: materialisedInFlight
+-- materialisedInFlight is a row a live worker is sending.
+{{materialisedInput}}
+   AND n.state = 'sending' AND n.lease_until > coalesce($2::timestamptz, now())
+
+-- fragment: cancelWaits
+-- cancelWaits is a cancel still waiting on the row's send.
+(n.intent IS NOT DISTINCT FROM 'cancel' AND n.intent_outcome IS NULL)
+
+-- fragment: takenKey
+-- takenKey is a row other than n holding the schedule key n is to move
+-- to, which the move would violate.
+EXISTS (SELECT 1 FROM owed_notifications o
+                WHERE o.tenant_id = n.tenant_id AND o.recipient = n.recipient AND o.kind = n.kind
+                  AND o.ref_id = n.ref_id AND o.due_at = i.due_at AND o.id <> n.id)
+
+-- name: LockMaterialised
+-- LockMaterialised ($1 the tenant, $2 the changes) locks every row
+-- the changes name first, in id order, as every multi-row update a
+-- worker may race does (see MarkQueued), so no release or settle slips
+-- between the statements below.
+SELECT count(*) FROM (SELECT n.id FROM owed_notifications n, jsonb_to_recordset($2::jsonb) AS i(id bigint)
+                       WHERE n.id = i.id AND n.tenant_id = $1 AND n.materialised AND n.settled_at IS NULL
+                       ORDER BY n.id FOR UPDATE OF n) l
+
+-- name: CancelMaterialised
+-- CancelMaterialised settles open rows cancelled, as Cancel does.
+UPDATE owed_notifications n
+   SET state = 'cancelled', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL,
+       updated_at = coalesce($2::timestamptz, now()), last_error = coalesce(i.reason, 'cancelled')
+{{materialisedOpen}} AND i.cancel
+
+-- name: CancelOntoTaken
+-- CancelOntoTaken cancels an open row whose recipient already has a
+-- row at the due time it is to move to: that row is the nudge at the
+-- new time, as owed_apply_intent decides for a move in flight.
+UPDATE owed_notifications n
+   SET state = 'cancelled', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL,
+       updated_at = coalesce($2::timestamptz, now()),
+       last_error = 'rescheduled onto a row already scheduled at that due time'
+{{materialisedOpen}} AND NOT i.cancel AND {{takenKey}}
+
+-- name: MoveMaterialised
+-- MoveMaterialised moves open rows as Reschedule does (a new due time
+-- is a new idempotency key; pending, never published under it, a new
+-- queue generation), to the expiry named rather than a shifted one. A
+-- row already there is left as it is.
+UPDATE owed_notifications n
+   SET due_at = i.due_at, expires_at = i.expires_at,
+       state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
+       queue_generation = n.queue_generation + 1,
+       updated_at = coalesce($2::timestamptz, now())
+{{materialisedOpen}} AND NOT i.cancel AND NOT {{takenKey}}
+   AND (n.due_at <> i.due_at OR n.expires_at IS DISTINCT FROM i.expires_at)
+
+-- name: RecordMaterialisedCancel
+-- RecordMaterialisedCancel records a cancel on rows in flight, as
+-- RecordCancel does, replacing a reschedule still waiting; a row whose
+-- cancel already waits is left alone, so a second run changes nothing.
+UPDATE owed_notifications n
+   SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL,
+       intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
+       updated_at = coalesce($2::timestamptz, now())
+{{materialisedInFlight}} AND i.cancel AND NOT {{cancelWaits}}
+
+-- name: RecordMaterialisedMove
+-- RecordMaterialisedMove records a move on rows in flight, as
+-- RecordReschedule does, except on a row whose cancel waits (it came
+-- first and wins) or whose same move waits already. A clash with a row
+-- at the new due time is left to owed_apply_intent, which cancels the
+-- row in flight in favour of that row when the send is handed back.
+UPDATE owed_notifications n
+   SET intent = 'reschedule', intent_due_at = i.due_at, intent_expires_at = i.expires_at,
+       intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
+       updated_at = coalesce($2::timestamptz, now())
+{{materialisedInFlight}} AND NOT i.cancel AND NOT {{cancelWaits}}
+   AND NOT (n.intent IS NOT DISTINCT FROM 'reschedule' AND n.intent_outcome IS NULL
+            AND n.intent_due_at = i.due_at AND n.intent_expires_at IS NOT DISTINCT FROM i.expires_at)
+
+-- name: MarkMaterialised
+-- MarkMaterialised marks the unsettled rows of $2 (ids) as the
+-- materialiser's, so they follow their items from now on.
+UPDATE owed_notifications SET materialised = true
+ WHERE tenant_id = $1 AND id = ANY($2) AND settled_at IS NULL AND NOT materialised
+
+-- Receipts (receipts.go).
+
+-- name: RecordReceipt
+-- RecordReceipt records one receipt against the accepted send with its
+-- message id, whatever the tenant (owed_receipt_record): $1 provider
+-- family, $2 message id, $3 status, $4 code, $5 the provider's time, $6
+-- now.
+SELECT known, recorded FROM owed_receipt_record($1, $2, $3, $4, $5, $6)
+
+-- name: ReceiptOutcome
+-- ReceiptOutcome reads a row's confirmed outcome in its tenant's scope.
+SELECT receipt_status, receipt_code, confirmed_at FROM owed_notifications WHERE id = $1
+
+-- name: Receipts
+-- Receipts lists a row's receipts in its tenant's scope, oldest first.
+SELECT provider, provider_message_id, status, code, occurred_at, received_at
+  FROM owed_receipts WHERE notification_id = $1
+ ORDER BY coalesce(occurred_at, received_at), id
+
+-- name: ReceiptStats
+-- ReceiptStats is owed_ledger_receipt_stats over the rows settled
+-- since $1.
+SELECT accepted, confirmed_delivered, bounced, failed, unconfirmed
+  FROM owed_ledger_receipt_stats($1)
+
+-- Undeliverable addresses (undeliverable.go), in the caller's tenant scope.
+
+-- fragment: undeliverableColumns
+-- A mark's columns, in the order scanUndeliverable reads them.
+tenant_id, channel, address, provider, code, reason, coalesce(notification_id, 0), marked_at
+
+-- name: MarkUndeliverable
+-- MarkUndeliverable marks an address undeliverable in the caller's tenant
+-- scope; marking it again replaces the earlier failure with this one. $8 is
+-- now.
+INSERT INTO owed_undeliverable
+    (tenant_id, channel, address, provider, code, reason, notification_id, marked_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8::timestamptz, now()))
+ON CONFLICT (tenant_id, channel, address) DO UPDATE
+   SET provider = EXCLUDED.provider, code = EXCLUDED.code, reason = EXCLUDED.reason,
+       notification_id = EXCLUDED.notification_id, marked_at = EXCLUDED.marked_at
+
+-- name: LookupUndeliverable
+-- LookupUndeliverable reads one mark by the table's key.
+SELECT {{undeliverableColumns}}
+  FROM owed_undeliverable WHERE tenant_id = $1 AND channel = $2 AND address = $3
+
+-- name: ClearUndeliverable
+-- ClearUndeliverable removes one mark (the customer re-subscribed).
+DELETE FROM owed_undeliverable
+ WHERE tenant_id = $1 AND channel = $2 AND address = $3
+
+-- name: ListUndeliverable
+-- ListUndeliverable lists a tenant's marks, newest first, on channel $2
+-- only unless it is empty.
+SELECT {{undeliverableColumns}}
+  FROM owed_undeliverable WHERE tenant_id = $1 AND ($2 = '' OR channel = $2)
+ ORDER BY marked_at DESC, channel, address
+
+-- What operators read across tenants, and the audit trail (lookup.go,
+-- operator.go).
+
+-- name: TenantsOf
+-- TenantsOf says whose rows the ids $1 are (owed_ledger_tenants_of), for
+-- an operator who names rows by id alone; the rows are then read or
+-- redriven in their own tenant's scope.
+SELECT id, tenant_id FROM owed_ledger_tenants_of($1)
+
+-- name: Backlog
+-- Backlog counts owed rows by state (owed_ledger_backlog); it reads
+-- only the partial index's rows, so its cost follows the backlog, not the
+-- ledger. Its instant comes back with each group, so the caller measures
+-- ages from it.
+SELECT state, owed, oldest_due_at, asked_at FROM owed_ledger_backlog($1)
+
+-- name: Stats
+-- Stats summarises the rows settled since $1 for operators
+-- (owed_ledger_stats), with the rows the provider accepted more than
+-- once and the resends made after a worker died mid-send.
+SELECT delivered, expired, failed, skipped, cancelled, lag_p50, lag_p95, lag_max,
+       duplicate_rows, possible_duplicates FROM owed_ledger_stats($1)
+
+-- name: SendsPerMinute
+-- SendsPerMinute counts the attempts finished in each minute since $1
+-- (owed_ledger_sends_per_minute); minutes without one are absent.
+SELECT minute, accepted, other FROM owed_ledger_sends_per_minute($1)
+
+-- name: RecordAction
+-- RecordAction appends one operator action (owed_operator_audit_record).
+SELECT owed_operator_audit_record($1, $2, $3, $4, $5, $6)
+
+-- name: OperatorActions
+-- OperatorActions reads the latest $1 operator actions, newest first.
+SELECT id, at, operator, action, target, count, reason FROM owed_operator_audit
+ ORDER BY at DESC, id DESC LIMIT $1
