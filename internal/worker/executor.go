@@ -194,7 +194,7 @@ func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
 		// expiry still settles it, at its next claim.
 		reason := fmt.Sprintf("no provider for channel %q: %v", row.Channel, err)
 		dl.log.Warn().Str("channel", row.Channel).Msg(reason + "; the message returns later")
-		w.release(ctx, dl, retry{after: min(jitter(unroutedRetry), w.o.QueueDelayMax), reason: reason})
+		w.release(ctx, dl, retry{after: jitter(unroutedRetry), reason: reason})
 		w.o.Metrics.outcome("unrouted")
 		return false
 	}
@@ -366,7 +366,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		// resumed; every worker stops sending on the account meanwhile.
 		sent("account")
 		w.tripAccount(ctx, dl, pe)
-		w.release(ctx, dl, retry{after: w.pausedDelay(w.o.AccountPause), reason: "provider account paused: " + pe.Error(),
+		w.release(ctx, dl, retry{after: w.o.AccountPause, reason: "provider account paused: " + pe.Error(),
 			uncertain: pe.MaybeSent})
 		m.outcome("account_paused")
 	case provider.RateLimited:
@@ -382,7 +382,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 			dl.log.Warn().Err(err).Msg("could not pause the shared pace")
 		}
 		// No attempt is recorded: a 429 is the provider's schedule.
-		w.release(ctx, dl, retry{after: w.pausedDelay(after), reason: "rate limited by the provider"})
+		w.release(ctx, dl, retry{after: after, reason: "rate limited by the provider"})
 		m.outcome("rate_limited")
 	case provider.Permanent:
 		sent("permanent")

@@ -25,6 +25,7 @@ type Metrics struct {
 	accountErrors      *prometheus.CounterVec
 	accountPaused      *prometheus.GaugeVec
 	operatorPauses     *prometheus.GaugeVec
+	handedBack         prometheus.Counter
 
 	// mu guards paused: the reason each open account's gauge carries, so
 	// the series goes when the circuit closes or its reason changes.
@@ -101,6 +102,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "owed_worker_operator_pauses",
 			Help: "Operator pauses as this process last read them, by kind: tenant (paused tenants) and account (held provider accounts).",
 		}, []string{"kind"}),
+		handedBack: counter("owed_worker_handed_back_total",
+			"Rows whose wait was longer than OWED_QUEUE_DELAY_MAX, or had no known end (an operator pause), handed back to the ledger until their not-before time, their message acked."),
 		paused: map[string]string{},
 	}
 	m.operatorPauses.WithLabelValues("tenant")
@@ -108,7 +111,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.messages, m.attempts, m.sendDuration, m.lag, m.rateLimited, m.duplicatesAbsorbed,
 			m.possibleDuplicates, m.keyMismatches, m.deadLettered, m.failed, m.inFlight, m.accountErrors,
-			m.accountPaused, m.operatorPauses)
+			m.accountPaused, m.operatorPauses, m.handedBack)
 	}
 	return m
 }

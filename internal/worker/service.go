@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -79,6 +80,10 @@ type Config struct {
 	// StallAfter is how long the worker may make no progress while it has
 	// work before /healthz answers 503 (Options.StallAfter).
 	StallAfter time.Duration `envconfig:"WORKER_STALL_AFTER"`
+	// QueueDelayMax is the longest a message is returned to the queue for
+	// before its wait is handed to the ledger (Options.QueueDelayMax);
+	// unset, the backend's default (backends.Config.QueueDelayMax).
+	QueueDelayMax time.Duration `envconfig:"QUEUE_DELAY_MAX"`
 
 	// Queue is the queue backend, OWED_QUEUE_BACKEND and its variables.
 	Queue     backends.Config  `ignored:"true"`
@@ -140,6 +145,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_RESOLVER=%q is not one of recipient, sql", c.Resolver)
 	case c.StallAfter < c.SendTimeout+stallMargin:
 		return fmt.Errorf("OWED_WORKER_STALL_AFTER=%s must be at least OWED_SEND_TIMEOUT + %s (%s): a message's slowest legitimate path", c.StallAfter, stallMargin, c.SendTimeout+stallMargin)
+	case c.QueueDelayMax != 0 && (c.QueueDelayMax < time.Second || c.QueueDelayMax > queue.MaxVisibility):
+		return fmt.Errorf("OWED_QUEUE_DELAY_MAX=%s must be 1s to %s, or unset for the queue backend's default", c.QueueDelayMax, queue.MaxVisibility)
 	case c.DBMaxConns < 1:
 		return fmt.Errorf("OWED_DB_MAX_CONNS=%d must be above zero", c.DBMaxConns)
 	}
@@ -163,7 +170,7 @@ func (c Config) Options() Options {
 		VisibilityTimeout: c.VisibilityTimeout, ShutdownTimeout: c.ShutdownTimeout, RetryAfterMax: c.RetryAfterMax,
 		KeyPrefix: c.IdempotencyPrefix, AccountPause: c.AccountPause,
 		Retries: Retries{Default: c.RetrySchedule, ByChannel: by}, NoUndeliverable: !c.Undeliverable,
-		StallAfter: c.StallAfter}
+		StallAfter: c.StallAfter, QueueDelayMax: cmp.Or(c.QueueDelayMax, c.Queue.QueueDelayMax())}
 }
 
 // ProviderRate is OWED_PROVIDER_RATE as read: Set is false while the
