@@ -137,6 +137,12 @@ type Options struct {
 	// another worker) is returned for at most this long and looked at
 	// again.
 	QueueDelayMax time.Duration
+	// RecipientRates is each channel's per-recipient pace
+	// (OWED_RECIPIENT_RATE_<CHANNEL>): how often this process sends to one
+	// recipient of one provider account. A channel without one has none;
+	// a provider's limit on a recipient (a rate-limited answer scoped to
+	// it) is kept whatever the pace (recipients.go).
+	RecipientRates map[string]pace.Rate
 	// NoUndeliverable turns the undeliverable recipients off
 	// (OWED_UNDELIVERABLE=false): a recipient's permanent failure marks
 	// nothing and no send is skipped for a mark (undeliverable.go).

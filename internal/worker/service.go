@@ -74,6 +74,13 @@ type Config struct {
 	RetryScheduleTelegram Schedule `envconfig:"RETRY_SCHEDULE_TELEGRAM"`
 	RetryScheduleSlack    Schedule `envconfig:"RETRY_SCHEDULE_SLACK"`
 	RetryScheduleWebhook  Schedule `envconfig:"RETRY_SCHEDULE_WEBHOOK"`
+	// RecipientRate<Channel> is the channel's per-recipient pace
+	// (Options.RecipientRates): empty, or "unlimited", for none.
+	RecipientRateEmail    pace.Rate `envconfig:"RECIPIENT_RATE_EMAIL"`
+	RecipientRateSMS      pace.Rate `envconfig:"RECIPIENT_RATE_SMS"`
+	RecipientRateTelegram pace.Rate `envconfig:"RECIPIENT_RATE_TELEGRAM"`
+	RecipientRateSlack    pace.Rate `envconfig:"RECIPIENT_RATE_SLACK"`
+	RecipientRateWebhook  pace.Rate `envconfig:"RECIPIENT_RATE_WEBHOOK"`
 	// Undeliverable marks the addresses a provider refused as the
 	// recipient's and skips later sends to them (Options.NoUndeliverable).
 	Undeliverable bool `envconfig:"UNDELIVERABLE"`
@@ -166,7 +173,15 @@ func (c Config) Options() Options {
 			by[ch] = s
 		}
 	}
-	return Options{Concurrency: c.Concurrency, MaxAttempts: c.MaxAttempts, SendTimeout: c.SendTimeout,
+	rates := map[string]pace.Rate{}
+	for ch, r := range map[string]pace.Rate{payload.ChannelEmail: c.RecipientRateEmail, payload.ChannelSMS: c.RecipientRateSMS,
+		payload.ChannelTelegram: c.RecipientRateTelegram, payload.ChannelSlack: c.RecipientRateSlack,
+		payload.ChannelWebhook: c.RecipientRateWebhook} {
+		if !r.IsUnlimited() {
+			rates[ch] = r
+		}
+	}
+	return Options{Concurrency: c.Concurrency, RecipientRates: rates, MaxAttempts: c.MaxAttempts, SendTimeout: c.SendTimeout,
 		VisibilityTimeout: c.VisibilityTimeout, ShutdownTimeout: c.ShutdownTimeout, RetryAfterMax: c.RetryAfterMax,
 		KeyPrefix: c.IdempotencyPrefix, AccountPause: c.AccountPause,
 		Retries: Retries{Default: c.RetrySchedule, ByChannel: by}, NoUndeliverable: !c.Undeliverable,

@@ -53,7 +53,8 @@
 //     expiry, the claim still held) to the provider's answer. It decides;
 //     it writes nothing itself.
 //   - account.go is the provider account's circuit as the worker uses it;
-//     retry.go the retry schedules.
+//     recipients.go the limits a provider sets on one recipient, and the
+//     per-recipient paces; retry.go the retry schedules.
 //   - lease.go is a claim's heartbeat and the reckoning of how long the
 //     claim is certainly still the worker's.
 //   - completer.go writes every outcome: settle delivered, skipped, expired
@@ -153,6 +154,9 @@ type Worker struct {
 	acks    *batcher[string, struct{}]
 	gate    *gate
 	pauses  *pauses
+	// recipients is what this process knows of per-recipient limits and
+	// paces (recipients.go).
+	recipients *recipients
 	// live is the loop's progress, for /healthz (liveness.go).
 	live *liveness
 	// clear is what this process knows of the accounts it found clear
@@ -178,6 +182,7 @@ func New(o Options) (*Worker, error) {
 	w := &Worker{o: o, gate: newGate(o),
 		pauses: newPauses(func(ctx context.Context) (pace.Pauses, error) { return pace.ReadPauses(ctx, db) }, o.Metrics)}
 	w.live = newLiveness(o.StallAfter)
+	w.recipients = newRecipients(o.Clock, o.RecipientRates)
 	w.gate.live, w.gate.onHold = w.live, w.pauses.held
 	w.claims = newBatcher(claimBatch, claimLinger, w.flushClaims)
 	w.extends = newBatcher(claimBatch, claimLinger, w.flushExtends)
