@@ -146,9 +146,9 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 	if was, err := tenants.Resume(bg, "globex"); err != nil || !was {
 		t.Fatalf("resume the tenant: %v, %v", was, err)
 	}
-	waitFor(t, "globex's held-back messages were acked", func() bool {
+	waitFor(t, "globex's held-back messages were acked and the worker read the resume", func() bool {
 		q := b.queueStats(t)
-		return q.Visible+q.InFlight+q.Delayed == 0
+		return q.Visible+q.InFlight+q.Delayed == 0 && gauge(t, reg, "owed_worker_operator_pauses", "kind", "tenant") == 0
 	})
 	if res := b.sweepLater(t, 4*time.Minute); res.Published != 5 {
 		t.Fatalf("the sweep after the tenant's resume published %d, want globex's 5 rows", res.Published)
