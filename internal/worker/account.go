@@ -109,7 +109,7 @@ func (w *Worker) admit(ctx context.Context, dl *delivery) bool {
 		// On-call's hold outranks everything the workers decide: no send,
 		// no probe, until owedctl provider resume.
 		h := a.Hold
-		w.release(ctx, dl, retry{after: jitter(pausedRetry), open: true,
+		w.release(ctx, dl, retry{after: jitter(pausedRetry), indefinite: true,
 			reason: fmt.Sprintf("provider account %s held by %s since %s: %s", name, h.Actor, h.Since.Format(time.RFC3339), h.Reason)})
 		w.o.Metrics.outcome("account_held")
 		return false

@@ -57,10 +57,10 @@ type retry struct {
 	// uncertain says the provider may have accepted the send even so: the
 	// row's next send is recorded as a possible duplicate.
 	uncertain bool
-	// open says the wait has no end the worker knows (an operator's pause
+	// indefinite says the wait has no end the worker knows (an operator's pause
 	// of the tenant, or hold of the account): the row waits in the ledger
 	// whatever after is, and after is only when it is looked at again.
-	open bool
+	indefinite bool
 }
 
 // Every outcome write below ends the claim's heartbeat first, so nothing
@@ -245,7 +245,7 @@ func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 	// sweep publishes it again then (a new queue key: the republish of a
 	// published row moves its generation). The message is acked only once
 	// the ledger holds that lease, so the row is owed and visible all along.
-	handoff := r.open || r.after > w.o.QueueDelayMax
+	handoff := r.indefinite || r.after > w.o.QueueDelayMax
 	grace := requeueGrace
 	if handoff {
 		grace = 0

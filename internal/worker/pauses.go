@@ -102,7 +102,7 @@ func (w *Worker) tenantPaused(ctx context.Context, dl *delivery) bool {
 	case !paused:
 		return false
 	}
-	w.release(ctx, dl, retry{after: jitter(pausedRetry), open: true,
+	w.release(ctx, dl, retry{after: jitter(pausedRetry), indefinite: true,
 		reason: fmt.Sprintf("tenant paused by %s since %s: %s", t.Actor, t.Since.Format(time.RFC3339), t.Reason)})
 	w.o.Metrics.outcome("tenant_paused")
 	return true
