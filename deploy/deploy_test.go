@@ -356,13 +356,13 @@ func TestMetricsPassPromtoolCheck(t *testing.T) {
 	worker.NewMetrics(reg)
 	reg.MustRegister(buildinfo.Collector())
 	reg.MustRegister(sweeper.NewQueueCollector(func(context.Context) (queue.Stats, error) {
-		return queue.Stats{Visible: 2, InFlight: 1, DeadLetterDepth: 4, OldestAge: 12500 * time.Millisecond}, nil
+		return queue.Stats{Visible: 2, InFlight: 1, InFlightLimit: 20000, DeadLetterDepth: 4, OldestAge: 12500 * time.Millisecond}, nil
 	}))
 
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
-	for _, series := range []string{"owed_build_info{", "owed_sweep_runs_total", "owed_delivery_lag_seconds_bucket", "owed_queue_dead_letter_depth 4"} {
+	for _, series := range []string{"owed_build_info{", "owed_sweep_runs_total", "owed_delivery_lag_seconds_bucket", "owed_queue_dead_letter_depth 4", "owed_queue_in_flight_limit 20000"} {
 		if !strings.Contains(body, series) {
 			t.Fatalf("the exposition lacks %s:\n%s", series, body)
 		}

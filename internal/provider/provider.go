@@ -76,8 +76,10 @@ type Class int
 const (
 	// Transient: retry with backoff; the send may succeed later.
 	Transient Class = iota
-	// RateLimited: the provider account is over its limit. Wait RetryAfter,
-	// slow every worker sharing the account, and do not count an attempt.
+	// RateLimited: the provider account, or with Error.Recipient the one
+	// recipient, is over its limit. Wait RetryAfter, slow every worker
+	// sharing the account (only that recipient's rows with Recipient), and
+	// do not count an attempt.
 	RateLimited
 	// Permanent: the send will never succeed as it is (bad address, blocked
 	// bot, rejected content). Settle the row failed.
@@ -123,10 +125,13 @@ type Error struct {
 	// Code is the provider's own error code ("21211", "channel_not_found").
 	Code    string
 	Message string
-	// Recipient marks a Permanent failure that is the recipient's (opted
-	// out, blocked the bot, an invalid or inactive address): it is recorded
-	// on the row with Code and is not paged, and the recipient may be
-	// marked undeliverable.
+	// Recipient marks a failure that is the recipient's. On a Permanent
+	// failure (opted out, blocked the bot, an invalid or inactive address)
+	// it is recorded on the row with Code and is not paged, and the
+	// recipient may be marked undeliverable. On a RateLimited one the
+	// provider scoped the limit to this recipient (a Telegram chat's, a
+	// Slack channel's, a pair of phone numbers'): only that recipient waits
+	// RetryAfter, and the account's other recipients are not slowed.
 	Recipient bool
 	// MaybeSent says the request reached the provider and the answer does
 	// not say whether the message was accepted (no response, a 5xx, an
@@ -164,11 +169,11 @@ func (e *Error) Error() string {
 }
 
 // Reclassify sets e's class from the provider's own code or body: Recipient
-// is kept only for a Permanent failure, RetryAfter only where the worker waits
-// on it (RateLimited, Transient), MaybeSent only for a Transient one. It
-// returns e.
+// is kept only for a Permanent or RateLimited failure, RetryAfter only where
+// the worker waits on it (RateLimited, Transient), MaybeSent only for a
+// Transient one. It returns e.
 func (e *Error) Reclassify(class Class, recipient bool) *Error {
-	e.Class, e.Recipient = class, recipient && class == Permanent
+	e.Class, e.Recipient = class, recipient && (class == Permanent || class == RateLimited)
 	if class != RateLimited && class != Transient {
 		e.RetryAfter = 0
 	}

@@ -241,6 +241,12 @@ func TestReclassifyAndExpired(t *testing.T) {
 	if e.Reclassify(Account, true); e.Recipient || e.Class != Account {
 		t.Fatalf("account: %#v", e)
 	}
+	if e.Reclassify(RateLimited, true); !e.Recipient || e.Class != RateLimited {
+		t.Fatalf("a recipient's rate limit: %#v", e)
+	}
+	if e.Reclassify(Transient, true); e.Recipient {
+		t.Fatalf("transient: %#v", e)
+	}
 	if e := (Rule{Class: Transient}).Apply(&Error{MaybeSent: true}); !e.MaybeSent {
 		t.Fatalf("a 5xx's maybe-sent was dropped: %#v", e)
 	}

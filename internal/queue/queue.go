@@ -113,6 +113,10 @@ type DeadLetter struct {
 // Stats are a queue's depths, approximate on every real backend.
 type Stats struct {
 	Visible, InFlight, Delayed, DeadLetterDepth int64
+	// InFlightLimit is the most messages the backend keeps in flight before
+	// it stops delivering (JetStream's MaxAckPending, SQS's in-flight
+	// quota), or 0 when it has none.
+	InFlightLimit int64
 	// OldestAge is the age of the oldest message waiting or in flight, or 0
 	// when the backend cannot tell.
 	OldestAge time.Duration

@@ -79,6 +79,7 @@ type queueCollector struct {
 	deadLetter *prometheus.Desc
 	visible    *prometheus.Desc
 	inFlight   *prometheus.Desc
+	limit      *prometheus.Desc
 	delayed    *prometheus.Desc
 	oldest     *prometheus.Desc
 	up         *prometheus.Desc
@@ -86,6 +87,7 @@ type queueCollector struct {
 
 // NewQueueCollector returns a collector of owed_queue_dead_letter_depth,
 // owed_queue_visible_messages, owed_queue_in_flight_messages,
+// owed_queue_in_flight_limit (on a backend that has one),
 // owed_queue_delayed_messages and owed_queue_oldest_age_seconds, each read
 // from stats (the queue.Queue's Stats) when Prometheus scrapes, plus
 // owed_queue_scrape_success saying whether that read worked.
@@ -99,6 +101,9 @@ func NewQueueCollector(stats func(ctx context.Context) (queue.Stats, error)) pro
 			"Messages ready to be consumed.", nil, nil),
 		inFlight: prometheus.NewDesc("owed_queue_in_flight_messages",
 			"Messages received and not yet acked or visible again.", nil, nil),
+		limit: prometheus.NewDesc("owed_queue_in_flight_limit",
+			"The most messages the queue keeps in flight before it delivers nothing more to any worker "+
+				"(JetStream: the consumer's MaxAckPending; SQS: the in-flight quota). Absent on a backend without one.", nil, nil),
 		delayed: prometheus.NewDesc("owed_queue_delayed_messages",
 			"Messages published with a delay that are not visible yet.", nil, nil),
 		oldest: prometheus.NewDesc("owed_queue_oldest_age_seconds",
@@ -109,7 +114,7 @@ func NewQueueCollector(stats func(ctx context.Context) (queue.Stats, error)) pro
 }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.deadLetter, c.visible, c.inFlight, c.delayed, c.oldest, c.up} {
+	for _, d := range []*prometheus.Desc{c.deadLetter, c.visible, c.inFlight, c.limit, c.delayed, c.oldest, c.up} {
 		ch <- d
 	}
 }
@@ -128,6 +133,9 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.deadLetter, prometheus.GaugeValue, float64(s.DeadLetterDepth))
 	ch <- prometheus.MustNewConstMetric(c.visible, prometheus.GaugeValue, float64(s.Visible))
 	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(s.InFlight))
+	if s.InFlightLimit > 0 {
+		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(s.InFlightLimit))
+	}
 	ch <- prometheus.MustNewConstMetric(c.delayed, prometheus.GaugeValue, float64(s.Delayed))
 	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, s.OldestAge.Seconds())
 }

@@ -109,7 +109,7 @@ func (w *Worker) admit(ctx context.Context, dl *delivery) bool {
 		// On-call's hold outranks everything the workers decide: no send,
 		// no probe, until owedctl provider resume.
 		h := a.Hold
-		w.release(ctx, dl, retry{after: w.pausedDelay(jitter(pausedRetry)),
+		w.release(ctx, dl, retry{after: jitter(pausedRetry), indefinite: true,
 			reason: fmt.Sprintf("provider account %s held by %s since %s: %s", name, h.Actor, h.Since.Format(time.RFC3339), h.Reason)})
 		w.o.Metrics.outcome("account_held")
 		return false
@@ -117,12 +117,12 @@ func (w *Worker) admit(ctx context.Context, dl *delivery) bool {
 		dl.probe = true
 		dl.log.Info().Str("account", name).Str("reason", a.Reason).Msg("probing a paused provider account with one send")
 	case a.Open():
-		w.release(ctx, dl, retry{after: w.pausedDelay(a.Wait), reason: fmt.Sprintf("provider account %s is paused (%s): %s", name, a.Reason, a.Error)})
+		w.release(ctx, dl, retry{after: a.Wait, reason: fmt.Sprintf("provider account %s is paused (%s): %s", name, a.Reason, a.Error)})
 		w.o.Metrics.outcome("account_paused")
 		return false
 	case a.Wait > w.o.PaceMaxWait:
 		// Another worker's 429 paused the account, whatever its rate.
-		w.release(ctx, dl, retry{after: w.pausedDelay(a.Wait), reason: "rate limited by the provider"})
+		w.release(ctx, dl, retry{after: a.Wait, reason: "rate limited by the provider"})
 		w.o.Metrics.outcome("rate_limited")
 		return false
 	case a.Wait > 0 && !clock.Sleep(ctx, a.Wait):
@@ -131,12 +131,6 @@ func (w *Worker) admit(ctx context.Context, dl *delivery) bool {
 	}
 	return true
 }
-
-// pausedDelay is how long the message of a row held back by a paused
-// account waits: the pause, at most as long as the queue keeps a message
-// (never handed to the sweeper: a resumed account's rows come back within
-// QueueDelayMax).
-func (w *Worker) pausedDelay(pause time.Duration) time.Duration { return min(pause, w.o.QueueDelayMax) }
 
 // tripAccount records an Account error: the account's circuit opens for
 // every worker.

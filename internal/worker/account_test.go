@@ -56,17 +56,17 @@ func TestExpiredCredentialPausesTheAccountAndFailsNoRow(t *testing.T) {
 	sender.broken.Store(true)
 	// Two worker processes, unpaced (OWED_PROVIDER_RATE unset); the pause
 	// is long enough that no probe runs before the test resumes the
-	// account, and a held-back message comes back every half second.
+	// account, and a held-back row waits in the ledger for the pause.
 	for range 2 {
 		l, paces := b.process(t, "")
 		b.start(t, func(o *worker.Options) {
 			o.Ledger, o.Pace = l, paces
 			o.Route = func(string) (provider.Sender, error) { return sender, nil }
-			o.AccountPause, o.QueueDelayMax = time.Hour, 500*time.Millisecond
+			o.AccountPause = time.Hour
 		})
 	}
 	accounts := pace.NewAccounts(b.DB.App, nil)
-	waitFor(t, "the account is paused with every row back in the queue", func() bool {
+	waitFor(t, "the account is paused with every row back in the ledger", func() bool {
 		st, err := accounts.State(bg, "sandbox")
 		if err != nil {
 			t.Fatal(err)
@@ -91,6 +91,21 @@ func TestExpiredCredentialPausesTheAccountAndFailsNoRow(t *testing.T) {
 	sender.broken.Store(false)
 	if was, err := accounts.Resume(bg, "sandbox"); err != nil || !was {
 		t.Fatalf("resume: %v, %v; want the account to have been paused", was, err)
+	}
+	// The rows the workers received while the account was paused wait in
+	// the ledger until the pause's end, their messages acked; the ones the
+	// gate did not receive go now. The sweep at the pause's end publishes
+	// the waiting ones again.
+	waitFor(t, "the queue is empty", func() bool {
+		q := b.queueStats(t)
+		return q.Visible+q.InFlight+q.Delayed == 0
+	})
+	owed := read(t, b.Ledger.Backlog).Owed
+	if owed == 0 {
+		t.Fatal("no row waited in the ledger for the pause's end")
+	}
+	if res := b.sweepLater(t, 2*time.Hour); int64(res.Published) != owed {
+		t.Fatalf("the sweep after the pause published %d, want the %d rows waiting", res.Published, owed)
 	}
 	b.waitSettled(t, 60*time.Second)
 	for _, r := range rows {
@@ -119,7 +134,9 @@ func TestAPausedAccountIsProbedAndResumes(t *testing.T) {
 	b.start(t, func(o *worker.Options) {
 		o.Ledger, o.Pace = l, paces
 		o.Route = func(string) (provider.Sender, error) { return sender, nil }
-		o.AccountPause, o.QueueDelayMax = 2*time.Second, 500*time.Millisecond
+		// The pause is shorter than a message may wait in the queue, so the
+		// held-back messages come back to be probed without a sweep.
+		o.AccountPause, o.QueueDelayMax = 2*time.Second, 5*time.Second
 	})
 	accounts := pace.NewAccounts(b.DB.App, nil)
 	waitFor(t, "the account is paused", func() bool {

@@ -57,6 +57,10 @@ type retry struct {
 	// uncertain says the provider may have accepted the send even so: the
 	// row's next send is recorded as a possible duplicate.
 	uncertain bool
+	// indefinite says the wait has no end the worker knows (an operator's pause
+	// of the tenant, or hold of the account): the row waits in the ledger
+	// whatever after is, and after is only when it is looked at again.
+	indefinite bool
 }
 
 // Every outcome write below ends the claim's heartbeat first, so nothing
@@ -231,13 +235,17 @@ func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 	// have reached the provider, so the send that finally happens must be
 	// recorded as a possible duplicate too.
 	uncertain := r.uncertain || dl.possibleDuplicate
-	// A delay longer than the queue keeps a message hidden (a retry hours
-	// away) is the sweeper's: the row's lease ends at the retry, without
-	// the requeue grace, and the sweep publishes it again then (a new queue
-	// key: the republish of a published row moves its generation). The
-	// message is acked only once the ledger holds that lease, so the row
-	// is owed and visible all along.
-	handoff := r.after > w.o.QueueDelayMax
+	// A wait longer than QueueDelayMax (a retry minutes or hours away, a
+	// 429's Retry-After, a paused account), or one with no known end, lives
+	// in the ledger, not in the queue: a returned message stays in the
+	// queue's in-flight set for its whole delay, and that set is bounded
+	// and shared by every tenant (JetStream's MaxAckPending, SQS's in-flight
+	// quota), so parked waits would stop everyone's deliveries. The row's
+	// lease ends at its not-before time, without the requeue grace, and the
+	// sweep publishes it again then (a new queue key: the republish of a
+	// published row moves its generation). The message is acked only once
+	// the ledger holds that lease, so the row is owed and visible all along.
+	handoff := r.indefinite || r.after > w.o.QueueDelayMax
 	grace := requeueGrace
 	if handoff {
 		grace = 0
@@ -254,6 +262,7 @@ func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 		// the message, so the row is not stranded.
 		dl.log.Warn().Err(err).Msg("could not release the claim")
 	} else if handoff {
+		w.o.Metrics.handedBack.Inc()
 		w.ack(dl.msg.Receipt)
 		return
 	}
@@ -276,14 +285,16 @@ func (w *Worker) abandon(ctx context.Context, dl *delivery, uncertain bool) {
 func (w *Worker) ack(receipt string) { w.acks.post(receipt) }
 
 // returnAfter gives the message back to the queue to surface again after
-// delay (0 = now), at most queue.MaxVisibility: a message back sooner than
-// asked is only looked at again. On every real queue the next receive
-// counts, and that is fine: the ledger, not the queue's receive count,
-// decides dead letters.
+// delay (0 = now), at most QueueDelayMax: a message back sooner than asked
+// is only looked at again (a row not due yet, or held by another worker,
+// is claimed again or returned again then), and no message stays in the
+// queue's in-flight set longer than that for a wait. On every real queue
+// the next receive counts, and that is fine: the ledger, not the queue's
+// receive count, decides dead letters.
 func (w *Worker) returnAfter(ctx context.Context, msg queue.Delivery, delay time.Duration, reason string) {
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	delay = min(max(delay, 0), queue.MaxVisibility)
+	delay = min(max(delay, 0), w.o.QueueDelayMax, queue.MaxVisibility)
 	if err := w.o.Queue.ChangeVisibility(ctx, msg.Receipt, delay); err != nil {
 		w.o.Log.Warn().Err(err).Str("message_id", msg.ID).Str("reason", reason).
 			Msg("return to the queue failed; the message returns after its visibility timeout")

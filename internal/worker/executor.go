@@ -100,7 +100,8 @@ func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
 		w.abandon(ctx, dl, false)
 		return
 	}
-	if !w.prepare(ctx, dl) || w.undeliverable(ctx, dl) || !w.admit(ctx, dl) || !w.reserve(ctx, dl) {
+	if !w.prepare(ctx, dl) || w.undeliverable(ctx, dl) || !w.admit(ctx, dl) || !w.recipientTurn(ctx, dl) ||
+		!w.reserve(ctx, dl) {
 		return
 	}
 	w.send(ctx, dl)
@@ -194,6 +195,8 @@ func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
 		// expiry still settles it, at its next claim.
 		reason := fmt.Sprintf("no provider for channel %q: %v", row.Channel, err)
 		dl.log.Warn().Str("channel", row.Channel).Msg(reason + "; the message returns later")
+		// It is looked at again within QueueDelayMax, in the queue: the
+		// wait is for a worker that carries the channel, not for a time.
 		w.release(ctx, dl, retry{after: min(jitter(unroutedRetry), w.o.QueueDelayMax), reason: reason})
 		w.o.Metrics.outcome("unrouted")
 		return false
@@ -366,7 +369,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		// resumed; every worker stops sending on the account meanwhile.
 		sent("account")
 		w.tripAccount(ctx, dl, pe)
-		w.release(ctx, dl, retry{after: w.pausedDelay(w.o.AccountPause), reason: "provider account paused: " + pe.Error(),
+		w.release(ctx, dl, retry{after: w.o.AccountPause, reason: "provider account paused: " + pe.Error(),
 			uncertain: pe.MaybeSent})
 		m.outcome("account_paused")
 	case provider.RateLimited:
@@ -377,12 +380,17 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 			after = time.Second
 		}
 		after = min(after, w.o.RetryAfterMax)
+		// A limit the provider scoped to the recipient delays that
+		// recipient's rows only; the account's other recipients go on.
+		if pe.Recipient && w.recipientLimited(ctx, dl, after) {
+			return
+		}
 		w.clear.forget(dl.sender.Name())
 		if err := dl.pace.Pause(ctx, after); err != nil {
 			dl.log.Warn().Err(err).Msg("could not pause the shared pace")
 		}
 		// No attempt is recorded: a 429 is the provider's schedule.
-		w.release(ctx, dl, retry{after: w.pausedDelay(after), reason: "rate limited by the provider"})
+		w.release(ctx, dl, retry{after: after, reason: "rate limited by the provider"})
 		m.outcome("rate_limited")
 	case provider.Permanent:
 		sent("permanent")

@@ -25,6 +25,7 @@ type Metrics struct {
 	accountErrors      *prometheus.CounterVec
 	accountPaused      *prometheus.GaugeVec
 	operatorPauses     *prometheus.GaugeVec
+	handedBack         prometheus.Counter
 
 	// mu guards paused: the reason each open account's gauge carries, so
 	// the series goes when the circuit closes or its reason changes.
@@ -35,7 +36,7 @@ type Metrics struct {
 // messageOutcomes are the values of owed_worker_messages_total{outcome}.
 var messageOutcomes = []string{"delivered", "skipped", "failed", "expired", "stale", "absorbed_duplicate",
 	"held", "early", "retried", "rate_limited", "paced", "poison", "claim_lost", "account_paused", "unrouted",
-	"tenant_paused", "account_held"}
+	"tenant_paused", "account_held", "recipient_limited"}
 
 // sendResults are the values of owed_worker_send_attempts_total{result} and
 // owed_provider_send_duration_seconds{outcome}: how a provider answered a
@@ -71,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600},
 		}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owed_worker_provider_rate_limited_total",
-			Help: "Provider 429 answers, by provider account and channel; each paused every worker sharing the account."},
+			Help: "Provider rate-limited answers, by provider account and channel; each paused every worker sharing the account, unless the provider scoped it to the recipient (then only that recipient waits: outcome recipient_limited)."},
 			sendLabels()),
 		duplicatesAbsorbed: counter("owed_worker_duplicates_absorbed_total",
 			"Messages whose row was already settled: acked without a send."),
@@ -101,6 +102,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "owed_worker_operator_pauses",
 			Help: "Operator pauses as this process last read them, by kind: tenant (paused tenants) and account (held provider accounts).",
 		}, []string{"kind"}),
+		handedBack: counter("owed_worker_handed_back_total",
+			"Rows whose wait was longer than OWED_QUEUE_DELAY_MAX, or had no known end (an operator pause), handed back to the ledger until their not-before time, their message acked."),
 		paused: map[string]string{},
 	}
 	m.operatorPauses.WithLabelValues("tenant")
@@ -108,7 +111,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.messages, m.attempts, m.sendDuration, m.lag, m.rateLimited, m.duplicatesAbsorbed,
 			m.possibleDuplicates, m.keyMismatches, m.deadLettered, m.failed, m.inFlight, m.accountErrors,
-			m.accountPaused, m.operatorPauses)
+			m.accountPaused, m.operatorPauses, m.handedBack)
 	}
 	return m
 }

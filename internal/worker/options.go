@@ -42,9 +42,12 @@ const (
 	// RetryBaseDefault is the first backoff after a transient failure
 	// without a retry schedule; it doubles per attempt up to retryCap.
 	RetryBaseDefault = 5 * time.Second
-	// QueueDelayMaxDefault is the longest a released row's message is kept
-	// waiting in the queue: every backend's limit.
-	QueueDelayMaxDefault = queue.MaxVisibility
+	// QueueDelayMaxDefault is the longest a message is returned to the
+	// queue for when the Options name none (the service takes its
+	// backend's, backends.Config.QueueDelayMax): a returned message stays
+	// in the queue's in-flight set for its whole delay, so a longer wait is
+	// handed to the ledger instead.
+	QueueDelayMaxDefault = time.Minute
 )
 
 // Queue is the part of queue.Queue the worker uses.
@@ -121,12 +124,25 @@ type Options struct {
 	// OWED_RETRY_SCHEDULE_<CHANNEL>). Without a Default schedule a row is
 	// retried with exponential backoff from RetryBase.
 	Retries Retries
-	// QueueDelayMax is the longest a released row's message waits in the
-	// queue (QueueDelayMaxDefault). A release for longer (a retry hours
-	// away) hands the row to the sweeper instead: the row stays queued
-	// under a lease that ends at the retry, its message is acked, and the
-	// sweep publishes the row again when the lease runs out.
+	// QueueDelayMax is the longest a message is returned to the queue for
+	// (OWED_QUEUE_DELAY_MAX; QueueDelayMaxDefault, or the backend's in the
+	// service). A returned message is in flight for its whole delay, and
+	// a queue's in-flight set is bounded and shared by every tenant
+	// (JetStream's MaxAckPending, SQS's in-flight quota), so a longer wait
+	// (a retry step, a 429's Retry-After, a paused account) hands the row
+	// back to the ledger instead: the row stays queued under a lease that
+	// ends at its not-before time, its message is acked once that commits,
+	// and the sweep publishes the row again when the lease runs out. A
+	// message whose row the worker could not claim (not due yet, held by
+	// another worker) is returned for at most this long and looked at
+	// again.
 	QueueDelayMax time.Duration
+	// RecipientRates is each channel's per-recipient pace
+	// (OWED_RECIPIENT_RATE_<CHANNEL>): how often this process sends to one
+	// recipient of one provider account. A channel without one has none;
+	// a provider's limit on a recipient (a rate-limited answer scoped to
+	// it) is kept whatever the pace (recipients.go).
+	RecipientRates map[string]pace.Rate
 	// NoUndeliverable turns the undeliverable recipients off
 	// (OWED_UNDELIVERABLE=false): a recipient's permanent failure marks
 	// nothing and no send is skipped for a mark (undeliverable.go).

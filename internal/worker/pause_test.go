@@ -68,8 +68,9 @@ func (r renamed) Name() string { return r.name }
 
 // On-call's pauses hold rows back without an attempt: a held provider
 // account sends nothing until it is resumed, a paused tenant sends nothing
-// until it is resumed, each held-back row goes back to the queue (counted
-// by its outcome), and the gauge shows the pauses the worker read. The
+// until it is resumed, each held-back row is handed back to the ledger
+// (counted by its outcome) and its message acked, since a pause has no end
+// the worker knows, and the gauge shows the pauses the worker read. The
 // worker serves a second account, not held, so it keeps receiving.
 func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 	b := setup(t, stacktest.Options{})
@@ -86,7 +87,7 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	held := renamed{Sender: b.Sender, name: "held"}
 	b.start(t, func(o *worker.Options) {
-		o.Metrics, o.QueueDelayMax = worker.NewMetrics(reg), 300*time.Millisecond
+		o.Metrics = worker.NewMetrics(reg)
 		o.Route = func(ch string) (provider.Sender, error) {
 			if ch == payload.ChannelSMS {
 				return held, nil
@@ -96,7 +97,11 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 	})
 	outcome := func(o string) float64 { return gauge(t, reg, "owed_worker_messages_total", "outcome", o) }
 	waitFor(t, "both pauses held rows back", func() bool {
-		return outcome("account_held") >= 10 && outcome("tenant_paused") >= 10
+		return outcome("account_held") == 5 && outcome("tenant_paused") == 5
+	})
+	waitFor(t, "the held-back rows wait in the ledger, their messages acked", func() bool {
+		q := b.queueStats(t)
+		return q.Visible+q.InFlight+q.Delayed == 0 && gauge(t, reg, "owed_worker_handed_back_total", "", "") == 10
 	})
 	if s := b.sandboxStats(t); s.Accepted != 0 {
 		t.Fatalf("the sandbox accepted %d sends while the account was held", s.Accepted)
@@ -118,6 +123,11 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 	if was, err := accounts.Resume(bg, "held"); err != nil || !was {
 		t.Fatalf("resume the account: %v, %v", was, err)
 	}
+	// The pauses are looked at again when the rows' leases run out, about a
+	// minute later.
+	if res := b.sweepLater(t, 2*time.Minute); res.Published != 10 {
+		t.Fatalf("the sweep a minute later published %d, want the 10 held-back rows", res.Published)
+	}
 	waitFor(t, "acme's rows are delivered", func() bool {
 		for _, r := range acme {
 			if d, _ := b.Ledger.Get(bg, "acme", r.ID); d.State != ledger.StateDelivered {
@@ -126,8 +136,7 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 		}
 		return true
 	})
-	before := outcome("tenant_paused")
-	waitFor(t, "globex's rows are still held back", func() bool { return outcome("tenant_paused") > before })
+	waitFor(t, "globex's rows are held back again", func() bool { return outcome("tenant_paused") == 10 })
 	for _, r := range globex {
 		if d, _ := b.Ledger.Get(bg, "globex", r.ID); d.State.Settled() || d.Attempts != 0 {
 			t.Fatalf("globex row %d: %s with %d attempts while its tenant is paused", r.ID, d.State, d.Attempts)
@@ -136,6 +145,13 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 
 	if was, err := tenants.Resume(bg, "globex"); err != nil || !was {
 		t.Fatalf("resume the tenant: %v, %v", was, err)
+	}
+	waitFor(t, "globex's held-back messages were acked and the worker read the resume", func() bool {
+		q := b.queueStats(t)
+		return q.Visible+q.InFlight+q.Delayed == 0 && gauge(t, reg, "owed_worker_operator_pauses", "kind", "tenant") == 0
+	})
+	if res := b.sweepLater(t, 4*time.Minute); res.Published != 5 {
+		t.Fatalf("the sweep after the tenant's resume published %d, want globex's 5 rows", res.Published)
 	}
 	b.waitSettled(t, time.Minute)
 	if s := b.sandboxStats(t); s.Accepted != 10 || s.Duplicates != 0 {

@@ -13,17 +13,19 @@ import (
 // and tenant_pauses.sql): on-call
 // pauses every send of a tenant, or holds every send of a provider account,
 // until lifted by hand. A claimed row of a paused tenant, or routed to a
-// held account, goes back to the queue after pausedRetry (at most
-// QueueDelayMax) with no attempt counted, and is counted as
+// held account, is handed back to the ledger until pausedRetry from now
+// (the pause has no end the worker knows, so it never waits in the queue)
+// and its message acked, with no attempt counted, and is counted as
 // owed_worker_messages_total{outcome="tenant_paused"} or
 // {outcome="account_held"}. The account's hold is read with its circuit
 // (admit, which trusts a clear reading for pace.CacheFor); the tenants'
 // pauses are read all at once, at most once every pace.CacheFor, so
 // neither costs a statement per send.
 
-// pausedRetry is how long (±20%) the message of a row held back by an
-// operator pause waits before it comes back: the pause has no end, so it is
-// looked at again this often, and a resume takes effect within it.
+// pausedRetry is how long (±20%) a row held back by an operator pause
+// waits in the ledger before the sweep publishes it again: the pause has no
+// end, so it is looked at again this often, and a resume takes effect
+// within it (and the next sweep).
 const pausedRetry = time.Minute
 
 // pauses is the worker's reading of the operator pauses, refreshed when it
@@ -101,7 +103,7 @@ func (w *Worker) tenantPaused(ctx context.Context, dl *delivery) bool {
 	case !paused:
 		return false
 	}
-	w.release(ctx, dl, retry{after: w.pausedDelay(jitter(pausedRetry)),
+	w.release(ctx, dl, retry{after: jitter(pausedRetry), indefinite: true,
 		reason: fmt.Sprintf("tenant paused by %s since %s: %s", t.Actor, t.Since.Format(time.RFC3339), t.Reason)})
 	w.o.Metrics.outcome("tenant_paused")
 	return true

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -73,12 +74,23 @@ type Config struct {
 	RetryScheduleTelegram Schedule `envconfig:"RETRY_SCHEDULE_TELEGRAM"`
 	RetryScheduleSlack    Schedule `envconfig:"RETRY_SCHEDULE_SLACK"`
 	RetryScheduleWebhook  Schedule `envconfig:"RETRY_SCHEDULE_WEBHOOK"`
+	// RecipientRate<Channel> is the channel's per-recipient pace
+	// (Options.RecipientRates): empty, or "unlimited", for none.
+	RecipientRateEmail    pace.Rate `envconfig:"RECIPIENT_RATE_EMAIL"`
+	RecipientRateSMS      pace.Rate `envconfig:"RECIPIENT_RATE_SMS"`
+	RecipientRateTelegram pace.Rate `envconfig:"RECIPIENT_RATE_TELEGRAM"`
+	RecipientRateSlack    pace.Rate `envconfig:"RECIPIENT_RATE_SLACK"`
+	RecipientRateWebhook  pace.Rate `envconfig:"RECIPIENT_RATE_WEBHOOK"`
 	// Undeliverable marks the addresses a provider refused as the
 	// recipient's and skips later sends to them (Options.NoUndeliverable).
 	Undeliverable bool `envconfig:"UNDELIVERABLE"`
 	// StallAfter is how long the worker may make no progress while it has
 	// work before /healthz answers 503 (Options.StallAfter).
 	StallAfter time.Duration `envconfig:"WORKER_STALL_AFTER"`
+	// QueueDelayMax is the longest a message is returned to the queue for
+	// before its wait is handed to the ledger (Options.QueueDelayMax);
+	// unset, the backend's default (backends.Config.QueueDelayMax).
+	QueueDelayMax time.Duration `envconfig:"QUEUE_DELAY_MAX"`
 
 	// Queue is the queue backend, OWED_QUEUE_BACKEND and its variables.
 	Queue     backends.Config  `ignored:"true"`
@@ -140,6 +152,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_RESOLVER=%q is not one of recipient, sql", c.Resolver)
 	case c.StallAfter < c.SendTimeout+stallMargin:
 		return fmt.Errorf("OWED_WORKER_STALL_AFTER=%s must be at least OWED_SEND_TIMEOUT + %s (%s): a message's slowest legitimate path", c.StallAfter, stallMargin, c.SendTimeout+stallMargin)
+	case c.QueueDelayMax != 0 && (c.QueueDelayMax < time.Second || c.QueueDelayMax > queue.MaxVisibility):
+		return fmt.Errorf("OWED_QUEUE_DELAY_MAX=%s must be 1s to %s, or unset for the queue backend's default", c.QueueDelayMax, queue.MaxVisibility)
 	case c.DBMaxConns < 1:
 		return fmt.Errorf("OWED_DB_MAX_CONNS=%d must be above zero", c.DBMaxConns)
 	}
@@ -159,11 +173,19 @@ func (c Config) Options() Options {
 			by[ch] = s
 		}
 	}
-	return Options{Concurrency: c.Concurrency, MaxAttempts: c.MaxAttempts, SendTimeout: c.SendTimeout,
+	rates := map[string]pace.Rate{}
+	for ch, r := range map[string]pace.Rate{payload.ChannelEmail: c.RecipientRateEmail, payload.ChannelSMS: c.RecipientRateSMS,
+		payload.ChannelTelegram: c.RecipientRateTelegram, payload.ChannelSlack: c.RecipientRateSlack,
+		payload.ChannelWebhook: c.RecipientRateWebhook} {
+		if !r.IsUnlimited() {
+			rates[ch] = r
+		}
+	}
+	return Options{Concurrency: c.Concurrency, RecipientRates: rates, MaxAttempts: c.MaxAttempts, SendTimeout: c.SendTimeout,
 		VisibilityTimeout: c.VisibilityTimeout, ShutdownTimeout: c.ShutdownTimeout, RetryAfterMax: c.RetryAfterMax,
 		KeyPrefix: c.IdempotencyPrefix, AccountPause: c.AccountPause,
 		Retries: Retries{Default: c.RetrySchedule, ByChannel: by}, NoUndeliverable: !c.Undeliverable,
-		StallAfter: c.StallAfter}
+		StallAfter: c.StallAfter, QueueDelayMax: cmp.Or(c.QueueDelayMax, c.Queue.QueueDelayMax())}
 }
 
 // ProviderRate is OWED_PROVIDER_RATE as read: Set is false while the

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -77,6 +78,33 @@ func TestConfigDefaultsAreTheConstants(t *testing.T) {
 		t.Errorf("OWED_PROVIDER_RATE=fast: %v, want an error naming the variable", err)
 	}
 	t.Setenv("OWED_PROVIDER_RATE", "")
+
+	// A message waits in the queue for at most the backend's bound unless
+	// OWED_QUEUE_DELAY_MAX says otherwise; longer waits go to the ledger.
+	if o := c.Options(); o.QueueDelayMax != time.Minute {
+		t.Errorf("the rest backend's queue delay max = %s, want 1m", o.QueueDelayMax)
+	}
+	t.Setenv("OWED_QUEUE_DELAY_MAX", "20s")
+	if c, err = worker.LoadConfig(); err != nil || c.Options().QueueDelayMax != 20*time.Second {
+		t.Errorf("OWED_QUEUE_DELAY_MAX=20s: %v, %v", c.QueueDelayMax, err)
+	}
+	t.Setenv("OWED_QUEUE_DELAY_MAX", "13h")
+	if _, err := worker.LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_QUEUE_DELAY_MAX") {
+		t.Errorf("OWED_QUEUE_DELAY_MAX=13h: %v, want an error naming the variable", err)
+	}
+	os.Unsetenv("OWED_QUEUE_DELAY_MAX")
+
+	// A per-recipient pace is per channel; unset, a channel has none.
+	t.Setenv("OWED_RECIPIENT_RATE_TELEGRAM", "1/s")
+	if c, err = worker.LoadConfig(); err != nil || len(c.Options().RecipientRates) != 1 ||
+		c.Options().RecipientRates["telegram"].String() != "1/s" {
+		t.Errorf("OWED_RECIPIENT_RATE_TELEGRAM=1/s: %v, %v", c.Options().RecipientRates, err)
+	}
+	t.Setenv("OWED_RECIPIENT_RATE_TELEGRAM", "often")
+	if _, err := worker.LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_RECIPIENT_RATE_TELEGRAM") {
+		t.Errorf("OWED_RECIPIENT_RATE_TELEGRAM=often: %v, want an error naming the variable", err)
+	}
+	os.Unsetenv("OWED_RECIPIENT_RATE_TELEGRAM")
 
 	t.Setenv("OWED_IDEMPOTENCY_PREFIX", "owed.")
 	if _, err := worker.LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_IDEMPOTENCY_PREFIX") {

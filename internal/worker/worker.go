@@ -6,8 +6,10 @@
 // The worker never acks a message before its row is settled (or found
 // settled, expired or stale): acking first would turn the at-least-once
 // queue into an at-most-once one. A provider 429 is a schedule, not a
-// failure: the claim is released, the message comes back after Retry-After,
-// every worker sharing the account is paused, and no attempt is counted.
+// failure: the claim is released, the row comes back after Retry-After,
+// every worker sharing the account is paused (only the recipient waits when
+// the provider scoped the limit to it: recipients.go), and no attempt is
+// counted.
 // The worker never relies on the queue's receive count: the ledger counts
 // attempts and decides dead letters, and the worker moves a failed row's
 // message to the dead letters itself: the dead letters are for what owed
@@ -18,13 +20,17 @@
 // An account error (provider.Account: an expired credential, no credit) is
 // no row's failure: it trips the account's circuit, shared by every worker
 // through Postgres (pace.Accounts, account.go), costs no attempt, and the
-// row waits in the queue until a probe or on-call resumes the account. A
-// transient failure is retried on the channel's schedule (retry.go), never
-// past the row's expiry; a retry further away than the queue can hold a
-// message (QueueDelayMax) is handed to the sweeper: the row stays queued
-// under a lease that ends at the retry and its message is acked, the one
-// ack before a settle, made only once the ledger holds the row. A channel
-// no provider carries in this process returns its message later.
+// row waits until a probe or on-call resumes the account. A transient
+// failure is retried on the channel's schedule (retry.go), never past the
+// row's expiry. Waits live in the ledger, not in the queue: a message is
+// returned to the queue only for a wait of at most QueueDelayMax (a
+// returned message holds a place in the queue's in-flight set, bounded and
+// shared by every tenant, for its whole delay); a longer wait, or one with
+// no known end (an operator pause), is handed back to the ledger: the row
+// stays queued under a lease that ends at its not-before time and its
+// message is acked, the one ack before a settle, made only once the ledger
+// holds the row, and the sweep publishes the row again then. A channel no
+// provider carries in this process returns its message later.
 //
 // A claim is the worker's only while it is fenced and alive. The ledger
 // hands each claim a token (ledger.Hold); every write after the claim names
@@ -47,7 +53,8 @@
 //     expiry, the claim still held) to the provider's answer. It decides;
 //     it writes nothing itself.
 //   - account.go is the provider account's circuit as the worker uses it;
-//     retry.go the retry schedules.
+//     recipients.go the limits a provider sets on one recipient, and the
+//     per-recipient paces; retry.go the retry schedules.
 //   - lease.go is a claim's heartbeat and the reckoning of how long the
 //     claim is certainly still the worker's.
 //   - completer.go writes every outcome: settle delivered, skipped, expired
@@ -147,6 +154,9 @@ type Worker struct {
 	acks    *batcher[string, struct{}]
 	gate    *gate
 	pauses  *pauses
+	// recipients is what this process knows of per-recipient limits and
+	// paces (recipients.go).
+	recipients *recipients
 	// live is the loop's progress, for /healthz (liveness.go).
 	live *liveness
 	// clear is what this process knows of the accounts it found clear
@@ -172,6 +182,7 @@ func New(o Options) (*Worker, error) {
 	w := &Worker{o: o, gate: newGate(o),
 		pauses: newPauses(func(ctx context.Context) (pace.Pauses, error) { return pace.ReadPauses(ctx, db) }, o.Metrics)}
 	w.live = newLiveness(o.StallAfter)
+	w.recipients = newRecipients(o.Clock, o.RecipientRates)
 	w.gate.live, w.gate.onHold = w.live, w.pauses.held
 	w.claims = newBatcher(claimBatch, claimLinger, w.flushClaims)
 	w.extends = newBatcher(claimBatch, claimLinger, w.flushExtends)

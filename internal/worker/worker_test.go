@@ -66,6 +66,20 @@ func (b *bundle) sweepAll(tb testing.TB) int {
 	}
 }
 
+// sweepLater runs one sweep as if d had passed: the rows a worker handed
+// back to the ledger until a not-before time within d are published again,
+// as the cron's sweep would when that time comes.
+func (b *bundle) sweepLater(tb testing.TB, d time.Duration) sweep.Result {
+	tb.Helper()
+	clk := clock.Offset(d)
+	sw, err := sweep.New(ledger.New(b.DB.App, clk), b.Queue, sweep.Config{Batch: 500, Budget: 30 * time.Second,
+		PublishAhead: time.Minute, RequeueAfter: 10 * time.Minute, KeyPrefix: "owed-", Clock: clk}, zerolog.Nop())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return read(tb, sw.Run)
+}
+
 type options func(*worker.Options)
 
 // newWorker returns a worker with the tests' settings, changed by change.

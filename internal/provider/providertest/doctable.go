@@ -18,6 +18,8 @@ func Action(class provider.Class, recipient, maybeSent bool) string {
 	switch {
 	case class == provider.Account:
 		return "pause the account, no attempt, page"
+	case class == provider.RateLimited && recipient:
+		return "wait, slow that recipient only, no attempt"
 	case class == provider.RateLimited:
 		return "wait, slow the account, no attempt"
 	case class == provider.Permanent && recipient:

@@ -286,7 +286,8 @@ func Only200(status int) bool { return status == http.StatusOK }
 // CheckOutcome is the contract a classifier's fuzz target asserts for any
 // status and body: a success only for a status ok accepts, reporting that
 // status; a failure whose RetryAfter is within [0, provider.MaxRetryAfter],
-// whose text contains no secret, that is Recipient only when Permanent, that
+// whose text contains no secret, that is Recipient only when Permanent or
+// RateLimited, that
 // is MaybeSent only when Transient, and that is MaybeSent whenever a 5xx is
 // Transient.
 func CheckOutcome(t testing.TB, status int, ok func(int) bool, res provider.Result, err error, secrets ...string) {
@@ -301,7 +302,8 @@ func CheckOutcome(t testing.TB, status int, ok func(int) bool, res provider.Resu
 	if pe.RetryAfter < 0 || pe.RetryAfter > provider.MaxRetryAfter {
 		t.Fatalf("retry after %v out of range: %v", pe.RetryAfter, err)
 	}
-	if (pe.Recipient && pe.Class != provider.Permanent) || (pe.MaybeSent && pe.Class != provider.Transient) {
+	if (pe.Recipient && pe.Class != provider.Permanent && pe.Class != provider.RateLimited) ||
+		(pe.MaybeSent && pe.Class != provider.Transient) {
 		t.Fatalf("flags do not fit the class: %#v", pe)
 	}
 	if status >= 500 && pe.Class == provider.Transient && !pe.MaybeSent {

@@ -54,9 +54,9 @@ var errorRules = map[string]provider.Rule{
 	"too_many_attachments":  {Class: provider.Permanent},
 	"invalid_arguments":     {Class: provider.Permanent},
 	"invalid_charset":       {Class: provider.Permanent},
-	// Slack's own pace.
-	"rate_limited": {Class: provider.RateLimited},
-	"ratelimited":  {Class: provider.RateLimited},
+	// Slack's own pace, scoped to the channel (channelLimit).
+	"rate_limited": {Class: provider.RateLimited, Recipient: channelLimit},
+	"ratelimited":  {Class: provider.RateLimited, Recipient: channelLimit},
 	// "It's possible some aspect of the operation succeeded before the error
 	// was raised."
 	"internal_error": {Class: provider.Transient, MaybeSent: true},
@@ -123,12 +123,26 @@ type response struct {
 	TS      string `json:"ts"`
 }
 
+// channelLimit says a rate limit on chat.postMessage is the channel's, not
+// the workspace's. Slack's answer does not say which (a 429, or ok:false
+// "ratelimited", with Retry-After either way), but the method's special
+// tier names both: "one message per second per channel, while also
+// maintaining a workspace-wide limit" of several hundred a minute
+// (https://docs.slack.dev/apis/web-api/rate-limits, and
+// https://docs.slack.dev/reference/methods/chat.postMessage#rate-limiting).
+// owed paces the bot below the workspace's (providers' default rate), so a
+// limit is the channel's: only that channel waits, and the bot's other
+// channels go on. Should the workspace's be hit after all, the worker sees
+// several channels limited at once and pauses the whole account
+// (docs/pace.md, "Per-recipient limits").
+const channelLimit = true
+
 // classify reads a chat.postMessage response. 200 with ok:true is accepted,
 // with the id "<channel>:<ts>" (ts is unique only within a channel). ok:false
 // is classified by errorRules (RateLimited after Retry-After), Transient
 // otherwise; a 200 that is neither says nothing about the send (Unreadable).
-// HTTP 429 is RateLimited after Retry-After; other statuses follow
-// provider.StatusError.
+// HTTP 429 is RateLimited after Retry-After, scoped to the channel; other
+// statuses follow provider.StatusError.
 func classify(resp provider.Response, now time.Time, token string) (provider.Result, error) {
 	var r response
 	decodeErr := json.Unmarshal(resp.Body, &r)
@@ -136,6 +150,9 @@ func classify(resp provider.Response, now time.Time, token string) (provider.Res
 		e := provider.StatusError(Name, resp, now)
 		if r.Error != "" {
 			e.Code = provider.Redact(r.Error, token)
+		}
+		if e.Class == provider.RateLimited {
+			e.Recipient = channelLimit
 		}
 		return provider.Result{}, e
 	}

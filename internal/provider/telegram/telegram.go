@@ -109,10 +109,24 @@ var recipient400 = []string{
 	"have no rights to send",
 }
 
+// chatLimit says a 429 is the chat's limit, not the bot's. The Bot API's
+// answer does not say which limit was hit (error_code 429 and
+// parameters.retry_after either way), but its FAQ names two: about 30
+// messages a second across chats for the bot, and one a second within a
+// chat (20 a minute in a group), past which "you'll begin receiving 429
+// errors" (https://core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-avoid-this).
+// owed paces the bot below the first (providers' default rate, 30/s), so a
+// 429 is the chat's: only that chat waits, and the bot's other chats go on.
+// Should the bot's own limit be hit after all (another process on the same
+// token, a pace set too high), the worker sees several chats limited at
+// once and pauses the whole account (docs/pace.md, "Per-recipient limits").
+const chatLimit = true
+
 // classify reads a sendMessage response. ok:true is accepted, with the
 // message id "<chat id>:<message_id>" because Telegram numbers messages per
 // chat. 401 (a revoked token) and 404 (the token names no bot) are Account;
-// 429 is RateLimited after parameters.retry_after seconds; 403 (the bot was
+// 429 is RateLimited after parameters.retry_after seconds, scoped to the
+// chat (chatLimit); 403 (the bot was
 // blocked or kicked, the user deactivated) and a 400 naming the chat are the
 // recipient's Permanent failure; other 400s (bad markup, an empty or too long
 // text) are Permanent; 5xx are Transient. A 200 that is not ok:true says
@@ -139,7 +153,7 @@ func classify(resp provider.Response, chatID string, now time.Time, token string
 	}
 	switch code := cmp.Or(r.ErrorCode, resp.Status); {
 	case code == http.StatusTooManyRequests:
-		e.Reclassify(provider.RateLimited, false)
+		e.Reclassify(provider.RateLimited, chatLimit)
 		if r.Parameters.RetryAfter > 0 {
 			e.RetryAfter = time.Duration(min(r.Parameters.RetryAfter, int64(provider.MaxRetryAfter/time.Second))) * time.Second
 		}

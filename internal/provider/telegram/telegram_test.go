@@ -60,9 +60,9 @@ func tgError(code int, description string) string {
 var failures = []providertest.Row{
 	{Status: 401, Code: "401", Meaning: "Unauthorized: the bot token was revoked", Body: tgError(401, "Unauthorized"), Class: provider.Account},
 	{Status: 404, Code: "404", Meaning: "Not Found: the token names no bot", Body: tgError(404, "Not Found"), Class: provider.Account},
-	{Status: 429, Code: "429", Meaning: "Too Many Requests: parameters.retry_after",
+	{Status: 429, Code: "429", Meaning: "Too Many Requests: parameters.retry_after (the chat's limit, 1/s)",
 		Body:  `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 35","parameters":{"retry_after":35}}`,
-		Class: provider.RateLimited, After: 35 * time.Second},
+		Class: provider.RateLimited, Recipient: true, After: 35 * time.Second},
 	{Status: 403, Code: "403", Meaning: "Forbidden: bot was blocked by the user", Body: tgError(403, "Forbidden: bot was blocked by the user"),
 		Class: provider.Permanent, Recipient: true},
 	{Status: 403, Code: "403", Meaning: "Forbidden: user is deactivated, bot was kicked…", Body: tgError(403, "Forbidden: user is deactivated"),

@@ -28,18 +28,26 @@ const DefaultBaseURL = "https://api.twilio.com"
 // classified by its status (401 Account, 429 RateLimited, other 4xx
 // Permanent, 5xx Transient).
 var codes = map[int]provider.Rule{
-	20003: {Class: provider.Account},                    // Authenticate: a wrong or revoked SID/token, or a suspended account
-	20404: {Class: provider.Account},                    // not found: owed posts to one fixed path, so the account SID names no account
-	20429: {Class: provider.RateLimited},                // too many requests for the account
-	21211: {Class: provider.Permanent, Recipient: true}, // the 'To' number is not a valid phone number
-	21408: {Class: provider.Permanent},                  // SMS to the To number's region is not enabled (geo permissions)
-	21606: {Class: provider.Account},                    // the From number is not an SMS-capable number of this account
-	21608: {Class: provider.Permanent},                  // a trial account sending to an unverified number
-	21610: {Class: provider.Permanent, Recipient: true}, // the recipient replied STOP
-	21612: {Class: provider.Permanent, Recipient: true}, // the 'To' number is not reachable by SMS from this sender
-	21614: {Class: provider.Permanent, Recipient: true}, // the 'To' number is not a mobile number
-	21617: {Class: provider.Permanent},                  // the body exceeds 1600 characters
+	20003: {Class: provider.Account},                      // Authenticate: a wrong or revoked SID/token, or a suspended account
+	20404: {Class: provider.Account},                      // not found: owed posts to one fixed path, so the account SID names no account
+	20429: {Class: provider.RateLimited},                  // too many requests for the account
+	14107: {Class: provider.RateLimited, Recipient: true}, // over 30 messages between the From and To numbers in 30 s: that pair waits 30 s (pairLimitWait)
+	21611: {Class: provider.RateLimited},                  // the From number's queue holds 10 hours of messages: the account's sender is full
+	21211: {Class: provider.Permanent, Recipient: true},   // the 'To' number is not a valid phone number
+	21408: {Class: provider.Permanent},                    // SMS to the To number's region is not enabled (geo permissions)
+	21606: {Class: provider.Account},                      // the From number is not an SMS-capable number of this account
+	21608: {Class: provider.Permanent},                    // a trial account sending to an unverified number
+	21610: {Class: provider.Permanent, Recipient: true},   // the recipient replied STOP
+	21612: {Class: provider.Permanent, Recipient: true},   // the 'To' number is not reachable by SMS from this sender
+	21614: {Class: provider.Permanent, Recipient: true},   // the 'To' number is not a mobile number
+	21617: {Class: provider.Permanent},                    // the body exceeds 1600 characters
 }
+
+// pairLimitWait is how long Twilio refuses messages between two numbers
+// after error 14107 ("set any further messages in the loop to failed status
+// for 30 seconds", https://www.twilio.com/docs/api/errors/14107): the wait
+// of a 14107 that carries no Retry-After.
+const pairLimitWait = 30 * time.Second
 
 // MaxValidity is the longest ValidityPeriod Twilio accepts, and its default
 // (https://www.twilio.com/docs/api/errors/21624: whole seconds from 1 to
@@ -164,6 +172,9 @@ func classify(name string, resp provider.Response, now time.Time, token string) 
 	}
 	if rl, ok := codes[r.Code]; ok {
 		rl.Apply(e)
+	}
+	if r.Code == 14107 && e.RetryAfter == 0 {
+		e.RetryAfter = pairLimitWait
 	}
 	return provider.Result{}, e
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -100,6 +101,20 @@ func (c Config) Target() string {
 		return orDefault(js.Stream, jetstream.DefaultStream) + "/" + orDefault(js.Consumer, jetstream.DefaultConsumer)
 	}
 	return ""
+}
+
+// QueueDelayMax is the chosen backend's DefaultQueueDelayMax: the longest a
+// worker returns a message to it before handing the wait to the ledger
+// (docs/queues.md, "Waits live in the ledger"). OWED_QUEUE_DELAY_MAX
+// overrides it.
+func (c Config) QueueDelayMax() time.Duration {
+	switch c.Backend {
+	case SQS:
+		return sqs.DefaultQueueDelayMax
+	case JetStream:
+		return jetstream.DefaultQueueDelayMax
+	}
+	return rest.DefaultQueueDelayMax
 }
 
 func orDefault(v, def string) string {

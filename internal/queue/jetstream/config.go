@@ -25,6 +25,14 @@ const (
 	// DefaultMaxAckPending bounds the messages in flight on the consumer,
 	// like SQS's 120,000 in-flight limit but sized for one owed pool.
 	DefaultMaxAckPending = 20000
+	// DefaultQueueDelayMax is the longest a worker returns a message to
+	// JetStream for (a NAK with a delay) before handing the wait to the
+	// ledger instead. A NAKed message holds one of the consumer's
+	// MaxAckPending places for its whole delay, and a consumer at its
+	// MaxAckPending delivers nothing more to any worker, so JetStream keeps
+	// a shorter bound than SQS, whose in-flight quota is six times the
+	// default MaxAckPending.
+	DefaultQueueDelayMax = 30 * time.Second
 	// DefaultRequestTimeout bounds one request to the server (an ack, a
 	// publish acknowledgement) whose context has no deadline.
 	DefaultRequestTimeout = 10 * time.Second

@@ -142,3 +142,24 @@ func TestConnectErrorsNeverCarryThePassword(t *testing.T) {
 		t.Errorf("redactURLs = %q", got)
 	}
 }
+
+// Stats reports the consumer's MaxAckPending as the in-flight limit, so the
+// sweeper's owed_queue_in_flight_limit gauge and its alert compare the
+// in-flight count with the limit the consumer enforces.
+func TestStatsReportTheConsumersMaxAckPending(t *testing.T) {
+	url := startServer(t)
+	cfg := freshConfig(url)
+	cfg.MaxAckPending = 7
+	c, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer c.Close()
+	st, err := c.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InFlightLimit != 7 {
+		t.Errorf("InFlightLimit = %d, want the consumer's MaxAckPending, 7", st.InFlightLimit)
+	}
+}

@@ -14,7 +14,7 @@ import (
 // acked (a message whose visibility ran out counts here until a receive
 // takes it again); Delayed the scheduled messages not yet due, which are the
 // rest of the WorkQueue stream; OldestAge the age of the oldest message on
-// Subject.
+// Subject; InFlightLimit the consumer's MaxAckPending (0 when it has none).
 func (c *Client) Stats(ctx context.Context) (queue.Stats, error) {
 	ci, err := c.cons.Info(ctx)
 	if err != nil {
@@ -32,6 +32,7 @@ func (c *Client) Stats(ctx context.Context) (queue.Stats, error) {
 		Visible:         int64(ci.NumPending),
 		InFlight:        int64(ci.NumAckPending),
 		DeadLetterDepth: int64(di.State.Msgs),
+		InFlightLimit:   int64(max(ci.Config.MaxAckPending, 0)),
 	}
 	s.Delayed = max(int64(si.State.Msgs)-s.Visible-s.InFlight, 0)
 	if s.Visible+s.InFlight > 0 {

@@ -23,11 +23,19 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"time"
 )
 
 // DefaultQueueName is the queue owed's sweeper publishes to and its workers
 // consume from.
 const DefaultQueueName = "owed-deliveries"
+
+// DefaultQueueDelayMax is the longest a worker returns a message to a REST
+// queue for (a nack with a delay) before handing the wait to the ledger
+// instead. The emulator keeps no in-flight limit, but the contract is SQS's
+// (receive, visibility, nack), so a REST queue in front of another broker
+// may: one minute, as for SQS.
+const DefaultQueueDelayMax = time.Minute
 
 // queueNamePattern is what a queue name may look like; the emulator enforces
 // the same rule so a typo fails at start-up rather than as 400s later.

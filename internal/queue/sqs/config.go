@@ -36,6 +36,18 @@ const (
 	// delete has looked at while it scans the dead-letter queue; the scan
 	// makes the ones it leaves visible again when it ends.
 	PeekVisibility = 30 * time.Second
+	// InFlightLimit is the in-flight quota of one queue, standard or FIFO
+	// ("approximately 120,000", https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-queues.html;
+	// AWS Support can raise it). A long-polling receive at the quota gets
+	// nothing and no error, so every tenant's deliveries stop: Stats reports
+	// it as the InFlightLimit the owed_queue_in_flight_limit gauge and its
+	// alert compare against.
+	InFlightLimit = 120000
+	// DefaultQueueDelayMax is the longest a worker returns a message to an
+	// SQS queue for (ChangeMessageVisibility) before handing the wait to the
+	// ledger instead: a returned message counts in flight for its whole
+	// delay, so only waits about as long as a send stay in the queue.
+	DefaultQueueDelayMax = time.Minute
 )
 
 // Message attributes owed sets.

@@ -16,7 +16,7 @@ import (
 // Stats reads the queues' approximate depths. OldestAge is always 0: SQS
 // reports the age of the oldest message only as the CloudWatch metric
 // ApproximateAgeOfOldestMessage, and a peek would count as a receive of the
-// message it shows.
+// message it shows. InFlightLimit is the documented quota, InFlightLimit.
 func (c *Client) Stats(ctx context.Context) (queue.Stats, error) {
 	main, err := c.attributes(ctx, c.cfg.QueueURL)
 	if err != nil {
@@ -38,6 +38,8 @@ func (c *Client) Stats(ctx context.Context) (queue.Stats, error) {
 		DeadLetterDepth: n(dead, types.QueueAttributeNameApproximateNumberOfMessages) +
 			n(dead, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible) +
 			n(dead, types.QueueAttributeNameApproximateNumberOfMessagesDelayed),
+		// SQS does not report the quota; its documented value stands.
+		InFlightLimit: InFlightLimit,
 	}, nil
 }
 
