@@ -194,7 +194,7 @@ func (c *cluster) start(ctx context.Context) error {
 		}
 	}
 	server, err := launch.Start(ctx, launch.Spec{Name: "postgres", Path: filepath.Join(c.bin, "postgres"),
-		Args: []string{"-D", c.data, "-k", c.sock, "-p", strconv.Itoa(pgPort)},
+		Args: append([]string{"-D", c.data, "-k", c.sock, "-p", strconv.Itoa(pgPort)}, serverSettings...),
 		Env:  c.env(), Dir: c.workDir(), Credential: c.cred, Log: c.log,
 		Ready: c.ready, ReadyTimeout: pgTimeout,
 		// SIGINT is PostgreSQL's fast shutdown (pg_ctl -m fast): sessions
@@ -206,6 +206,13 @@ func (c *cluster) start(ctx context.Context) error {
 	c.server = server
 	return c.createRoles(ctx)
 }
+
+// serverSettings are given on the command line at every start, so they
+// hold for a cluster an earlier owedctl made with other values in its
+// postgresql.conf. The services refuse commits a crash can lose
+// (service.CheckDurable), and the drill crashes this server on purpose:
+// commits are durable here as in production.
+var serverSettings = []string{"-c", "synchronous_commit=on"}
 
 // ready is nil once the server accepts a connection.
 func (c *cluster) ready(ctx context.Context) error {
@@ -224,8 +231,7 @@ func (c *cluster) initdb(ctx context.Context) error {
 		return err
 	}
 	conf := "\n# owedctl dev: a unix socket only (the socket folder and port are given at start).\n" +
-		"listen_addresses = ''\nmax_connections = 200\n" +
-		"# A dev ledger may lose its last commits in a crash, never its consistency.\nsynchronous_commit = off\n"
+		"listen_addresses = ''\nmax_connections = 200\n"
 	f, err := os.OpenFile(filepath.Join(c.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("configure the cluster: %w", err)
