@@ -71,6 +71,14 @@ func pgVersion(path string) int {
 // scripts/with-postgres.sh. The server is a supervised child (postgres
 // itself, not pg_ctl, which would leave it parentless), so it dies with
 // owedctl like every other child.
+//
+// It is the starting user's alone: it listens on no TCP port, its socket
+// and the folder holding it are 0700 (owned by the user the server runs
+// as, whom root reaches anyway), and every connection is authenticated by
+// peer, each role open only to the OS user who started the stack (and, as
+// root, to the postgres OS user the server runs as, which streams to a
+// drill's standby). Another local user can neither reach the socket nor,
+// if it could, pass as any role (configureAccess).
 type cluster struct {
 	bin  string
 	dir  string // Dir/pg, owned by the postgres OS user when we are root
@@ -154,8 +162,12 @@ func (c *cluster) chown(path string) error {
 // start creates the cluster on first use, starts the server, and creates
 // the roles and the database when missing.
 func (c *cluster) start(ctx context.Context) error {
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", c.dir, err)
+	}
+	// A folder an earlier owedctl made was open to every user.
+	if err := os.Chmod(c.dir, 0o700); err != nil {
+		return fmt.Errorf("close %s to other users: %w", c.dir, err)
 	}
 	if err := c.chown(c.dir); err != nil {
 		return err
@@ -179,6 +191,9 @@ func (c *cluster) start(ctx context.Context) error {
 	} else {
 		c.stopLeftover(ctx)
 	}
+	if err := c.configureAccess(); err != nil {
+		return err
+	}
 	c.sock = c.dir
 	if len(filepath.Join(c.sock, ".s.PGSQL."+strconv.Itoa(pgPort))) > maxSocketPath {
 		d, err := os.MkdirTemp("", "owed-dev-pg-")
@@ -186,7 +201,7 @@ func (c *cluster) start(ctx context.Context) error {
 			return fmt.Errorf("create a socket folder: %w", err)
 		}
 		c.sock, c.tmpSock = d, true
-		if err := os.Chmod(d, 0o755); err != nil {
+		if err := os.Chmod(d, 0o700); err != nil {
 			return err
 		}
 		if err := c.chown(d); err != nil {
@@ -212,7 +227,8 @@ func (c *cluster) start(ctx context.Context) error {
 // postgresql.conf. The services refuse commits a crash can lose
 // (service.CheckDurable), and the drill crashes this server on purpose:
 // commits are durable here as in production.
-var serverSettings = []string{"-c", "synchronous_commit=on"}
+// The socket is the owner's alone (see configureAccess).
+var serverSettings = []string{"-c", "synchronous_commit=on", "-c", "unix_socket_permissions=0700"}
 
 // ready is nil once the server accepts a connection.
 func (c *cluster) ready(ctx context.Context) error {
@@ -224,10 +240,11 @@ func (c *cluster) ready(ctx context.Context) error {
 	return db.PingContext(ctx)
 }
 
-// initdb creates the cluster: trust authentication is safe because it
-// listens on a unix socket in its own folder only.
+// initdb creates the cluster. Its authentication is replaced by
+// configureAccess before every start; no TCP connection is ever accepted.
 func (c *cluster) initdb(ctx context.Context) error {
-	if err := c.run(ctx, "initdb", "-D", c.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"); err != nil {
+	if err := c.run(ctx, "initdb", "-D", c.data, "-U", "postgres", "--auth-local=peer", "--auth-host=reject",
+		"-E", "UTF8", "--no-locale"); err != nil {
 		return err
 	}
 	conf := "\n# owedctl dev: a unix socket only (the socket folder and port are given at start).\n" +
@@ -239,6 +256,46 @@ func (c *cluster) initdb(ctx context.Context) error {
 	defer f.Close()
 	_, err = f.WriteString(conf)
 	return err
+}
+
+// roles are the database roles a peer may connect as: the superuser (the
+// stack's set-up, a drill's standby) and the stack's roles.
+var roles = []string{"postgres", ownerRole, appRole, adminRole, queueRole}
+
+// configureAccess writes the cluster's pg_hba.conf and pg_ident.conf, before
+// every start, so a cluster an earlier owedctl made with trust
+// authentication is closed too: every connection comes through the unix
+// socket and is authenticated by peer, under the map "owed", which opens
+// each role to the OS user who runs owedctl and, as root, to the postgres
+// user the server runs as. No password exists, so the env file's URL needs
+// none: `psql "$OWED_DATABASE_URL"` works for whoever started the stack.
+func (c *cluster) configureAccess() error {
+	me, err := user.Current()
+	if err != nil {
+		return fmt.Errorf("configure the cluster's authentication: who am I: %w", err)
+	}
+	users := []string{me.Username}
+	if c.postgres != nil && c.postgres.Username != me.Username {
+		users = append(users, c.postgres.Username)
+	}
+	hba := "# Written by owedctl at every start: peer authentication on the unix socket only.\n" +
+		"local all all peer map=owed\nlocal replication all peer map=owed\n"
+	ident := "# Written by owedctl at every start: the OS users who may use each role.\n"
+	for _, u := range users {
+		for _, r := range roles {
+			ident += fmt.Sprintf("owed \"%s\" %s\n", u, r)
+		}
+	}
+	for name, body := range map[string]string{"pg_hba.conf": hba, "pg_ident.conf": ident} {
+		path := filepath.Join(c.data, name)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			return fmt.Errorf("configure the cluster's authentication: %w", err)
+		}
+		if err := c.chown(path); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // stopLeftover stops a server an earlier run left running (an owedctl from
