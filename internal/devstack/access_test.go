@@ -66,7 +66,7 @@ func TestDevClusterIsClosedToOtherUsers(t *testing.T) {
 
 	port := strconv.Itoa(pgPort)
 	asNobody := func(role string) (string, error) {
-		out, err := exec.Command(runuser, "-u", "nobody", "--", psql, "-X", "-At", "-h", c.sock, "-p", port, "-U", role,
+		out, err := exec.Command(runuser, "-u", "nobody", "--", psql, "-X", "-At", "-h", c.primary.sock, "-p", port, "-U", role,
 			"-d", "postgres", "-c", "SELECT current_user").CombinedOutput()
 		return string(out), err
 	}
@@ -76,11 +76,11 @@ func TestDevClusterIsClosedToOtherUsers(t *testing.T) {
 		}
 	}
 	// Were the socket reachable, peer authentication still refuses.
-	sock := filepath.Join(c.sock, ".s.PGSQL."+port)
+	sock := filepath.Join(c.primary.sock, ".s.PGSQL."+port)
 	for _, p := range []struct {
 		path string
 		mode os.FileMode
-	}{{c.sock, 0o755}, {sock, 0o777}} {
+	}{{c.primary.sock, 0o755}, {sock, 0o777}} {
 		if err := os.Chmod(p.path, p.mode); err != nil {
 			t.Fatal(err)
 		}
