@@ -304,6 +304,10 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		// A send still under way when the row expires is abandoned: an
 		// answer after the expiry would be a late nudge.
 		timeout = min(timeout, left)
+		// The provider's expiry is placed again from what is left now, so
+		// a step of the wall clock since the claim does not stretch the
+		// validity a provider enforces (Twilio's ValidityPeriod).
+		dl.request.ExpiresAt = started.Add(left)
 	}
 	// The guard before the side effect: the send goes out only while the
 	// claim is still this worker's, with lease enough left to cover it, so
