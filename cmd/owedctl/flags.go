@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -10,8 +11,10 @@ import (
 	"os"
 
 	"github.com/lib/pq"
+	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/config"
+	"github.com/owedhq/owed/internal/service"
 )
 
 // errHelp is returned when a command printed its help on request.
@@ -109,6 +112,27 @@ func openDatabase(dbURL string) (*sql.DB, error) {
 			config.RedactError(err, dbURL))}
 	}
 	return sql.OpenDB(conn), nil
+}
+
+// checkWrites refuses, before a command writes to the database named by
+// dbURL (see openDatabase), commits a crash or a failover can lose, as the
+// services refuse them at start-up (service.CheckDurable): an operator's
+// pause, resume, redrive or token change that the server acknowledged and
+// then lost would be gone with nobody told. OWED_ALLOW_ASYNC_COMMIT=true
+// lets the command write, logging the problem on stderr. Reads are not
+// checked.
+func checkWrites(ctx context.Context, dbURL string) error {
+	ops, err := service.LoadOperations("")
+	if err != nil {
+		return err
+	}
+	db, err := openDatabase(dbURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = service.CheckDurable(ctx, db, zerolog.New(os.Stderr), ops.AllowAsyncCommit)
+	return err
 }
 
 // openWith opens the database named by dbURL (see openDatabase) and builds

@@ -41,6 +41,9 @@ func runProviderResume(ctx context.Context, out io.Writer, args []string) error 
 		return err
 	}
 	defer done()
+	if err := checkWrites(ctx, *dbURL); err != nil {
+		return err
+	}
 	st, err := accounts.State(ctx, *account)
 	if err != nil {
 		return err
@@ -98,6 +101,9 @@ func runProviderPause(ctx context.Context, out io.Writer, args []string) error {
 		return err
 	}
 	defer done()
+	if err := checkWrites(ctx, *dbURL); err != nil {
+		return err
+	}
 	if err := accounts.Hold(ctx, *account, *reason, who); err != nil {
 		return err
 	}

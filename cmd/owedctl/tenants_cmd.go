@@ -55,6 +55,11 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 	case action == "pause" && *reason == "":
 		return usageError{"--reason: say why the tenant is paused"}
 	}
+	if action != "list" {
+		if err := checkWrites(ctx, *dbURL); err != nil {
+			return err
+		}
+	}
 	tenants, done, err := openWith(*dbURL, func(db *sql.DB) *pace.Tenants { return pace.NewTenants(db, nil) })
 	if err != nil {
 		return err

@@ -68,11 +68,15 @@ func tokensCreate(ctx context.Context, args []string) error {
 		"TOKEN=$(owedctl tokens create --tenant acme --name 'billing backend')")
 	tenant := fs.String("tenant", "", "tenant the token acts for (required)")
 	name := fs.String("name", "", "label saying who holds the token, shown by list")
-	tokens, done, err := openTenantTokens(fs, args, tenant, tokensDatabaseFlag(fs))
+	dbURL := tokensDatabaseFlag(fs)
+	tokens, done, err := openTenantTokens(fs, args, tenant, dbURL)
 	if err != nil {
 		return err
 	}
 	defer done()
+	if err := checkWrites(ctx, *dbURL); err != nil {
+		return err
+	}
 	plain, id, err := tokens.Create(ctx, *tenant, *name)
 	if err != nil {
 		return err
@@ -154,6 +158,9 @@ func tokensRevoke(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
+	if err := checkWrites(ctx, *dbURL); err != nil {
+		return err
+	}
 	var t api.Token
 	if id != 0 {
 		t, err = tokens.Revoke(ctx, id)

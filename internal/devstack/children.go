@@ -107,12 +107,14 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, urls roleURLs) er
 // roleVars are the variables of every child that connects to the
 // database: with cfg.DatabaseURL, one role (the tables' owner, since it
 // migrates) serves everything, and the children run past the role check
-// (service.CheckRole), logging each problem.
+// (service.CheckRole) and the durability check (service.CheckDurable: a
+// developer's own server may run synchronous_commit = off), logging each
+// problem. The stack's own cluster passes both.
 func (s *Stack) roleVars() map[string]string {
 	if s.cfg.DatabaseURL == "" {
 		return nil
 	}
-	return map[string]string{service.InsecureRoleVariable: "true"}
+	return map[string]string{service.InsecureRoleVariable: "true", service.AsyncCommitVariable: "true"}
 }
 
 // startChild starts one child, waits until it is ready and watches it.

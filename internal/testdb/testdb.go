@@ -164,6 +164,14 @@ func create(ctx context.Context, admin, tmpl string) (d *DB, drop func() error, 
 	if _, err := adm.ExecContext(ctx, stmt); err != nil {
 		return nil, nil, fmt.Errorf("testdb: create database: %w", err)
 	}
+	// The services refuse a database whose commits a crash can lose
+	// (service.CheckDurable), and the test server runs with
+	// synchronous_commit off for speed: each test database asks for durable
+	// commits, as production's do. A test of the refusal turns it off again.
+	if _, err := adm.ExecContext(ctx, fmt.Sprintf("ALTER DATABASE %s SET synchronous_commit = on", name)); err != nil {
+		adm.ExecContext(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
+		return nil, nil, fmt.Errorf("testdb: ask for durable commits: %w", err)
+	}
 	drop = func() error {
 		if d.App != nil {
 			d.App.Close()
