@@ -84,6 +84,8 @@ GRANT pg_signal_backend TO owed_owner;
 CREATE ROLE owed_app LOGIN NOSUPERUSER NOBYPASSRLS;
 CREATE ROLE owed_admin LOGIN NOSUPERUSER NOBYPASSRLS;
 CREATE DATABASE owed OWNER owed_owner;
+-- No login but the owner may create temporary objects (docs/security.md).
+REVOKE TEMPORARY ON DATABASE owed FROM PUBLIC;
 SQL
 
 export OWED_TEST_DATABASE_URL="postgres://owed_owner@/owed?host=$dir&port=$port&sslmode=disable"

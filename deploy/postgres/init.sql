@@ -19,6 +19,10 @@ CREATE ROLE owed_app LOGIN PASSWORD 'app-dev-password' NOSUPERUSER NOBYPASSRLS N
 CREATE ROLE owed_admin LOGIN PASSWORD 'admin-dev-password' NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
 CREATE ROLE owed_queue LOGIN PASSWORD 'queue-dev-password' NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
 CREATE DATABASE owed OWNER owed_owner;
+-- Only the owner creates temporary objects: a login's temporary table named
+-- like one of owed's is one more thing a SECURITY DEFINER function could
+-- trip on (each pins pg_temp last regardless; docs/security.md).
+REVOKE TEMPORARY ON DATABASE owed FROM PUBLIC;
 \connect owed
 -- Postgres 15 no longer lets every role create in public; the owner needs it
 -- for the migrations, the application role only to use it.

@@ -276,6 +276,11 @@ func (c *cluster) createRoles(ctx context.Context) error {
 			return fmt.Errorf("create the database: %w", err)
 		}
 	}
+	// Only the owner creates temporary objects (docs/security.md); a
+	// cluster an earlier owedctl made gets the same.
+	if _, err := su.ExecContext(ctx, "REVOKE TEMPORARY ON DATABASE "+dbName+" FROM PUBLIC"); err != nil {
+		return fmt.Errorf("revoke TEMPORARY from PUBLIC: %w", err)
+	}
 	db, err := sql.Open("postgres", c.url("postgres"))
 	if err != nil {
 		return err

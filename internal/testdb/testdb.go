@@ -164,6 +164,12 @@ func create(ctx context.Context, admin, tmpl string) (d *DB, drop func() error, 
 	if _, err := adm.ExecContext(ctx, stmt); err != nil {
 		return nil, nil, fmt.Errorf("testdb: create database: %w", err)
 	}
+	// As docs/security.md's setup does: only the owner creates temporary
+	// objects. A database's privileges are not copied from its template.
+	if _, err := adm.ExecContext(ctx, "REVOKE TEMPORARY ON DATABASE "+name+" FROM PUBLIC"); err != nil {
+		adm.ExecContext(ctx, "DROP DATABASE "+name)
+		return nil, nil, fmt.Errorf("testdb: revoke TEMPORARY from PUBLIC: %w", err)
+	}
 	drop = func() error {
 		if d.App != nil {
 			d.App.Close()

@@ -8,7 +8,7 @@
 -- time among the rows already due, as of p_now (NULL: the database's clock).
 CREATE FUNCTION owed_ledger_backlog(p_now timestamptz)
 RETURNS TABLE (state text, owed bigint, oldest_due_at timestamptz, asked_at timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT state, count(*), min(due_at) FILTER (WHERE due_at <= coalesce($1, now())), coalesce($1, now())
   FROM owed_notifications WHERE settled_at IS NULL GROUP BY state
 $$;
@@ -24,7 +24,7 @@ CREATE FUNCTION owed_ledger_stats(p_since timestamptz)
 RETURNS TABLE (delivered bigint, expired bigint, failed bigint, skipped bigint, cancelled bigint,
                lag_p50 double precision, lag_p95 double precision, lag_max double precision,
                duplicate_rows bigint, possible_duplicates bigint)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT count(*) FILTER (WHERE state = 'delivered'),
        count(*) FILTER (WHERE state = 'expired'),
        count(*) FILTER (WHERE state = 'failed'),
@@ -50,7 +50,7 @@ GRANT EXECUTE ON FUNCTION owed_ledger_stats(timestamptz) TO owed_runtime;
 -- letter's row), and the row is then read, or redriven, in that tenant's
 -- own scope.
 CREATE FUNCTION owed_ledger_tenants_of(p_ids bigint[]) RETURNS TABLE (id bigint, tenant_id text)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT n.id, n.tenant_id FROM owed_notifications n WHERE n.id = ANY($1)
 $$;
 ALTER FUNCTION owed_ledger_tenants_of(bigint[]) OWNER TO owed_definer;
@@ -62,7 +62,7 @@ GRANT EXECUTE ON FUNCTION owed_ledger_tenants_of(bigint[]) TO owed_runtime;
 -- (skipped, transient, permanent). The console charts the last hour.
 CREATE FUNCTION owed_ledger_sends_per_minute(p_since timestamptz)
 RETURNS TABLE (minute timestamptz, accepted bigint, other bigint)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT date_trunc('minute', finished_at), count(*) FILTER (WHERE outcome = 'accepted'),
        count(*) FILTER (WHERE outcome <> 'accepted')
   FROM owed_notification_attempts
@@ -97,7 +97,7 @@ GRANT SELECT, INSERT ON owed_operator_audit TO owed_definer;
 
 CREATE FUNCTION owed_operator_audit_record(p_now timestamptz, p_operator text, p_action text, p_target text,
                                            p_count integer, p_reason text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 INSERT INTO owed_operator_audit (at, operator, action, target, count, reason)
 VALUES (coalesce($1, now()), $2, $3, $4, $5, $6)
 RETURNING id

@@ -55,7 +55,7 @@ GRANT SELECT ON owed_items TO owed_definer;
 CREATE FUNCTION owed_materialise_upcoming(p_from timestamptz, p_to timestamptz)
 RETURNS TABLE (id bigint, tenant_id text, recipient text, channel text, kind text, ref_id text,
                starts_at timestamptz, lead_seconds integer, payload jsonb)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT i.id, i.tenant_id, i.recipient, i.channel, i.kind, i.ref_id, i.starts_at, i.lead_seconds, i.payload
   FROM owed_items i
  WHERE i.starts_at > $1 AND i.starts_at <= $2 AND i.cancelled_at IS NULL
@@ -76,7 +76,7 @@ CREATE FUNCTION owed_materialise_nudges(p_now timestamptz)
 RETURNS TABLE (id bigint, tenant_id text, due_at timestamptz, expires_at timestamptz, cancelling boolean,
                moving boolean, item_id bigint, starts_at timestamptz, lead_seconds integer,
                item_cancelled boolean)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT n.id, n.tenant_id,
        CASE WHEN w.intent = 'reschedule' THEN n.intent_due_at ELSE n.due_at END,
        CASE WHEN w.intent = 'reschedule' THEN n.intent_expires_at ELSE n.expires_at END,

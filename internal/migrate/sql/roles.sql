@@ -28,6 +28,16 @@
 -- as it (service.CheckRole) and only fixtures, benchmarks and operators'
 -- repairs do.
 --
+-- Every SECURITY DEFINER function pins search_path = pg_catalog, public,
+-- pg_temp. Naming pg_temp, last, matters: a path that leaves it out has it
+-- searched first for tables, so a caller's temporary table called
+-- owed_notification_attempts was what owed_receipt_record read, and the
+-- receipt landed on the row the caller chose. Functions and operators are
+-- never looked up in pg_temp. internal/security's
+-- TestDefinerFunctionsIgnoreTemporaryObjects holds every definer function in
+-- the catalog to the pin, and proves no temporary table, function or
+-- operator is used.
+--
 -- Roles are the cluster's, not the database's: they are created only when
 -- missing (the migrating role needs CREATEROLE, docs/security.md), and a
 -- deployment's login roles join their group when they exist: owed_app

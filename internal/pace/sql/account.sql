@@ -19,7 +19,7 @@
 -- circuit stays open, so on-call sees how long the account has been down.
 CREATE FUNCTION owed_provider_account_trip(p_account text, p_pause bigint, p_reason text, p_error text,
                                            p_now timestamptz) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 INSERT INTO owed_provider_pace AS p (account, tat, paused_until, updated_at, account_reason, account_error,
                                      account_paused_at)
 VALUES ($1, coalesce($5, clock_timestamp()), coalesce($5, clock_timestamp()) + ($2 * interval '1 microsecond'),
@@ -40,7 +40,7 @@ GRANT EXECUTE ON FUNCTION owed_provider_account_trip(text, bigint, text, text, t
 -- worker died) is followed by another one a pause later. It answers whether
 -- the caller took the probe; the row lock makes exactly one caller win.
 CREATE FUNCTION owed_provider_account_probe(p_account text, p_pause bigint, p_now timestamptz) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH probe AS (
     UPDATE owed_provider_pace
        SET paused_until = coalesce($3, clock_timestamp()) + ($2 * interval '1 microsecond'),
@@ -59,7 +59,7 @@ GRANT EXECUTE ON FUNCTION owed_provider_account_probe(text, bigint, timestamptz)
 -- probe succeeded, or on-call resumed the account). It answers whether the
 -- circuit was open.
 CREATE FUNCTION owed_provider_account_resume(p_account text, p_now timestamptz) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH resumed AS (
     UPDATE owed_provider_pace
        SET paused_until = NULL, account_reason = NULL, account_error = NULL, account_paused_at = NULL,
@@ -79,7 +79,7 @@ GRANT EXECUTE ON FUNCTION owed_provider_account_resume(text, timestamptz) TO owe
 -- been held. An account without a pace row gets one with nothing reserved.
 CREATE FUNCTION owed_provider_account_hold(p_account text, p_reason text, p_actor text, p_now timestamptz)
 RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 INSERT INTO owed_provider_pace AS p (account, tat, updated_at, hold_reason, hold_actor, held_at)
 VALUES ($1, coalesce($4, clock_timestamp()), coalesce($4, clock_timestamp()), $2, $3, coalesce($4, clock_timestamp()))
 ON CONFLICT (account) DO UPDATE
@@ -93,7 +93,7 @@ GRANT EXECUTE ON FUNCTION owed_provider_account_hold(text, text, text, timestamp
 -- owed_provider_account_unhold lifts the hold and answers whether there was
 -- one.
 CREATE FUNCTION owed_provider_account_unhold(p_account text, p_now timestamptz) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH lifted AS (
     UPDATE owed_provider_pace
        SET hold_reason = NULL, hold_actor = NULL, held_at = NULL, updated_at = coalesce($2, clock_timestamp())

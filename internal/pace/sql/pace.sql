@@ -72,7 +72,7 @@ GRANT SELECT, INSERT ON owed_provider_limited_minutes TO owed_definer;
 CREATE FUNCTION owed_pace_reserve(p_account text, p_interval bigint, p_max_wait bigint, p_now timestamptz,
                                   p_n integer)
 RETURNS TABLE (tat timestamptz, paused_until timestamptz, new_tat timestamptz, computed_at timestamptz)
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH locked AS (
     SELECT tat, paused_until
       FROM owed_provider_pace
@@ -102,7 +102,7 @@ GRANT EXECUTE ON FUNCTION owed_pace_reserve(text, bigint, bigint, timestamptz, i
 -- owed_pace_create makes the account's row on its first reservation, with
 -- nothing reserved.
 CREATE FUNCTION owed_pace_create(p_account text, p_now timestamptz) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 INSERT INTO owed_provider_pace (account, tat, updated_at)
 VALUES ($1, coalesce($2, clock_timestamp()), coalesce($2, clock_timestamp()))
 ON CONFLICT (account) DO NOTHING
@@ -116,7 +116,7 @@ GRANT EXECUTE ON FUNCTION owed_pace_create(text, timestamptz) TO owed_runtime;
 -- has built on it otherwise. It answers how many rows it changed.
 CREATE FUNCTION owed_pace_give_back(p_account text, p_end timestamptz, p_back bigint, p_now timestamptz)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH given AS (
     UPDATE owed_provider_pace
        SET tat = tat - ($3 * interval '1 microsecond'),
@@ -133,7 +133,7 @@ GRANT EXECUTE ON FUNCTION owed_pace_give_back(text, timestamptz, bigint, timesta
 -- owed_pace_pause pauses the account for $2 after a 429, never shortening a
 -- pause already set, and records the limited minute.
 CREATE FUNCTION owed_pace_pause(p_account text, p_pause bigint, p_now timestamptz) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH limited AS (
     INSERT INTO owed_provider_limited_minutes (account, minute)
     VALUES ($1, date_trunc('minute', coalesce($3, clock_timestamp())))
@@ -154,7 +154,7 @@ GRANT EXECUTE ON FUNCTION owed_pace_pause(text, bigint, timestamptz) TO owed_run
 -- owed_pace_record_limited_minute records that the account was limited in
 -- this minute.
 CREATE FUNCTION owed_pace_record_limited_minute(p_account text, p_now timestamptz) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 INSERT INTO owed_provider_limited_minutes (account, minute)
 VALUES ($1, date_trunc('minute', coalesce($2, clock_timestamp())))
 ON CONFLICT DO NOTHING

@@ -18,7 +18,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON owed_tenant_pauses TO owed_definer;
 -- owed_tenant_pause pauses every send of the tenant; pausing a paused
 -- tenant again replaces the reason and the actor and keeps paused_at.
 CREATE FUNCTION owed_tenant_pause(p_tenant text, p_reason text, p_actor text, p_now timestamptz) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 INSERT INTO owed_tenant_pauses AS t (tenant_id, reason, actor, paused_at)
 VALUES ($1, $2, $3, coalesce($4, clock_timestamp()))
 ON CONFLICT (tenant_id) DO UPDATE SET reason = $2, actor = $3
@@ -30,7 +30,7 @@ GRANT EXECUTE ON FUNCTION owed_tenant_pause(text, text, text, timestamptz) TO ow
 -- owed_tenant_resume lifts the tenant's pause and answers whether there was
 -- one.
 CREATE FUNCTION owed_tenant_resume(p_tenant text) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH lifted AS (
     DELETE FROM owed_tenant_pauses WHERE tenant_id = $1 RETURNING 1
 )
