@@ -19,8 +19,9 @@ const tenantsExample = `owedctl tenants pause --tenant acme --reason "runaway ca
 // tenantsCmd pauses, resumes and lists the tenants on-call paused
 // (migrations/00029): the workers send nothing of a paused tenant, and give
 // its claimed rows back to the queue without an attempt, until it is
-// resumed. It connects as the runtime role, like the workers, and writes
-// through owed_tenant_pause and owed_tenant_resume.
+// resumed. It connects as on-call's login, a member of owed_operator (the
+// services' role may not pause a tenant), and writes through
+// owed_tenant_pause and owed_tenant_resume, which record the login.
 func tenantsCmd(ctx context.Context, args []string) error {
 	return runTenants(ctx, os.Stdout, args)
 }
@@ -31,7 +32,7 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 		"  pause   stop every send of the tenant until it is resumed\n"+
 		"  resume  send the tenant's rows again; they return from the queue within a minute\n"+
 		"  list    the paused tenants, longest paused first\n\n"+
-		"The database is --database-url or OWED_DATABASE_URL.\n\nexample:\n  "+tenantsExample+"\n"),
+		"The database is --database-url, OWED_OPERATOR_DATABASE_URL or OWED_DATABASE_URL, as a member of owed_operator.\n\nexample:\n  "+tenantsExample+"\n"),
 		"name an action: pause, resume or list"); err != nil {
 		return err
 	}
@@ -44,7 +45,7 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 	reason := fs.String("reason", "", "pause: why, for the other operators (shown by list and in the rows' last error)")
 	actor := actorFlag(fs)
 	asJSON := fs.Bool("json", false, "list: print JSON")
-	dbURL := ledgerDatabaseFlag(fs)
+	dbURL := operatorDatabaseFlag(fs)
 	if err := parseOnlyFlags(fs, args[1:], ""); err != nil {
 		return err
 	}
@@ -54,7 +55,7 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 	case action == "pause" && *reason == "":
 		return usageError{"--reason: say why the tenant is paused"}
 	}
-	tenants, done, err := openWith(*dbURL, func(db *sql.DB) *pace.Tenants { return pace.NewTenants(db, nil) })
+	tenants, done, err := openOperatorWith(*dbURL, func(db *sql.DB) *pace.Tenants { return pace.NewTenants(db, nil) })
 	if err != nil {
 		return err
 	}
@@ -66,13 +67,13 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 			return err
 		}
 		if err := tenants.Pause(ctx, *tenantID, *reason, who); err != nil {
-			return err
+			return operatorHint(err)
 		}
 		fmt.Fprintf(out, "tenant %s paused by %s: no worker sends its rows until `owedctl tenants resume --tenant %s`\n", *tenantID, who, *tenantID)
 	case "resume":
 		was, err := tenants.Resume(ctx, *tenantID)
 		if err != nil {
-			return err
+			return operatorHint(err)
 		}
 		if !was {
 			fmt.Fprintf(out, "tenant %s was not paused; nothing changed\n", *tenantID)

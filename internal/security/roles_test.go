@@ -284,7 +284,7 @@ SELECT p.oid::regprocedure::text, pg_get_userbyid(p.proowner), coalesce(array_to
 			t.Errorf("no SECURITY DEFINER function %s", f)
 		}
 	}
-	for _, login := range []string{testdb.AppUser(), testdb.AdminUser()} {
+	for _, login := range []string{testdb.AppUser(), testdb.AdminUser(), testdb.OperatorUser()} {
 		var member bool
 		if err := db.Owner.QueryRow(`SELECT pg_has_role($1, 'owed_definer', 'MEMBER')`, login).Scan(&member); err != nil || member {
 			t.Errorf("%s is a member of owed_definer (err %v)", login, err)
@@ -293,8 +293,9 @@ SELECT p.oid::regprocedure::text, pg_get_userbyid(p.proowner), coalesce(array_to
 }
 
 // A login of any name granted owed_runtime starts and runs the sweeper's
-// cross-tenant statements; a member of owed_definer or owed_token_admin,
-// or a login without owed_runtime, is refused at start-up, naming why.
+// cross-tenant statements; a member of owed_definer, owed_token_admin or
+// owed_operator, or a login without owed_runtime, is refused at start-up,
+// naming why.
 func TestRuntimeMembershipIsWhatCounts(t *testing.T) {
 	db := boundary(t)
 	acme := newRole(t, db, "IN ROLE owed_runtime")
@@ -331,6 +332,8 @@ func TestRuntimeMembershipIsWhatCounts(t *testing.T) {
 		{"a member of owed_definer", newRole(t, db, "IN ROLE "+app+", owed_definer"), "owed_definer"},
 		{"a member of owed_token_admin", newRole(t, db, "IN ROLE "+app+", owed_token_admin"), "owed_token_admin"},
 		{"the token administrator", db.AdminURL, "owed_token_admin"},
+		{"a member of owed_operator", newRole(t, db, "IN ROLE "+app+", owed_operator"), "owed_operator"},
+		{"on-call's login", db.OperatorURL, "owed_operator"},
 	} {
 		err := start(c.url, false)
 		var insecure *service.InsecureRoleError

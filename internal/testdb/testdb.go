@@ -8,7 +8,8 @@
 //
 // The owner role must have CREATEDB and CREATEROLE: the migrations create
 // owed's group roles (migrations/00018), and the template is built after
-// the token administrator's login (AdminUser) is created when missing.
+// the token administrator's and on-call's logins (AdminUser, OperatorUser)
+// are created when missing.
 package testdb
 
 import (
@@ -42,6 +43,10 @@ type DB struct {
 	// what owedctl tokens connects as.
 	Admin    *sql.DB
 	AdminURL string
+	// Operator is on-call's login (a member of owed_operator): what the
+	// console and owedctl's operator commands connect as.
+	Operator    *sql.DB
+	OperatorURL string
 }
 
 // OwnerTx runs fn in a transaction as the owning role and commits it when
@@ -93,6 +98,15 @@ func AdminUser() string {
 		return u
 	}
 	return "owed_admin"
+}
+
+// OperatorUser is on-call's login (OWED_TEST_OPERATOR_USER, default
+// owed_oncall), a member of owed_operator.
+func OperatorUser() string {
+	if u := os.Getenv("OWED_TEST_OPERATOR_USER"); u != "" {
+		return u
+	}
+	return "owed_oncall"
 }
 
 // New creates a fresh database migrated to head on the test server and
@@ -180,6 +194,9 @@ func create(ctx context.Context, admin, tmpl string) (d *DB, drop func() error, 
 		if d.Admin != nil {
 			d.Admin.Close()
 		}
+		if d.Operator != nil {
+			d.Operator.Close()
+		}
 		adm, err := sql.Open("postgres", admin)
 		if err != nil {
 			return fmt.Errorf("testdb: drop %s: %w", name, err)
@@ -199,6 +216,9 @@ func create(ctx context.Context, admin, tmpl string) (d *DB, drop func() error, 
 		d.AdminURL, err = withDB(admin, name, AdminUser())
 	}
 	if err == nil {
+		d.OperatorURL, err = withDB(admin, name, OperatorUser())
+	}
+	if err == nil {
 		d.Owner, err = sql.Open("postgres", d.OwnerURL)
 	}
 	if err == nil {
@@ -206,6 +226,9 @@ func create(ctx context.Context, admin, tmpl string) (d *DB, drop func() error, 
 	}
 	if err == nil {
 		d.Admin, err = sql.Open("postgres", d.AdminURL)
+	}
+	if err == nil {
+		d.Operator, err = sql.Open("postgres", d.OperatorURL)
 	}
 	if err != nil {
 		drop()
@@ -242,11 +265,14 @@ func ensureTemplate(ctx context.Context, admin string) (string, error) {
 	if exists {
 		return name, nil
 	}
-	// The migrations grant owed_token_admin to this login when it exists.
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`DO $$ BEGIN
-	    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s) THEN CREATE ROLE %s LOGIN; END IF; END $$`,
-		pq.QuoteLiteral(AdminUser()), pq.QuoteIdentifier(AdminUser()))); err != nil {
-		return "", fmt.Errorf("create the token administrator's role (the owner needs CREATEROLE): %w", err)
+	// The migrations grant owed_token_admin and owed_operator to these
+	// logins when they exist.
+	for _, login := range []string{AdminUser(), OperatorUser()} {
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf(`DO $$ BEGIN
+		    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s) THEN CREATE ROLE %s LOGIN; END IF; END $$`,
+			pq.QuoteLiteral(login), pq.QuoteIdentifier(login))); err != nil {
+			return "", fmt.Errorf("create the login %s (the owner needs CREATEROLE): %w", login, err)
+		}
 	}
 	building := name + "_build"
 	conn.ExecContext(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", building))

@@ -75,9 +75,15 @@ GRANT EXECUTE ON FUNCTION owed_ledger_sends_per_minute(timestamptz) TO owed_runt
 
 -- The operators' audit trail (internal/console, internal/ops): one row per
 -- operator action (a dead-letter redrive or delete, a pause, reading a
--- tenant's payload) with who, what, the filter or ids it named, how many
--- things it touched and the reason given. It is not a tenant's data, so
--- it has no row-level security.
+-- tenant's payload, binding an owed_apps login) with who, what, the filter
+-- or ids it named, how many things it touched and the reason given. It is
+-- not a tenant's data, so it has no row-level security.
+--
+-- operator is the name the operator's tool says (the console's signed-in
+-- operator, owedctl's --operator or OS user); login is the database login
+-- that wrote the line, recorded by the database itself (session_user), so
+-- a line can only claim an operator through a login the trail names. NULL
+-- for the lines written before the database recorded it.
 CREATE TABLE owed_operator_audit (
     id       bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at       timestamptz NOT NULL,
@@ -85,23 +91,24 @@ CREATE TABLE owed_operator_audit (
     action   text        NOT NULL CHECK (action <> '' AND octet_length(action) <= 64),
     target   text        NOT NULL CHECK (octet_length(target) <= 4096),
     count    integer     NOT NULL CHECK (count >= 0),
-    reason   text        NOT NULL CHECK (octet_length(reason) <= 1024)
+    reason   text        NOT NULL CHECK (octet_length(reason) <= 1024),
+    login    text        CHECK (octet_length(login) <= 64)
 );
 CREATE INDEX owed_operator_audit_at ON owed_operator_audit (at);
 
--- The runtime role reads the trail and appends to it only through
--- owed_operator_audit_record: no operator action edits or removes what an
--- earlier one recorded.
+-- The runtime role reads the trail; an operator login appends to it only
+-- through owed_operator_audit_record: no operator action edits or removes
+-- what an earlier one recorded, and the services' login writes no line.
 GRANT SELECT ON owed_operator_audit TO owed_runtime;
 GRANT SELECT, INSERT ON owed_operator_audit TO owed_definer;
 
 CREATE FUNCTION owed_operator_audit_record(p_now timestamptz, p_operator text, p_action text, p_target text,
                                            p_count integer, p_reason text) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-INSERT INTO owed_operator_audit (at, operator, action, target, count, reason)
-VALUES (coalesce($1, now()), $2, $3, $4, $5, $6)
+INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
+VALUES (coalesce($1, now()), $2, $3, $4, $5, $6, session_user)
 RETURNING id
 $$;
 ALTER FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) TO owed_runtime;
+GRANT EXECUTE ON FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) TO owed_operator;
