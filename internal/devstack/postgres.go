@@ -34,7 +34,7 @@ const (
 	// operatorRole is on-call's login: the console's pool and owedctl's
 	// operator commands (the migrations make it a member of owed_operator).
 	operatorRole = "owed_oncall"
-	dbName    = "owed"
+	dbName       = "owed"
 	// pgPort only names the socket file: the cluster listens on a unix
 	// socket in its own folder and on no TCP port, so it never collides.
 	pgPort = 5432
