@@ -104,7 +104,11 @@ func actorFlag(fs *flag.FlagSet) *string {
 }
 
 // actorName is --actor, or the OS user's name when it is empty.
-func actorName(flagged string) (string, error) {
+func actorName(flagged string) (string, error) { return osUserOr(flagged, "--actor") }
+
+// osUserOr is flagged, or the OS user's name when it is empty; flag names
+// the flag that says who acts when the process has no user name.
+func osUserOr(flagged, flag string) (string, error) {
 	if flagged != "" {
 		return flagged, nil
 	}
@@ -114,7 +118,7 @@ func actorName(flagged string) (string, error) {
 	if name := os.Getenv("USER"); name != "" {
 		return name, nil
 	}
-	return "", usageError{"--actor: this process has no OS user name; say who pauses"}
+	return "", usageError{flag + ": this process has no OS user name; say who acts"}
 }
 
 // nonNil makes an empty list print as [] rather than null.

@@ -363,10 +363,31 @@ SELECT p.oid::regprocedure::text, coalesce(array_to_string(p.proconfig, ';'), ''
 		t.Errorf("the runtime role may call only %d definer functions", n)
 	}
 
+	// An owed_apps login bound to tenant A forges a binding to tenant B in
+	// a temporary owed_apps_logins: owed_apps_tenant still reads the real
+	// one, so naming B shows nothing.
 	apps := appsRole(t, db)
 	allowTemp(t, db, userOf(t, apps))
+	conn = shadowing(t, db, apps, []string{"owed_apps_logins"}, []string{
+		fmt.Sprintf(`INSERT INTO owed_apps_logins VALUES (%s, 'tenant-b', now(), 'mallory', 'mallory')`,
+			pq.QuoteLiteral(userOf(t, apps))),
+	})
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen int
+	if _, err := tx.Exec(`SELECT set_config('owed.tenant_id', 'tenant-b', true)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(`SELECT count(*) FROM public.owed_notifications`).Scan(&seen); err != nil || seen != 0 {
+		t.Errorf("an owed_apps login with a temporary binding to tenant B sees %d of its rows (err %v), want none", seen, err)
+	}
+	tx.Rollback()
 	conn = shadowSession(t, db, apps, nil)
-	callEveryDefiner(t, "an owed_apps login", conn)
+	if n := callEveryDefiner(t, "an owed_apps login", conn); n != 1 {
+		t.Errorf("an owed_apps login may call %d definer functions, want owed_apps_tenant alone", n)
+	}
 }
 
 // Where owed's setup makes the database (deploy/postgres/init.sql, the dev

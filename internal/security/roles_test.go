@@ -50,9 +50,20 @@ func boundary(t *testing.T) *testdb.DB {
 }
 
 // appsRole is a login of the apps' group, as an application writing SQL
-// connects.
+// connects, bound to tenantA (owedctl apps bind).
 func appsRole(t *testing.T, db *testdb.DB) string {
-	return newRole(t, db, "IN ROLE owed_apps")
+	t.Helper()
+	u := newRole(t, db, "IN ROLE owed_apps")
+	bind(t, db, userOf(t, u), tenantA)
+	return u
+}
+
+// bind lets login name tenant, as owedctl apps bind does.
+func bind(t *testing.T, db *testdb.DB, login, tenant string) {
+	t.Helper()
+	if _, err := db.Admin.Exec(`SELECT owed_apps_bind($1, $2, 'security_test', '')`, login, tenant); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // inScope runs fn in one transaction on the pool at dbURL after the
@@ -340,5 +351,74 @@ func TestRuntimeMembershipIsWhatCounts(t *testing.T) {
 		if !errors.As(err, &insecure) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: Start = %v, want a refusal naming %q", c.name, err, c.want)
 		}
+	}
+}
+
+// An owed_apps login reads and writes only the tenants it is bound to
+// (owed_apps_logins, by session_user): naming another tenant, the review's
+// set_config('owed.tenant_id', 'globex', true), reads no payload and
+// updates no row; a login with no binding sees and writes nothing; and a
+// login that can SET ROLE to another apps login does not borrow its
+// bindings.
+func TestAppsLoginIsBoundToItsTenants(t *testing.T) {
+	db := boundary(t)
+	scopeB := `SELECT set_config('owed.tenant_id', 'tenant-b', true)`
+	tables := []string{"owed_notifications", "owed_items", "owed_contacts", "owed_undeliverable"}
+	crmB := newRole(t, db, "IN ROLE owed_apps")
+	bind(t, db, userOf(t, crmB), tenantB)
+	crmA := appsRole(t, db)
+	if _, err := db.Owner.Exec(`GRANT ` + userOf(t, crmB) + ` TO ` + userOf(t, crmA)); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		url string
+		set []string
+	}{
+		"a login bound to tenant A, naming B":           {crmA, []string{scopeB}},
+		"a login bound to A, SET ROLE to B's, naming B": {crmA, []string{`SET LOCAL ROLE ` + userOf(t, crmB), scopeB}},
+		"a login with no binding, naming B":             {newRole(t, db, "IN ROLE owed_apps"), []string{scopeB}},
+	}
+	for who, c := range cases {
+		err := inScope(t, c.url, c.set, func(tx *sql.Tx) error {
+			for _, table := range tables {
+				if n, err := countB(tx, table); err != nil || n != 0 {
+					t.Errorf("%s sees %d of %s's rows in %s (err %v), want none", who, n, tenantB, table, err)
+				}
+			}
+			var payload sql.NullString
+			if err := tx.QueryRow(`SELECT payload::text FROM owed_notifications WHERE tenant_id = 'tenant-b'`).Scan(&payload); err != sql.ErrNoRows {
+				t.Errorf("%s read tenant B's payload %v (err %v), want no row", who, payload, err)
+			}
+			res, err := tx.Exec(`UPDATE owed_notifications SET payload = '{"text":"owned"}' WHERE tenant_id = 'tenant-b'`)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n != 0 {
+				t.Errorf("%s updated %d of tenant B's rows", who, n)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("%s: %v", who, err)
+		}
+		err = inScope(t, c.url, c.set, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at)
+			                   VALUES ('tenant-b', 'mallory', 'sms', 'k', 'M-1', now())`)
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "row-level security") {
+			t.Errorf("%s inserted a row for %s (err %v), want a row-level security refusal", who, tenantB, err)
+		}
+	}
+	// The login bound to B does see B's rows.
+	err := inScope(t, crmB, []string{scopeB}, func(tx *sql.Tx) error {
+		n, err := countB(tx, "owed_notifications")
+		if err == nil && n != 1 {
+			t.Errorf("the login bound to %s sees %d of its rows, want 1", tenantB, n)
+		}
+		return err
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }

@@ -31,7 +31,7 @@ CREATE INDEX owed_receipts_notification ON owed_receipts (notification_id, recei
 
 ALTER TABLE owed_receipts ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_receipts FORCE ROW LEVEL SECURITY;
-CREATE POLICY owed_receipts_tenant ON owed_receipts TO owed_runtime, owed_apps
+CREATE POLICY owed_receipts_tenant ON owed_receipts TO owed_runtime
     USING (tenant_id = current_setting('owed.tenant_id', true))
     WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
 CREATE POLICY owed_receipts_definer ON owed_receipts TO owed_definer USING (true) WITH CHECK (true);

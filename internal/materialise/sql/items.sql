@@ -39,9 +39,14 @@ CREATE INDEX owed_items_starts_at ON owed_items (starts_at);
 -- materialiser's functions below read across tenants.
 ALTER TABLE owed_items ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_items FORCE ROW LEVEL SECURITY;
-CREATE POLICY owed_items_tenant ON owed_items TO owed_runtime, owed_apps
+CREATE POLICY owed_items_tenant ON owed_items TO owed_runtime
     USING (tenant_id = current_setting('owed.tenant_id', true))
     WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
+-- An owed_apps login sees and writes only a tenant it names and is bound
+-- to (owed_apps_tenant, internal/apps/sql/logins.sql).
+CREATE POLICY owed_items_apps ON owed_items TO owed_apps
+    USING (tenant_id = (SELECT owed_apps_tenant()))
+    WITH CHECK (tenant_id = (SELECT owed_apps_tenant()));
 CREATE POLICY owed_items_owner ON owed_items TO CURRENT_USER USING (true) WITH CHECK (true);
 CREATE POLICY owed_items_definer ON owed_items TO owed_definer USING (true);
 
