@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/service"
@@ -182,8 +183,9 @@ func TestSessionWideBypassReadsNothing(t *testing.T) {
 	check("PGOPTIONS=-c owed.bypass_rls=on", db.AppURL)
 }
 
-// The runtime role can neither mint nor un-revoke a token, nor read one,
-// nor write the pace of any provider account except through its functions.
+// The runtime role, and on-call's login with it, can neither mint nor
+// un-revoke a token, nor read one, nor write the pace of any provider
+// account except through its functions.
 func TestRuntimeRoleCannotWriteTokensOrPace(t *testing.T) {
 	db := boundary(t)
 	for _, stmt := range []string{
@@ -195,7 +197,8 @@ func TestRuntimeRoleCannotWriteTokensOrPace(t *testing.T) {
 		`UPDATE owed_provider_pace SET paused_until = now() + interval '1 day'`,
 		`INSERT INTO owed_provider_limited_minutes (account, minute) VALUES ('twilio', now())`,
 	} {
-		for who, u := range map[string]string{"the application role": db.AppURL, "an apps' role": appsRole(t, db)} {
+		for who, u := range map[string]string{"the application role": db.AppURL, "an apps' role": appsRole(t, db),
+			"on-call's login": db.OperatorURL} {
 			err := inScope(t, u, []string{scopeA}, func(tx *sql.Tx) error {
 				_, err := tx.Exec(stmt)
 				return err
@@ -420,5 +423,57 @@ func TestAppsLoginIsBoundToItsTenants(t *testing.T) {
 	})
 	if err != nil {
 		t.Error(err)
+	}
+}
+
+// The token administrator mints tokens and binds owed_apps logins, and
+// touches nothing of the ledger: no tenant table, no cross-tenant function,
+// no hold, pause or audit line.
+func TestTokenAdminTouchesNoLedger(t *testing.T) {
+	db := boundary(t)
+	for _, stmt := range append([]string{
+		`SELECT count(*) FROM owed_notifications`,
+		`SELECT count(*) FROM owed_items`,
+		`SELECT count(*) FROM owed_contacts`,
+		`SELECT count(*) FROM owed_provider_pace`,
+		`SELECT * FROM owed_ledger_tenants_of(ARRAY[1::bigint, 2])`,
+		`SELECT * FROM owed_sweep_lease(0, NULL, 60, 60, 100, NULL, 0)`,
+	}, operatorWrites...) {
+		err := inScope(t, db.AdminURL, []string{scopeA}, func(tx *sql.Tx) error {
+			_, err := tx.Exec(stmt)
+			return err
+		})
+		if !permissionDenied(err) {
+			t.Errorf("the token administrator: %s: %v, want permission denied", stmt, err)
+		}
+	}
+}
+
+// The console's own login (OWED_OPERATOR_DATABASE_URL) must be a member
+// of owed_operator, and is checked as a service's login is otherwise: the
+// services' login, the token administrator and the owner are refused,
+// each naming why; on-call's login is accepted.
+func TestConsoleLoginMustBeAnOperator(t *testing.T) {
+	db := testdb.New(t)
+	open := func(u string) error {
+		pool, err := service.OpenOperatorDB(context.Background(), zerolog.Nop(), "OWED_OPERATOR_DATABASE_URL", u, 1, false)
+		if err == nil {
+			pool.Close()
+		}
+		return err
+	}
+	if err := open(db.OperatorURL); err != nil {
+		t.Fatalf("on-call's login: %v", err)
+	}
+	for _, c := range []struct{ name, url, want string }{
+		{"the services' login", db.AppURL, "not a member of owed_operator"},
+		{"the token administrator", db.AdminURL, "owed_token_admin"},
+		{"the owner", db.OwnerURL, "owns"},
+		{"a member of owed_operator and owed_definer", newRole(t, db, "IN ROLE owed_operator, owed_definer"), "owed_definer"},
+	} {
+		err := open(c.url)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "OWED_OPERATOR_DATABASE_URL") {
+			t.Errorf("%s: %v, want a refusal naming OWED_OPERATOR_DATABASE_URL and %q", c.name, err, c.want)
+		}
 	}
 }
