@@ -143,6 +143,8 @@ GRANT EXECUTE ON FUNCTION owed_operator_audit_record(timestamptz, text, text, te
 REVOKE owed_definer FROM CURRENT_USER;
 
 -- +goose Down
+-- owed_operator and its memberships stay: roles are the cluster's, and
+-- other databases may use them.
 GRANT owed_definer TO CURRENT_USER;
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION owed_operator_audit_record(p_now timestamptz, p_operator text, p_action text, p_target text,
