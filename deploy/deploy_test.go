@@ -43,6 +43,9 @@ var flagCodeVariables = []string{
 	// cmd/owedctl/migrate_cmd.go, tokens_cmd.go, notifications_cmd.go,
 	// stats_cmd.go: the database owedctl connects to.
 	"OWED_DATABASE_URL",
+	// cmd/owedctl/flags.go: on-call's commands (tenants, provider
+	// pause|resume) read it before OWED_DATABASE_URL.
+	"OWED_OPERATOR_DATABASE_URL",
 	// cmd/owedctl/provider_cmd.go, sandboxEnv (envconfig prefix
 	// OWED_SANDBOX): the sandbox provider.
 	"OWED_SANDBOX_ADDR", "OWED_SANDBOX_RATE", "OWED_SANDBOX_BURST", "OWED_SANDBOX_SECRET",

@@ -96,6 +96,33 @@ func databaseFlag(fs *flag.FlagSet, purpose string) *string {
 	return fs.String("database-url", "", purpose+" (default $OWED_DATABASE_URL)")
 }
 
+// operatorDatabaseFlag registers --database-url for on-call's commands
+// (tenants, provider pause|resume): holding an account and pausing a tenant
+// are owed_operator's alone, never the services' role's.
+func operatorDatabaseFlag(fs *flag.FlagSet) *string {
+	return fs.String("database-url", "", "database, as on-call's login, a member of owed_operator (owed_oncall in the local stacks) "+
+		"(default $OWED_OPERATOR_DATABASE_URL, else $OWED_DATABASE_URL)")
+}
+
+// openOperatorWith is openWith for on-call's commands: --database-url, else
+// OWED_OPERATOR_DATABASE_URL, else OWED_DATABASE_URL.
+func openOperatorWith[T any](dbURL string, build func(*sql.DB) T) (v T, done func(), err error) {
+	if dbURL == "" {
+		dbURL = os.Getenv("OWED_OPERATOR_DATABASE_URL")
+	}
+	return openWith(dbURL, build)
+}
+
+// operatorHint adds to a refusal of the database what to connect as: the
+// services' role may not hold, pause or write the audit trail.
+func operatorHint(err error) error {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) && pqErr.Code == "42501" {
+		return fmt.Errorf("%w: connect as a member of owed_operator (--database-url or OWED_OPERATOR_DATABASE_URL; docs/security.md)", err)
+	}
+	return err
+}
+
 // openDatabase opens the database named by --database-url or, failing
 // that, OWED_DATABASE_URL.
 func openDatabase(dbURL string) (*sql.DB, error) {

@@ -35,6 +35,7 @@ func commands() map[string]command {
 		"dlq":           {"dead-letter inspection and redrive", dlqCmd},
 		"dev":           {"run the whole system on this machine (make run)", devCmd},
 		"tokens":        {"create, list and revoke tenant API tokens", tokensCmd},
+		"apps":          {"bind an owed_apps SQL login to the tenants it may name (apps bind|unbind|list)", appsCmd},
 		"notifications": {"look up notifications and their attempts", notificationsCmd},
 		"stats":         {"the delivery health numbers", statsCmd},
 		"drill":         {"run the stack under faults and check every invariant", drillCmd},

@@ -32,7 +32,10 @@ const (
 	appRole   = "owed_app"
 	adminRole = "owed_admin"
 	queueRole = "owed_queue"
-	dbName    = "owed"
+	// operatorRole is on-call's login: the console's pool and owedctl's
+	// operator commands (the migrations make it a member of owed_operator).
+	operatorRole = "owed_oncall"
+	dbName       = "owed"
 	// pgPort only names the socket file: the cluster listens on a unix
 	// socket in its own folder and on no TCP port, so it never collides.
 	pgPort = 5432
@@ -409,6 +412,11 @@ func (c *cluster) createRoles(ctx context.Context) error {
 			return fmt.Errorf("create the database: %w", err)
 		}
 	}
+	// Only the owner creates temporary objects (docs/security.md); a
+	// cluster an earlier owedctl made gets the same.
+	if _, err := su.ExecContext(ctx, "REVOKE TEMPORARY ON DATABASE "+dbName+" FROM PUBLIC"); err != nil {
+		return fmt.Errorf("revoke TEMPORARY from PUBLIC: %w", err)
+	}
 	db, err := sql.Open("postgres", c.url("postgres"))
 	if err != nil {
 		return err
@@ -438,6 +446,9 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '` + queueRole + `') THEN
         CREATE ROLE ` + queueRole + ` LOGIN NOSUPERUSER NOBYPASSRLS;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '` + operatorRole + `') THEN
+        CREATE ROLE ` + operatorRole + ` LOGIN NOSUPERUSER NOBYPASSRLS;
     END IF;
 END
 $$`
@@ -507,8 +518,9 @@ func (c *cluster) stop(force <-chan struct{}) error {
 }
 
 // roleURLs are the database URLs of the stack's roles: admin creates the
-// tenant token (a member of owed_token_admin).
-type roleURLs struct{ owner, app, queue, admin string }
+// tenant token (a member of owed_token_admin); operator is the console's
+// (a member of owed_operator).
+type roleURLs struct{ owner, app, queue, admin, operator string }
 
 // database starts or reuses the local cluster, or takes cfg.DatabaseURL, and
 // returns its roles' URLs. cfg.DatabaseURL is one role for everything (it
@@ -519,7 +531,7 @@ func (s *Stack) database(ctx context.Context) (roleURLs, error) {
 		if s.cfg.Tuning.Standby {
 			return roleURLs{}, fmt.Errorf("a standby needs the stack's own cluster, not the database in OWED_DATABASE_URL")
 		}
-		return roleURLs{u, u, u, u}, nil
+		return roleURLs{u, u, u, u, u}, nil
 	}
 	c, err := newCluster(s.cfg.Dir, s.logDir())
 	if err != nil {
@@ -536,7 +548,7 @@ func (s *Stack) database(ctx context.Context) (roleURLs, error) {
 		}
 		s.progress("standby")
 	}
-	return roleURLs{c.url(ownerRole), c.url(appRole), c.url(queueRole), c.url(adminRole)}, nil
+	return roleURLs{c.url(ownerRole), c.url(appRole), c.url(queueRole), c.url(adminRole), c.url(operatorRole)}, nil
 }
 
 func (s *Stack) migrate(ctx context.Context, ownerURL string) error {
@@ -552,9 +564,11 @@ func (s *Stack) migrate(ctx context.Context, ownerURL string) error {
 	s.progress(fmt.Sprintf("migrated(%d applied)", len(applied)))
 	if s.cfg.DatabaseURL != "" {
 		// One role for everything: it owns the tables, and runs the
-		// services' cross-tenant functions only as a member of owed_runtime.
-		if _, err := db.ExecContext(ctx, "GRANT owed_runtime TO CURRENT_USER"); err != nil {
-			return fmt.Errorf("make the database role a member of owed_runtime: %w", err)
+		// services' cross-tenant functions only as a member of owed_runtime,
+		// and the console's holds and audit lines only as a member of
+		// owed_operator.
+		if _, err := db.ExecContext(ctx, "GRANT owed_runtime, owed_operator TO CURRENT_USER"); err != nil {
+			return fmt.Errorf("make the database role a member of owed_runtime and owed_operator: %w", err)
 		}
 	}
 	return nil

@@ -34,6 +34,9 @@ type Endpoints struct {
 	WebhookSecret string
 	// AppURL is the application role's database URL.
 	AppURL string
+	// OperatorURL is on-call's (owed_oncall, a member of owed_operator):
+	// the console's pool, and owedctl's tenants and provider pause|resume.
+	OperatorURL string
 }
 
 // secret returns n random bytes, hex-encoded.
@@ -64,9 +67,9 @@ func (s *Stack) writeEnvFile() error {
 		fmt.Fprintf(&queueVars, "export %s='%s'\n", k, s.queueVars[k])
 	}
 	body := fmt.Sprintf("# owedctl dev, started %s. Source it: . %s\n"+
-		"%sexport OWED_DATABASE_URL='%s'\n"+
+		"%sexport OWED_DATABASE_URL='%s'\nexport OWED_OPERATOR_DATABASE_URL='%s'\n"+
 		"export OWED=%s\nexport OWED_METRICS=%s\nexport TOKEN=%s\nexport OWED_API_TOKEN=%s\nexport OWED_CRON_SECRET=%s\nexport OWED_CONSOLE_TOKEN=%s\n",
-		s.started.Format(time.RFC3339), s.envPath(), queueVars.String(), ep.AppURL,
+		s.started.Format(time.RFC3339), s.envPath(), queueVars.String(), ep.AppURL, ep.OperatorURL,
 		ep.API, ep.Metrics, ep.TenantToken, ep.ServiceToken, ep.CronSecret, ep.ConsoleToken)
 	if err := os.WriteFile(s.envPath(), []byte(body), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", s.envPath(), err)
