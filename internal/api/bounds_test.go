@@ -165,22 +165,28 @@ func TestAcceptedInputsNeverAnswer500(t *testing.T) {
 	}
 }
 
-// A far expiry moved as far again by a snooze stays a time the API can
-// write: today the row took an expiry past the year 9999, and every read of
-// it answered 200 with no body.
-func TestFarExpiryMovedAheadStillReads(t *testing.T) {
+// A far expiry moved as far again by a snooze would pass the last instant a
+// ledger time holds: once every read of the row answered 200 with no body,
+// then the expiry was clamped (the window cut short). The move is refused,
+// naming due_at and the latest due time the expiry allows, and the row keeps
+// its times.
+func TestFarExpiryMovedAheadIsRefused(t *testing.T) {
 	b := setup(t)
 	r := b.do(t, http.MethodPost, "/v1/notifications", b.acme, `{"notifications":[{"recipient":"a","channel":"sms",`+
 		`"kind":"k","ref_id":"r","due_at":"2026-03-02T12:00:00Z","expires_at":"9999-12-01T00:00:00Z","payload":{"text":"hi"}}]}`)
 	var s scheduleResult
 	r.data(t, &s)
-	expect(t, b.do(t, http.MethodPost, "/v1/notifications/reschedule", b.acme,
-		`{"kind":"k","ref_id":"r","due_at":"9000-01-01T00:00:00Z"}`), http.StatusOK)
+	e := expectField(t, b.do(t, http.MethodPost, "/v1/notifications/reschedule", b.acme,
+		`{"kind":"k","ref_id":"r","due_at":"9000-01-01T00:00:00Z"}`), http.StatusBadRequest, "due_at")
+	if !strings.Contains(e.Message, "2026-04-02T11:59:59.999999Z") {
+		t.Errorf("message %q does not name the latest due_at, 2026-04-02T11:59:59.999999Z", e.Message)
+	}
 	var got struct {
+		DueAt     string `json:"due_at"`
 		ExpiresAt string `json:"expires_at"`
 	}
 	b.do(t, http.MethodGet, fmt.Sprintf("/v1/notifications/%d", s.Notifications[0].ID), b.acme, nil).data(t, &got)
-	if !strings.HasPrefix(got.ExpiresAt, "9999-12-31T23:59:59") {
-		t.Errorf("expires_at %q, want the last instant of 9999", got.ExpiresAt)
+	if got.DueAt != "2026-03-02T12:00:00Z" || got.ExpiresAt != "9999-12-01T00:00:00Z" {
+		t.Errorf("row after the refused move: due %s expires %s, want its own times", got.DueAt, got.ExpiresAt)
 	}
 }

@@ -70,13 +70,34 @@ func checkText(v *ValidationError, idx int, field, value string, max int) {
 	}
 }
 
-// checkTime refuses a time outside the years 1 to 9999 in UTC: what a
-// ledger row's time can hold all the way to the queue (the envelope and the
-// worker's claim write it as JSON, which has four-digit years). An RFC 3339
-// offset can carry a time written as 9999-12-31 past that in UTC.
+// The range of a ledger time: the years 1 to 9999 in UTC, at the
+// microsecond PostgreSQL keeps. It is what a row's time can hold all the way
+// to the queue and back (the envelope, the worker's claim and the API write
+// it as RFC 3339 JSON, which has four-digit years; Go and timestamptz both
+// round-trip every instant of it). Finer digits are truncated when stored.
+var (
+	MinTime = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	MaxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+)
+
+// maxTimeSQL is MaxTime as a timestamptz literal, for the statements that
+// keep a computed time inside the range.
+const maxTimeSQL = `'9999-12-31 23:59:59.999999+00'::timestamptz`
+
+// TimeRange names the accepted range in error messages.
+const TimeRange = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z"
+
+// InRange reports whether t, truncated to the microsecond, lies within
+// MinTime and MaxTime. An RFC 3339 offset can carry a time written as
+// 9999-12-31 past that in UTC.
+func InRange(t time.Time) bool {
+	return !t.Before(MinTime) && !t.Truncate(time.Microsecond).After(MaxTime)
+}
+
+// checkTime refuses a time outside the ledger's range (InRange).
 func checkTime(v *ValidationError, idx int, field string, t time.Time) {
-	if y := t.UTC().Year(); y < 1 || y > 9999 {
-		v.add(idx, field, "%s is outside the years 1 to 9999 in UTC", t.Format(time.RFC3339))
+	if !InRange(t) {
+		v.add(idx, field, "%s is outside %s (UTC)", t.Format(time.RFC3339Nano), TimeRange)
 	}
 }
 
