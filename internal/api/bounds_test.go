@@ -147,7 +147,7 @@ func TestAcceptedInputsNeverAnswer500(t *testing.T) {
 		{"a number numeric overflows", "/v1/notifications", one("webhook", ok, `{"data":[1e100000]}`), 400, "notifications[0].payload.data"},
 		{"nesting past the bound", "/v1/notifications", one("webhook", ok, `{"data":`+deep(100)+`}`), 400, "notifications[0].payload.data"},
 		{"a payload over the limit as stored", "/v1/notifications", one("webhook", ok, spreadNumbers()), 400, "notifications[0].payload"},
-		{"a lone surrogate", "/v1/notifications", one("sms", ok, `{"text":"\ud800"}`), 200, ""},
+		{"a lone surrogate", "/v1/notifications", one("sms", ok, `{"text":"\ud800"}`), 400, "notifications[0].payload.text"},
 		{"duplicate keys", "/v1/notifications", one("sms", "2026-03-01T13:00:00Z", `{"text":"one","text":"two"}`), 200, ""},
 		{"multibyte at the byte bound", "/v1/notifications", strings.Replace(one("sms", ok, `{"text":"hi"}`), `"recipient":"a"`, `"recipient":"`+strings.Repeat("é", 256)+`"`, 1), 200, ""},
 	}

@@ -132,6 +132,9 @@ func decodeJSON(body []byte, dst any) *apiError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON, Message: "request body is empty: send a JSON object"}
 	}
+	if e := checkText(body); e != nil {
+		return e
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/owedhq/owed/internal/payload"
@@ -67,6 +68,15 @@ func checkText(v *ValidationError, idx int, field, value string, max int) {
 		v.add(idx, field, "must not contain NUL (\\u0000)")
 	case !utf8.ValidString(value):
 		v.add(idx, field, "must be valid UTF-8")
+	default:
+		if i := strings.IndexFunc(value, unicode.IsControl); i >= 0 {
+			// An identifier is matched, logged and shown to operators: a
+			// newline or an escape sequence in one forges log lines and
+			// rewrites terminals.
+			r, _ := utf8.DecodeRuneInString(value[i:])
+			v.add(idx, field, "must not contain control characters (U+0000 to U+001F, U+007F to U+009F): "+
+				"%U at byte %d", r, i)
+		}
 	}
 }
 
