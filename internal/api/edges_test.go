@@ -127,3 +127,38 @@ func TestCursorOutOfRangeIsRefused(t *testing.T) {
 			b.acme, nil), http.StatusOK)
 	}
 }
+
+// The accepted range of a time, end to end: its first and last microsecond
+// are scheduled and read back; a microsecond outside either end is 400
+// naming the field, and so is the zero time (.NET's DateTime.MinValue, a
+// time a client never set), which the ledger would read as missing. .NET's
+// DateTime.MaxValue, finer than a microsecond, is the last microsecond.
+func TestTheLedgerTimeRange(t *testing.T) {
+	b := setup(t)
+	for i, c := range []struct{ due, want string }{
+		{"0001-01-01T00:00:00.000001Z", "0001-01-01T00:00:00.000001Z"},
+		{"9999-12-31T23:59:59.9999999Z", lastInstant},
+		{"0001-01-01T01:00:00.000001+01:00", "0001-01-01T00:00:00.000001Z"},
+	} {
+		n := note(fmt.Sprintf("+1555000%d", i), "T-1", b.clk.Now())
+		n["due_at"] = c.due
+		var s scheduleResult
+		r := b.do(t, http.MethodPost, "/v1/notifications", b.acme, batch(n))
+		expect(t, r, http.StatusOK)
+		r.data(t, &s)
+		if d := b.readRow(t, s.Notifications[0].ID); d.DueAt.Format(time.RFC3339Nano) != c.want {
+			t.Errorf("due_at %s reads back as %s, want %s", c.due, d.DueAt.Format(time.RFC3339Nano), c.want)
+		}
+	}
+	expect(t, b.do(t, http.MethodGet, "/v1/notifications?limit=1", b.acme, nil), http.StatusOK)
+	for _, due := range []string{"0001-01-01T00:00:00Z", "0001-01-01T00:00:00.0000009Z", "0001-01-01T00:00:00.000001+00:01",
+		"10000-01-01T00:00:00Z", "9999-12-31T23:59:59.999999-00:01"} {
+		n := note("+15550009", "T-2", b.clk.Now())
+		n["due_at"] = due
+		e := expectField(t, b.do(t, http.MethodPost, "/v1/notifications", b.acme, batch(n)), http.StatusBadRequest,
+			"notifications[0].due_at")
+		if !strings.Contains(e.Message, ledger.TimeRange) && !strings.Contains(e.Message, "RFC 3339") {
+			t.Errorf("due_at %s: message %q does not say what is accepted", due, e.Message)
+		}
+	}
+}

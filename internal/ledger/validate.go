@@ -81,12 +81,16 @@ func checkText(v *ValidationError, idx int, field, value string, max int) {
 }
 
 // The range of a ledger time: the years 1 to 9999 in UTC, at the
-// microsecond PostgreSQL keeps. It is what a row's time can hold all the way
-// to the queue and back (the envelope, the worker's claim and the API write
-// it as RFC 3339 JSON, which has four-digit years; Go and timestamptz both
-// round-trip every instant of it). Finer digits are truncated when stored.
+// microsecond PostgreSQL keeps, but for its very first instant. It is what
+// a row's time can hold all the way to the queue and back (the envelope,
+// the worker's claim and the API write it as RFC 3339 JSON, which has
+// four-digit years; Go and timestamptz both round-trip every instant of
+// it). 0001-01-01T00:00:00Z is Go's zero time and .NET's DateTime.MinValue,
+// a time that was never set, which the ledger reads as missing. Finer
+// digits than a microsecond are truncated when stored, and are judged
+// truncated here.
 var (
-	MinTime = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	MinTime = time.Date(1, 1, 1, 0, 0, 0, 1000, time.UTC)
 	MaxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
 )
 
@@ -95,13 +99,14 @@ var (
 const maxTimeSQL = `'9999-12-31 23:59:59.999999+00'::timestamptz`
 
 // TimeRange names the accepted range in error messages.
-const TimeRange = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z"
+const TimeRange = "0001-01-01T00:00:00.000001Z to 9999-12-31T23:59:59.999999Z"
 
 // InRange reports whether t, truncated to the microsecond, lies within
 // MinTime and MaxTime. An RFC 3339 offset can carry a time written as
 // 9999-12-31 past that in UTC.
 func InRange(t time.Time) bool {
-	return !t.Before(MinTime) && !t.Truncate(time.Microsecond).After(MaxTime)
+	t = t.Truncate(time.Microsecond)
+	return !t.Before(MinTime) && !t.After(MaxTime)
 }
 
 // checkTime refuses a time outside the ledger's range (InRange).
