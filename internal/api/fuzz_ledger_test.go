@@ -117,32 +117,32 @@ func FuzzGetID(f *testing.F) {
 }
 
 // FuzzRescheduleTime moves a subject of two rows with expiries, one of
-// them in flight (claimed as a worker claims it), to a fuzzed time, given
-// as due_at (Unix seconds, nanoseconds and an offset in minutes) or as
-// delay_seconds. The API never answers 5xx, and whatever it accepted, the
-// send in flight still ends: its release, which applies a recorded
-// reschedule, never fails.
+// them in flight (claimed as a worker claims it), to a fuzzed time: as
+// due_at, counted in seconds from the Unix epoch, back from the ledger's
+// last instant or on from its first (from 0, 1, 2), with nanoseconds and an
+// offset in minutes; or as delay_seconds. The API never answers 5xx, and
+// whatever it accepted, the send in flight still ends: its release, which
+// applies a recorded reschedule, never fails.
 func FuzzRescheduleTime(f *testing.F) {
 	b := fuzzAPI(f)
 	var n atomic.Int64
 	for _, s := range []struct {
+		from      uint8
 		sec, nsec int64
 		offset    int
 		delay     int64
 		useDelay  bool
 	}{
-		{1772460000, 0, 0, 0, false},
-		{253402300799, 999999999, 0, 0, false}, // 9999-12-31T23:59:59.999999999Z
-		{253402297199, 999999000, 0, 0, false}, // the latest due time a one-hour expiry allows
-		{-62135596800, 0, 0, 0, false},         // 0001-01-01T00:00:00Z
-		{253402300799, 0, -1439, 0, false},
-		{0, 0, 0, 3600, true},
-		{0, 0, 0, 31622400, true},
+		{0, 1772460000, 0, 0, 0, false},
+		{1, 366 * 86400, 0, 0, 0, false},
+		{2, 366 * 86400, 0, 60, 0, false},
+		{0, 0, 0, 0, 3600, true},
+		{0, 0, 0, 0, 31622400, true},
 	} {
-		f.Add(s.sec, s.nsec, s.offset, s.delay, s.useDelay)
+		f.Add(s.from, s.sec, s.nsec, s.offset, s.delay, s.useDelay)
 	}
 	now := b.clk.Now()
-	f.Fuzz(func(t *testing.T, sec, nsec int64, offset int, delay int64, useDelay bool) {
+	f.Fuzz(func(t *testing.T, from uint8, sec, nsec int64, offset int, delay int64, useDelay bool) {
 		ref := fmt.Sprintf("R-%d", n.Add(1))
 		var ns []map[string]any
 		for _, recipient := range []string{"+15550001", "+15550002"} {
@@ -162,8 +162,14 @@ func FuzzRescheduleTime(f *testing.F) {
 		if useDelay {
 			body["delay_seconds"] = delay
 		} else {
-			zone := time.FixedZone("", (offset%1440)*60)
-			body["due_at"] = time.Unix(sec, nsec%1_000_000_000).In(zone).Format(time.RFC3339Nano)
+			at := time.Unix(sec, nsec%1_000_000_000)
+			switch from % 3 {
+			case 1:
+				at = ledger.MaxTime.Add(-time.Duration(sec%(1<<33)) * time.Second).Add(time.Duration(nsec % 1_000_000_000))
+			case 2:
+				at = ledger.MinTime.Add(time.Duration(sec%(1<<33)) * time.Second).Add(time.Duration(nsec % 1_000_000_000))
+			}
+			body["due_at"] = at.In(time.FixedZone("", (offset%1440)*60)).Format(time.RFC3339Nano)
 		}
 		notServerError(t, fmt.Sprint(body), b.do(t, http.MethodPost, "/v1/notifications/reschedule", b.acme, body))
 		if err := b.ledger.ReleaseClaim(ctx, c.Hold, time.Second, time.Minute, "fuzz", nil, false); err != nil {
