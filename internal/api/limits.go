@@ -268,17 +268,20 @@ func (l *Limiter) take(id, limit string, n int, now time.Time) (wait time.Durati
 		return 0, true
 	}
 	res := lim.ReserveN(now, n)
-	if !res.OK() {
-		// More than the burst: the configuration checks make this
-		// impossible for a valid request; refuse it for a minute.
-		return time.Minute, false
-	}
-	if wait = res.DelayFrom(now); wait > 0 {
+	switch {
+	case !res.OK():
+		// More than the burst, which Limits.Validate rules out for a valid
+		// request (a batch is within a minute's rows): nothing to wait for
+		// would help, so say a minute.
+		wait = time.Minute
+	case res.DelayFrom(now) > 0:
+		wait = res.DelayFrom(now)
 		res.CancelAt(now)
-		l.refused.WithLabelValues(id, limit).Inc()
-		return wait, false
+	default:
+		return 0, true
 	}
-	return 0, true
+	l.refused.WithLabelValues(id, limit).Inc()
+	return wait, false
 }
 
 // rateLimited is the 429 of a tenant over limit, retryable after wait.

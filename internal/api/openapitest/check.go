@@ -34,7 +34,7 @@ func (s *Spec) Check(x Exchange) error {
 	var pathVals map[string]string
 	pathKnown := false
 	for _, o := range s.ops {
-		if vals, ok := o.matches(r.URL.Path); ok {
+		if vals, ok := o.matches(r.URL.EscapedPath()); ok {
 			pathKnown = true
 			if o.method == r.Method || (r.Method == http.MethodHead && o.method == http.MethodGet) {
 				op, pathVals = o, vals

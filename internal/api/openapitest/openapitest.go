@@ -221,21 +221,27 @@ func compileOperation(c *jsonschema.Compiler, path, method string, o operationJS
 	return op, nil
 }
 
-// matches reports whether path fills op's template, with the path
-// parameters it names.
-func (op *operation) matches(path string) (map[string]string, bool) {
-	segs := strings.Split(path, "/")
+// matches reports whether the escaped path (url.URL.EscapedPath) fills
+// op's template, with the path parameters it names, unescaped. Segments
+// are split before unescaping, as net/http's ServeMux splits them: an
+// escaped slash ("0%2F") is part of one segment, not a second one.
+func (op *operation) matches(escaped string) (map[string]string, bool) {
+	segs := strings.Split(escaped, "/")
 	if len(segs) != len(op.segments) {
 		return nil, false
 	}
 	vals := map[string]string{}
 	for i, t := range op.segments {
-		if strings.HasPrefix(t, "{") && strings.HasSuffix(t, "}") {
-			if segs[i] == "" {
+		seg, err := url.PathUnescape(segs[i])
+		switch {
+		case err != nil:
+			return nil, false
+		case strings.HasPrefix(t, "{") && strings.HasSuffix(t, "}"):
+			if seg == "" {
 				return nil, false
 			}
-			vals[t[1:len(t)-1]] = segs[i]
-		} else if t != segs[i] {
+			vals[t[1:len(t)-1]] = seg
+		case t != seg:
 			return nil, false
 		}
 	}
