@@ -34,12 +34,19 @@ func clearEnv(t *testing.T) {
 	}
 }
 
-func TestLoadConfigAppliesTheDefaultsAndTheEnvironmentOverIt(t *testing.T) {
+// minimalEnv clears every variable LoadConfig reads and sets the few it
+// requires, for this test only.
+func minimalEnv(t *testing.T) {
+	t.Helper()
 	clearEnv(t)
 	t.Setenv("OWED_DATABASE_URL", "postgres://owed_app@db/owed")
 	t.Setenv("OWED_CRON_SECRET", secret)
 	t.Setenv("OWED_QUEUE_URL", "http://127.0.0.1:8181")
 	t.Setenv("OWED_QUEUE_TOKEN", "dev-token")
+}
+
+func TestLoadConfigAppliesTheDefaultsAndTheEnvironmentOverIt(t *testing.T) {
+	minimalEnv(t)
 	c, err := LoadConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -72,11 +79,7 @@ func TestConfigHasNoDefaultTags(t *testing.T) {
 // The per-tenant API limits: defaults, the overrides list, and a bad value
 // of each stopping the start with the variable's name.
 func TestAPITenantLimitsConfig(t *testing.T) {
-	clearEnv(t)
-	t.Setenv("OWED_DATABASE_URL", "postgres://owed_app@db/owed")
-	t.Setenv("OWED_CRON_SECRET", secret)
-	t.Setenv("OWED_QUEUE_URL", "http://127.0.0.1:8181")
-	t.Setenv("OWED_QUEUE_TOKEN", "dev-token")
+	minimalEnv(t)
 	c, err := LoadConfig()
 	if err != nil {
 		t.Fatal(err)
