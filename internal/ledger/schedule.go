@@ -112,18 +112,18 @@ RETURNING id`
 	// flight: qReschedule moves the one, qRecordReschedule records the
 	// move on the other) whose expiry a move to $5 would carry past
 	// MaxTime, and gives the latest due time that would keep all of them.
-	// It locks the rows in id order, as qReschedule does, so none is moved
-	// or settled between the count and the move. It takes the change's
-	// arguments; $4 (now) is only typed, as every statement must type each
-	// parameter it is given.
+	// It first locks every unsettled row of the subject in id order, the
+	// rows and the order qReschedule locks, so no row's times change
+	// between the count and the move (and the two cannot deadlock). It
+	// takes the change's arguments; $4 (now) is only typed, as every
+	// statement must type each parameter it is given.
 	qExpiryPastMax = `
-SELECT count(*), min(latest)
-  FROM (SELECT ` + maxTimeSQL + ` - (n.expires_at - n.due_at) AS latest
-          FROM owed_notifications n
-         WHERE n.tenant_id = $1 AND n.kind = $2 AND n.ref_id = $3 AND n.settled_at IS NULL
-           AND ` + movedExpiry + ` > ` + maxTimeSQL + `
+SELECT count(*) FILTER (WHERE ` + movedExpiry + ` > ` + maxTimeSQL + `),
+       min(` + maxTimeSQL + ` - (n.expires_at - n.due_at)) FILTER (WHERE ` + movedExpiry + ` > ` + maxTimeSQL + `)
+  FROM (SELECT expires_at, due_at FROM owed_notifications
+         WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3 AND settled_at IS NULL
            AND coalesce($4::timestamptz, now()) IS NOT NULL
-         ORDER BY n.id FOR UPDATE) s`
+         ORDER BY id FOR UPDATE) n`
 )
 
 // Schedule inserts rows for tenant idempotently: a row whose (recipient,
