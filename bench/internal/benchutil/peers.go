@@ -2,6 +2,8 @@ package benchutil
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"strings"
 )
@@ -28,7 +30,9 @@ var peerColumns = []string{ColExecMicros, ColServerCPU, ColStatements, ColXacts,
 // carry a System: one line a system (in the order the rows came), its
 // medians in each column, and its deliveries/s divided by Reference's. It
 // prints nothing when no row carries a System.
-func PrintPeers(rows []Row) {
+func PrintPeers(rows []Row) { fprintPeers(os.Stdout, rows) }
+
+func fprintPeers(w io.Writer, rows []Row) {
 	var systems []string
 	cells := map[string]map[string]Summary{}
 	for _, r := range rows {
@@ -55,9 +59,9 @@ func PrintPeers(rows []Row) {
 		for i, s := range f {
 			fmt.Fprintf(&b, "%-*s ", widths[i], s)
 		}
-		fmt.Println(strings.TrimRight(b.String(), " "))
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 	}
-	fmt.Println("owed and its peer in the same sitting (medians; - where not measured)")
+	fmt.Fprintln(w, "owed and its peer in the same sitting (medians; - where not measured)")
 	line(header)
 	for _, sys := range systems {
 		c := cells[sys]
