@@ -75,7 +75,7 @@ const (
 
 type opts struct {
 	rows, workers, concurrency int
-	processes                  bool
+	processes, breakdown       bool
 	bin, queue                 string
 }
 
@@ -98,6 +98,7 @@ func run() error {
 	flag.BoolVar(&o.processes, "processes", false, "run real bin/sweeper and bin/worker processes")
 	flag.StringVar(&o.bin, "bin", "bin", "folder holding the sweeper and worker binaries (-processes)")
 	flag.StringVar(&o.queue, "queue", backends.Default, "queue backend: "+strings.Join(backends.Names, ", "))
+	flag.BoolVar(&o.breakdown, "breakdown", false, "write each run's statements and table writes per delivery to stderr (benchutil.Breakdown)")
 	runs := flag.Int("runs", 1, "repetitions, each on a fresh database")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the drains (in-process mode)")
 	blockprofile := flag.String("blockprofile", "", "write a block profile of the drains (in-process mode)")
@@ -308,6 +309,9 @@ func once(ctx context.Context, o opts) (result, error) {
 	res.perSecond = float64(o.rows) / elapsed.Seconds()
 	res.receivesPer = rec.PerDelivery()
 	res.cost = benchutil.CostOf(before, after, o.rows)
+	if o.breakdown {
+		benchutil.Breakdown(os.Stderr, "bench/e2e: "+o.queue, before, after, o.rows)
+	}
 	res.duplicates = sb.Stats().Duplicates
 	return res, nil
 }

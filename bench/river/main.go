@@ -57,6 +57,7 @@ type opts struct {
 	rows, workers, maxConns, runs int
 	peer                          string
 	modes                         []string
+	breakdown                     bool
 }
 
 // result is one run's figures.
@@ -81,6 +82,7 @@ func run() error {
 	flag.IntVar(&o.workers, "workers", 200, "River's MaxWorkers on its one queue")
 	flag.IntVar(&o.maxConns, "max-conns", 0, "the peer's pgx pool size; 0 keeps pgxpool's default (max(4, cores))")
 	flag.IntVar(&o.runs, "runs", 1, "repetitions of each mode, each on a fresh database")
+	flag.BoolVar(&o.breakdown, "breakdown", false, "write each run's statements and table writes per delivery to stderr (benchutil.Breakdown)")
 	flag.StringVar(&o.peer, "peer", "", "the built bench/peers/river program; empty builds it from "+peerSource)
 	only := flag.String("modes", strings.Join(modes, ","), "River's configurations to run: defaults, tuned")
 	flag.Parse()
@@ -207,6 +209,9 @@ func once(ctx context.Context, o opts, mode string) (result, error) {
 	}
 	res.perSecond = float64(o.rows) / pr.Seconds
 	res.cost = benchutil.CostOf(before, after, o.rows)
+	if o.breakdown {
+		benchutil.Breakdown(os.Stderr, "bench/river: "+mode, before, after, o.rows)
+	}
 	res.duplicates = st.Duplicates
 	return res, nil
 }

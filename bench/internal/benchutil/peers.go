@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // The columns of the peer comparison (Row.Column).
@@ -49,20 +50,7 @@ func fprintPeers(w io.Writer, rows []Row) {
 		return
 	}
 	ref, hasRef := cells[Reference][ColDeliveries]
-	header := append([]string{"system", ColDeliveries, "÷ " + Reference}, peerColumns...)
-	widths := make([]int, len(header))
-	for i, h := range header {
-		widths[i] = max(len([]rune(h)), 14)
-	}
-	line := func(f []string) {
-		var b strings.Builder
-		for i, s := range f {
-			fmt.Fprintf(&b, "%-*s ", widths[i], s)
-		}
-		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
-	}
-	fmt.Fprintln(w, "owed and its peer in the same sitting (medians; - where not measured)")
-	line(header)
+	table := [][]string{append([]string{"system", ColDeliveries, "÷ " + Reference}, peerColumns...)}
 	for _, sys := range systems {
 		c := cells[sys]
 		f := []string{sys, "-", "-"}
@@ -83,6 +71,20 @@ func fprintPeers(w io.Writer, rows []Row) {
 				f = append(f, fmt.Sprintf("%.3f", v.Median))
 			}
 		}
-		line(f)
+		table = append(table, f)
+	}
+	widths := make([]int, len(table[0]))
+	for _, f := range table {
+		for i, s := range f {
+			widths[i] = max(widths[i], utf8.RuneCountInString(s))
+		}
+	}
+	fmt.Fprintln(w, "owed and its peer in the same sitting (medians; - where not measured)")
+	for _, f := range table {
+		var b strings.Builder
+		for i, s := range f {
+			fmt.Fprintf(&b, "%-*s  ", widths[i], s)
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 	}
 }

@@ -2,13 +2,18 @@ package benchutil
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/owedhq/owed/internal/testdb"
@@ -38,6 +43,25 @@ type PGCounters struct {
 	// so far, -1 when /proc cannot tell (ServerCPU): the whole server's,
 	// every database's and the background workers'.
 	ServerCPU time.Duration
+	// ByStatement breaks Statements and ExecMs down by pg_stat_statements'
+	// queryid (empty without it), ByTable NonHOT by table: what Breakdown
+	// prints.
+	ByStatement map[int64]StatementCounter
+	ByTable     map[string]TableCounter
+}
+
+// StatementCounter is one statement's pg_stat_statements figures.
+type StatementCounter struct {
+	// Query is the normalised text, its constants as $n.
+	Query  string
+	Calls  int64
+	ExecMs float64
+	Rows   int64
+}
+
+// TableCounter is one table's row writes (pg_stat_user_tables).
+type TableCounter struct {
+	Inserts, Updates, HOTUpdates, Deletes int64
 }
 
 // Counters reads the ledger database's PGCounters, the statements being the
@@ -56,12 +80,18 @@ func ReadCounters(ctx context.Context, db *sql.DB, role string) (PGCounters, err
 	var name string
 	var pid int
 	if err := db.QueryRowContext(ctx, `SELECT current_database(), pg_backend_pid(),
-			(SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()),
-			(SELECT coalesce(sum(n_tup_upd - n_tup_hot_upd), 0) FROM pg_stat_user_tables)`).
-		Scan(&name, &pid, &c.Xacts, &c.NonHOT); err != nil {
+			(SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database())`).
+		Scan(&name, &pid, &c.Xacts); err != nil {
 		return c, err
 	}
 	c.ServerCPU = ServerCPU(pid)
+	var err error
+	if c.ByTable, err = tableCounters(ctx, db); err != nil {
+		return c, err
+	}
+	for _, t := range c.ByTable {
+		c.NonHOT += t.Updates - t.HOTUpdates
+	}
 	su := os.Getenv("OWED_TEST_SUPERUSER_URL")
 	if su == "" {
 		return c, nil
@@ -72,14 +102,105 @@ func ReadCounters(ctx context.Context, db *sql.DB, role string) (PGCounters, err
 	}
 	defer sdb.Close()
 	// Fails when the extension is not loaded; the figures are then absent.
-	var calls int64
-	var ms float64
-	if err := sdb.QueryRowContext(ctx, `SELECT coalesce(sum(s.calls), 0), coalesce(sum(s.total_exec_time), 0)
-		FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid JOIN pg_roles r ON r.oid = s.userid
-		WHERE d.datname = $1 AND ($2 = '' OR r.rolname = $2)`, name, role).Scan(&calls, &ms); err == nil {
-		c.Statements, c.ExecMs = calls, ms
+	if byStmt, err := statementCounters(ctx, sdb, name, role); err == nil {
+		c.ByStatement, c.Statements, c.ExecMs = byStmt, 0, 0
+		for _, s := range byStmt {
+			c.Statements += s.Calls
+			c.ExecMs += s.ExecMs
+		}
 	}
 	return c, nil
+}
+
+// statementCounters reads pg_stat_statements' entries for the database
+// name and role ("" for every role), by queryid.
+func statementCounters(ctx context.Context, sdb *sql.DB, name, role string) (map[int64]StatementCounter, error) {
+	rs, err := sdb.QueryContext(ctx, `SELECT s.queryid, s.query, s.calls, s.total_exec_time, s.rows
+		FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid JOIN pg_roles r ON r.oid = s.userid
+		WHERE d.datname = $1 AND ($2 = '' OR r.rolname = $2)`, name, role)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	out := map[int64]StatementCounter{}
+	for rs.Next() {
+		var id int64
+		var s StatementCounter
+		if err := rs.Scan(&id, &s.Query, &s.Calls, &s.ExecMs, &s.Rows); err != nil {
+			return nil, err
+		}
+		// One statement run by several roles has an entry for each.
+		t := out[id]
+		out[id] = StatementCounter{Query: s.Query, Calls: t.Calls + s.Calls, ExecMs: t.ExecMs + s.ExecMs, Rows: t.Rows + s.Rows}
+	}
+	return out, rs.Err()
+}
+
+// tableCounters reads pg_stat_user_tables in db's database.
+func tableCounters(ctx context.Context, db *sql.DB) (map[string]TableCounter, error) {
+	rs, err := db.QueryContext(ctx, `SELECT schemaname || '.' || relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
+		FROM pg_stat_user_tables`)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	out := map[string]TableCounter{}
+	for rs.Next() {
+		var name string
+		var t TableCounter
+		if err := rs.Scan(&name, &t.Inserts, &t.Updates, &t.HOTUpdates, &t.Deletes); err != nil {
+			return nil, err
+		}
+		out[name] = t
+	}
+	return out, rs.Err()
+}
+
+// breakdownStatements is how many statements Breakdown lists.
+const breakdownStatements = 12
+
+// Breakdown writes where the database's work went per delivery between two
+// readings: the statements by execution time (calls, µs and rows per
+// delivery), then every table whose rows were written (inserts, updates and
+// the HOT ones among them, deletes, per delivery).
+func Breakdown(w io.Writer, title string, before, after PGCounters, deliveries int) {
+	n := float64(deliveries)
+	fmt.Fprintf(w, "%s: per delivery, by statement (pg_stat_statements, by execution time):\n", title)
+	type stmt struct {
+		StatementCounter
+		id int64
+	}
+	var stmts []stmt
+	for id, a := range after.ByStatement {
+		b := before.ByStatement[id]
+		if d := a.Calls - b.Calls; d > 0 {
+			stmts = append(stmts, stmt{StatementCounter{Query: a.Query, Calls: d, ExecMs: a.ExecMs - b.ExecMs, Rows: a.Rows - b.Rows}, id})
+		}
+	}
+	slices.SortFunc(stmts, func(a, b stmt) int { return cmp.Compare(b.ExecMs, a.ExecMs) })
+	fmt.Fprintf(w, "  %10s %10s %10s  %s\n", "calls", "exec µs", "rows", "statement")
+	for i, s := range stmts {
+		if i == breakdownStatements {
+			fmt.Fprintf(w, "  … and %d more statements\n", len(stmts)-i)
+			break
+		}
+		q := strings.Join(strings.Fields(s.Query), " ")
+		if r := []rune(q); len(r) > 110 {
+			q = string(r[:110]) + "…"
+		}
+		fmt.Fprintf(w, "  %10.4f %10.1f %10.4f  %s\n", float64(s.Calls)/n, s.ExecMs*1000/n, float64(s.Rows)/n, q)
+	}
+	fmt.Fprintf(w, "%s: per delivery, by table (pg_stat_user_tables):\n", title)
+	fmt.Fprintf(w, "  %10s %10s %10s %10s  %s\n", "inserts", "updates", "HOT", "deletes", "table")
+	names := slices.Sorted(maps.Keys(after.ByTable))
+	for _, name := range names {
+		a, b := after.ByTable[name], before.ByTable[name]
+		d := TableCounter{Inserts: a.Inserts - b.Inserts, Updates: a.Updates - b.Updates, HOTUpdates: a.HOTUpdates - b.HOTUpdates, Deletes: a.Deletes - b.Deletes}
+		if d == (TableCounter{}) {
+			continue
+		}
+		fmt.Fprintf(w, "  %10.4f %10.4f %10.4f %10.4f  %s\n", float64(d.Inserts)/n, float64(d.Updates)/n, float64(d.HOTUpdates)/n, float64(d.Deletes)/n, name)
+	}
 }
 
 // userHZ is the unit of the CPU times in /proc/<pid>/stat (USER_HZ, 100 on
