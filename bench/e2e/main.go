@@ -236,6 +236,7 @@ func once(ctx context.Context, o opts) (result, error) {
 	if err := benchutil.Schedule(ctx, ledger.New(db.App, nil), "ref", o.rows, tenants, func(int) time.Time { return due }); err != nil {
 		return res, err
 	}
+	db.FlushApp()
 	var elapsed time.Duration
 	var sb *sandbox.Server
 	var before benchutil.PGCounters

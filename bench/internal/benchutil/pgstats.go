@@ -71,6 +71,18 @@ func (d *DB) Counters(ctx context.Context) (PGCounters, error) {
 	return ReadCounters(ctx, d.Owner, testdb.AppUser())
 }
 
+// defaultIdleConns is database/sql's own default for SetMaxIdleConns.
+const defaultIdleConns = 2
+
+// FlushApp closes the application role pool's idle sessions, which makes
+// their backends report their statistics as they exit. An idle backend
+// otherwise reports them on a timer up to ten seconds later, so the rows a
+// benchmark just scheduled would count inside the window it measures next.
+func (d *DB) FlushApp() {
+	d.App.SetMaxIdleConns(0)
+	d.App.SetMaxIdleConns(defaultIdleConns)
+}
+
 // ReadCounters reads the PGCounters of the database db is connected to,
 // counting the statements of role ("" counts every role's).
 // pg_stat_statements is read as the superuser of scripts/with-postgres.sh
