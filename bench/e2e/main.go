@@ -38,7 +38,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -243,7 +242,7 @@ func once(ctx context.Context, o opts) (result, error) {
 	var rec benchutil.Receives
 	if o.processes {
 		st, err := stack.Start(ctx, stack.Config{DB: db, Bin: o.bin, Queue: o.queue, Workers: o.workers, Concurrency: o.concurrency,
-			SandboxRate: "1000000/s", SandboxBurst: 1000000, MaxSends: o.rows + 1000, SweepBatch: 500, PublishAhead: time.Minute})
+			SandboxRate: stack.UnthrottledRate, SandboxBurst: stack.UnthrottledBurst, MaxSends: o.rows + 1000, SweepBatch: 500, PublishAhead: time.Minute})
 		if err != nil {
 			return res, err
 		}
@@ -301,6 +300,9 @@ func once(ctx context.Context, o opts) (result, error) {
 		if elapsed, sb, rec, err = inProcess(ctx, db, o); err != nil {
 			return res, err
 		}
+		// The workers' pools are closed; the sweeper's sessions are the
+		// application pool's, still open.
+		db.FlushApp()
 		time.Sleep(2 * time.Second)
 	}
 	after, err := db.Counters(ctx)
@@ -367,12 +369,10 @@ func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *s
 	}
 	defer qs.Stop()
 	open := func() (queue.Queue, error) { return backends.Open(ctx, qs.Config, zerolog.Nop()) }
-	rate, _ := pace.ParseRate("1000000/s")
-	sb, err := sandbox.New(sandbox.Config{Rate: rate, Burst: 1000000, MaxSends: o.rows + 1000})
+	sb, ssrv, err := stack.StartSandbox(stack.UnthrottledRate, stack.UnthrottledBurst, o.rows+1000)
 	if err != nil {
 		return 0, nil, rec, err
 	}
-	ssrv := httptest.NewServer(sb)
 	defer ssrv.Close()
 	// One set of worker metrics for every pool: their counters add up.
 	reg := prometheus.NewRegistry()

@@ -164,7 +164,7 @@ func once(ctx context.Context, o opts, mode string) (result, error) {
 	if _, err := peer(ctx, o.peer, append(common, "setup")...); err != nil {
 		return res, err
 	}
-	sb, ssrv, err := stack.StartSandbox("1000000/s", 1000000, o.rows+1000)
+	sb, ssrv, err := stack.StartSandbox(stack.UnthrottledRate, stack.UnthrottledBurst, o.rows+1000)
 	if err != nil {
 		return res, err
 	}
@@ -176,7 +176,7 @@ func once(ctx context.Context, o opts, mode string) (result, error) {
 	if err != nil {
 		return res, err
 	}
-	args := append(common, "-provider", ssrv.URL, "-workers", strconv.Itoa(o.workers))
+	args := slices.Concat(common, []string{"-provider", ssrv.URL, "-workers", strconv.Itoa(o.workers)})
 	if mode == "tuned" {
 		args = append(args, "-tuned")
 	}

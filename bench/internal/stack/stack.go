@@ -159,6 +159,14 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	return s, nil
 }
 
+// UnthrottledRate and UnthrottledBurst are the sandbox's limit when the
+// provider must never be what a run measures (the end-to-end runs, owed's
+// and River's).
+const (
+	UnthrottledRate  = "1000000/s"
+	UnthrottledBurst = 1000000
+)
+
 // StartSandbox serves the sandbox provider in this process on loopback, at
 // rate with burst, remembering maxSends sends for duplicate counting: the
 // provider the workers send to, owed's or a peer's (bench/river). Close the
