@@ -27,7 +27,8 @@ test:
 	scripts/test.sh
 
 ## bench: every benchmark against a throwaway PostgreSQL (fsync on), one
-## table, issue 15's four among them (burst, immediate, e2e, limitedsweep);
+## table, issue 15's four among them (burst, immediate, e2e, limitedsweep),
+## then owed beside River (issue 26: ARGS=-only=e2e,river for that alone);
 ## BENCH_QUICK=1 for smaller sizes, ARGS=-only=burst,immediate to pick.
 ## See docs/performance.md.
 bench:

@@ -10,9 +10,12 @@
 # queue backend: rest (the emulator), jetstream (an embedded NATS server) and
 # sqs (owed-sqs-server from scripts/install-sqs.sh; skipped when it is not on
 # PATH; indicative only), and bench/burst plays a strict once-a-minute cron
-# over a 100,000-row burst. BENCH_QUICK=1 runs smaller sizes (about 9
-# minutes instead of about 30). Arguments go to bench/all, e.g. -only
-# e2e,limited or -only burst.
+# over a 100,000-row burst. bench/river runs River (bench/peers/river, its
+# own module) on the e2e work right after owed's e2e runs, with its defaults
+# and tuned, and a table of owed beside River follows the main one.
+# BENCH_QUICK=1 runs smaller sizes (about 9 minutes instead of about 30).
+# Arguments go to bench/all, e.g. -only e2e,limited, -only burst, or owed
+# beside River alone: BENCH_QUICK=1 scripts/bench.sh -only e2e,river
 # bench/immediate posts rows due now through the API and never calls the cron;
 # bench/limitedsweep is the provider-limited run under a minute cron and the
 # fast path, with a requeue backlog. Issue 15's four benchmarks alone:
@@ -23,6 +26,9 @@ cd "$(dirname "$0")/.."
 dir=$(mktemp -d /tmp/owed-bench.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 go build -o "$dir/" ./cmd/... ./bench/...
+# River, the peer bench/river runs beside owed's e2e, is a module of its own
+# (River and pgx stay out of owed's go.mod).
+go build -C bench/peers/river -o "$dir/river-peer" .
 
 export OWED_TEST_PG_FSYNC=${OWED_TEST_PG_FSYNC:-on}
 quick=()

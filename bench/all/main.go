@@ -8,11 +8,17 @@
 // four benchmarks are burst (a 100,000-row burst under a strict minute
 // cron), immediate (rows due now through the API, no cron), e2e, and
 // limitedsweep (the provider-limited run under a minute cron and the fast
-// path, with a requeue backlog).
+// path, with a requeue backlog). bench/river runs River, the peer, on the
+// end-to-end work right after owed's e2e runs, with its defaults and tuned
+// (the river-peer program built from the nested module bench/peers/river
+// into -dir), and the table of owed beside River follows the main one
+// (benchutil.PrintPeers): deliveries/s, owed ÷ River tuned, and per delivery
+// the Postgres time and CPU, statements, transactions and non-HOT updates.
 //
 //	scripts/bench.sh            # or: make bench, BENCH_QUICK=1 make bench
 //	BENCH_QUICK=1 scripts/bench.sh -only e2e,limited
 //	scripts/bench.sh -only burst,immediate,e2e,limitedsweep
+//	BENCH_QUICK=1 scripts/bench.sh -only e2e,river     # owed beside River
 package main
 
 import (
@@ -56,7 +62,7 @@ func main() {
 		after = [][]string{{"lag", bin, "-rows=500", "-window=1m"}, {"recovery", bin, "-runs=1"}, {"burst", bin, "-rows=20000"},
 			{"limitedsweep", bin, "-duration=1m"}}
 	}
-	steps = append(append(steps, perQueue(bin, *quick)...), after...)
+	steps = append(append(steps, perQueue(*dir, *quick)...), after...)
 	steps = append(steps, []string{"immediate", bin})
 	var rows []benchutil.Row
 	failed := false
@@ -92,6 +98,8 @@ func main() {
 	}
 	fmt.Println()
 	benchutil.Print(rows)
+	fmt.Println()
+	benchutil.PrintPeers(rows)
 	if err := stack.CheckQueue(backends.SQS); err != nil {
 		fmt.Printf("\nno sqs rows: %v\n", err)
 	}
@@ -101,11 +109,13 @@ func main() {
 }
 
 // perQueue is the end-to-end run on every queue backend (bench/e2e skips
-// sqs when the local SQS server is not installed), then the provider-limited
+// sqs when the local SQS server is not installed), River on the same work
+// and size as owed's rest and jetstream runs, then the provider-limited
 // run: as designed on rest with the inline sender beside it, and with 64
 // senders a worker (more sends in flight than the pace's max wait) on every
 // backend, which is where receives per delivery tells.
-func perQueue(bin string, quick bool) [][]string {
+func perQueue(dir string, quick bool) [][]string {
+	bin := "-bin=" + dir
 	rows := map[string]string{backends.REST: "-rows=100000", backends.JetStream: "-rows=100000", backends.SQS: "-rows=20000"}
 	e2eRuns, limited, deep := "-runs=3", "-duration=2m", "-duration=1m"
 	if quick {
@@ -121,6 +131,7 @@ func perQueue(bin string, quick bool) [][]string {
 		}
 		steps = append(steps, []string{"e2e", "-processes", bin, "-queue=" + q, rows[q], runs})
 	}
+	steps = append(steps, []string{"river", "-peer=" + filepath.Join(dir, "river-peer"), rows[backends.REST], e2eRuns})
 	steps = append(steps, []string{"limited", bin, limited})
 	for _, q := range backends.Names {
 		steps = append(steps, []string{"limited", bin, "-queue=" + q, "-concurrency=64", "-inline=false", deep})

@@ -3,10 +3,14 @@
 // claim, send to the sandbox provider, settle and ack → every row delivered
 // (ledger settled and sandbox counted). It reports deliveries per second,
 // receives per delivery (the workers' owed_worker_messages_total over every
-// outcome, divided by its "delivered" series), Postgres transactions and
-// statements per delivery (pg_stat_database; pg_stat_statements calls by the
-// application role when the extension is loaded, as scripts/bench.sh does),
-// and with -processes the peak resident memory of each process.
+// outcome, divided by its "delivered" series), what the ledger database did
+// per delivery (benchutil.CostRows: transactions from pg_stat_database;
+// statements and their execution time from pg_stat_statements, the
+// application role's, when the extension is loaded, as scripts/bench.sh
+// does; the whole server's CPU from /proc; non-HOT updates from
+// pg_stat_user_tables), and with -processes the peak resident memory of each
+// process. Its rows also fill owed's lines of the peer comparison that
+// bench/all prints beside bench/river's River runs.
 //
 // -queue picks the backend (OWED_QUEUE_BACKEND): rest (the emulator in this
 // process), jetstream (a NATS server embedded in this process on loopback),
@@ -34,7 +38,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -71,15 +74,16 @@ const (
 
 type opts struct {
 	rows, workers, concurrency int
-	processes                  bool
+	processes, breakdown       bool
 	bin, queue                 string
 }
 
 // result is one run's figures.
 type result struct {
-	perSecond, receivesPer, xactsPer, stmtsPer float64
-	duplicates                                 int64
-	rss                                        map[string]float64
+	perSecond, receivesPer float64
+	cost                   benchutil.Cost
+	duplicates             int64
+	rss                    map[string]float64
 }
 
 func main() { benchutil.Main("bench/e2e", run) }
@@ -93,6 +97,7 @@ func run() error {
 	flag.BoolVar(&o.processes, "processes", false, "run real bin/sweeper and bin/worker processes")
 	flag.StringVar(&o.bin, "bin", "bin", "folder holding the sweeper and worker binaries (-processes)")
 	flag.StringVar(&o.queue, "queue", backends.Default, "queue backend: "+strings.Join(backends.Names, ", "))
+	flag.BoolVar(&o.breakdown, "breakdown", false, "write each run's statements and table writes per delivery to stderr (benchutil.Breakdown)")
 	runs := flag.Int("runs", 1, "repetitions, each on a fresh database")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the drains (in-process mode)")
 	blockprofile := flag.String("blockprofile", "", "write a block profile of the drains (in-process mode)")
@@ -123,7 +128,8 @@ func run() error {
 		}
 		defer stop()
 	}
-	var rate, receives, xacts, stmts []float64
+	var rate, receives []float64
+	var costs []benchutil.Cost
 	var dups int64
 	peak := map[string]float64{}
 	for r := 0; r < *runs; r++ {
@@ -131,19 +137,16 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "bench/e2e: %s run %d: %.0f deliveries/s (%.2f× River tuned's %d/s, %.2f× River defaults' %d/s, both measured separately), %.3f receives, %.2f transactions and %.2f statements per delivery\n",
+		fmt.Fprintf(os.Stderr, "bench/e2e: %s run %d: %.0f deliveries/s (%.2f× River tuned's %d/s, %.2f× River defaults' %d/s, both measured separately), %.3f receives, %.2f transactions, %.2f statements, %.1f µs Postgres execution, %.1f µs Postgres server CPU and %.2f non-HOT updates per delivery\n",
 			o.queue, r+1, res.perSecond, res.perSecond/riverTuned, riverTuned, res.perSecond/riverDefault, riverDefault,
-			res.receivesPer, res.xactsPer, res.stmtsPer)
-		rate, receives, xacts = append(rate, res.perSecond), append(receives, res.receivesPer), append(xacts, res.xactsPer)
-		if res.stmtsPer >= 0 {
-			stmts = append(stmts, res.stmtsPer)
-		}
+			res.receivesPer, res.cost.Xacts, res.cost.Statements, res.cost.ExecMicros, res.cost.ServerCPUMicros, res.cost.NonHOT)
+		rate, receives, costs = append(rate, res.perSecond), append(receives, res.receivesPer), append(costs, res.cost)
 		dups += res.duplicates
 		for k, v := range res.rss {
 			peak[k] = max(peak[k], v)
 		}
 	}
-	benchutil.Report(report(o, rate, receives, xacts, stmts, dups, peak))
+	benchutil.Report(report(o, rate, receives, costs, dups, peak))
 	return nil
 }
 
@@ -167,14 +170,15 @@ func profile(name, path string) (func(), error) {
 
 // report builds the rows, named after the backend so bench/all can put
 // every backend's in one table.
-func report(o opts, rate, receives, xacts, stmts []float64, dups int64, peak map[string]float64) []benchutil.Row {
+func report(o opts, rate, receives []float64, costs []benchutil.Cost, dups int64, peak map[string]float64) []benchutil.Row {
 	mode := fmt.Sprintf("%d worker processes", o.workers)
 	if !o.processes {
 		mode = fmt.Sprintf("%d in-process pools", o.workers)
 	}
 	label := fmt.Sprintf("%s, %d rows, %s × %d", stack.QueueLabel(o.queue), o.rows, mode, o.concurrency)
 	rs := benchutil.Summarise(rate)
-	throughput := benchutil.Row{Name: "e2e deliveries/s, " + label, Value: rs, Unit: "/s"}
+	system := "owed " + stack.QueueLabel(o.queue)
+	throughput := benchutil.Row{Name: "e2e deliveries/s, " + label, Value: rs, Unit: "/s", System: system, Column: benchutil.ColDeliveries}
 	if o.queue != backends.SQS {
 		// The peers' figure compares with owed on a queue that runs on this
 		// machine as it would in production, not with a local emulator of a
@@ -192,12 +196,8 @@ func report(o opts, rate, receives, xacts, stmts []float64, dups int64, peak map
 		}
 	}
 	rows = append(rows,
-		benchutil.Row{Name: "e2e receives per delivery (workers' messages counter), " + o.queue, Value: benchutil.Summarise(receives), Unit: "recv"},
-		benchutil.Row{Name: "e2e ledger transactions per delivery, " + o.queue, Value: benchutil.Summarise(xacts), Unit: "xact"})
-	if len(stmts) > 0 {
-		rows = append(rows, benchutil.Row{Name: "e2e ledger statements per delivery (pg_stat_statements, app role), " + o.queue,
-			Value: benchutil.Summarise(stmts), Unit: "stmt"})
-	}
+		benchutil.Row{Name: "e2e receives per delivery (workers' messages counter), " + o.queue, Value: benchutil.Summarise(receives), Unit: "recv"})
+	rows = append(rows, benchutil.CostRows("e2e ledger", o.queue, "app role", system, costs, true)...)
 	rows = append(rows, benchutil.Row{Name: "e2e duplicate sends (sandbox), " + o.queue, Value: benchutil.One(float64(dups)), Unit: "sends",
 		Target: "0", Pass: benchutil.Check(dups == 0)})
 	return append(rows, rssRows("during e2e, "+o.queue, peak)...)
@@ -235,13 +235,14 @@ func once(ctx context.Context, o opts) (result, error) {
 	if err := benchutil.Schedule(ctx, ledger.New(db.App, nil), "ref", o.rows, tenants, func(int) time.Time { return due }); err != nil {
 		return res, err
 	}
+	db.FlushApp()
 	var elapsed time.Duration
 	var sb *sandbox.Server
 	var before benchutil.PGCounters
 	var rec benchutil.Receives
 	if o.processes {
 		st, err := stack.Start(ctx, stack.Config{DB: db, Bin: o.bin, Queue: o.queue, Workers: o.workers, Concurrency: o.concurrency,
-			SandboxRate: "1000000/s", SandboxBurst: 1000000, MaxSends: o.rows + 1000, SweepBatch: 500, PublishAhead: time.Minute})
+			SandboxRate: stack.UnthrottledRate, SandboxBurst: stack.UnthrottledBurst, MaxSends: o.rows + 1000, SweepBatch: 500, PublishAhead: time.Minute})
 		if err != nil {
 			return res, err
 		}
@@ -299,6 +300,9 @@ func once(ctx context.Context, o opts) (result, error) {
 		if elapsed, sb, rec, err = inProcess(ctx, db, o); err != nil {
 			return res, err
 		}
+		// The workers' pools are closed; the sweeper's sessions are the
+		// application pool's, still open.
+		db.FlushApp()
 		time.Sleep(2 * time.Second)
 	}
 	after, err := db.Counters(ctx)
@@ -307,10 +311,9 @@ func once(ctx context.Context, o opts) (result, error) {
 	}
 	res.perSecond = float64(o.rows) / elapsed.Seconds()
 	res.receivesPer = rec.PerDelivery()
-	res.xactsPer = float64(after.Xacts-before.Xacts) / float64(o.rows)
-	res.stmtsPer = -1
-	if before.Statements >= 0 {
-		res.stmtsPer = float64(after.Statements-before.Statements) / float64(o.rows)
+	res.cost = benchutil.CostOf(before, after, o.rows)
+	if o.breakdown {
+		benchutil.Breakdown(os.Stderr, "bench/e2e: "+o.queue, before, after, o.rows)
 	}
 	res.duplicates = sb.Stats().Duplicates
 	return res, nil
@@ -366,12 +369,10 @@ func inProcess(ctx context.Context, db *benchutil.DB, o opts) (time.Duration, *s
 	}
 	defer qs.Stop()
 	open := func() (queue.Queue, error) { return backends.Open(ctx, qs.Config, zerolog.Nop()) }
-	rate, _ := pace.ParseRate("1000000/s")
-	sb, err := sandbox.New(sandbox.Config{Rate: rate, Burst: 1000000, MaxSends: o.rows + 1000})
+	sb, ssrv, err := stack.StartSandbox(stack.UnthrottledRate, stack.UnthrottledBurst, o.rows+1000)
 	if err != nil {
 		return 0, nil, rec, err
 	}
-	ssrv := httptest.NewServer(sb)
 	defer ssrv.Close()
 	// One set of worker metrics for every pool: their counters add up.
 	reg := prometheus.NewRegistry()

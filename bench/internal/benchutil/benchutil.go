@@ -8,7 +8,6 @@ package benchutil
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -41,15 +40,25 @@ func (d *DB) Close() {
 // OWED_BENCH_DATABASE_URL or OWED_TEST_DATABASE_URL (an owner role that may
 // CREATE DATABASE; scripts/with-postgres.sh sets the latter).
 func NewDB(ctx context.Context) (*DB, error) {
-	admin := cmp.Or(os.Getenv("OWED_BENCH_DATABASE_URL"), os.Getenv("OWED_TEST_DATABASE_URL"))
-	if admin == "" {
-		return nil, fmt.Errorf("set OWED_BENCH_DATABASE_URL, or run under scripts/with-postgres.sh (make bench does)")
+	admin, err := serverURL()
+	if err != nil {
+		return nil, err
 	}
 	d, drop, err := testdb.Create(ctx, admin)
 	if err != nil {
 		return nil, err
 	}
 	return &DB{DB: d, drop: drop}, nil
+}
+
+// serverURL is the owner connection to the benchmark server:
+// OWED_BENCH_DATABASE_URL or OWED_TEST_DATABASE_URL.
+func serverURL() (string, error) {
+	admin := cmp.Or(os.Getenv("OWED_BENCH_DATABASE_URL"), os.Getenv("OWED_TEST_DATABASE_URL"))
+	if admin == "" {
+		return "", fmt.Errorf("set OWED_BENCH_DATABASE_URL, or run under scripts/with-postgres.sh (make bench does)")
+	}
+	return admin, nil
 }
 
 // Main runs a benchmark program's run and, when it fails, prints the error
@@ -98,6 +107,11 @@ type Row struct {
 	Target string  `json:"target,omitempty"`
 	// Pass is nil when the figure has no target.
 	Pass *bool `json:"pass,omitempty"`
+	// System and Column, when set, also place the figure in the comparison
+	// of owed with its peer (PrintPeers): the line of the system that ran
+	// ("owed rest", "River tuned") and one of the Col* columns.
+	System string `json:"system,omitempty"`
+	Column string `json:"column,omitempty"`
 }
 
 // Verdict returns pass/short/"-".
@@ -118,11 +132,13 @@ func Check(ok bool) *bool { return &ok }
 // -json flag by importing this package.
 var jsonOut = flag.Bool("json", false, "print result rows as JSON lines (for bench/all) instead of a table")
 
-// Report prints rows as a table, or as JSON lines under -json. Call it after
-// flag.Parse.
+// Report prints rows as a table, then the peer comparison of those that
+// carry a System, or as JSON lines under -json. Call it after flag.Parse.
 func Report(rows []Row) {
 	if !*jsonOut {
 		Print(rows)
+		fmt.Println()
+		PrintPeers(rows)
 		return
 	}
 	enc := json.NewEncoder(os.Stdout)
@@ -178,44 +194,6 @@ func (d *DB) WaitSettled(ctx context.Context, every time.Duration) (time.Time, e
 			return time.Time{}, ctx.Err()
 		}
 	}
-}
-
-// PGCounters are the ledger database's cumulative counters.
-type PGCounters struct {
-	// Xacts is committed plus rolled-back transactions (pg_stat_database).
-	Xacts int64
-	// Statements is pg_stat_statements calls by the application role, or -1
-	// when pg_stat_statements is not loaded (scripts/bench.sh loads it).
-	Statements int64
-}
-
-// Counters reads PGCounters. pg_stat_database is flushed by each backend
-// at most once a second, so read it after the processes being measured
-// have exited or idled for a couple of seconds.
-func (d *DB) Counters(ctx context.Context) (PGCounters, error) {
-	var c PGCounters
-	if err := d.Owner.QueryRowContext(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&c.Xacts); err != nil {
-		return c, err
-	}
-	c.Statements = -1
-	su := os.Getenv("OWED_TEST_SUPERUSER_URL")
-	if su == "" {
-		return c, nil
-	}
-	db, err := sql.Open("postgres", su)
-	if err != nil {
-		return c, nil
-	}
-	defer db.Close()
-	var name string
-	if err := d.Owner.QueryRowContext(ctx, `SELECT current_database()`).Scan(&name); err != nil {
-		return c, err
-	}
-	// Fails when the extension is not loaded; the figure is then absent.
-	db.QueryRowContext(ctx, `SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s
-		JOIN pg_database d ON d.oid = s.dbid JOIN pg_roles r ON r.oid = s.userid
-		WHERE d.datname = $1 AND r.rolname = $2`, name, testdb.AppUser()).Scan(&c.Statements)
-	return c, nil
 }
 
 // Outcome summarises the ledger after a run: how many rows were delivered,

@@ -105,14 +105,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 
-	rate, err := pace.ParseRate(cfg.SandboxRate)
-	if err != nil {
+	if s.Sandbox, s.ssrv, err = StartSandbox(cfg.SandboxRate, cfg.SandboxBurst, cfg.MaxSends); err != nil {
 		return nil, err
 	}
-	if s.Sandbox, err = sandbox.New(sandbox.Config{Rate: rate, Burst: cfg.SandboxBurst, MaxSends: cfg.MaxSends}); err != nil {
-		return nil, err
-	}
-	s.ssrv = httptest.NewServer(s.Sandbox)
 
 	for _, name := range []string{"sweeper", "worker"} {
 		if _, err := os.Stat(filepath.Join(cfg.Bin, name)); err != nil {
@@ -162,6 +157,30 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// UnthrottledRate and UnthrottledBurst are the sandbox's limit when the
+// provider must never be what a run measures (the end-to-end runs, owed's
+// and River's).
+const (
+	UnthrottledRate  = "1000000/s"
+	UnthrottledBurst = 1000000
+)
+
+// StartSandbox serves the sandbox provider in this process on loopback, at
+// rate with burst, remembering maxSends sends for duplicate counting: the
+// provider the workers send to, owed's or a peer's (bench/river). Close the
+// server when done.
+func StartSandbox(rate string, burst, maxSends int) (*sandbox.Server, *httptest.Server, error) {
+	r, err := pace.ParseRate(rate)
+	if err != nil {
+		return nil, nil, err
+	}
+	sb, err := sandbox.New(sandbox.Config{Rate: r, Burst: burst, MaxSends: maxSends})
+	if err != nil {
+		return nil, nil, err
+	}
+	return sb, httptest.NewServer(sb), nil
 }
 
 // spawn starts one process through the supervisor with only the OWED_*

@@ -1,0 +1,90 @@
+package benchutil
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// The columns of the peer comparison (Row.Column).
+const (
+	ColDeliveries = "deliveries/s"
+	ColExecMicros = "PG exec µs/delivery"
+	ColServerCPU  = "PG server CPU µs/delivery"
+	ColStatements = "statements/delivery"
+	ColXacts      = "transactions/delivery"
+	ColNonHOT     = "non-HOT updates/row"
+)
+
+// Reference is the peer the comparison divides by: issue 26's target is
+// owed ÷ River tuned ≥ 1 in the same sitting.
+const Reference = "River tuned"
+
+// peerColumns is the order of the columns after deliveries/s and the
+// ratio.
+var peerColumns = []string{ColExecMicros, ColServerCPU, ColStatements, ColXacts, ColNonHOT}
+
+// PrintPeers prints the comparison of owed with its peer from the rows that
+// carry a System: one line a system (in the order the rows came), its
+// medians in each column, and its deliveries/s divided by Reference's. It
+// prints nothing when no row carries a System.
+func PrintPeers(rows []Row) { fprintPeers(os.Stdout, rows) }
+
+func fprintPeers(w io.Writer, rows []Row) {
+	var systems []string
+	cells := map[string]map[string]Summary{}
+	for _, r := range rows {
+		if r.System == "" || r.Column == "" {
+			continue
+		}
+		if cells[r.System] == nil {
+			systems = append(systems, r.System)
+			cells[r.System] = map[string]Summary{}
+		}
+		cells[r.System][r.Column] = r.Value
+	}
+	if len(systems) == 0 {
+		return
+	}
+	ref, hasRef := cells[Reference][ColDeliveries]
+	table := [][]string{append([]string{"system", ColDeliveries, "÷ " + Reference}, peerColumns...)}
+	for _, sys := range systems {
+		c := cells[sys]
+		f := []string{sys, "-", "-"}
+		if d, ok := c[ColDeliveries]; ok {
+			f[1] = fmt.Sprintf("%.0f (n=%d)", d.Median, d.N)
+			if hasRef && ref.Median > 0 {
+				f[2] = fmt.Sprintf("%.2f×", d.Median/ref.Median)
+			}
+		}
+		for _, col := range peerColumns {
+			v, ok := c[col]
+			switch {
+			case !ok:
+				f = append(f, "-")
+			case slices.Contains([]string{ColExecMicros, ColServerCPU}, col):
+				f = append(f, fmt.Sprintf("%.1f", v.Median))
+			default:
+				f = append(f, fmt.Sprintf("%.3f", v.Median))
+			}
+		}
+		table = append(table, f)
+	}
+	widths := make([]int, len(table[0]))
+	for _, f := range table {
+		for i, s := range f {
+			widths[i] = max(widths[i], utf8.RuneCountInString(s))
+		}
+	}
+	fmt.Fprintln(w, "owed and its peer in the same sitting (medians; - where not measured)")
+	for _, f := range table {
+		var b strings.Builder
+		for i, s := range f {
+			fmt.Fprintf(&b, "%-*s  ", widths[i], s)
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+}
