@@ -34,6 +34,7 @@ import (
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweep"
 	"github.com/owedhq/owed/internal/sweeper"
+	"github.com/owedhq/owed/internal/testenv"
 	"github.com/owedhq/owed/internal/worker"
 )
 
@@ -347,10 +348,7 @@ func shellWords(s string) []string {
 // text Prometheus lints against fails here rather than on a dashboard.
 func TestMetricsPassPromtoolCheck(t *testing.T) {
 	t.Parallel()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool is not installed: run scripts/promtool-test.sh (it installs Debian's prometheus package as root) to run this check")
-	}
+	promtool := testenv.LookPath(t, "promtool", testenv.InstallPromtool)
 	reg := prometheus.NewRegistry()
 	sweep.NewMetrics(reg).Observe(sweep.Result{Complete: true, Leased: 3, Published: 3, DurationMS: 41}, time.Now())
 	worker.NewMetrics(reg)

@@ -21,6 +21,7 @@ import (
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue/backends"
+	"github.com/owedhq/owed/internal/testenv"
 )
 
 // TestStack runs the real system on each queue backend for about half a
@@ -38,7 +39,7 @@ func TestStack(t *testing.T) {
 func testStack(t *testing.T, q string) {
 	if q == backends.SQS {
 		if _, err := FindSQSServer(); err != nil {
-			t.Skipf("skipping: %v", err)
+			testenv.Missing(t, "the local SQS server", testenv.InstallSQS)
 		}
 	}
 	tmp, bin, ports := setup(t)
@@ -221,11 +222,11 @@ func pidFile(t *testing.T, path string) int {
 	return pid
 }
 
-// setup skips a test without PostgreSQL and returns a folder, the binaries
+// setup skips a test without PostgreSQL (fails it under make test) and returns a folder, the binaries
 // built into it, and five free ports.
 func setup(t *testing.T) (tmp, bin string, ports []int) {
 	if _, err := FindPostgres(); err != nil {
-		t.Skipf("skipping: %v", err)
+		testenv.Missing(t, "PostgreSQL's server binaries", testenv.InstallPostgres)
 	}
 	tmp = devstacktest.TempDir(t, "owed-devstack-")
 	return tmp, devstacktest.BuildBinaries(t, tmp), freePorts(t, 5)
