@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/lib/pq"
 
@@ -17,10 +19,21 @@ import (
 // errHelp is returned when a command printed its help on request.
 var errHelp = errors.New("help requested")
 
+// onNewFlags, when set (by the help test), is told of every FlagSet
+// newFlags makes, so the test learns which flags a command defines from the
+// command itself rather than from a list that could fall behind it.
+var onNewFlags func(*flag.FlagSet)
+
+// isHelp reports whether arg asks for help, as the flag package reads it.
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }
+
 // newFlags returns a FlagSet whose --help output shows the synopsis and an
 // example before the flags.
 func newFlags(name, synopsis, example string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if onNewFlags != nil {
+		onNewFlags(fs)
+	}
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: owedctl %s\n\n", synopsis)
@@ -47,18 +60,24 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// needAction stops a command whose first argument must be an action when
-// args name none (usage, then a usage error saying missing) or ask for help
-// (usage, then errHelp). It returns nil when args start with an action.
-func needAction(args []string, usage func(), missing string) error {
-	if len(args) > 0 && args[0] != "-h" && args[0] != "--help" {
-		return nil
+// needAction stops a command whose first argument must be one of actions
+// (its entry's in commands()) when args name none (usage, then a usage error
+// naming the actions), ask for help (usage, then errHelp) or name another
+// (a usage error naming the actions). It returns nil when args start with
+// an action.
+func needAction(args []string, usage func(), actions []string) error {
+	oneOf := "one of " + strings.Join(actions, ", ")
+	switch {
+	case len(args) == 0:
+		usage()
+		return usageError{"missing action: " + oneOf}
+	case isHelp(args[0]) || args[0] == "help":
+		usage()
+		return errHelp
+	case !slices.Contains(actions, args[0]):
+		return usageError{fmt.Sprintf("unknown action %q: %s", args[0], oneOf)}
 	}
-	usage()
-	if len(args) == 0 {
-		return usageError{missing}
-	}
-	return errHelp
+	return nil
 }
 
 // printUsage returns a usage func printing text to stderr.

@@ -14,6 +14,9 @@ import (
 	"github.com/owedhq/owed/internal/pace"
 )
 
+// tenantsActions are tenants' actions, which share one set of flags.
+var tenantsActions = []string{"pause", "resume", "list"}
+
 const tenantsExample = `owedctl tenants pause --tenant acme --reason "runaway campaign, ticket 4711"`
 
 // tenantsCmd pauses, resumes and lists the tenants on-call paused
@@ -33,13 +36,10 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 		"  resume  send the tenant's rows again; they return from the queue within a minute\n"+
 		"  list    the paused tenants, longest paused first\n\n"+
 		"The database is --database-url or OWED_DATABASE_URL.\n\nexample:\n  "+tenantsExample+"\n"),
-		"name an action: pause, resume or list"); err != nil {
+		tenantsActions); err != nil {
 		return err
 	}
 	action := args[0]
-	if action != "pause" && action != "resume" && action != "list" {
-		return usageError{fmt.Sprintf("unknown action %q: one of pause, resume, list", action)}
-	}
 	fs := newFlags("tenants "+action, "tenants "+action+" [--tenant T] [--reason TEXT] [--actor NAME] [--json] [--database-url URL]", tenantsExample)
 	tenantID := fs.String("tenant", "", "pause, resume: the tenant")
 	reason := fs.String("reason", "", "pause: why, for the other operators (shown by list and in the rows' last error)")
