@@ -42,9 +42,12 @@ import (
 // by a config struct this test can import: cmd/owedctl is package main.
 var flagCodeVariables = []string{
 	// cmd/owedctl/migrate_cmd.go, tokens_cmd.go, notifications_cmd.go,
-	// stats_cmd.go: the database owedctl connects to; tokens_cmd.go: the
-	// token administrator's, read first.
-	"OWED_DATABASE_URL", "OWED_TOKEN_ADMIN_DATABASE_URL",
+	// stats_cmd.go: the database owedctl connects to.
+	"OWED_DATABASE_URL",
+	// cmd/owedctl/flags.go: the logins of on-call's commands (tenants,
+	// provider pause|resume) and of tokens and apps, read before
+	// OWED_DATABASE_URL.
+	"OWED_OPERATOR_DATABASE_URL", "OWED_TOKEN_ADMIN_DATABASE_URL",
 	// cmd/owedctl/provider_cmd.go, sandboxEnv (envconfig prefix
 	// OWED_SANDBOX): the sandbox provider.
 	"OWED_SANDBOX_ADDR", "OWED_SANDBOX_RATE", "OWED_SANDBOX_BURST", "OWED_SANDBOX_SECRET",

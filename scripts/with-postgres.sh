@@ -6,7 +6,8 @@
 # CREATEROLE because the migrations create owed's group roles; not a
 # superuser), the application role owed_app (not a superuser, no BYPASSRLS;
 # the migrations make it a member of owed_runtime) and the token
-# administrator owed_admin (made a member of owed_token_admin), runs CMD with
+# administrator owed_admin (made a member of owed_token_admin) and on-call's
+# login owed_oncall (made a member of owed_operator), runs CMD with
 # these variables exported, and stops the cluster on exit, also when CMD
 # fails or the script is interrupted:
 #
@@ -83,7 +84,10 @@ CREATE ROLE owed_owner LOGIN CREATEDB CREATEROLE NOSUPERUSER NOBYPASSRLS;
 GRANT pg_signal_backend TO owed_owner;
 CREATE ROLE owed_app LOGIN NOSUPERUSER NOBYPASSRLS;
 CREATE ROLE owed_admin LOGIN NOSUPERUSER NOBYPASSRLS;
+CREATE ROLE owed_oncall LOGIN NOSUPERUSER NOBYPASSRLS;
 CREATE DATABASE owed OWNER owed_owner;
+-- No login but the owner may create temporary objects (docs/security.md).
+REVOKE TEMPORARY ON DATABASE owed FROM PUBLIC;
 SQL
 
 export OWED_TEST_DATABASE_URL="postgres://owed_owner@/owed?host=$dir&port=$port&sslmode=disable"

@@ -184,6 +184,9 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 			return err
 		}
 		defer closeDB()
+		if err := checkWrites(ctx, *dbURL); err != nil {
+			return err
+		}
 		// The filter is the console's (ops.FindDeadLetters); empty, it
 		// keeps every dead letter.
 		found, err := ops.FindDeadLetters(ctx, q, l, ff, clock.Real().Now())

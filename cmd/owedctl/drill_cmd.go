@@ -24,7 +24,7 @@ func drillCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Dir, "dir", drill.DefaultDir, "folder for the throwaway cluster and the logs; wiped first (must be an earlier drill's or dev's folder, or absent)")
 	fs.StringVar(&cfg.Queue, "queue", backends.Default, "queue backend: "+strings.Join(backends.Names, ", ")+" (queue-restart kills -9 its server)")
 	fs.IntVar(&cfg.Rows, "rows", drill.DefaultRows, "rows in the workload")
-	faults := fs.String("faults", "all", "comma-separated faults, all (every one the --queue backend can have) or none: worker-kill, sweeper-kill, queue-restart, pg-restart, provider-5xx, provider-timeouts, provider-429-storm, provider-permanent, queue-redelivery and queue-publish-503 (--queue rest only), scheduler-pause, scale")
+	faults := fs.String("faults", "all", "comma-separated faults, all (every one the --queue backend can have) or none: worker-kill, sweeper-kill, queue-restart, pg-restart, pg-crash, pg-failover, provider-5xx, provider-timeouts, provider-429-storm, provider-permanent, queue-redelivery and queue-publish-503 (--queue rest only), scheduler-pause, scale")
 	fs.DurationVar(&cfg.Tick, "tick", drill.DefaultTick, "sweep interval of the built-in scheduler")
 	fs.StringVar(&cfg.Rate, "rate", drill.DefaultRate, "sandbox rate limit and the workers' shared pace, <count>/<s|m|h>")
 	fs.DurationVar(&cfg.Spread, "spread", 0, "the rows fall due over this window, while faults are injected (default: 1s per 100 rows, at least 30s)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -12,8 +13,10 @@ import (
 	"strings"
 
 	"github.com/lib/pq"
+	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/config"
+	"github.com/owedhq/owed/internal/service"
 )
 
 // errHelp is returned when a command printed its help on request.
@@ -112,6 +115,49 @@ func databaseFlag(fs *flag.FlagSet, purpose string) *string {
 	return fs.String("database-url", "", purpose+" (default $OWED_DATABASE_URL)")
 }
 
+// login is a database login a command connects as instead of the
+// application role: the variable holding its URL, read after
+// --database-url and before OWED_DATABASE_URL, so one shell holds every URL
+// (the dev stack's env file does), and the group it must be a member of,
+// with the local stacks' member.
+type login struct{ variable, group, local string }
+
+var (
+	// operatorLogin is on-call's (tenants, provider pause|resume): holding
+	// an account and pausing a tenant are owed_operator's alone, never the
+	// services' role's.
+	operatorLogin = login{"OWED_OPERATOR_DATABASE_URL", "owed_operator", "owed_oncall"}
+	// tokenAdminLogin hands out a tenant's credentials (tokens, apps): the
+	// services' role may only look a token up.
+	tokenAdminLogin = login{"OWED_TOKEN_ADMIN_DATABASE_URL", "owed_token_admin", "owed_admin"}
+)
+
+// flag registers --database-url for a command that connects as l.
+func (l login) flag(fs *flag.FlagSet, purpose string) *string {
+	return fs.String("database-url", "", fmt.Sprintf("%s, as a member of %s (%s in the local stacks) (default $%s, else $OWED_DATABASE_URL)",
+		purpose, l.group, l.local, l.variable))
+}
+
+// url is the URL a command connecting as l opens: flagged (--database-url),
+// else l's variable; empty, openDatabase reads OWED_DATABASE_URL.
+func (l login) url(flagged string) string {
+	if flagged != "" {
+		return flagged
+	}
+	return os.Getenv(l.variable)
+}
+
+// hint adds to the database's refusal what to connect as: most often the
+// application role's URL in OWED_DATABASE_URL was used.
+func (l login) hint(err error) error {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) && pqErr.Code == "42501" { // insufficient_privilege
+		return fmt.Errorf("%w: connect as a member of %s (%s in the local stacks) with --database-url or %s; docs/security.md",
+			err, l.group, l.local, l.variable)
+	}
+	return err
+}
+
 // openDatabase opens the database named by --database-url or, failing
 // that, OWED_DATABASE_URL.
 func openDatabase(dbURL string) (*sql.DB, error) {
@@ -128,6 +174,27 @@ func openDatabase(dbURL string) (*sql.DB, error) {
 			config.RedactError(err, dbURL))}
 	}
 	return sql.OpenDB(conn), nil
+}
+
+// checkWrites refuses, before a command writes to the database named by
+// dbURL (see openDatabase), commits a crash or a failover can lose, as the
+// services refuse them at start-up (service.CheckDurable): an operator's
+// pause, resume, redrive or token change that the server acknowledged and
+// then lost would be gone with nobody told. OWED_ALLOW_ASYNC_COMMIT=true
+// lets the command write, logging the problem on stderr. Reads are not
+// checked.
+func checkWrites(ctx context.Context, dbURL string) error {
+	ops, err := service.LoadOperations("")
+	if err != nil {
+		return err
+	}
+	db, err := openDatabase(dbURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = service.CheckDurable(ctx, db, zerolog.New(os.Stderr), ops.AllowAsyncCommit)
+	return err
 }
 
 // openWith opens the database named by dbURL (see openDatabase) and builds

@@ -39,6 +39,7 @@ func commands() map[string]command {
 		"dlq":           {"dead-letter inspection and redrive", dlqCmd, dlqActions},
 		"dev":           {"run the whole system on this machine (make run)", devCmd, nil},
 		"tokens":        {"create, list and revoke tenant API tokens", tokensCmd, tokensActions},
+		"apps":          {"bind an owed_apps SQL login to the tenants it may name (apps bind|unbind|list)", appsCmd, appsActions},
 		"notifications": {"look up notifications and their attempts", notificationsCmd, notificationsActions},
 		"stats":         {"the delivery health numbers", statsCmd, nil},
 		"drill":         {"run the stack under faults and check every invariant", drillCmd, nil},

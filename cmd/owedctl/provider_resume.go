@@ -15,9 +15,10 @@ import (
 // on-call's hold of the account (provider pause) and closes the circuit
 // that an account error opened (an expired credential, no credit), so every
 // worker sends on the account again at once instead of waiting for the
-// next probe. It connects as the runtime role, like the workers, and
-// resumes through owed_provider_account_unhold and
-// owed_provider_account_resume (internal/pace/sql/account.sql); the rows the pause held
+// next probe. It connects as on-call's login, a member of owed_operator
+// (the services' role may not lift a hold), and resumes through
+// owed_provider_account_unhold and owed_provider_account_resume
+// (internal/pace/sql/account.sql); the rows the pause held
 // back are still queued and come back within OWED_PROVIDER_ACCOUNT_PAUSE
 // (a minute after a hold).
 func providerResume(ctx context.Context, args []string) error {
@@ -29,7 +30,7 @@ func runProviderResume(ctx context.Context, out io.Writer, args []string) error 
 	fs := newFlags("provider resume", "provider resume --account NAME [--database-url URL]",
 		"owedctl provider resume --account twilio")
 	account := fs.String("account", "", "the provider account to resume: the provider's name as the alert and the worker's log name it (e.g. twilio, sendgrid, webhook)")
-	dbURL := ledgerDatabaseFlag(fs)
+	dbURL := operatorLogin.flag(fs, "database")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -41,13 +42,16 @@ func runProviderResume(ctx context.Context, out io.Writer, args []string) error 
 		return err
 	}
 	defer done()
+	if err := checkWrites(ctx, operatorLogin.url(*dbURL)); err != nil {
+		return err
+	}
 	st, err := accounts.State(ctx, *account)
 	if err != nil {
 		return err
 	}
 	was, err := accounts.Resume(ctx, *account)
 	if err != nil {
-		return err
+		return operatorLogin.hint(err)
 	}
 	if !was {
 		fmt.Fprintf(out, "provider account %s was not paused; nothing changed\n", *account)
@@ -70,7 +74,8 @@ func runProviderResume(ctx context.Context, out io.Writer, args []string) error 
 // on-call's hold of a provider account. No worker sends on it, nor probes
 // it, until `owedctl provider resume --account NAME`; the rows routed to it
 // go back to the queue without an attempt and come back every minute to
-// look again. The actor is the OS user unless --actor names another.
+// look again. The actor is the OS user unless --actor names another; the
+// database records the login beside it.
 func providerPause(ctx context.Context, args []string) error {
 	return runProviderPause(ctx, os.Stdout, args)
 }
@@ -82,7 +87,7 @@ func runProviderPause(ctx context.Context, out io.Writer, args []string) error {
 	account := fs.String("account", "", "the provider account to hold: the provider's name as the worker's metrics and log name it (e.g. twilio, sendgrid, webhook)")
 	reason := fs.String("reason", "", "why, for the other operators (shown by the rows' last error and resume)")
 	actor := actorFlag(fs)
-	dbURL := ledgerDatabaseFlag(fs)
+	dbURL := operatorLogin.flag(fs, "database")
 	if err := parseOnlyFlags(fs, args, ""); err != nil {
 		return err
 	}
@@ -98,8 +103,11 @@ func runProviderPause(ctx context.Context, out io.Writer, args []string) error {
 		return err
 	}
 	defer done()
-	if err := accounts.Hold(ctx, *account, *reason, who); err != nil {
+	if err := checkWrites(ctx, operatorLogin.url(*dbURL)); err != nil {
 		return err
+	}
+	if err := accounts.Hold(ctx, *account, *reason, who); err != nil {
+		return operatorLogin.hint(err)
 	}
 	fmt.Fprintf(out, "provider account %s held by %s: no worker sends on it until `owedctl provider resume --account %s`\n",
 		*account, who, *account)
@@ -111,5 +119,5 @@ func openAccounts(account, dbURL string) (*pace.Accounts, func(), error) {
 	if account == "" || len(account) > pace.MaxAccountLength {
 		return nil, nil, usageError{fmt.Sprintf("--account: name the provider account (1 to %d bytes), as the OwedProviderAccountPaused alert does", pace.MaxAccountLength)}
 	}
-	return openWith(dbURL, func(db *sql.DB) *pace.Accounts { return pace.NewAccounts(db, nil) })
+	return openWith(operatorLogin.url(dbURL), func(db *sql.DB) *pace.Accounts { return pace.NewAccounts(db, nil) })
 }

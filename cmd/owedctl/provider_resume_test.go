@@ -12,7 +12,7 @@ import (
 	"github.com/owedhq/owed/internal/testdb"
 )
 
-// provider resume closes a paused account's circuit as the runtime role,
+// provider resume closes a paused account's circuit as on-call's login,
 // says what it resumed, and says so when there was nothing to resume.
 func TestProviderResumeClosesTheCircuit(t *testing.T) {
 	db := testdb.New(t)
@@ -20,7 +20,7 @@ func TestProviderResumeClosesTheCircuit(t *testing.T) {
 	if err := accounts.Trip(context.Background(), "twilio", time.Hour, "20003", "Authenticate"); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--account", "twilio", "--database-url", db.AppURL}
+	args := []string{"--account", "twilio", "--database-url", db.OperatorURL}
 	out, err := runCmd(t, func(ctx context.Context, w *bytes.Buffer) error { return runProviderResume(ctx, w, args) })
 	if err != nil || !strings.Contains(out, "provider account twilio resumed") || !strings.Contains(out, "20003") {
 		t.Fatalf("resume: %v\n%s", err, out)

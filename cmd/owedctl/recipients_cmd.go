@@ -58,6 +58,9 @@ func runRecipients(ctx context.Context, out io.Writer, args []string) error {
 	}
 	defer done()
 	if action == "clear" {
+		if err := checkWrites(ctx, *dbURL); err != nil {
+			return err
+		}
 		was, err := l.ClearUndeliverable(ctx, *tenantID, *channel, *address)
 		if err != nil {
 			return err

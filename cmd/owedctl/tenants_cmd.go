@@ -23,8 +23,9 @@ const tenantsExample = `owedctl tenants pause --tenant acme --reason "runaway ca
 // (owed_tenant_pauses, internal/pace/sql/tenant_pauses.sql): the workers
 // send nothing of a paused tenant, and give
 // its claimed rows back to the queue without an attempt, until it is
-// resumed. It connects as the runtime role, like the workers, and writes
-// through owed_tenant_pause and owed_tenant_resume.
+// resumed. It connects as on-call's login, a member of owed_operator (the
+// services' role may not pause a tenant), and writes through
+// owed_tenant_pause and owed_tenant_resume, which record the login.
 func tenantsCmd(ctx context.Context, args []string) error {
 	return runTenants(ctx, os.Stdout, args)
 }
@@ -35,7 +36,7 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 		"  pause   stop every send of the tenant until it is resumed\n"+
 		"  resume  send the tenant's rows again; they return from the queue within a minute\n"+
 		"  list    the paused tenants, longest paused first\n\n"+
-		"The database is --database-url or OWED_DATABASE_URL.\n\nexample:\n  "+tenantsExample+"\n"),
+		"The database is --database-url, OWED_OPERATOR_DATABASE_URL or OWED_DATABASE_URL, as a member of owed_operator.\n\nexample:\n  "+tenantsExample+"\n"),
 		tenantsActions); err != nil {
 		return err
 	}
@@ -45,7 +46,7 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 	reason := fs.String("reason", "", "pause: why, for the other operators (shown by list and in the rows' last error)")
 	actor := actorFlag(fs)
 	asJSON := fs.Bool("json", false, "list: print JSON")
-	dbURL := ledgerDatabaseFlag(fs)
+	dbURL := operatorLogin.flag(fs, "database")
 	if err := parseOnlyFlags(fs, args[1:], ""); err != nil {
 		return err
 	}
@@ -55,7 +56,12 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 	case action == "pause" && *reason == "":
 		return usageError{"--reason: say why the tenant is paused"}
 	}
-	tenants, done, err := openWith(*dbURL, func(db *sql.DB) *pace.Tenants { return pace.NewTenants(db, nil) })
+	if action != "list" {
+		if err := checkWrites(ctx, operatorLogin.url(*dbURL)); err != nil {
+			return err
+		}
+	}
+	tenants, done, err := openWith(operatorLogin.url(*dbURL), func(db *sql.DB) *pace.Tenants { return pace.NewTenants(db, nil) })
 	if err != nil {
 		return err
 	}
@@ -67,13 +73,13 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 			return err
 		}
 		if err := tenants.Pause(ctx, *tenantID, *reason, who); err != nil {
-			return err
+			return operatorLogin.hint(err)
 		}
 		fmt.Fprintf(out, "tenant %s paused by %s: no worker sends its rows until `owedctl tenants resume --tenant %s`\n", *tenantID, who, *tenantID)
 	case "resume":
 		was, err := tenants.Resume(ctx, *tenantID)
 		if err != nil {
-			return err
+			return operatorLogin.hint(err)
 		}
 		if !was {
 			fmt.Fprintf(out, "tenant %s was not paused; nothing changed\n", *tenantID)
@@ -104,7 +110,11 @@ func actorFlag(fs *flag.FlagSet) *string {
 }
 
 // actorName is --actor, or the OS user's name when it is empty.
-func actorName(flagged string) (string, error) {
+func actorName(flagged string) (string, error) { return osUserOr(flagged, "--actor") }
+
+// osUserOr is flagged, or the OS user's name when it is empty; flag names
+// the flag that says who acts when the process has no user name.
+func osUserOr(flagged, flag string) (string, error) {
 	if flagged != "" {
 		return flagged, nil
 	}
@@ -114,7 +124,7 @@ func actorName(flagged string) (string, error) {
 	if name := os.Getenv("USER"); name != "" {
 		return name, nil
 	}
-	return "", usageError{"--actor: this process has no OS user name; say who pauses"}
+	return "", usageError{flag + ": this process has no OS user name; say who acts"}
 }
 
 // nonNil makes an empty list print as [] rather than null.

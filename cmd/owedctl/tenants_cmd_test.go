@@ -11,15 +11,22 @@ import (
 	"github.com/owedhq/owed/internal/testdb"
 )
 
-// tenants pause, list and resume a tenant as the runtime role, naming the
-// actor; pause without a reason is a usage error.
+// tenants pause, list and resume a tenant as on-call's login, naming the
+// actor, and the database records the login; pause without a reason is a
+// usage error, and the services' role is refused, told what to connect as.
 func TestTenantsPauseListResume(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	run := func(args ...string) (string, error) {
 		return runCmd(t, func(ctx context.Context, w *bytes.Buffer) error {
-			return runTenants(ctx, w, append(args, "--database-url", db.AppURL))
+			return runTenants(ctx, w, append(args, "--database-url", db.OperatorURL))
 		})
+	}
+	_, err := runCmd(t, func(ctx context.Context, w *bytes.Buffer) error {
+		return runTenants(ctx, w, []string{"pause", "--tenant", "acme", "--reason", "r", "--database-url", db.AppURL})
+	})
+	if err == nil || !strings.Contains(err.Error(), "permission denied") || !strings.Contains(err.Error(), "owed_operator") {
+		t.Fatalf("pause as the services' role: %v, want a refusal naming owed_operator", err)
 	}
 	if out, err := run("pause", "--tenant", "acme", "--reason", "runaway campaign", "--actor", "alice"); err != nil ||
 		!strings.Contains(out, "tenant acme paused by alice") {
@@ -34,6 +41,11 @@ func TestTenantsPauseListResume(t *testing.T) {
 	}
 	if list, err := pace.NewTenants(db.App, nil).List(context.Background()); err != nil || len(list) != 1 || list[0].Actor != "alice" {
 		t.Fatalf("the pause as stored: %+v, %v", list, err)
+	}
+	var login string
+	if err := db.Owner.QueryRow(`SELECT login FROM owed_tenant_pauses WHERE tenant_id = 'acme'`).Scan(&login); err != nil ||
+		login != testdb.OperatorUser() {
+		t.Fatalf("the pause's login: %q, %v; want %s", login, err, testdb.OperatorUser())
 	}
 	if out, err := run("resume", "--tenant", "acme"); err != nil || !strings.Contains(out, "tenant acme resumed") {
 		t.Fatalf("resume: %v\n%s", err, out)
@@ -57,7 +69,7 @@ func TestProviderPauseHoldsUntilResume(t *testing.T) {
 	db := testdb.New(t)
 	accounts := pace.NewAccounts(db.App, nil)
 	out, err := runCmd(t, func(ctx context.Context, w *bytes.Buffer) error {
-		return runProviderPause(ctx, w, []string{"--account", "twilio", "--reason", "carrier incident", "--database-url", db.AppURL})
+		return runProviderPause(ctx, w, []string{"--account", "twilio", "--reason", "carrier incident", "--database-url", db.OperatorURL})
 	})
 	if err != nil || !strings.Contains(out, "provider account twilio held by") {
 		t.Fatalf("pause: %v\n%s", err, out)
@@ -67,7 +79,7 @@ func TestProviderPauseHoldsUntilResume(t *testing.T) {
 		t.Fatalf("after pause: %+v, %v; want held with the reason and an actor", st, err)
 	}
 	out, err = runCmd(t, func(ctx context.Context, w *bytes.Buffer) error {
-		return runProviderResume(ctx, w, []string{"--account", "twilio", "--database-url", db.AppURL})
+		return runProviderResume(ctx, w, []string{"--account", "twilio", "--database-url", db.OperatorURL})
 	})
 	if err != nil || !strings.Contains(out, "hold by") || !strings.Contains(out, "resumed") {
 		t.Fatalf("resume: %v\n%s", err, out)

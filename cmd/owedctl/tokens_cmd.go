@@ -13,8 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/lib/pq"
-
 	"github.com/owedhq/owed/internal/api"
 )
 
@@ -29,7 +27,7 @@ func tokensCmd(ctx context.Context, args []string) error {
 		"  create --tenant T [--name N]    a token for the tenant, printed once to stdout\n"+
 		"  list --tenant T                 the tenant's tokens: id, name, created, last used, revoked\n"+
 		"  revoke ID | --token TOKEN|-     revoke by id, or by the token itself (- reads it from stdin)\n\n"+
-		"Each takes --database-url, else "+tokensDatabaseVariable+", else OWED_DATABASE_URL: a login in\n"+
+		"Each takes --database-url, else "+tokenAdminLogin.variable+", else OWED_DATABASE_URL: a login in\n"+
 		"owed_token_admin (owed_admin in the local stacks); the services' role may not touch tokens.\n"+
 		"'owedctl tokens ACTION --help' lists an action's flags.\n\n"+
 		"example:\n  owedctl tokens create --tenant acme --name 'billing backend'\n"),
@@ -48,33 +46,13 @@ func tokensCmd(ctx context.Context, args []string) error {
 // tokensActions are tokens' actions.
 var tokensActions = []string{"create", "list", "revoke"}
 
-// tokensDatabaseVariable is the token administrator's database URL, read
-// before OWED_DATABASE_URL: a shell that holds the application role's URL
-// there for the other commands (the dev stack's env file) keeps this one
-// beside it, since that role may not touch tokens.
-const tokensDatabaseVariable = "OWED_TOKEN_ADMIN_DATABASE_URL"
-
-// tokensDatabaseFlag registers --database-url, read as databaseFlag's is.
+// tokensDatabaseFlag registers --database-url for tokens' actions.
 func tokensDatabaseFlag(fs *flag.FlagSet) *string {
-	return fs.String("database-url", "", "database holding owed_api_tokens, as a member of owed_token_admin (e.g. owed_admin); "+
-		"the services' role may not touch tokens (default $"+tokensDatabaseVariable+", else $OWED_DATABASE_URL)")
+	return tokenAdminLogin.flag(fs, "database holding owed_api_tokens; the services' role may not touch tokens")
 }
 
 func openTokens(dbURL string) (*api.Tokens, func(), error) {
-	if dbURL == "" {
-		dbURL = os.Getenv(tokensDatabaseVariable)
-	}
-	return openWith(dbURL, func(db *sql.DB) *api.Tokens { return api.NewTokens(db, nil) })
-}
-
-// notTokenAdmin adds to a permission error what to connect as: the
-// application role's URL in OWED_DATABASE_URL is the usual cause.
-func notTokenAdmin(err error) error {
-	var pqErr *pq.Error
-	if errors.As(err, &pqErr) && pqErr.Code == "42501" { // insufficient_privilege
-		return fmt.Errorf("%w: connect as a member of owed_token_admin (e.g. owed_admin) with --database-url or %s", err, tokensDatabaseVariable)
-	}
-	return err
+	return openWith(tokenAdminLogin.url(dbURL), func(db *sql.DB) *api.Tokens { return api.NewTokens(db, nil) })
 }
 
 // openTenantTokens parses the flags of an action that takes flags alone, one
@@ -94,14 +72,18 @@ func tokensCreate(ctx context.Context, args []string) error {
 		"TOKEN=$(owedctl tokens create --tenant acme --name 'billing backend')")
 	tenant := fs.String("tenant", "", "tenant the token acts for (required)")
 	name := fs.String("name", "", "label saying who holds the token, shown by list")
-	tokens, done, err := openTenantTokens(fs, args, tenant, tokensDatabaseFlag(fs))
+	dbURL := tokensDatabaseFlag(fs)
+	tokens, done, err := openTenantTokens(fs, args, tenant, dbURL)
 	if err != nil {
 		return err
 	}
 	defer done()
+	if err := checkWrites(ctx, tokenAdminLogin.url(*dbURL)); err != nil {
+		return err
+	}
 	plain, id, err := tokens.Create(ctx, *tenant, *name)
 	if err != nil {
-		return notTokenAdmin(err)
+		return tokenAdminLogin.hint(err)
 	}
 	fmt.Fprintf(os.Stderr, "created token %d for tenant %q; it is shown once, below: store it now\n", id, *tenant)
 	fmt.Println(plain)
@@ -119,7 +101,7 @@ func tokensList(ctx context.Context, args []string) error {
 	defer done()
 	list, err := tokens.List(ctx, *tenant)
 	if err != nil {
-		return notTokenAdmin(err)
+		return tokenAdminLogin.hint(err)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tNAME\tCREATED\tLAST USED\tREVOKED")
@@ -180,6 +162,9 @@ func tokensRevoke(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
+	if err := checkWrites(ctx, tokenAdminLogin.url(*dbURL)); err != nil {
+		return err
+	}
 	var t api.Token
 	if id != 0 {
 		t, err = tokens.Revoke(ctx, id)
@@ -191,7 +176,7 @@ func tokensRevoke(ctx context.Context, args []string) error {
 		return errors.New("no such token")
 	}
 	if err != nil {
-		return notTokenAdmin(err)
+		return tokenAdminLogin.hint(err)
 	}
 	fmt.Printf("revoked token %d (tenant %q, name %q) at %s\n", t.ID, t.Tenant, t.Name, t.RevokedAt.Format(time.RFC3339))
 	return nil

@@ -14,17 +14,17 @@ import (
 func TestTokensConnectAsTheTokenAdministrator(t *testing.T) {
 	db := testdb.New(t)
 	t.Setenv("OWED_DATABASE_URL", db.AppURL)
-	t.Setenv(tokensDatabaseVariable, "")
+	t.Setenv(tokenAdminLogin.variable, "")
 	code, _, stderr, _ := runCaptured(t, "tokens", "list", "--tenant", "acme")
-	if code != 1 || !strings.Contains(stderr, "permission denied") || !strings.Contains(stderr, tokensDatabaseVariable) {
-		t.Errorf("tokens list as the application role: exit %d, %q; want 1 and the permission error naming %s", code, stderr, tokensDatabaseVariable)
+	if code != 1 || !strings.Contains(stderr, "permission denied") || !strings.Contains(stderr, tokenAdminLogin.variable) {
+		t.Errorf("tokens list as the application role: exit %d, %q; want 1 and the permission error naming %s", code, stderr, tokenAdminLogin.variable)
 	}
-	t.Setenv(tokensDatabaseVariable, db.AdminURL)
+	t.Setenv(tokenAdminLogin.variable, db.AdminURL)
 	if code, _, stderr, _ := runCaptured(t, "tokens", "create", "--tenant", "acme", "--name", "billing"); code != 0 {
-		t.Fatalf("tokens create with %s set: exit %d\n%s", tokensDatabaseVariable, code, stderr)
+		t.Fatalf("tokens create with %s set: exit %d\n%s", tokenAdminLogin.variable, code, stderr)
 	}
 	code, stdout, stderr, _ := runCaptured(t, "tokens", "list", "--tenant", "acme")
 	if code != 0 || !strings.Contains(stdout, "billing") {
-		t.Errorf("tokens list with %s set: exit %d, %q %q; want the token listed", tokensDatabaseVariable, code, stdout, stderr)
+		t.Errorf("tokens list with %s set: exit %d, %q %q; want the token listed", tokenAdminLogin.variable, code, stdout, stderr)
 	}
 }

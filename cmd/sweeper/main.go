@@ -45,6 +45,9 @@ func healthzAddr() (string, error) {
 	return ops.MetricsAddr, err
 }
 
+// operatorMaxConns is the console's pool (OWED_OPERATOR_DATABASE_URL).
+const operatorMaxConns = 4
+
 func run() error {
 	cfg, err := sweeper.LoadConfig()
 	if err != nil {
@@ -66,7 +69,22 @@ func run() error {
 	defer q.Close()
 	p.Log.Info().Str("queue_backend", cfg.Queue.Backend).Str("queue", cfg.Queue.Target()).Msg("sweeper: queue opened")
 	clk := clock.Real()
-	srv, err := sweeper.New(cfg, ledger.New(p.DB, clk), q, p.Log, clk)
+	var opts []sweeper.Option
+	if cfg.OperatorDatabaseURL != "" {
+		// The console's own pool, as on-call's login: a handful of
+		// operators, so a few connections.
+		op, err := service.OpenOperatorDB(p.Ctx, p.Log, "OWED_OPERATOR_DATABASE_URL", cfg.OperatorDatabaseURL,
+			operatorMaxConns, b.AllowInsecureRole)
+		if err != nil {
+			return err
+		}
+		defer op.Close()
+		opts = append(opts, sweeper.WithOperator(ledger.New(op, clk)))
+	} else if cfg.ConsoleToken != "" || cfg.ConsoleTrustedHeader != "" {
+		p.Log.Warn().Msg("console: OWED_OPERATOR_DATABASE_URL is not set: its holds, tenant pauses and audit lines " +
+			"are refused by the database, which lets only on-call's login (owed_operator) write them (docs/security.md)")
+	}
+	srv, err := sweeper.New(cfg, ledger.New(p.DB, clk), q, p.Log, clk, opts...)
 	if err != nil {
 		return err
 	}

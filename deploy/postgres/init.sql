@@ -10,7 +10,10 @@
 -- what owedctl tokens connects as: the migrations make it a member of
 -- owed_token_admin, the only role that may create or revoke api tokens.
 -- owed_queue is the queue emulator's: it owns the owed_queue schema and
--- nothing of the ledger.
+-- nothing of the ledger. owed_oncall is on-call's (the console's
+-- OWED_OPERATOR_DATABASE_URL, owedctl tenants and provider pause|resume):
+-- the migrations make it a member of owed_operator, the only role that may
+-- hold an account, pause a tenant or write the operators' audit trail.
 --
 -- The passwords are for the local stack only; a real deployment creates these
 -- roles with secrets from its own store.
@@ -18,7 +21,12 @@ CREATE ROLE owed_owner LOGIN PASSWORD 'owner-dev-password' NOSUPERUSER NOBYPASSR
 CREATE ROLE owed_app LOGIN PASSWORD 'app-dev-password' NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
 CREATE ROLE owed_admin LOGIN PASSWORD 'admin-dev-password' NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
 CREATE ROLE owed_queue LOGIN PASSWORD 'queue-dev-password' NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+CREATE ROLE owed_oncall LOGIN PASSWORD 'oncall-dev-password' NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
 CREATE DATABASE owed OWNER owed_owner;
+-- Only the owner creates temporary objects: a login's temporary table named
+-- like one of owed's is one more thing a SECURITY DEFINER function could
+-- trip on (each pins pg_temp last regardless; docs/security.md).
+REVOKE TEMPORARY ON DATABASE owed FROM PUBLIC;
 \connect owed
 -- Postgres 15 no longer lets every role create in public; the owner needs it
 -- for the migrations, the application role only to use it.

@@ -12,6 +12,14 @@
 // either takes its instants from one Clock, or asks the database for a
 // duration and measures that with a timer.
 //
+// Durations are measured on Readings (Read), never by subtracting two Nows:
+// Real's Now drops Go's monotonic reading (it is rounded for Postgres), so
+// the difference of two Nows moves with every step of the host's wall clock
+// (NTP, an operator setting the date), while the difference of two of Real's
+// Readings does not. A test clock's Readings are its instants, so "an hour
+// passes" on a Stub is an hour between its Readings too. Stepping is the
+// host whose wall clock is stepped while time goes on.
+//
 // The package never sleeps on a stubbed instant: Sleep always waits real time
 // and returns early when its context ends.
 package clock
@@ -19,6 +27,7 @@ package clock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,6 +48,40 @@ type realClock struct{}
 
 func (realClock) Now() time.Time       { return round(time.Now()) }
 func (realClock) NowOrNil() *time.Time { return nil }
+func (realClock) Reading() Reading     { return Reading{time.Now()} }
+
+// Reading is a clock's reading taken to measure a duration, never to tell
+// the date: the time between two Readings, or from a Reading to a deadline
+// placed after it (Add). Readings of a Monotonic clock carry Go's monotonic
+// reading, which no step of the wall clock moves; any other clock's
+// Readings are its instants. Compare only Readings of one clock.
+type Reading struct{ t time.Time }
+
+// Monotonic is a clock whose durations are measured on a monotonic time
+// line rather than between its wall instants: Real, Offset and Stepping.
+type Monotonic interface {
+	Clock
+	Reading() Reading
+}
+
+// Read takes c's Reading now: its monotonic one when c is Monotonic, else
+// its instant, so a test clock that moves its instants moves the time
+// between its Readings too.
+func Read(c Clock) Reading {
+	if m, ok := c.(Monotonic); ok {
+		return m.Reading()
+	}
+	return Reading{c.Now()}
+}
+
+// Add returns the Reading d after r: a deadline.
+func (r Reading) Add(d time.Duration) Reading { return Reading{r.t.Add(d)} }
+
+// Sub returns the duration r-u.
+func (r Reading) Sub(u Reading) time.Duration { return r.t.Sub(u.t) }
+
+// After reports whether r is later than u.
+func (r Reading) After(u Reading) bool { return r.t.After(u.t) }
 
 // Stub is a clock that stands still until it is set or advanced. It is safe
 // for concurrent use.
@@ -91,6 +134,32 @@ func (o Offset) NowOrNil() *time.Time {
 	t := o.Now()
 	return &t
 }
+
+// Reading is Go's monotonic reading: the offset moves no duration.
+func (Offset) Reading() Reading { return Reading{time.Now()} }
+
+// Stepping is the clock of a host whose wall clock is stepped while time
+// goes on, as NTP or an operator's `date -s` steps it: Now is the wall clock
+// plus an offset that Step moves at once, Reading is Go's monotonic reading,
+// which no step moves, and SQL reads the database's clock, as with Real (the
+// database runs on another host, whose clock did not step). A test gives it
+// to a service to prove that a step moves none of its deadlines. It is safe
+// for concurrent use.
+type Stepping struct{ offset atomic.Int64 }
+
+// Now returns the wall clock plus the steps so far.
+func (s *Stepping) Now() time.Time {
+	return round(time.Now().Add(time.Duration(s.offset.Load())))
+}
+
+// NowOrNil is nil: SQL reads the database's clock, which no step moved.
+func (*Stepping) NowOrNil() *time.Time { return nil }
+
+// Reading is Go's monotonic reading, which no step moves.
+func (*Stepping) Reading() Reading { return Reading{time.Now()} }
+
+// Step moves the wall clock by d (backwards when d < 0) at once.
+func (s *Stepping) Step(d time.Duration) { s.offset.Add(int64(d)) }
 
 // Sleep waits d of real time, or until ctx ends; it reports whether the whole
 // wait elapsed. A wait of zero or less returns true at once unless ctx has

@@ -50,3 +50,33 @@ func TestSleepEndsWithItsContext(t *testing.T) {
 		t.Fatal("Sleep(1ms) did not report a full wait")
 	}
 }
+
+func TestSteppingMovesTheWallClockButNoDuration(t *testing.T) {
+	var s Stepping
+	if s.NowOrNil() != nil {
+		t.Fatal("a stepped host's SQL must read the database's clock")
+	}
+	before, wallBefore := Read(&s), s.Now()
+	s.Step(-time.Hour)
+	if d := wallBefore.Sub(s.Now()); d < 59*time.Minute {
+		t.Fatalf("after Step(-1h) the wall clock went back only %v", d)
+	}
+	after := Read(&s)
+	if d := after.Sub(before); d < 0 || d > time.Minute {
+		t.Fatalf("a wall step of an hour moved the time between two readings to %v", d)
+	}
+	if deadline := before.Add(time.Hour); !deadline.After(after) {
+		t.Fatal("a deadline an hour after the first reading has passed")
+	}
+}
+
+func TestReadingsOfATestClockFollowItsInstants(t *testing.T) {
+	s := NewStub(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	r := Read(s)
+	s.Advance(time.Hour)
+	if d := Read(s).Sub(r); d != time.Hour {
+		t.Fatalf("an hour passed on the stub, its readings say %v", d)
+	}
+	var _ Monotonic = Real().(Monotonic)
+	var _ Monotonic = Offset(0)
+}

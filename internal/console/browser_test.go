@@ -82,7 +82,7 @@ func startStack(t *testing.T) *runningStack {
 	cfg := sweeper.Defaults()
 	cfg.CronSecret, cfg.ConsoleToken = cronSecret, token
 	cfg.PublishAhead = 0
-	srv, err := sweeper.New(cfg, s.Ledger, s.Queue, zerolog.Nop(), nil)
+	srv, err := sweeper.New(cfg, s.Ledger, s.Queue, zerolog.Nop(), nil, sweeper.WithOperator(s.Operator))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func setup(t *testing.T, tok, header string, opts ...func(*console.Options)) *bu
 	s := stacktest.New(t, stacktest.Options{})
 	log := &devstacktest.Buffer{}
 	reg := prometheus.NewRegistry()
-	o := console.Options{Ledger: s.Ledger, Queue: s.Queue, Token: tok, TrustedHeader: header,
+	o := console.Options{Ledger: s.Operator, Queue: s.Queue, Token: tok, TrustedHeader: header,
 		Log: zerolog.New(log), Metrics: reg}
 	for _, f := range opts {
 		f(&o)

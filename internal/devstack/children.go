@@ -47,7 +47,7 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, urls roleURLs) er
 	cfg := s.cfg
 	s.ep = Endpoints{API: httpURL(cfg.SweeperPort), Metrics: httpURL(cfg.SweeperMetricsPort), QueueURL: httpURL(cfg.QueuePort),
 		SandboxURL: httpURL(cfg.SandboxPort), CronSecret: secret(16), ServiceToken: secret(16), ConsoleToken: secret(16), AppURL: urls.app,
-		AdminURL: urls.admin, WebhookSecret: webhookSecret()}
+		AdminURL: urls.admin, OperatorURL: urls.operator, WebhookSecret: webhookSecret()}
 	if cfg.Queue == backends.JetStream {
 		s.ep.QueueURL = s.natsURL()
 	}
@@ -84,7 +84,7 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, urls roleURLs) er
 		children = append(children, s.childSpec(name, b.sweeper, nil, port, queueVars, cfg.Tuning.SweeperEnv, s.roleVars(), map[string]string{
 			"OWED_DATABASE_URL": urls.app, "OWED_LISTEN_ADDR": addr(port), "OWED_METRICS_ADDR": metrics,
 			"OWED_CRON_SECRET": s.ep.CronSecret, "OWED_API_TOKEN": s.ep.ServiceToken, "OWED_PROVIDER_RATE": cfg.Rate,
-			"OWED_CONSOLE_TOKEN": s.ep.ConsoleToken}))
+			"OWED_CONSOLE_TOKEN": s.ep.ConsoleToken, "OWED_OPERATOR_DATABASE_URL": urls.operator}))
 		s.ep.SweeperURLs = append(s.ep.SweeperURLs, httpURL(port))
 	}
 	for i, port := range cfg.WorkerPorts {
@@ -107,12 +107,14 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, urls roleURLs) er
 // roleVars are the variables of every child that connects to the
 // database: with cfg.DatabaseURL, one role (the tables' owner, since it
 // migrates) serves everything, and the children run past the role check
-// (service.CheckRole), logging each problem.
+// (service.CheckRole) and the durability check (service.CheckDurable: a
+// developer's own server may run synchronous_commit = off), logging each
+// problem. The stack's own cluster passes both.
 func (s *Stack) roleVars() map[string]string {
 	if s.cfg.DatabaseURL == "" {
 		return nil
 	}
-	return map[string]string{service.InsecureRoleVariable: "true"}
+	return map[string]string{service.InsecureRoleVariable: "true", service.AsyncCommitVariable: "true"}
 }
 
 // startChild starts one child, waits until it is ready and watches it.

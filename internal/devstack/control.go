@@ -13,9 +13,10 @@ import (
 )
 
 // The controls below let a fault drill break the running stack on purpose:
-// kill -9 a child and start it again, restart PostgreSQL, pause the
-// scheduler, and set the queue's and the sandbox's injected faults. `owedctl
-// dev` never calls them, and never sets Tuning.
+// kill -9 a child and start it again, restart, crash or fail over
+// PostgreSQL (standby.go), pause the scheduler, and set the queue's and the
+// sandbox's injected faults. `owedctl dev` never calls them, and never sets
+// Tuning.
 
 // queueAdminTimeout bounds a call of the emulator's admin endpoint.
 const queueAdminTimeout = 10 * time.Second
@@ -33,8 +34,14 @@ type Tuning struct {
 	SecondSweeperPort int
 	// SweeperEnv and WorkerEnv add OWED_ settings to every sweeper and
 	// worker: a drill shortens leases and timeouts so healing fits a short
-	// run.
-	SweeperEnv, WorkerEnv map[string]string
+	// run. QueueEnv adds them to the queue emulator (--queue rest): a drill
+	// that crashes PostgreSQL makes the emulator's commits durable too, as
+	// a hosted queue's are.
+	SweeperEnv, WorkerEnv, QueueEnv map[string]string
+	// Standby runs a streaming standby of the local cluster, replicated
+	// synchronously, and gives every client a URL naming both servers, for
+	// FailoverPostgres.
+	Standby bool
 }
 
 // Children returns the names of the running children in start order:
@@ -97,6 +104,40 @@ func (s *Stack) RestartPostgres(ctx context.Context) error {
 		return fmt.Errorf("restart PostgreSQL: the stack uses an existing database (OWED_DATABASE_URL), not a cluster of its own")
 	}
 	return s.cluster.restart(ctx)
+}
+
+// CrashPostgres crashes the local cluster's primary as how says (kill -9
+// of the postmaster, or pg_ctl stop -m immediate) and starts it again, once
+// the crashed server's sessions are gone; the start recovers from the WAL,
+// so what a client was told is committed is there and nothing else is.
+// Every client must reconnect.
+func (s *Stack) CrashPostgres(ctx context.Context, how Crash) error {
+	if s.cluster == nil {
+		return fmt.Errorf("crash PostgreSQL: the stack uses an existing database (OWED_DATABASE_URL), not a cluster of its own")
+	}
+	return s.cluster.crash(ctx, how)
+}
+
+// FailoverPostgres kills every process of the primary at once and promotes
+// the standby Tuning.Standby started, which had every commit the primary
+// acknowledged (synchronous replication); the clients reconnect to it
+// through their URLs, which name both servers. The promoted server is the
+// primary from then on (CrashPostgres, RestartPostgres), with no standby.
+func (s *Stack) FailoverPostgres(ctx context.Context) error {
+	if s.cluster == nil {
+		return fmt.Errorf("fail over: the stack uses an existing database (OWED_DATABASE_URL), not a cluster of its own")
+	}
+	return s.cluster.failover(ctx)
+}
+
+// PostgresActivity returns what the stack's sessions on the primary are
+// running, as the superuser sees it in pg_stat_activity: a drill aims a
+// crash at a claim or a settle in flight with it.
+func (s *Stack) PostgresActivity(ctx context.Context) ([]Activity, error) {
+	if s.cluster == nil {
+		return nil, fmt.Errorf("read the sessions: the stack uses an existing database (OWED_DATABASE_URL), not a cluster of its own")
+	}
+	return s.cluster.activity(ctx)
 }
 
 // PauseScheduler stops the built-in cron from calling the sweepers, as a

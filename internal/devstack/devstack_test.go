@@ -147,6 +147,23 @@ func testStack(t *testing.T, q string) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), seeded.Bounced[0].Recipient) {
 		t.Errorf("the console's dead letters answered %d without the seeded bounced row %q", resp.StatusCode, seeded.Bounced[0].Recipient)
 	}
+	// The console's actions run as on-call's login (owed_oncall, a member
+	// of owed_operator), which the database records: the services' login
+	// may not pause a tenant.
+	form := neturl.Values{"do": {"pause-tenant"}, "name": {"devstack-check"}, "why": {"the dev stack's test"}, "confirm": {"yes"}}
+	req, _ = http.NewRequestWithContext(ctx, "POST", s.ep.Metrics+"/console/pauses/action", strings.NewReader(form.Encode()))
+	req.Header.Set("Authorization", "Bearer "+s.ep.ConsoleToken)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	page, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var login string
+	if err := s.appDB.QueryRowContext(ctx, `SELECT login FROM owed_tenant_pauses WHERE tenant_id = 'devstack-check'`).Scan(&login); err != nil ||
+		login != operatorRole {
+		t.Errorf("the console's tenant pause: %d, login %q (err %v), want the pause made as %s:\n%s", resp.StatusCode, login, err, operatorRole, page)
+	}
 
 	// Stop, then make sure every child, its process group and PostgreSQL
 	// are gone.

@@ -23,10 +23,11 @@ func (s *Stack) prepareDir(ctx context.Context) error {
 			if _, err := os.Stat(filepath.Join(dir, markerFile)); err != nil {
 				return fmt.Errorf("--fresh: refusing to wipe %s: it was not created by owedctl dev (no %s file); choose another --dir", dir, markerFile)
 			}
-			// A cluster an earlier run left running must stop before its
-			// folder goes.
+			// A cluster an earlier run left running (a drill's standby
+			// too) must stop before its folder goes.
 			if c, err := newCluster(dir, s.logDir()); err == nil {
-				c.stopLeftover(ctx)
+				c.stopLeftover(ctx, c.primary)
+				c.stopLeftover(ctx, c.standbyNode())
 			}
 			if err := os.RemoveAll(dir); err != nil {
 				return fmt.Errorf("--fresh: wipe %s: %w", dir, err)

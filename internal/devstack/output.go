@@ -38,8 +38,9 @@ func (s *Stack) printMode() {
 	switch {
 	case s.cfg.DatabaseURL != "":
 		fmt.Fprintf(s.cfg.Out, "owed dev: using the database in OWED_DATABASE_URL (--fresh does not wipe it); files in %s\n"+
-			"owed dev: its one role migrates, so it owns the tables: the services run with %s=true and log it (development only)\n",
-			rel, service.InsecureRoleVariable)
+			"owed dev: its one role migrates, so it owns the tables: the services run with %s=true and log it (development only);\n"+
+			"owed dev: they also run with %s=true, logging and showing on /readyz whether a crash could lose commits there\n",
+			rel, service.InsecureRoleVariable, service.AsyncCommitVariable)
 	case s.resumed:
 		fmt.Fprintf(s.cfg.Out, "owed dev: resuming the ledger kept in %s from the last run (--fresh starts over)\n", rel)
 	default:

@@ -90,7 +90,7 @@ func (s *Stack) queueSpec(b binaries, dbURL string) (launch.Spec, error) {
 		spec.Ready = tcpReady(addr(port))
 		return spec, nil
 	}
-	return s.childSpec("queue", b.owedctl, []string{"queue", "serve"}, port, s.roleVars(), map[string]string{
+	return s.childSpec("queue", b.owedctl, []string{"queue", "serve"}, port, s.roleVars(), s.cfg.Tuning.QueueEnv, map[string]string{
 		"OWED_QUEUE_ADDR": addr(port), "OWED_QUEUE_TOKEN": s.ep.QueueToken, "OWED_QUEUE_FAULT_TOKEN": s.ep.QueueFaultToken,
 		"OWED_QUEUE_DATABASE_URL": dbURL}), nil
 }

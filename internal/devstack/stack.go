@@ -17,7 +17,8 @@
 // The files: config.go (Config and its defaults, Go constants only),
 // stack.go (the lifecycle), children.go (the services' processes),
 // queues.go (each backend's queue server, its provisioning and the settings
-// the services get), postgres.go (the cluster), folder.go (Dir and
+// the services get), postgres.go (the cluster), standby.go (a drill's
+// standby, crash and failover), folder.go (Dir and
 // --fresh), secrets.go (this run's secrets and the env file that holds
 // them), output.go and status.go (the start-up line, the first screen, the
 // panel), seed.go and scheduler.go (the workload and the cron), control.go

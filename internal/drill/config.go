@@ -41,6 +41,15 @@ const (
 	QueueRestart Fault = "queue-restart"
 	// PGRestart restarts PostgreSQL with pg_ctl restart -m fast.
 	PGRestart Fault = "pg-restart"
+	// PGCrash crashes PostgreSQL three times, each aimed at a statement in
+	// flight (a sweep's, a claim, a settle), by kill -9 of the postmaster
+	// or pg_ctl stop -m immediate, and starts it again: it recovers from
+	// its WAL.
+	PGCrash Fault = "pg-crash"
+	// PGFailover runs a streaming standby replicated synchronously beside
+	// PostgreSQL, kills every process of the primary, and promotes the
+	// standby; the services reconnect through their URLs, which name both.
+	PGFailover Fault = "pg-failover"
 	// Provider5xx makes the sandbox answer 20% of sends 503.
 	Provider5xx Fault = "provider-5xx"
 	// ProviderTimeouts makes 5% of sends hang past the worker's send
@@ -66,7 +75,7 @@ const (
 )
 
 // AllFaults lists every fault in the order the table shows them.
-var AllFaults = []Fault{WorkerKill, SweeperKill, QueueRestart, PGRestart, Provider5xx, ProviderTimeouts,
+var AllFaults = []Fault{WorkerKill, SweeperKill, QueueRestart, PGRestart, PGCrash, PGFailover, Provider5xx, ProviderTimeouts,
 	Provider429Storm, ProviderPermanent, QueueRedelivery, QueuePublish503, SchedulerPause, Scale}
 
 // emulatorFaults are injected by the queue emulator; no real queue can be

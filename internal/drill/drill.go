@@ -87,6 +87,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		sc.Tuning.SecondSweeperPort = ports[3]
 	}
 	sc.WorkerPorts = ports[4 : 4+workers]
+	if cfg.has(PGFailover) {
+		sc.Tuning.Standby = true
+	}
+	if cfg.has(PGCrash) || cfg.has(PGFailover) {
+		// The emulator keeps its messages in this PostgreSQL with
+		// synchronous_commit off for speed: a crash or a failover could
+		// lose its last commits (a dead letter, an ack), which no hosted
+		// queue does. The drill tests the ledger's durability, so the
+		// emulator's commits are durable too.
+		sc.Tuning.QueueEnv = map[string]string{"OWED_QUEUE_SYNCHRONOUS_COMMIT": "true"}
+	}
 	s, err := devstack.New(sc)
 	if err != nil {
 		return nil, err

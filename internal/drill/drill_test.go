@@ -18,16 +18,19 @@ import (
 
 // TestDrill is the bounded drill of make test: 2,500 rows, every fault
 // class at least once (worker and sweeper kills, a queue restart, a
-// PostgreSQL restart, 5xx, timeouts, a 429 storm, a permanent recipient,
-// redelivery, publish 503s, a scheduler pause, two sweepers and four
-// workers), and every invariant checked, the secrets-in-logs one included.
+// PostgreSQL restart, three PostgreSQL crashes by kill -9 of the postmaster
+// and by pg_ctl stop -m immediate, a failover to a synchronous standby,
+// 5xx, timeouts, a 429 storm, a permanent recipient, redelivery, publish
+// 503s, a scheduler pause, two sweepers and four workers), and every
+// invariant checked, the secrets-in-logs one included.
 func TestDrill(t *testing.T) {
 	res := runDrill(t, Config{Rows: 2500, Faults: AllFaults, Spread: 40 * time.Second, DurationLimit: 150 * time.Second,
 		Pause: 10 * time.Second, Storm: 6 * time.Second})
 	// Every fault class must have fired, or the drill proved less than it
 	// says.
 	for _, what := range []string{"worker kill -9", "queue restart (kill -9)", "postgres restart", "429 storm",
-		"scheduler pause", "rows cancelled"} {
+		"scheduler pause", "rows cancelled", crashCounted[devstack.CrashKill], crashCounted[devstack.CrashImmediate],
+		"postgres failover"} {
 		if res.Injected[what] == 0 {
 			t.Errorf("%s was never injected: %v", what, res.Injected)
 		}

@@ -108,6 +108,41 @@ func (inj *injector) run(window context.Context, seed uint64) {
 			inj.count("postgres restart")
 		})
 	}
+	if inj.cfg.has(PGCrash) {
+		rng := rngFor(4)
+		inj.goRun(func() {
+			for i, target := range crashTargets {
+				// One crash in each fifth of the window from 15%: 15–25%,
+				// 35–45%, 55–65%. The first kills the postmaster, the
+				// second stops it in immediate mode, the third either.
+				how := []devstack.Crash{devstack.CrashKill, devstack.CrashImmediate}[min(i, 1)]
+				if i == 2 && rng.IntN(2) == 0 {
+					how = devstack.CrashKill
+				}
+				if !inj.sleepUntil(window, at(0.15+0.2*float64(i)+0.1*rng.Float64())) {
+					return
+				}
+				inj.crashPostgres(window, target, how)
+			}
+		})
+	}
+	if inj.cfg.has(PGFailover) {
+		inj.goRun(func() {
+			if !inj.sleepUntil(window, at(0.8)) {
+				return
+			}
+			inj.killMu.Lock()
+			defer inj.killMu.Unlock()
+			fmt.Fprintf(inj.out, "drill: PostgreSQL failover: the primary killed (kill -9 of every process), the synchronous standby promoted\n")
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(window), 2*time.Minute)
+			defer cancel()
+			if err := inj.s.FailoverPostgres(ctx); err != nil {
+				inj.fail(err)
+				return
+			}
+			inj.count("postgres failover")
+		})
+	}
 	if inj.cfg.has(Provider429Storm) {
 		inj.goRun(func() {
 			if !inj.sleepUntil(window, at(0.4)) {
@@ -145,6 +180,81 @@ func (inj *injector) run(window context.Context, seed uint64) {
 			}
 		})
 	}
+}
+
+// crashTarget is a moment pg-crash aims at: a statement of one of the
+// services in flight, named by what its text calls.
+type crashTarget struct {
+	name  string
+	calls []string
+}
+
+// crashTargets are the three moments of pg-crash, in the order the crashes
+// come (15–25%, 35–45%, 55–65% of the window): a worker's claim, a sweep
+// leasing, marking or expiring rows, and a worker's settle. The order
+// follows the other faults: claims go on while a scheduler pause (from 15%)
+// stops the sweeps, the catch-up sweep comes when it ends (40% in make
+// test's drill), and the 429 storm (from 40%) settles nothing delivered.
+var crashTargets = []crashTarget{
+	{"mid-claim", []string{"owed_claim_batch"}},
+	{"mid-sweep", []string{"owed_sweep_"}},
+	{"mid-settle", []string{"owed_settle_delivered_batch"}},
+}
+
+// crashCounted names each kind of crash in the table.
+var crashCounted = map[devstack.Crash]string{devstack.CrashKill: "postgres crash (kill -9)",
+	devstack.CrashImmediate: "postgres crash (-m immediate)"}
+
+// crashAim bounds the wait for the target's statement to be in flight; a
+// crash that did not see it in that time lands wherever the work is.
+const crashAim = 5 * time.Second
+
+// crashPostgres waits until a statement of target is in flight, then
+// crashes PostgreSQL as how says and starts it again. It holds killMu
+// throughout, so no child is restarted while the database is down.
+func (inj *injector) crashPostgres(window context.Context, target crashTarget, how devstack.Crash) {
+	inj.killMu.Lock()
+	defer inj.killMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(window), 2*time.Minute)
+	defer cancel()
+	aimed := inj.awaitStatement(ctx, target.calls)
+	where := "with " + target.name + "'s statement in flight"
+	if !aimed {
+		where = "(no " + target.name + " statement seen in flight within " + crashAim.String() + ")"
+	}
+	fmt.Fprintf(inj.out, "drill: PostgreSQL crash: %s %s, then started again\n", how, where)
+	if err := inj.s.CrashPostgres(ctx, how); err != nil {
+		inj.fail(err)
+		return
+	}
+	inj.count(crashCounted[how])
+	if aimed {
+		inj.count("postgres crash " + target.name)
+	}
+}
+
+// awaitStatement polls the sessions until one is running, or is in the
+// transaction of, a statement that calls one of calls, and reports whether
+// it saw one within crashAim.
+func (inj *injector) awaitStatement(ctx context.Context, calls []string) bool {
+	end := time.Now().Add(crashAim)
+	for time.Now().Before(end) {
+		acts, _ := inj.s.PostgresActivity(ctx)
+		for _, a := range acts {
+			if a.State != "active" && a.State != "idle in transaction" {
+				continue
+			}
+			for _, c := range calls {
+				if strings.Contains(a.Query, c) {
+					return true
+				}
+			}
+		}
+		if !clock.Sleep(ctx, 2*time.Millisecond) {
+			return false
+		}
+	}
+	return false
 }
 
 // kill kills -9 and restarts a child. A restart can fail while PostgreSQL

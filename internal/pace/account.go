@@ -89,10 +89,12 @@ type Admission struct {
 // Admit says whether a send on account may go now. A paused account
 // answers the wait (the send should come back after it, or wait it out
 // when it is short); an open circuit whose pause has passed hands the probe
-// to exactly one caller, and every other caller a wait of pause. A held
+// to exactly one caller, and every other caller a wait of pause (at most
+// MaxPause). A held
 // account is never probed: the caller sees Held and holds the send back.
 // One read per send; the probe is one more statement, once per pause.
 func (a *Accounts) Admit(ctx context.Context, account string, pause time.Duration) (Admission, error) {
+	pause = min(pause, MaxPause)
 	s, err := a.State(ctx, account)
 	if err != nil || s.Held() || !s.Open() || s.Wait > 0 {
 		return Admission{AccountState: s}, err
@@ -138,14 +140,15 @@ func (a *Accounts) State(ctx context.Context, account string) (AccountState, err
 	return s, nil
 }
 
-// Trip opens account's circuit for pause: no worker sends on it until
-// then, and then one probes. reason is the provider's code (a metric
+// Trip opens account's circuit for pause (at most MaxPause): no worker
+// sends on it until then, and then one probes. reason is the provider's code (a metric
 // label, at most MaxAccountReason bytes) and msg what it said; both are
 // cut to their bounds.
 func (a *Accounts) Trip(ctx context.Context, account string, pause time.Duration, reason, msg string) error {
 	if reason == "" {
 		reason = "account"
 	}
+	pause = min(pause, MaxPause)
 	_, err := a.db.ExecContext(ctx, qAccountTrip, account, ceilMicros(pause), cut(reason, MaxAccountReason),
 		cut(msg, MaxAccountError), a.clock.NowOrNil())
 	if err != nil {

@@ -9,11 +9,11 @@ import (
 
 // An account error pauses the account for every process: its pace holds
 // every reservation back, Admit answers the pause, and when it has passed
-// exactly one of many concurrent callers takes the probe. A resume closes
-// the circuit; a second resume says there was nothing to resume.
+// exactly one of many concurrent callers takes the probe. On-call's resume
+// closes the circuit; a second resume says there was nothing to resume.
 func TestAccountTripProbeResume(t *testing.T) {
 	b := setup(t)
-	accounts := NewAccounts(b.db.App, b.clk)
+	accounts, oncall := NewAccounts(b.db.App, b.clk), NewAccounts(b.db.Operator, b.clk)
 	limited := mustNew(t, b.process(t), "twilio", Rate{10, time.Second}, WithClock(b.clk))
 	if err := accounts.Trip(ctx, "twilio", time.Minute, "20003", "Authenticate"); err != nil {
 		t.Fatal(err)
@@ -48,7 +48,7 @@ func TestAccountTripProbeResume(t *testing.T) {
 		t.Fatalf("%d callers took the probe, want exactly 1", probes.Load())
 	}
 
-	if was, err := accounts.Resume(ctx, "twilio"); err != nil || !was {
+	if was, err := oncall.Resume(ctx, "twilio"); err != nil || !was {
 		t.Fatalf("Resume = %v, %v; want the circuit to have been open", was, err)
 	}
 	if a, err := accounts.Admit(ctx, "twilio", time.Minute); err != nil || a.Open() || a.Wait != 0 || a.Probe {
@@ -57,7 +57,7 @@ func TestAccountTripProbeResume(t *testing.T) {
 	if r := mustReserve(t, limited, 0); !r.Granted {
 		t.Fatalf("reservation after the resume = %+v, want granted", r)
 	}
-	if was, err := accounts.Resume(ctx, "twilio"); err != nil || was {
+	if was, err := oncall.Resume(ctx, "twilio"); err != nil || was {
 		t.Fatalf("second Resume = %v, %v; want nothing to resume", was, err)
 	}
 	if a, err := accounts.Admit(ctx, "sendgrid", time.Minute); err != nil || a.Open() || a.Wait != 0 {

@@ -9,15 +9,16 @@ import (
 // On-call's hold stops an account apart from its circuit: Admit answers it
 // and hands out no probe even when the circuit's pause has passed, a good
 // probe's Close leaves it in place, and only Resume lifts it. Held lists
-// it, with who held it and why; the runtime role cannot write it but
-// through the functions.
+// it, with who held it and why. Holding and resuming are on-call's login's
+// (owed_operator); the workers' circuit runs as the runtime role, which
+// cannot write a hold.
 func TestAccountHoldOutlastsTheProbe(t *testing.T) {
 	b := setup(t)
-	accounts := NewAccounts(b.db.App, b.clk)
+	accounts, oncall := NewAccounts(b.db.App, b.clk), NewAccounts(b.db.Operator, b.clk)
 	if err := accounts.Trip(ctx, "twilio", time.Minute, "20003", "Authenticate"); err != nil {
 		t.Fatal(err)
 	}
-	if err := accounts.Hold(ctx, "twilio", "carrier incident", "alice"); err != nil {
+	if err := oncall.Hold(ctx, "twilio", "carrier incident", "alice"); err != nil {
 		t.Fatal(err)
 	}
 	b.clk.Advance(time.Hour)
@@ -27,7 +28,7 @@ func TestAccountHoldOutlastsTheProbe(t *testing.T) {
 		t.Fatalf("Admit on a held account = %+v (hold %+v), %v; want held by alice an hour ago and no probe", a, a.Hold, err)
 	}
 	// Holding again replaces the reason and keeps the instant.
-	if err := accounts.Hold(ctx, "twilio", "still down", "bob"); err != nil {
+	if err := oncall.Hold(ctx, "twilio", "still down", "bob"); err != nil {
 		t.Fatal(err)
 	}
 	held, err := accounts.Held(ctx)
@@ -41,17 +42,17 @@ func TestAccountHoldOutlastsTheProbe(t *testing.T) {
 	if st, err := accounts.State(ctx, "twilio"); err != nil || !st.Held() || st.Open() {
 		t.Fatalf("after a good probe: %+v, %v; want still held, circuit closed", st, err)
 	}
-	if was, err := accounts.Resume(ctx, "twilio"); err != nil || !was {
+	if was, err := oncall.Resume(ctx, "twilio"); err != nil || !was {
 		t.Fatalf("Resume = %v, %v; want it to have been held", was, err)
 	}
 	if st, err := accounts.State(ctx, "twilio"); err != nil || st.Held() {
 		t.Fatalf("after Resume: %+v, %v; want not held", st, err)
 	}
-	if was, err := accounts.Resume(ctx, "twilio"); err != nil || was {
+	if was, err := oncall.Resume(ctx, "twilio"); err != nil || was {
 		t.Fatalf("second Resume = %v, %v; want nothing to resume", was, err)
 	}
 	// A hold on an account that never sent creates its row.
-	if err := accounts.Hold(ctx, "sendgrid", "r", "a"); err != nil {
+	if err := oncall.Hold(ctx, "sendgrid", "r", "a"); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := accounts.State(ctx, "sendgrid"); err != nil || !st.Held() || st.Wait != 0 {
@@ -66,7 +67,7 @@ func TestAccountHoldOutlastsTheProbe(t *testing.T) {
 // the texts are bounded.
 func TestTenantPauseAndResume(t *testing.T) {
 	b := setup(t)
-	tenants := NewTenants(b.db.App, b.clk)
+	tenants := NewTenants(b.db.Operator, b.clk)
 	if err := tenants.Pause(ctx, "acme", "runaway campaign", "alice"); err != nil {
 		t.Fatal(err)
 	}

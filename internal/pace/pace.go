@@ -141,9 +141,17 @@ func (l *Limiter) Account() string { return l.account }
 // Rate is the rate this limiter keeps.
 func (l *Limiter) Rate() Rate { return l.rate }
 
+// MaxPause is the longest pause one call may set on an account: a 429's
+// (Limiter.Pause) and the circuit's (Accounts.Trip, the probe's). The
+// database caps each at it as well (owed_pace_pause,
+// internal/pace/sql/pace.sql), so no login of the runtime role can pause an
+// account for longer with one call. A Retry-After beyond it pauses the
+// account MaxPause, and the next send's 429 pauses it again.
+const MaxPause = time.Hour
+
 // Pause records a 429 with Retry-After: no slot, in any process sharing the
-// account, starts before now + retryAfter. A longer pause already recorded
-// stands. Slots handed out before the pause are not revoked; they were taken
+// account, starts before now + retryAfter, or now + MaxPause when that is
+// sooner. A longer pause already recorded stands. Slots handed out before the pause are not revoked; they were taken
 // at most one max wait earlier.
 //
 // An unlimited limiter takes no slots, but the provider said it throttles
@@ -155,6 +163,7 @@ func (l *Limiter) Pause(ctx context.Context, retryAfter time.Duration) error {
 	if retryAfter < 0 {
 		return fmt.Errorf("pace: pause %q: retry-after %s must not be negative", l.account, retryAfter)
 	}
+	retryAfter = min(retryAfter, MaxPause)
 	if l.rate.IsUnlimited() {
 		until := l.clock.Now().Add(retryAfter)
 		l.mu.Lock()

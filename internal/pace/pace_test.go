@@ -245,6 +245,49 @@ func TestPauseBeforeAnyReservation(t *testing.T) {
 	}
 }
 
+// A pause lasts at most MaxPause however long the Retry-After, through
+// the limiter and through the functions themselves as the runtime role
+// calls them (owed_pace_pause, owed_provider_account_trip and _probe with
+// 1e15 microseconds, thirty years); a longer pause already set stands until
+// it ends, and the next 429 pauses again.
+func TestPausesLastAtMostMaxPause(t *testing.T) {
+	b := setup(t)
+	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clk))
+	if err := l.Pause(ctx, 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := l.State(ctx); err != nil || !s.PausedUntil.Equal(b.clk.Now().Add(MaxPause)) {
+		t.Fatalf("after a day's Retry-After: paused until %s (err %v), want %s", s.PausedUntil, err, b.clk.Now().Add(MaxPause))
+	}
+	b.clk.Advance(MaxPause)
+	if err := l.Pause(ctx, 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := l.State(ctx); err != nil || !s.PausedUntil.Equal(b.clk.Now().Add(MaxPause)) {
+		t.Fatalf("the next 429: paused until %s (err %v), want another %s", s.PausedUntil, err, MaxPause)
+	}
+	now := b.clk.Now()
+	for _, stmt := range []string{
+		`SELECT owed_pace_pause('twilio', 1e15::bigint, $1)`,
+		`SELECT owed_provider_account_trip('sendgrid', 1e15::bigint, 'r', 'e', $1)`,
+		`SELECT owed_pace_pause('postmark', -1e15::bigint, $1)`,
+	} {
+		if _, err := b.db.App.Exec(stmt, now); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if _, err := b.db.App.Exec(`SELECT owed_provider_account_probe('sendgrid', 1e15::bigint, $1)`, now.Add(MaxPause)); err != nil {
+		t.Fatal(err)
+	}
+	for account, want := range map[string]time.Time{"twilio": now.Add(MaxPause), "sendgrid": now.Add(2 * MaxPause), "postmark": now} {
+		var until time.Time
+		if err := b.db.App.QueryRow(`SELECT paused_until FROM owed_provider_pace WHERE account = $1`, account).Scan(&until); err != nil ||
+			!until.Equal(want) {
+			t.Errorf("%s paused until %s (err %v), want %s", account, until, err, want)
+		}
+	}
+}
+
 func TestStateOfUnknownAccount(t *testing.T) {
 	b := setup(t)
 	l := mustNew(t, b.db.App, "sandbox", Rate{40, time.Second}, WithClock(b.clk))

@@ -24,6 +24,8 @@ import (
 var homeFiles = []string{
 	"internal/migrate/sql/roles.sql",
 	"internal/migrate/sql/versions.sql",
+	"internal/apps/sql/logins.sql",
+	"internal/session/sql/sessions.sql",
 	"internal/ledger/sql/notifications.sql",
 	"internal/ledger/sql/attempts.sql",
 	"internal/ledger/sql/undeliverable.sql",

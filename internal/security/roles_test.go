@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/service"
@@ -51,9 +52,20 @@ func boundary(t *testing.T) *testdb.DB {
 }
 
 // appsRole is a login of the apps' group, as an application writing SQL
-// connects.
+// connects, bound to tenantA (owedctl apps bind).
 func appsRole(t *testing.T, db *testdb.DB) string {
-	return newRole(t, db, "IN ROLE owed_apps")
+	t.Helper()
+	u := newRole(t, db, "IN ROLE owed_apps")
+	bind(t, db, userOf(t, u), tenantA)
+	return u
+}
+
+// bind lets login name tenant, as owedctl apps bind does.
+func bind(t *testing.T, db *testdb.DB, login, tenant string) {
+	t.Helper()
+	if _, err := db.Admin.Exec(`SELECT owed_apps_bind($1, $2, 'security_test', '')`, login, tenant); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // inScope runs fn in one transaction on the pool at dbURL after the
@@ -172,8 +184,9 @@ func TestSessionWideBypassReadsNothing(t *testing.T) {
 	check("PGOPTIONS=-c owed.bypass_rls=on", db.AppURL)
 }
 
-// The runtime role can neither mint nor un-revoke a token, nor read one,
-// nor write the pace of any provider account except through its functions.
+// The runtime role, and on-call's login with it, can neither mint nor
+// un-revoke a token, nor read one, nor write the pace of any provider
+// account except through its functions.
 func TestRuntimeRoleCannotWriteTokensOrPace(t *testing.T) {
 	db := boundary(t)
 	for _, stmt := range []string{
@@ -185,7 +198,8 @@ func TestRuntimeRoleCannotWriteTokensOrPace(t *testing.T) {
 		`UPDATE owed_provider_pace SET paused_until = now() + interval '1 day'`,
 		`INSERT INTO owed_provider_limited_minutes (account, minute) VALUES ('twilio', now())`,
 	} {
-		for who, u := range map[string]string{"the application role": db.AppURL, "an apps' role": appsRole(t, db)} {
+		for who, u := range map[string]string{"the application role": db.AppURL, "an apps' role": appsRole(t, db),
+			"on-call's login": db.OperatorURL} {
 			err := inScope(t, u, []string{scopeA}, func(tx *sql.Tx) error {
 				_, err := tx.Exec(stmt)
 				return err
@@ -264,8 +278,8 @@ SELECT p.oid::regprocedure::text, pg_get_userbyid(p.proowner), coalesce(array_to
 			t.Fatal(err)
 		}
 		seen[name[:strings.Index(name, "(")]] = true
-		if config != "search_path=pg_catalog, public" {
-			t.Errorf("%s: proconfig %q, want search_path pinned to pg_catalog, public", name, config)
+		if config != "search_path=pg_catalog, public, pg_temp" {
+			t.Errorf("%s: proconfig %q, want search_path pinned to pg_catalog, public, pg_temp", name, config)
 		}
 		if owner != "owed_definer" {
 			t.Errorf("%s is owned by %s, want owed_definer", name, owner)
@@ -285,7 +299,7 @@ SELECT p.oid::regprocedure::text, pg_get_userbyid(p.proowner), coalesce(array_to
 			t.Errorf("no SECURITY DEFINER function %s", f)
 		}
 	}
-	for _, login := range []string{testdb.AppUser(), testdb.AdminUser()} {
+	for _, login := range []string{testdb.AppUser(), testdb.AdminUser(), testdb.OperatorUser()} {
 		var member bool
 		if err := db.Owner.QueryRow(`SELECT pg_has_role($1, 'owed_definer', 'MEMBER')`, login).Scan(&member); err != nil || member {
 			t.Errorf("%s is a member of owed_definer (err %v)", login, err)
@@ -294,8 +308,9 @@ SELECT p.oid::regprocedure::text, pg_get_userbyid(p.proowner), coalesce(array_to
 }
 
 // A login of any name granted owed_runtime starts and runs the sweeper's
-// cross-tenant statements; a member of owed_definer or owed_token_admin,
-// or a login without owed_runtime, is refused at start-up, naming why.
+// cross-tenant statements; a member of owed_definer, owed_token_admin or
+// owed_operator, or a login without owed_runtime, is refused at start-up,
+// naming why.
 func TestRuntimeMembershipIsWhatCounts(t *testing.T) {
 	db := boundary(t)
 	acme := newRole(t, db, "IN ROLE owed_runtime")
@@ -332,11 +347,134 @@ func TestRuntimeMembershipIsWhatCounts(t *testing.T) {
 		{"a member of owed_definer", newRole(t, db, "IN ROLE "+app+", owed_definer"), "owed_definer"},
 		{"a member of owed_token_admin", newRole(t, db, "IN ROLE "+app+", owed_token_admin"), "owed_token_admin"},
 		{"the token administrator", db.AdminURL, "owed_token_admin"},
+		{"a member of owed_operator", newRole(t, db, "IN ROLE "+app+", owed_operator"), "owed_operator"},
+		{"on-call's login", db.OperatorURL, "owed_operator"},
 	} {
 		err := start(c.url, false)
 		var insecure *service.InsecureRoleError
 		if !errors.As(err, &insecure) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: Start = %v, want a refusal naming %q", c.name, err, c.want)
+		}
+	}
+}
+
+// An owed_apps login reads and writes only the tenants it is bound to
+// (owed_apps_logins, by session_user): naming another tenant, the review's
+// set_config('owed.tenant_id', 'globex', true), reads no payload and
+// updates no row; a login with no binding sees and writes nothing; and a
+// login that can SET ROLE to another apps login does not borrow its
+// bindings.
+func TestAppsLoginIsBoundToItsTenants(t *testing.T) {
+	db := boundary(t)
+	scopeB := `SELECT set_config('owed.tenant_id', 'tenant-b', true)`
+	tables := []string{"owed_notifications", "owed_items", "owed_contacts", "owed_undeliverable"}
+	crmB := newRole(t, db, "IN ROLE owed_apps")
+	bind(t, db, userOf(t, crmB), tenantB)
+	crmA := appsRole(t, db)
+	if _, err := db.Owner.Exec(`GRANT ` + userOf(t, crmB) + ` TO ` + userOf(t, crmA)); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		url string
+		set []string
+	}{
+		"a login bound to tenant A, naming B":           {crmA, []string{scopeB}},
+		"a login bound to A, SET ROLE to B's, naming B": {crmA, []string{`SET LOCAL ROLE ` + userOf(t, crmB), scopeB}},
+		"a login with no binding, naming B":             {newRole(t, db, "IN ROLE owed_apps"), []string{scopeB}},
+	}
+	for who, c := range cases {
+		err := inScope(t, c.url, c.set, func(tx *sql.Tx) error {
+			for _, table := range tables {
+				if n, err := countB(tx, table); err != nil || n != 0 {
+					t.Errorf("%s sees %d of %s's rows in %s (err %v), want none", who, n, tenantB, table, err)
+				}
+			}
+			var payload sql.NullString
+			if err := tx.QueryRow(`SELECT payload::text FROM owed_notifications WHERE tenant_id = 'tenant-b'`).Scan(&payload); err != sql.ErrNoRows {
+				t.Errorf("%s read tenant B's payload %v (err %v), want no row", who, payload, err)
+			}
+			res, err := tx.Exec(`UPDATE owed_notifications SET payload = '{"text":"owned"}' WHERE tenant_id = 'tenant-b'`)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n != 0 {
+				t.Errorf("%s updated %d of tenant B's rows", who, n)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("%s: %v", who, err)
+		}
+		err = inScope(t, c.url, c.set, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at)
+			                   VALUES ('tenant-b', 'mallory', 'sms', 'k', 'M-1', now())`)
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "row-level security") {
+			t.Errorf("%s inserted a row for %s (err %v), want a row-level security refusal", who, tenantB, err)
+		}
+	}
+	// The login bound to B does see B's rows.
+	err := inScope(t, crmB, []string{scopeB}, func(tx *sql.Tx) error {
+		n, err := countB(tx, "owed_notifications")
+		if err == nil && n != 1 {
+			t.Errorf("the login bound to %s sees %d of its rows, want 1", tenantB, n)
+		}
+		return err
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// The token administrator mints tokens and binds owed_apps logins, and
+// touches nothing of the ledger: no tenant table, no cross-tenant function,
+// no hold, pause or audit line.
+func TestTokenAdminTouchesNoLedger(t *testing.T) {
+	db := boundary(t)
+	for _, stmt := range append([]string{
+		`SELECT count(*) FROM owed_notifications`,
+		`SELECT count(*) FROM owed_items`,
+		`SELECT count(*) FROM owed_contacts`,
+		`SELECT count(*) FROM owed_provider_pace`,
+		`SELECT * FROM owed_ledger_tenants_of(ARRAY[1::bigint, 2])`,
+		`SELECT * FROM owed_sweep_lease(0, NULL, 60, 60, 100, NULL, 0)`,
+	}, operatorWrites...) {
+		err := inScope(t, db.AdminURL, []string{scopeA}, func(tx *sql.Tx) error {
+			_, err := tx.Exec(stmt)
+			return err
+		})
+		if !permissionDenied(err) {
+			t.Errorf("the token administrator: %s: %v, want permission denied", stmt, err)
+		}
+	}
+}
+
+// The console's own login (OWED_OPERATOR_DATABASE_URL) must be a member
+// of owed_operator, and is checked as a service's login is otherwise: the
+// services' login, the token administrator and the owner are refused,
+// each naming why; on-call's login is accepted.
+func TestConsoleLoginMustBeAnOperator(t *testing.T) {
+	db := testdb.New(t)
+	open := func(u string) error {
+		pool, err := service.OpenOperatorDB(context.Background(), zerolog.Nop(), "OWED_OPERATOR_DATABASE_URL", u, 1, false)
+		if err == nil {
+			pool.Close()
+		}
+		return err
+	}
+	if err := open(db.OperatorURL); err != nil {
+		t.Fatalf("on-call's login: %v", err)
+	}
+	for _, c := range []struct{ name, url, want string }{
+		{"the services' login", db.AppURL, "not a member of owed_operator"},
+		{"the token administrator", db.AdminURL, "owed_token_admin"},
+		{"the owner", db.OwnerURL, "owns"},
+		{"a member of owed_operator and owed_definer", newRole(t, db, "IN ROLE owed_operator, owed_definer"), "owed_definer"},
+	} {
+		err := open(c.url)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "OWED_OPERATOR_DATABASE_URL") {
+			t.Errorf("%s: %v, want a refusal naming OWED_OPERATOR_DATABASE_URL and %q", c.name, err, c.want)
 		}
 	}
 }

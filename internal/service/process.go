@@ -47,6 +47,10 @@ type Operations struct {
 	// when CheckRole refuses the database role, logging every problem at
 	// error level. For a development database only.
 	AllowInsecureRole bool `envconfig:"ALLOW_INSECURE_DATABASE_ROLE"`
+	// AllowAsyncCommit is OWED_ALLOW_ASYNC_COMMIT: start even when
+	// CheckDurable finds that a crash or a failover can lose commits,
+	// logging it at error level and adding it to /readyz as a warning.
+	AllowAsyncCommit bool `envconfig:"ALLOW_ASYNC_COMMIT"`
 }
 
 // LoadOperations reads Operations from the environment, MetricsAddr
@@ -87,15 +91,19 @@ type Process struct {
 	// A service whose requests run longer (the sweeper's sweep) sets it
 	// before Serve.
 	ShutdownTimeout time.Duration
+	// Warning is what the service runs without that /readyz must show
+	// (CheckDurable's problem under OWED_ALLOW_ASYNC_COMMIT); Serve adds it
+	// to every /readyz answer.
+	Warning string
 	// hosts are the names the operator routes answer to (OperatorHosts).
 	hosts Hosts
 	stop  context.CancelFunc
 }
 
 // Start is every service's start-up, in this order: the logger, the signal
-// context, the database pool and its role check (see CheckRole), the
-// listener and the operator listener. On an error it closes again what it
-// opened.
+// context, the database pool, its role check (see CheckRole) and its
+// durability check (see CheckDurable), the listener and the operator
+// listener. On an error it closes again what it opened.
 func Start(name string, b Basics) (p *Process, err error) {
 	log, err := NewLogger(os.Stderr, name, b.LogLevel)
 	if err != nil {
@@ -124,6 +132,9 @@ func Start(name string, b Basics) (p *Process, err error) {
 		return p, err
 	}
 	if err = guardRole(ctx, p.DB, log, b.AllowInsecureRole); err != nil {
+		return p, err
+	}
+	if p.Warning, err = CheckDurable(ctx, p.DB, log, b.AllowAsyncCommit); err != nil {
 		return p, err
 	}
 	if p.Listener, err = Listen(b.ListenAddr, "OWED_LISTEN_ADDR"); err != nil {
@@ -160,9 +171,10 @@ func (p *Process) Close() {
 // /healthz) on the operator listener until Ctx ends or either server fails,
 // then shuts both down gracefully. Without an operator listener, ops's
 // /metrics and /readyz are served on the listener beside handler. Either
-// way ops answers only the Hosts it knows (hosts.go).
+// way ops answers only the Hosts it knows (hosts.go), and /readyz carries
+// Warning (WithReadyWarning).
 func (p *Process) Serve(handler, ops http.Handler) error {
-	ops = p.hosts.Handler(ops)
+	ops = p.hosts.Handler(WithReadyWarning(ops, p.Warning))
 	if p.Metrics == nil {
 		mux := http.NewServeMux()
 		mux.Handle("/", handler)

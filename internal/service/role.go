@@ -31,6 +31,12 @@ var qRole = sqlfile.MustParse("internal/service/sql/queries.sql", queriesSQL).Ge
 // granted.
 const RuntimeRole = "owed_runtime"
 
+// OperatorRole is on-call's group role (internal/migrate/sql/roles.sql):
+// the console's login (OWED_OPERATOR_DATABASE_URL) and owedctl's operator
+// commands. It holds accounts, pauses tenants and writes the audit trail,
+// so no service's own login may be its member.
+const OperatorRole = "owed_operator"
+
 // CheckRole refuses a database role a service must not run as: a superuser
 // or a BYPASSRLS role (row-level security does not bind either), a role that
 // owns an owed_ table (an owner may turn the policies off), a member of any
@@ -38,15 +44,23 @@ const RuntimeRole = "owed_runtime"
 // already set (every statement would run across tenants, or in one tenant's
 // scope without asking for it). A ledger service's role must also be a
 // member of owed_runtime (RuntimeRole), whose privileges it runs on, and of
-// neither owed_definer (which sees every tenant's rows) nor
-// owed_token_admin (which mints tokens). The error names the role and
-// every problem. Run it on a fresh pool: a connection that has run a scoped
-// transaction no longer shows what a session starts with.
-func CheckRole(ctx context.Context, db *sql.DB) error { return checkRole(ctx, db, true) }
+// neither owed_definer (which sees every tenant's rows), owed_token_admin
+// (which mints tokens) nor owed_operator (on-call's). The error names the
+// role and every problem. Run it on a fresh pool: a connection that has run
+// a scoped transaction no longer shows what a session starts with.
+func CheckRole(ctx context.Context, db *sql.DB) error { return checkRole(ctx, db, RuntimeRole) }
 
-// checkRole is CheckRole; ledger is false for a role that is no ledger
-// service's (the queue emulator's), which needs no owed_runtime.
-func checkRole(ctx context.Context, db *sql.DB, ledger bool) error {
+// CheckOperatorRole is CheckRole for the console's login
+// (OWED_OPERATOR_DATABASE_URL): a member of owed_operator (OperatorRole)
+// instead, and of neither owed_definer nor owed_token_admin.
+func CheckOperatorRole(ctx context.Context, db *sql.DB) error {
+	return checkRole(ctx, db, OperatorRole)
+}
+
+// checkRole is CheckRole for a login that must be a member of want; want is
+// empty for a role that is no ledger service's (the queue emulator's),
+// which needs no group role.
+func checkRole(ctx context.Context, db *sql.DB, want string) error {
 	var (
 		name                 string
 		super, bypass        bool
@@ -56,7 +70,7 @@ func checkRole(ctx context.Context, db *sql.DB, ledger bool) error {
 		runtimeExists        bool
 		runtime              bool
 	)
-	if err := db.QueryRowContext(ctx, qRole).Scan(&name, &super, &bypass, &members, &owns, &bypassRLS, &tenantSet,
+	if err := db.QueryRowContext(ctx, qRole, want).Scan(&name, &super, &bypass, &members, &owns, &bypassRLS, &tenantSet,
 		&privileged, &runtimeExists, &runtime); err != nil {
 		return fmt.Errorf("check the database role: %w", err)
 	}
@@ -82,15 +96,16 @@ func checkRole(ctx context.Context, db *sql.DB, ledger bool) error {
 	}
 	if privileged != "" {
 		problems = append(problems, "it is a member of "+privileged+": owed_definer owns the cross-tenant functions and "+
-			"sees every tenant's rows, owed_token_admin mints tokens, and no service needs either")
+			"sees every tenant's rows, owed_token_admin mints tokens, owed_operator holds accounts, pauses tenants "+
+			"and writes the operators' audit trail, and no service's own login needs any of them")
 	}
 	switch {
-	case !ledger:
+	case want == "":
 	case !runtimeExists:
-		problems = append(problems, "the role "+RuntimeRole+" does not exist: run `owedctl migrate up` as the owner (its role needs CREATEROLE)")
+		problems = append(problems, "the role "+want+" does not exist: run `owedctl migrate up` as the owner (its role needs CREATEROLE)")
 	case !runtime:
-		problems = append(problems, fmt.Sprintf("it is not a member of %[1]s, whose privileges the services run on: GRANT %[1]s TO %[2]s",
-			RuntimeRole, pq.QuoteIdentifier(name)))
+		problems = append(problems, fmt.Sprintf("it is not a member of %[1]s, whose privileges it runs on: GRANT %[1]s TO %[2]s",
+			want, pq.QuoteIdentifier(name)))
 	}
 	if len(problems) == 0 {
 		return nil
@@ -107,18 +122,34 @@ func CheckDatabase(ctx context.Context, log zerolog.Logger, variable, url string
 		return err
 	}
 	defer db.Close()
-	return guard(ctx, db, log, allowInsecure, false)
+	return guard(ctx, db, log, allowInsecure, "")
 }
 
 // guardRole runs CheckRole; with allowInsecure (InsecureRoleVariable) it
 // logs the refusal at error level, every problem named, and goes on.
 func guardRole(ctx context.Context, db *sql.DB, log zerolog.Logger, allowInsecure bool) error {
-	return guard(ctx, db, log, allowInsecure, true)
+	return guard(ctx, db, log, allowInsecure, RuntimeRole)
 }
 
-// guard is guardRole, for a ledger service's role or not (checkRole).
-func guard(ctx context.Context, db *sql.DB, log zerolog.Logger, allowInsecure, ledger bool) error {
-	err := checkRole(ctx, db, ledger)
+// OpenOperatorDB opens the console's pool on url, the value of variable
+// (OWED_OPERATOR_DATABASE_URL), and checks its role (CheckOperatorRole);
+// allowInsecure logs a refusal instead, as for the services' own pool.
+func OpenOperatorDB(ctx context.Context, log zerolog.Logger, variable, url string, maxConns int, allowInsecure bool) (*sql.DB, error) {
+	db, err := OpenDatabase(ctx, variable, url, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	if err := guard(ctx, db, log, allowInsecure, OperatorRole); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%s: %w", variable, err)
+	}
+	return db, nil
+}
+
+// guard is guardRole, for a login that must be a member of want
+// (checkRole).
+func guard(ctx context.Context, db *sql.DB, log zerolog.Logger, allowInsecure bool, want string) error {
+	err := checkRole(ctx, db, want)
 	var insecure *InsecureRoleError
 	if err == nil || !allowInsecure || !errors.As(err, &insecure) {
 		return err

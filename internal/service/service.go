@@ -1,13 +1,15 @@
 // Package service holds what every owed process shares: the start-up (Start:
 // logger, signal context, database pool, the database role check CheckRole,
-// the listener and the operator listener for /metrics and /readyz, which
-// answers only the Hosts it knows, hosts.go), an HTTP
+// the check that commits are durable CheckDurable, the listener and the
+// operator listener for /metrics and /readyz, which answers only the Hosts
+// it knows, hosts.go), an HTTP
 // server with timeouts, a body limit and graceful shutdown (Server,
 // Process.Serve), the cache of scrape-time readings (Cache) and the one
 // hashed, constant-time bearer check (Bearer). It knows nothing about the
 // ledger or the queue, it never starts a service as a role row-level
 // security does not bind (unless OWED_ALLOW_INSECURE_DATABASE_ROLE says so,
-// loudly), and it never logs or returns a secret or a database URL's
+// loudly) nor on commits a crash can lose (unless OWED_ALLOW_ASYNC_COMMIT
+// says so, on /readyz too), and it never logs or returns a secret or a database URL's
 // password.
 package service
 

@@ -30,8 +30,11 @@ const QueueToken = "stacktest-queue-token-0123456789"
 
 // Stack is one test's system.
 type Stack struct {
-	DB       *testdb.DB
-	Ledger   *ledger.Ledger
+	DB     *testdb.DB
+	Ledger *ledger.Ledger
+	// Operator is the ledger over on-call's login (owed_operator): what the
+	// console runs on (OWED_OPERATOR_DATABASE_URL).
+	Operator *ledger.Ledger
 	Emulator *emulator.Emulator
 	QueueURL string
 	Queue    *rest.Client
@@ -52,7 +55,7 @@ type Options struct {
 func New(t testing.TB, o Options) *Stack {
 	t.Helper()
 	s := &Stack{DB: testdb.New(t)}
-	s.Ledger = ledger.New(s.DB.App, nil)
+	s.Ledger, s.Operator = ledger.New(s.DB.App, nil), ledger.New(s.DB.Operator, nil)
 
 	ecfg := emulator.DefaultConfig()
 	ecfg.Token = QueueToken

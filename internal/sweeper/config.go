@@ -69,6 +69,12 @@ type Config struct {
 	// when set). With neither the console answers 404 (internal/console).
 	ConsoleToken         string `envconfig:"CONSOLE_TOKEN"`
 	ConsoleTrustedHeader string `envconfig:"CONSOLE_TRUSTED_HEADER"`
+	// OperatorDatabaseURL is the console's own login, a member of
+	// owed_operator (OWED_OPERATOR_DATABASE_URL): holding an account,
+	// pausing a tenant and writing the audit trail are that role's alone,
+	// never the services'. Unset, the console's pages work and those
+	// actions are refused by the database.
+	OperatorDatabaseURL string `envconfig:"OPERATOR_DATABASE_URL"`
 
 	NotifyConfig
 	// Receipt configures the providers' status callbacks, OWED_RECEIPT_*

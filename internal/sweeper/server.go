@@ -61,11 +61,26 @@ type Server struct {
 	ready *service.Cache[readiness]
 }
 
+// Option is an optional part of the service.
+type Option func(*options)
+
+type options struct{ operator *ledger.Ledger }
+
+// WithOperator gives the console the ledger over on-call's login (a member
+// of owed_operator, OWED_OPERATOR_DATABASE_URL): its holds, tenant pauses
+// and audit lines run as that login. Without it the console runs on l, the
+// services' login, which the database refuses them.
+func WithOperator(l *ledger.Ledger) Option { return func(o *options) { o.operator = l } }
+
 // New assembles the service from its parts. clk (nil is clock.Real()) is the
 // one clock of every part; l should be built on the same one.
-func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk clock.Clock) (*Server, error) {
+func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk clock.Clock, opts ...Option) (*Server, error) {
 	if clk == nil {
 		clk = clock.Real()
+	}
+	o := options{operator: l}
+	for _, opt := range opts {
+		opt(&o)
 	}
 	sc := cfg.Sweep()
 	sc.Clock = clk
@@ -97,7 +112,7 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	s.ops.HandleFunc("GET /healthz", service.Healthz)
 	s.ops.HandleFunc("GET /readyz", s.handleReady)
 	s.ops.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	s.ops.Handle(console.Prefix, console.New(console.Options{Ledger: l, Queue: q, Token: cfg.ConsoleToken,
+	s.ops.Handle(console.Prefix, console.New(console.Options{Ledger: o.operator, Queue: q, Token: cfg.ConsoleToken,
 		TrustedHeader: cfg.ConsoleTrustedHeader, Log: log, Clock: clk, Metrics: reg}))
 	return s, nil
 }

@@ -8,7 +8,8 @@
 //
 // The owner role must have CREATEDB and CREATEROLE: the migrations create
 // owed's group roles (internal/migrate/sql/roles.sql), and the template is built after
-// the token administrator's login (AdminUser) is created when missing.
+// the token administrator's and on-call's logins (AdminUser, OperatorUser)
+// are created when missing.
 package testdb
 
 import (
@@ -42,6 +43,10 @@ type DB struct {
 	// what owedctl tokens connects as.
 	Admin    *sql.DB
 	AdminURL string
+	// Operator is on-call's login (a member of owed_operator): what the
+	// console and owedctl's operator commands connect as.
+	Operator    *sql.DB
+	OperatorURL string
 }
 
 // OwnerTx runs fn in a transaction as the owning role and commits it when
@@ -93,6 +98,15 @@ func AdminUser() string {
 		return u
 	}
 	return "owed_admin"
+}
+
+// OperatorUser is on-call's login (OWED_TEST_OPERATOR_USER, default
+// owed_oncall), a member of owed_operator.
+func OperatorUser() string {
+	if u := os.Getenv("OWED_TEST_OPERATOR_USER"); u != "" {
+		return u
+	}
+	return "owed_oncall"
 }
 
 // New creates a fresh database migrated to head on the test server and
@@ -164,6 +178,20 @@ func create(ctx context.Context, admin, tmpl string) (d *DB, drop func() error, 
 	if _, err := adm.ExecContext(ctx, stmt); err != nil {
 		return nil, nil, fmt.Errorf("testdb: create database: %w", err)
 	}
+	// The services refuse a database whose commits a crash can lose
+	// (service.CheckDurable), and the test server runs with
+	// synchronous_commit off for speed: each test database asks for durable
+	// commits, as production's do. A test of the refusal turns it off again.
+	if _, err := adm.ExecContext(ctx, fmt.Sprintf("ALTER DATABASE %s SET synchronous_commit = on", name)); err != nil {
+		adm.ExecContext(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
+		return nil, nil, fmt.Errorf("testdb: ask for durable commits: %w", err)
+	}
+	// As docs/security.md's setup does: only the owner creates temporary
+	// objects. A database's privileges are not copied from its template.
+	if _, err := adm.ExecContext(ctx, "REVOKE TEMPORARY ON DATABASE "+name+" FROM PUBLIC"); err != nil {
+		adm.ExecContext(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
+		return nil, nil, fmt.Errorf("testdb: revoke TEMPORARY from PUBLIC: %w", err)
+	}
 	drop = func() error {
 		if d.App != nil {
 			d.App.Close()
@@ -173,6 +201,9 @@ func create(ctx context.Context, admin, tmpl string) (d *DB, drop func() error, 
 		}
 		if d.Admin != nil {
 			d.Admin.Close()
+		}
+		if d.Operator != nil {
+			d.Operator.Close()
 		}
 		adm, err := sql.Open("postgres", admin)
 		if err != nil {
@@ -193,6 +224,9 @@ func create(ctx context.Context, admin, tmpl string) (d *DB, drop func() error, 
 		d.AdminURL, err = withDB(admin, name, AdminUser())
 	}
 	if err == nil {
+		d.OperatorURL, err = withDB(admin, name, OperatorUser())
+	}
+	if err == nil {
 		d.Owner, err = sql.Open("postgres", d.OwnerURL)
 	}
 	if err == nil {
@@ -200,6 +234,9 @@ func create(ctx context.Context, admin, tmpl string) (d *DB, drop func() error, 
 	}
 	if err == nil {
 		d.Admin, err = sql.Open("postgres", d.AdminURL)
+	}
+	if err == nil {
+		d.Operator, err = sql.Open("postgres", d.OperatorURL)
 	}
 	if err != nil {
 		drop()
@@ -236,11 +273,14 @@ func ensureTemplate(ctx context.Context, admin string) (string, error) {
 	if exists {
 		return name, nil
 	}
-	// The migrations grant owed_token_admin to this login when it exists.
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`DO $$ BEGIN
-	    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s) THEN CREATE ROLE %s LOGIN; END IF; END $$`,
-		pq.QuoteLiteral(AdminUser()), pq.QuoteIdentifier(AdminUser()))); err != nil {
-		return "", fmt.Errorf("create the token administrator's role (the owner needs CREATEROLE): %w", err)
+	// The migrations grant owed_token_admin and owed_operator to these
+	// logins when they exist.
+	for _, login := range []string{AdminUser(), OperatorUser()} {
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf(`DO $$ BEGIN
+		    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s) THEN CREATE ROLE %s LOGIN; END IF; END $$`,
+			pq.QuoteLiteral(login), pq.QuoteIdentifier(login))); err != nil {
+			return "", fmt.Errorf("create the login %s (the owner needs CREATEROLE): %w", login, err)
+		}
 	}
 	building := name + "_build"
 	conn.ExecContext(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", building))

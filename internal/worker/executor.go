@@ -39,6 +39,11 @@ type delivery struct {
 	// the ledger reported is placed on the worker's clock relative to them
 	// (see local), never compared with the worker's clock directly.
 	asked, claimedAt time.Time
+	// reading is the worker clock's Reading taken with asked: what the
+	// worker decides by a deadline (the expiry before a send, the claim's
+	// lease) is placed on it (see deadline), so a step of the host's wall
+	// clock moves none of them.
+	reading clock.Reading
 	// dueIn is how long after the claim the row is due, by the ledger's
 	// clock (0 when it was due already).
 	dueIn time.Duration
@@ -119,7 +124,7 @@ func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool
 		return nil, false
 	}
 	log := w.o.Log.With().Str("tenant_id", env.Tenant).Int64("id", env.ID).Str("message_id", msg.ID).Logger()
-	asked := w.o.Clock.Now()
+	asked, reading := w.o.Clock.Now(), clock.Read(w.o.Clock)
 	claim, err := w.claims.do(ledger.ClaimRequest{Tenant: env.Tenant, ID: env.ID, DueAt: env.DueAt})
 	var invalid *ledger.ValidationError
 	switch {
@@ -169,9 +174,9 @@ func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool
 		w.returnAfter(ctx, msg, claim.Wait, "not due yet")
 		return nil, false
 	}
-	dl := &delivery{msg: msg, env: env, row: claim.Row, hold: claim.Hold, asked: asked, claimedAt: claim.Now,
+	dl := &delivery{msg: msg, env: env, row: claim.Row, hold: claim.Hold, asked: asked, claimedAt: claim.Now, reading: reading,
 		dueIn: claim.Wait, possibleDuplicate: claim.PossibleDuplicate, mark: claim.Undeliverable, log: log}
-	dl.lease = w.holdClaim(dl, asked)
+	dl.lease = w.holdClaim(dl, reading)
 	return dl, true
 }
 
@@ -180,6 +185,12 @@ func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool
 // truly is, since the claim's instant came after asked. An expiry reckoned
 // this way is never passed unnoticed, whatever the two clocks' offset.
 func (dl *delivery) local(t time.Time) time.Time { return dl.asked.Add(t.Sub(dl.claimedAt)) }
+
+// deadline places t, an instant the ledger reported, on the worker clock's
+// Readings as local places it on its wall clock: never later than t truly
+// is, and moved by no step of the wall clock, so a host whose clock NTP
+// steps backwards still never starts a send after the row's expiry.
+func (dl *delivery) deadline(t time.Time) clock.Reading { return dl.reading.Add(t.Sub(dl.claimedAt)) }
 
 // prepare routes the row to its provider, parses its payload and resolves
 // its recipient. It returns false when the row was settled or released
@@ -288,7 +299,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 	started := w.o.Clock.Now()
 	timeout := w.o.SendTimeout
 	if row.ExpiresAt != nil {
-		left := dl.local(*row.ExpiresAt).Sub(started)
+		left := dl.deadline(*row.ExpiresAt).Sub(clock.Read(w.o.Clock))
 		if left <= 0 {
 			w.expire(ctx, dl, nil)
 			return
@@ -296,6 +307,10 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		// A send still under way when the row expires is abandoned: an
 		// answer after the expiry would be a late nudge.
 		timeout = min(timeout, left)
+		// The provider's expiry is placed again from what is left now, so
+		// a step of the wall clock since the claim does not stretch the
+		// validity a provider enforces (Twilio's ValidityPeriod).
+		dl.request.ExpiresAt = started.Add(left)
 	}
 	// The guard before the side effect: the send goes out only while the
 	// claim is still this worker's, with lease enough left to cover it, so
@@ -320,13 +335,13 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 	inFlight := m.inFlight.WithLabelValues(account, channel)
 	inFlight.Inc()
 	sctx, cancel := context.WithTimeout(ctx, timeout)
-	sending := w.o.Clock.Now()
+	sending := clock.Read(w.o.Clock)
 	res, sendErr := dl.sender.Send(sctx, dl.request)
-	finished := w.o.Clock.Now()
+	took, finished := clock.Read(w.o.Clock).Sub(sending), w.o.Clock.Now()
 	cancel()
 	inFlight.Dec()
 	// sent counts the send by its result, with how long the provider took.
-	sent := func(result string) { m.sent(account, channel, result, finished.Sub(sending)) }
+	sent := func(result string) { m.sent(account, channel, result, took) }
 	if sendErr != nil && ctx.Err() != nil {
 		// The shutdown timeout cut the send off: owed's own cancellation is
 		// no attempt and never fails the row. The request may have reached

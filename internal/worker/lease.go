@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 )
 
@@ -37,15 +38,16 @@ func (w *Worker) beat() time.Duration { return w.o.VisibilityTimeout / beatsPerV
 // the ledger's now was later than that, so the lease ends no sooner than
 // that reading plus the lease's length, and the worker's clock only has to
 // measure the time since (its offset from the database's clock, however
-// large, cancels out).
+// large, cancels out). The readings are clock.Readings, so a step of the
+// host's wall clock does not stretch the lease either.
 type claimLease struct {
 	w  *Worker
 	dl *delivery
 
 	mu sync.Mutex
-	// until is the instant, by the worker's clock, before which the claim
+	// until is the Reading of the worker's clock before which the claim
 	// is certainly still the worker's.
-	until time.Time
+	until clock.Reading
 	lost  bool
 
 	stopOnce sync.Once
@@ -54,8 +56,9 @@ type claimLease struct {
 }
 
 // holdClaim starts the heartbeat of dl's claim, which the ledger granted
-// for leaseFor in answer to a request made at asked (the worker's clock).
-func (w *Worker) holdClaim(dl *delivery, asked time.Time) *claimLease {
+// for leaseFor in answer to a request made at asked (the worker clock's
+// Reading).
+func (w *Worker) holdClaim(dl *delivery, asked clock.Reading) *claimLease {
 	cl := &claimLease{w: w, dl: dl, until: asked.Add(w.leaseFor()), stop: make(chan struct{}), done: make(chan struct{})}
 	go cl.run()
 	return cl
@@ -87,7 +90,7 @@ func (cl *claimLease) run() {
 // renew extends the claim's lease in the ledger now: nil when it did,
 // ledger.ErrClaimLost when the claim is no longer the row's.
 func (cl *claimLease) renew() error {
-	asked := cl.w.o.Clock.Now()
+	asked := clock.Read(cl.w.o.Clock)
 	_, err := cl.w.extends.do(cl.dl.hold)
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
@@ -126,7 +129,7 @@ func (cl *claimLease) holds(need time.Duration) (bool, error) {
 func (cl *claimLease) left() (time.Duration, bool) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return cl.until.Sub(cl.w.o.Clock.Now()), cl.lost
+	return cl.until.Sub(clock.Read(cl.w.o.Clock)), cl.lost
 }
 
 // end stops the heartbeat and waits for a beat under way to finish, so

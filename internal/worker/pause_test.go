@@ -74,7 +74,7 @@ func (r renamed) Name() string { return r.name }
 // worker serves a second account, not held, so it keeps receiving.
 func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 	b := setup(t, stacktest.Options{})
-	accounts, tenants := pace.NewAccounts(b.DB.App, nil), pace.NewTenants(b.DB.App, nil)
+	accounts, tenants := pace.NewAccounts(b.DB.Operator, nil), pace.NewTenants(b.DB.Operator, nil)
 	if err := accounts.Hold(bg, "held", "carrier incident", "alice"); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 // back every minute, and a resume sends it.
 func TestAHeldAccountsBacklogStaysInTheQueue(t *testing.T) {
 	b := setup(t, stacktest.Options{})
-	accounts := pace.NewAccounts(b.DB.App, nil)
+	accounts := pace.NewAccounts(b.DB.Operator, nil)
 	if err := accounts.Hold(bg, "sandbox", "carrier incident", "alice"); err != nil {
 		t.Fatal(err)
 	}

@@ -136,8 +136,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_WORKER_CONCURRENCY=%d must be 1 to 1000", c.Concurrency)
 	case c.MaxAttempts < 0:
 		return fmt.Errorf("OWED_MAX_ATTEMPTS=%d must be at least 1, or unset for the retry schedule's length plus one", c.MaxAttempts)
-	case c.AccountPause < time.Second:
-		return fmt.Errorf("OWED_PROVIDER_ACCOUNT_PAUSE=%s must be at least 1s", c.AccountPause)
+	case c.AccountPause < time.Second || c.AccountPause > pace.MaxPause:
+		return fmt.Errorf("OWED_PROVIDER_ACCOUNT_PAUSE=%s must be from 1s to %s", c.AccountPause, pace.MaxPause)
 	case len(c.RetrySchedule) == 0:
 		return fmt.Errorf("OWED_RETRY_SCHEDULE is empty: give the retry delays, like %s", RetryScheduleDefault)
 	case c.ShutdownTimeout <= 0:

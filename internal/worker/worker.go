@@ -74,7 +74,10 @@
 // claim's instant (ledger.Claim.Wait, Claim.Now), which the worker counts
 // on its own clock from a reading taken before it asked, so a host whose
 // clock is off by any amount neither sends early nor trusts a lease longer
-// than the ledger granted it. Work that shutdown must not cut short (a receive
+// than the ledger granted it. Those readings are clock.Readings (monotonic
+// in production), so a host whose clock is stepped, backwards or forwards,
+// mid-delivery neither starts a send after the row's expiry nor stretches
+// its lease. Work that shutdown must not cut short (a receive
 // under way, recording a provider's answer, handing a message back) runs on
 // a context detached from the worker's, and every such context has a
 // deadline. The worker's own shutdown never costs a row an attempt.

@@ -43,7 +43,7 @@ GRANT SELECT, UPDATE (last_used_at) ON owed_api_tokens TO owed_definer;
 -- never another row.
 CREATE FUNCTION owed_token_authenticate(p_hash bytea, p_now timestamptz, p_resolution double precision)
 RETURNS TABLE (id bigint, tenant_id text, stale boolean)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT t.id, t.tenant_id, t.last_used_at IS NULL OR t.last_used_at < coalesce($2, now()) - make_interval(secs => $3)
   FROM owed_api_tokens t WHERE t.token_hash = $1 AND t.revoked_at IS NULL
 $$;
@@ -54,7 +54,7 @@ GRANT EXECUTE ON FUNCTION owed_token_authenticate(bytea, timestamptz, double pre
 -- owed_token_touch refreshes last_used_at. The staleness is checked again
 -- so concurrent requests write once.
 CREATE FUNCTION owed_token_touch(p_id bigint, p_now timestamptz, p_resolution double precision) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 UPDATE owed_api_tokens SET last_used_at = coalesce($2, now())
  WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < coalesce($2, now()) - make_interval(secs => $3))
 $$;

@@ -35,7 +35,7 @@ CREATE INDEX owed_notification_attempts_finished ON owed_notification_attempts (
 
 ALTER TABLE owed_notification_attempts ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_notification_attempts FORCE ROW LEVEL SECURITY;
-CREATE POLICY owed_notification_attempts_tenant ON owed_notification_attempts TO owed_runtime, owed_apps
+CREATE POLICY owed_notification_attempts_tenant ON owed_notification_attempts TO owed_runtime
     USING (tenant_id = current_setting('owed.tenant_id', true))
     WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
 CREATE POLICY owed_notification_attempts_owner ON owed_notification_attempts TO CURRENT_USER

@@ -143,9 +143,16 @@ ALTER TABLE owed_notifications FORCE ROW LEVEL SECURITY;
 
 -- current_setting(..., true) is NULL (or '' once set elsewhere in the
 -- session) when the scope is unset, so an unscoped statement matches no row.
-CREATE POLICY owed_notifications_tenant ON owed_notifications TO owed_runtime, owed_apps
+-- The runtime role names any tenant; the comparison is all its statements
+-- pay per row.
+CREATE POLICY owed_notifications_tenant ON owed_notifications TO owed_runtime
     USING (tenant_id = current_setting('owed.tenant_id', true))
     WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
+-- An owed_apps login sees and writes only a tenant it names and is bound
+-- to (owed_apps_tenant, internal/apps/sql/logins.sql).
+CREATE POLICY owed_notifications_apps ON owed_notifications TO owed_apps
+    USING (tenant_id = (SELECT owed_apps_tenant()))
+    WITH CHECK (tenant_id = (SELECT owed_apps_tenant()));
 -- The migrating role owns the table and is exempt (roles.sql says why).
 CREATE POLICY owed_notifications_owner ON owed_notifications TO CURRENT_USER USING (true) WITH CHECK (true);
 -- The SECURITY DEFINER functions read and write across tenants; INSERT is
@@ -171,7 +178,7 @@ CREATE TABLE owed_event_payloads (
 
 ALTER TABLE owed_event_payloads ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_event_payloads FORCE ROW LEVEL SECURITY;
-CREATE POLICY owed_event_payloads_tenant ON owed_event_payloads TO owed_runtime, owed_apps
+CREATE POLICY owed_event_payloads_tenant ON owed_event_payloads TO owed_runtime
     USING (tenant_id = current_setting('owed.tenant_id', true))
     WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
 CREATE POLICY owed_event_payloads_owner ON owed_event_payloads TO CURRENT_USER USING (true) WITH CHECK (true);

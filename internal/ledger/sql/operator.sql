@@ -8,7 +8,7 @@
 -- time among the rows already due, as of p_now (NULL: the database's clock).
 CREATE FUNCTION owed_ledger_backlog(p_now timestamptz)
 RETURNS TABLE (state text, owed bigint, oldest_due_at timestamptz, asked_at timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT state, count(*), min(due_at) FILTER (WHERE due_at <= coalesce($1, now())), coalesce($1, now())
   FROM owed_notifications WHERE settled_at IS NULL GROUP BY state
 $$;
@@ -24,7 +24,7 @@ CREATE FUNCTION owed_ledger_stats(p_since timestamptz)
 RETURNS TABLE (delivered bigint, expired bigint, failed bigint, skipped bigint, cancelled bigint,
                lag_p50 double precision, lag_p95 double precision, lag_max double precision,
                duplicate_rows bigint, possible_duplicates bigint)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT count(*) FILTER (WHERE state = 'delivered'),
        count(*) FILTER (WHERE state = 'expired'),
        count(*) FILTER (WHERE state = 'failed'),
@@ -50,7 +50,7 @@ GRANT EXECUTE ON FUNCTION owed_ledger_stats(timestamptz) TO owed_runtime;
 -- letter's row), and the row is then read, or redriven, in that tenant's
 -- own scope.
 CREATE FUNCTION owed_ledger_tenants_of(p_ids bigint[]) RETURNS TABLE (id bigint, tenant_id text)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT n.id, n.tenant_id FROM owed_notifications n WHERE n.id = ANY($1)
 $$;
 ALTER FUNCTION owed_ledger_tenants_of(bigint[]) OWNER TO owed_definer;
@@ -62,7 +62,7 @@ GRANT EXECUTE ON FUNCTION owed_ledger_tenants_of(bigint[]) TO owed_runtime;
 -- (skipped, transient, permanent). The console charts the last hour.
 CREATE FUNCTION owed_ledger_sends_per_minute(p_since timestamptz)
 RETURNS TABLE (minute timestamptz, accepted bigint, other bigint)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT date_trunc('minute', finished_at), count(*) FILTER (WHERE outcome = 'accepted'),
        count(*) FILTER (WHERE outcome <> 'accepted')
   FROM owed_notification_attempts
@@ -75,9 +75,15 @@ GRANT EXECUTE ON FUNCTION owed_ledger_sends_per_minute(timestamptz) TO owed_runt
 
 -- The operators' audit trail (internal/console, internal/ops): one row per
 -- operator action (a dead-letter redrive or delete, a pause, reading a
--- tenant's payload) with who, what, the filter or ids it named, how many
--- things it touched and the reason given. It is not a tenant's data, so
--- it has no row-level security.
+-- tenant's payload, binding an owed_apps login) with who, what, the filter
+-- or ids it named, how many things it touched and the reason given. It is
+-- not a tenant's data, so it has no row-level security.
+--
+-- operator is the name the operator's tool says (the console's signed-in
+-- operator, owedctl's --operator or OS user); login is the database login
+-- that wrote the line, recorded by the database itself (session_user), so
+-- a line can only claim an operator through a login the trail names. NULL
+-- for the lines written before the database recorded it.
 CREATE TABLE owed_operator_audit (
     id       bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at       timestamptz NOT NULL,
@@ -85,23 +91,24 @@ CREATE TABLE owed_operator_audit (
     action   text        NOT NULL CHECK (action <> '' AND octet_length(action) <= 64),
     target   text        NOT NULL CHECK (octet_length(target) <= 4096),
     count    integer     NOT NULL CHECK (count >= 0),
-    reason   text        NOT NULL CHECK (octet_length(reason) <= 1024)
+    reason   text        NOT NULL CHECK (octet_length(reason) <= 1024),
+    login    text        CHECK (octet_length(login) <= 64)
 );
 CREATE INDEX owed_operator_audit_at ON owed_operator_audit (at);
 
--- The runtime role reads the trail and appends to it only through
--- owed_operator_audit_record: no operator action edits or removes what an
--- earlier one recorded.
+-- The runtime role reads the trail; an operator login appends to it only
+-- through owed_operator_audit_record: no operator action edits or removes
+-- what an earlier one recorded, and the services' login writes no line.
 GRANT SELECT ON owed_operator_audit TO owed_runtime;
 GRANT SELECT, INSERT ON owed_operator_audit TO owed_definer;
 
 CREATE FUNCTION owed_operator_audit_record(p_now timestamptz, p_operator text, p_action text, p_target text,
                                            p_count integer, p_reason text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
-INSERT INTO owed_operator_audit (at, operator, action, target, count, reason)
-VALUES (coalesce($1, now()), $2, $3, $4, $5, $6)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
+VALUES (coalesce($1, now()), $2, $3, $4, $5, $6, session_user)
 RETURNING id
 $$;
 ALTER FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) TO owed_runtime;
+GRANT EXECUTE ON FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) TO owed_operator;

@@ -31,7 +31,7 @@ CREATE INDEX owed_receipts_notification ON owed_receipts (notification_id, recei
 
 ALTER TABLE owed_receipts ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_receipts FORCE ROW LEVEL SECURITY;
-CREATE POLICY owed_receipts_tenant ON owed_receipts TO owed_runtime, owed_apps
+CREATE POLICY owed_receipts_tenant ON owed_receipts TO owed_runtime
     USING (tenant_id = current_setting('owed.tenant_id', true))
     WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
 CREATE POLICY owed_receipts_definer ON owed_receipts TO owed_definer USING (true) WITH CHECK (true);
@@ -65,7 +65,7 @@ $$;
 CREATE FUNCTION owed_receipt_record(p_provider text, p_message_id text, p_status text, p_code text,
                                     p_occurred_at timestamptz, p_now timestamptz)
 RETURNS TABLE (known boolean, recorded boolean)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     v_target record;
     v_at timestamptz;
@@ -114,7 +114,7 @@ GRANT EXECUTE ON FUNCTION owed_receipt_record(text, text, text, text, timestampt
 -- receipt, or only sent or deferred).
 CREATE FUNCTION owed_ledger_receipt_stats(p_since timestamptz)
 RETURNS TABLE (accepted bigint, confirmed_delivered bigint, bounced bigint, failed bigint, unconfirmed bigint)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT count(*),
        count(*) FILTER (WHERE receipt_status = 'delivered'),
        count(*) FILTER (WHERE receipt_status = 'bounced'),

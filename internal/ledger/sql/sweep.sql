@@ -8,8 +8,9 @@
 -- Each statement is a SECURITY DEFINER function owned by owed_definer, and
 -- the runtime role may EXECUTE exactly these: each returns only the columns
 -- its caller reads (the lease: a row's id, tenant, due time and
--- generation, never its recipient or payload), and search_path is pinned so
--- a caller cannot put its own objects in front of the tables. Parameters
+-- generation, never its recipient or payload), and search_path is pinned,
+-- pg_temp last, so a caller cannot put its own objects, temporary tables
+-- included, in front of the tables (roles.sql says why pg_temp is named). Parameters
 -- named p_now are the injected clock (NULL: the database's); durations are
 -- in seconds.
 
@@ -29,7 +30,7 @@
 -- and $6 the pending slice's (due_at, id) cursor. It is the definer's
 -- own: the runtime role cannot run it.
 CREATE FUNCTION owed_sweep_lease_sql(p_slice integer) RETURNS text
-LANGUAGE sql IMMUTABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql IMMUTABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT '
 UPDATE owed_notifications n
    SET state = ''leased'', lease_until = coalesce($1::timestamptz, now()) + make_interval(secs => $2),
@@ -62,7 +63,7 @@ CREATE FUNCTION owed_sweep_lease(p_slice integer, p_now timestamptz, p_for doubl
                                  p_ahead double precision, p_limit integer, p_after_due timestamptz,
                                  p_after_id bigint)
 RETURNS TABLE (id bigint, tenant_id text, due_at timestamptz, republish boolean, queue_generation integer)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
     RETURN QUERY EXECUTE owed_sweep_lease_sql(p_slice)
         USING p_now, p_for, p_ahead, p_limit, p_after_due, p_after_id;
@@ -79,7 +80,7 @@ CREATE FUNCTION owed_sweep_explain_lease(p_slice integer, p_now timestamptz, p_f
                                          p_ahead double precision, p_limit integer, p_after_due timestamptz,
                                          p_after_id bigint)
 RETURNS json
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     doc json;
 BEGIN
@@ -105,7 +106,7 @@ CREATE FUNCTION owed_sweep_lease_due(p_now timestamptz, p_for double precision, 
                                      p_capacity integer)
 RETURNS TABLE (held bigint, id bigint, tenant_id text, due_at timestamptz, republish boolean,
                queue_generation integer)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     n bigint;
     room integer;
@@ -138,7 +139,7 @@ GRANT EXECUTE ON FUNCTION owed_sweep_lease_due(timestamptz, double precision, do
 CREATE FUNCTION owed_sweep_survey(p_now timestamptz, p_count_up_to integer, p_ahead double precision)
 RETURNS TABLE (outstanding bigint, pending boolean, requeues boolean, oldest_due_at timestamptz,
                asked_at timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT (SELECT count(*) FROM (SELECT FROM owed_notifications
                                WHERE settled_at IS NULL
                                  AND due_at <= coalesce($1, now()) + make_interval(secs => $3)
@@ -164,7 +165,7 @@ GRANT EXECUTE ON FUNCTION owed_sweep_survey(timestamptz, integer, double precisi
 
 -- owed_sweep_leasable says whether the lease would find a row now.
 CREATE FUNCTION owed_sweep_leasable(p_now timestamptz, p_ahead double precision) RETURNS boolean
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT EXISTS (SELECT 1 FROM owed_notifications
                 WHERE settled_at IS NULL
                   AND due_at <= coalesce($1, now()) + make_interval(secs => $2)
@@ -179,7 +180,7 @@ GRANT EXECUTE ON FUNCTION owed_sweep_leasable(timestamptz, double precision) TO 
 -- expiry, soonest first, skipping a row a live claim is sending (its
 -- worker settles it) and rows another transaction has locked.
 CREATE FUNCTION owed_sweep_expire(p_now timestamptz, p_limit integer) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH expired AS (
     UPDATE owed_notifications n
        SET state = 'expired', settled_at = coalesce($1, now()), lease_until = NULL,
@@ -205,7 +206,7 @@ GRANT EXECUTE ON FUNCTION owed_sweep_expire(timestamptz, integer) TO owed_runtim
 -- later of now and the row's due time, should no worker claim it.
 CREATE FUNCTION owed_sweep_mark_queued(p_ids bigint[], p_now timestamptz, p_requeue_after double precision)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH marked AS (
     UPDATE owed_notifications n
        SET state = 'queued', published_at = coalesce($2, now()),
@@ -224,7 +225,7 @@ GRANT EXECUTE ON FUNCTION owed_sweep_mark_queued(bigint[], timestamptz, double p
 -- owed_sweep_release hands back, pending, the leased rows the sweep could
 -- not publish.
 CREATE FUNCTION owed_sweep_release(p_ids bigint[], p_now timestamptz) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH released AS (
     UPDATE owed_notifications n
        SET state = 'pending', lease_until = NULL, updated_at = coalesce($2, now())
@@ -241,7 +242,7 @@ GRANT EXECUTE ON FUNCTION owed_sweep_release(bigint[], timestamptz) TO owed_runt
 -- owed_sweep_set_aside settles as failed a row the sweep leased and cannot
 -- publish (its message cannot be built), with the reason on the row.
 CREATE FUNCTION owed_sweep_set_aside(p_id bigint, p_now timestamptz, p_reason text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH failed AS (
     UPDATE owed_notifications
        SET state = 'failed', settled_at = coalesce($2, now()), lease_until = NULL,

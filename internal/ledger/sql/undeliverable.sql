@@ -26,9 +26,14 @@ CREATE TABLE owed_undeliverable (
 -- runtime role and applications, the owner exempt.
 ALTER TABLE owed_undeliverable ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_undeliverable FORCE ROW LEVEL SECURITY;
-CREATE POLICY owed_undeliverable_tenant ON owed_undeliverable TO owed_runtime, owed_apps
+CREATE POLICY owed_undeliverable_tenant ON owed_undeliverable TO owed_runtime
     USING (tenant_id = current_setting('owed.tenant_id', true))
     WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
+-- An owed_apps login sees and writes only a tenant it names and is bound
+-- to (owed_apps_tenant, internal/apps/sql/logins.sql).
+CREATE POLICY owed_undeliverable_apps ON owed_undeliverable TO owed_apps
+    USING (tenant_id = (SELECT owed_apps_tenant()))
+    WITH CHECK (tenant_id = (SELECT owed_apps_tenant()));
 CREATE POLICY owed_undeliverable_owner ON owed_undeliverable TO CURRENT_USER USING (true) WITH CHECK (true);
 
 -- An application may read its own marks (to stop scheduling for them), not

@@ -39,9 +39,14 @@ CREATE INDEX owed_items_starts_at ON owed_items (starts_at);
 -- materialiser's functions below read across tenants.
 ALTER TABLE owed_items ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_items FORCE ROW LEVEL SECURITY;
-CREATE POLICY owed_items_tenant ON owed_items TO owed_runtime, owed_apps
+CREATE POLICY owed_items_tenant ON owed_items TO owed_runtime
     USING (tenant_id = current_setting('owed.tenant_id', true))
     WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
+-- An owed_apps login sees and writes only a tenant it names and is bound
+-- to (owed_apps_tenant, internal/apps/sql/logins.sql).
+CREATE POLICY owed_items_apps ON owed_items TO owed_apps
+    USING (tenant_id = (SELECT owed_apps_tenant()))
+    WITH CHECK (tenant_id = (SELECT owed_apps_tenant()));
 CREATE POLICY owed_items_owner ON owed_items TO CURRENT_USER USING (true) WITH CHECK (true);
 CREATE POLICY owed_items_definer ON owed_items TO owed_definer USING (true);
 
@@ -55,7 +60,7 @@ GRANT SELECT ON owed_items TO owed_definer;
 CREATE FUNCTION owed_materialise_upcoming(p_from timestamptz, p_to timestamptz)
 RETURNS TABLE (id bigint, tenant_id text, recipient text, channel text, kind text, ref_id text,
                starts_at timestamptz, lead_seconds integer, payload jsonb)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT i.id, i.tenant_id, i.recipient, i.channel, i.kind, i.ref_id, i.starts_at, i.lead_seconds, i.payload
   FROM owed_items i
  WHERE i.starts_at > $1 AND i.starts_at <= $2 AND i.cancelled_at IS NULL
@@ -76,7 +81,7 @@ CREATE FUNCTION owed_materialise_nudges(p_now timestamptz)
 RETURNS TABLE (id bigint, tenant_id text, due_at timestamptz, expires_at timestamptz, cancelling boolean,
                moving boolean, item_id bigint, starts_at timestamptz, lead_seconds integer,
                item_cancelled boolean)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT n.id, n.tenant_id,
        CASE WHEN w.intent = 'reschedule' THEN n.intent_due_at ELSE n.due_at END,
        CASE WHEN w.intent = 'reschedule' THEN n.intent_expires_at ELSE n.expires_at END,

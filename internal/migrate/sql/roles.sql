@@ -14,8 +14,16 @@
 --                     tenant's owed_notifications, owed_items and
 --                     owed_contacts, named through owed.tenant_id, and
 --                     nothing else.
---   owed_token_admin  owedctl tokens: the only role that may insert or
---                     revoke api tokens.
+--   owed_token_admin  owedctl tokens and owedctl apps: the only role that
+--                     may insert or revoke api tokens, and bind an
+--                     owed_apps login to its tenants.
+--   owed_operator     on-call: the console's login and owedctl's operator
+--                     commands. A member of owed_runtime (it reads and
+--                     redrives what the services do), and the only role
+--                     that may hold a provider account, pause a tenant and
+--                     append to the operators' audit trail; each of those
+--                     records the database login (session_user) that did
+--                     it, not a name the caller says.
 --   owed_definer      owns the SECURITY DEFINER functions. No login role is
 --                     ever its member; its policies (USING true) exist only
 --                     on the tables those functions read or write, and its
@@ -28,24 +36,39 @@
 -- as it (service.CheckRole) and only fixtures, benchmarks and operators'
 -- repairs do.
 --
+-- Every SECURITY DEFINER function pins search_path = pg_catalog, public,
+-- pg_temp. Naming pg_temp, last, matters: a path that leaves it out has it
+-- searched first for tables, so a caller's temporary table called
+-- owed_notification_attempts was what owed_receipt_record read, and the
+-- receipt landed on the row the caller chose. Functions and operators are
+-- never looked up in pg_temp. internal/security's
+-- TestDefinerFunctionsIgnoreTemporaryObjects holds every definer function in
+-- the catalog to the pin, and proves no temporary table, function or
+-- operator is used.
+--
 -- Roles are the cluster's, not the database's: they are created only when
 -- missing (the migrating role needs CREATEROLE, docs/security.md), and a
 -- deployment's login roles join their group when they exist: owed_app
--- joins owed_runtime and owed_admin joins owed_token_admin.
+-- joins owed_runtime, owed_admin joins owed_token_admin and owed_oncall
+-- joins owed_operator.
 DO $$
 DECLARE
     r text;
 BEGIN
-    FOREACH r IN ARRAY ARRAY['owed_definer', 'owed_runtime', 'owed_apps', 'owed_token_admin'] LOOP
+    FOREACH r IN ARRAY ARRAY['owed_definer', 'owed_runtime', 'owed_apps', 'owed_token_admin', 'owed_operator'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
             EXECUTE format('CREATE ROLE %I NOLOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE', r);
         END IF;
     END LOOP;
+    GRANT owed_runtime TO owed_operator;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'owed_app') THEN
         GRANT owed_runtime TO owed_app;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'owed_admin') THEN
         GRANT owed_token_admin TO owed_admin;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'owed_oncall') THEN
+        GRANT owed_operator TO owed_oncall;
     END IF;
 END
 $$;

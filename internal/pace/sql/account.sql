@@ -14,18 +14,20 @@
 -- owed_provider_account_unhold).
 
 -- owed_provider_account_trip opens (or re-opens) the circuit: no slot
--- starts before now + $2, and the reason and error are the latest account
--- error's. account_paused_at keeps the first trip's instant while the
--- circuit stays open, so on-call sees how long the account has been down.
+-- starts before now + $2 (at most an hour, pace.sql), and the reason and
+-- error are the latest account error's. account_paused_at keeps the first
+-- trip's instant while the circuit stays open, so on-call sees how long the
+-- account has been down.
 CREATE FUNCTION owed_provider_account_trip(p_account text, p_pause bigint, p_reason text, p_error text,
                                            p_now timestamptz) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 INSERT INTO owed_provider_pace AS p (account, tat, paused_until, updated_at, account_reason, account_error,
                                      account_paused_at)
-VALUES ($1, coalesce($5, clock_timestamp()), coalesce($5, clock_timestamp()) + ($2 * interval '1 microsecond'),
+VALUES ($1, coalesce($5, clock_timestamp()),
+        coalesce($5, clock_timestamp()) + (least(greatest($2, 0), 3600000000) * interval '1 microsecond'),
         coalesce($5, clock_timestamp()), $3, $4, coalesce($5, clock_timestamp()))
 ON CONFLICT (account) DO UPDATE
-   SET paused_until = greatest(p.paused_until, coalesce($5, clock_timestamp()) + ($2 * interval '1 microsecond')),
+   SET paused_until = greatest(p.paused_until, excluded.paused_until),
        account_reason = $3, account_error = $4,
        account_paused_at = coalesce(p.account_paused_at, coalesce($5, clock_timestamp())),
        updated_at = coalesce($5, clock_timestamp())
@@ -36,14 +38,15 @@ GRANT EXECUTE ON FUNCTION owed_provider_account_trip(text, bigint, text, text, t
 
 -- owed_provider_account_probe hands the probe to its caller when the
 -- circuit is open and its pause has passed, and holds every other worker
--- back for another pause ($2) meanwhile: a probe that never answers (its
--- worker died) is followed by another one a pause later. It answers whether
--- the caller took the probe; the row lock makes exactly one caller win.
+-- back for another pause ($2, at most an hour) meanwhile: a probe that never
+-- answers (its worker died) is followed by another one a pause later. It
+-- answers whether the caller took the probe; the row lock makes exactly one
+-- caller win.
 CREATE FUNCTION owed_provider_account_probe(p_account text, p_pause bigint, p_now timestamptz) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH probe AS (
     UPDATE owed_provider_pace
-       SET paused_until = coalesce($3, clock_timestamp()) + ($2 * interval '1 microsecond'),
+       SET paused_until = coalesce($3, clock_timestamp()) + (least(greatest($2, 0), 3600000000) * interval '1 microsecond'),
            updated_at = coalesce($3, clock_timestamp())
      WHERE account = $1 AND account_reason IS NOT NULL
        AND (paused_until IS NULL OR paused_until <= coalesce($3, clock_timestamp()))
@@ -59,7 +62,7 @@ GRANT EXECUTE ON FUNCTION owed_provider_account_probe(text, bigint, timestamptz)
 -- probe succeeded, or on-call resumed the account). It answers whether the
 -- circuit was open.
 CREATE FUNCTION owed_provider_account_resume(p_account text, p_now timestamptz) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH resumed AS (
     UPDATE owed_provider_pace
        SET paused_until = NULL, account_reason = NULL, account_error = NULL, account_paused_at = NULL,
@@ -75,28 +78,32 @@ GRANT EXECUTE ON FUNCTION owed_provider_account_resume(text, timestamptz) TO owe
 
 -- owed_provider_account_hold holds every send on the account until
 -- owed_provider_account_unhold. Holding a held account again replaces the
--- reason and the actor and keeps held_at, so on-call sees how long it has
--- been held. An account without a pace row gets one with nothing reserved.
+-- reason, the actor and the login and keeps held_at, so on-call sees how
+-- long it has been held. An account without a pace row gets one with
+-- nothing reserved. Holding and lifting a hold is on-call's alone
+-- (owed_operator): no worker holds an account.
 CREATE FUNCTION owed_provider_account_hold(p_account text, p_reason text, p_actor text, p_now timestamptz)
 RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
-INSERT INTO owed_provider_pace AS p (account, tat, updated_at, hold_reason, hold_actor, held_at)
-VALUES ($1, coalesce($4, clock_timestamp()), coalesce($4, clock_timestamp()), $2, $3, coalesce($4, clock_timestamp()))
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+INSERT INTO owed_provider_pace AS p (account, tat, updated_at, hold_reason, hold_actor, held_at, hold_login)
+VALUES ($1, coalesce($4, clock_timestamp()), coalesce($4, clock_timestamp()), $2, $3, coalesce($4, clock_timestamp()),
+        session_user)
 ON CONFLICT (account) DO UPDATE
    SET hold_reason = $2, hold_actor = $3, held_at = coalesce(p.held_at, coalesce($4, clock_timestamp())),
-       updated_at = coalesce($4, clock_timestamp())
+       hold_login = session_user, updated_at = coalesce($4, clock_timestamp())
 $$;
 ALTER FUNCTION owed_provider_account_hold(text, text, text, timestamptz) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_provider_account_hold(text, text, text, timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION owed_provider_account_hold(text, text, text, timestamptz) TO owed_runtime;
+GRANT EXECUTE ON FUNCTION owed_provider_account_hold(text, text, text, timestamptz) TO owed_operator;
 
 -- owed_provider_account_unhold lifts the hold and answers whether there was
 -- one.
 CREATE FUNCTION owed_provider_account_unhold(p_account text, p_now timestamptz) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH lifted AS (
     UPDATE owed_provider_pace
-       SET hold_reason = NULL, hold_actor = NULL, held_at = NULL, updated_at = coalesce($2, clock_timestamp())
+       SET hold_reason = NULL, hold_actor = NULL, held_at = NULL, hold_login = NULL,
+           updated_at = coalesce($2, clock_timestamp())
      WHERE account = $1 AND held_at IS NOT NULL
     RETURNING 1
 )
@@ -104,4 +111,4 @@ SELECT count(*) > 0 FROM lifted
 $$;
 ALTER FUNCTION owed_provider_account_unhold(text, timestamptz) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_provider_account_unhold(text, timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION owed_provider_account_unhold(text, timestamptz) TO owed_runtime;
+GRANT EXECUTE ON FUNCTION owed_provider_account_unhold(text, timestamptz) TO owed_operator;

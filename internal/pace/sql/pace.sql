@@ -11,6 +11,13 @@
 -- functions here and in account.sql. Their parameters: $1 is the account,
 -- durations are in microseconds, and the last is the injected clock (NULL:
 -- clock_timestamp()).
+--
+-- A pause the runtime role asks for (owed_pace_pause after a 429, the
+-- circuit's trip and probe) lasts at most an hour, 3600000000 us
+-- (pace.MaxPause), and a negative one counts as none: a worker's 429 with a
+-- longer Retry-After pauses the account an hour, and the next send's 429
+-- pauses it again, so a login of the runtime role cannot hold an account
+-- for longer than that with one call.
 CREATE TABLE owed_provider_pace (
     -- The provider's Name(), e.g. "sandbox" or "sendgrid:acct".
     account           text        PRIMARY KEY CHECK (account <> '' AND octet_length(account) <= 128),
@@ -37,6 +44,9 @@ CREATE TABLE owed_provider_pace (
     hold_reason       text        CHECK (octet_length(hold_reason) <= 1024),
     hold_actor        text        CHECK (octet_length(hold_actor) <= 128),
     held_at           timestamptz,
+    -- The database login that held it (session_user); NULL for a hold made
+    -- before it was recorded.
+    hold_login        text        CHECK (octet_length(hold_login) <= 64),
     CONSTRAINT owed_provider_pace_account_circuit CHECK ((account_reason IS NULL) = (account_paused_at IS NULL)),
     CONSTRAINT owed_provider_pace_hold CHECK ((hold_reason IS NULL) = (held_at IS NULL)
                                               AND (hold_actor IS NULL) = (held_at IS NULL))
@@ -72,7 +82,7 @@ GRANT SELECT, INSERT ON owed_provider_limited_minutes TO owed_definer;
 CREATE FUNCTION owed_pace_reserve(p_account text, p_interval bigint, p_max_wait bigint, p_now timestamptz,
                                   p_n integer)
 RETURNS TABLE (tat timestamptz, paused_until timestamptz, new_tat timestamptz, computed_at timestamptz)
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH locked AS (
     SELECT tat, paused_until
       FROM owed_provider_pace
@@ -102,7 +112,7 @@ GRANT EXECUTE ON FUNCTION owed_pace_reserve(text, bigint, bigint, timestamptz, i
 -- owed_pace_create makes the account's row on its first reservation, with
 -- nothing reserved.
 CREATE FUNCTION owed_pace_create(p_account text, p_now timestamptz) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 INSERT INTO owed_provider_pace (account, tat, updated_at)
 VALUES ($1, coalesce($2, clock_timestamp()), coalesce($2, clock_timestamp()))
 ON CONFLICT (account) DO NOTHING
@@ -116,7 +126,7 @@ GRANT EXECUTE ON FUNCTION owed_pace_create(text, timestamptz) TO owed_runtime;
 -- has built on it otherwise. It answers how many rows it changed.
 CREATE FUNCTION owed_pace_give_back(p_account text, p_end timestamptz, p_back bigint, p_now timestamptz)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH given AS (
     UPDATE owed_provider_pace
        SET tat = tat - ($3 * interval '1 microsecond'),
@@ -130,22 +140,23 @@ ALTER FUNCTION owed_pace_give_back(text, timestamptz, bigint, timestamptz) OWNER
 REVOKE EXECUTE ON FUNCTION owed_pace_give_back(text, timestamptz, bigint, timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION owed_pace_give_back(text, timestamptz, bigint, timestamptz) TO owed_runtime;
 
--- owed_pace_pause pauses the account for $2 after a 429, never shortening a
--- pause already set, and records the limited minute.
+-- owed_pace_pause pauses the account for $2 (at most an hour) after a 429,
+-- never shortening a pause already set, and records the limited minute.
 CREATE FUNCTION owed_pace_pause(p_account text, p_pause bigint, p_now timestamptz) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH limited AS (
     INSERT INTO owed_provider_limited_minutes (account, minute)
     VALUES ($1, date_trunc('minute', coalesce($3, clock_timestamp())))
     ON CONFLICT DO NOTHING
+), until AS (
+    SELECT coalesce($3, clock_timestamp()) + (least(greatest($2, 0), 3600000000) * interval '1 microsecond') AS at
 )
 INSERT INTO owed_provider_pace AS p (account, tat, paused_until, updated_at)
-VALUES ($1, coalesce($3, clock_timestamp()) + ($2 * interval '1 microsecond'),
-        coalesce($3, clock_timestamp()) + ($2 * interval '1 microsecond'), coalesce($3, clock_timestamp()))
+SELECT $1, u.at, u.at, coalesce($3, clock_timestamp()) FROM until u
 ON CONFLICT (account) DO UPDATE
-   SET paused_until = greatest(p.paused_until, coalesce($3, clock_timestamp()) + ($2 * interval '1 microsecond')),
-       tat = greatest(p.tat, coalesce($3, clock_timestamp()) + ($2 * interval '1 microsecond')),
-       updated_at = coalesce($3, clock_timestamp())
+   SET paused_until = greatest(p.paused_until, excluded.paused_until),
+       tat = greatest(p.tat, excluded.tat),
+       updated_at = excluded.updated_at
 $$;
 ALTER FUNCTION owed_pace_pause(text, bigint, timestamptz) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_pace_pause(text, bigint, timestamptz) FROM PUBLIC;
@@ -154,7 +165,7 @@ GRANT EXECUTE ON FUNCTION owed_pace_pause(text, bigint, timestamptz) TO owed_run
 -- owed_pace_record_limited_minute records that the account was limited in
 -- this minute.
 CREATE FUNCTION owed_pace_record_limited_minute(p_account text, p_now timestamptz) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 INSERT INTO owed_provider_limited_minutes (account, minute)
 VALUES ($1, date_trunc('minute', coalesce($2, clock_timestamp())))
 ON CONFLICT DO NOTHING

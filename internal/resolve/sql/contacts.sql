@@ -16,9 +16,14 @@ CREATE TABLE owed_contacts (
 
 ALTER TABLE owed_contacts ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_contacts FORCE ROW LEVEL SECURITY;
-CREATE POLICY owed_contacts_tenant ON owed_contacts TO owed_runtime, owed_apps
+CREATE POLICY owed_contacts_tenant ON owed_contacts TO owed_runtime
     USING (tenant_id = current_setting('owed.tenant_id', true))
     WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
+-- An owed_apps login sees and writes only a tenant it names and is bound
+-- to (owed_apps_tenant, internal/apps/sql/logins.sql).
+CREATE POLICY owed_contacts_apps ON owed_contacts TO owed_apps
+    USING (tenant_id = (SELECT owed_apps_tenant()))
+    WITH CHECK (tenant_id = (SELECT owed_apps_tenant()));
 CREATE POLICY owed_contacts_owner ON owed_contacts TO CURRENT_USER USING (true) WITH CHECK (true);
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON owed_contacts TO owed_runtime, owed_apps;

@@ -2,7 +2,8 @@
 -- when the package is initialised.
 
 -- name: Role
--- Role reads, for the session's role, everything that would make
+-- Role reads, for the session's role ($1: the group role it must be a
+-- member of, owed_runtime or owed_operator, empty for none), everything that would make
 -- row-level security a no-op for it. Role attributes are not inherited, but
 -- a member of a superuser or BYPASSRLS role can SET ROLE to it, and a member
 -- of a table's owner can act as the owner (ALTER TABLE … DISABLE ROW LEVEL
@@ -18,7 +19,8 @@ SELECT r.rolname, r.rolsuper, r.rolbypassrls,
        coalesce(current_setting('owed.bypass_rls', true), ''),
        coalesce(current_setting('owed.tenant_id', true), ''),
        coalesce((SELECT string_agg(g.rolname, ', ' ORDER BY g.rolname) FROM pg_roles g
-                 WHERE g.rolname IN ('owed_definer', 'owed_token_admin') AND pg_has_role(r.oid, g.oid, 'MEMBER')), ''),
-       EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = 'owed_runtime'),
-       EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = 'owed_runtime' AND pg_has_role(r.oid, g.oid, 'USAGE'))
+                 WHERE g.rolname IN ('owed_definer', 'owed_token_admin', 'owed_operator') AND g.rolname <> $1
+                   AND pg_has_role(r.oid, g.oid, 'MEMBER')), ''),
+       EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = $1),
+       EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = $1 AND pg_has_role(r.oid, g.oid, 'USAGE'))
 FROM pg_roles r WHERE r.rolname = current_user

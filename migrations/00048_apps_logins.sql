@@ -1,0 +1,143 @@
+-- SQL logins bound to their tenants. An owed_apps login (an application
+-- that writes SQL itself) named its tenant through owed.tenant_id, a
+-- setting any session may set: set_config('owed.tenant_id', 'globex', true)
+-- then SELECT payload returned another tenant's payload, and an UPDATE of
+-- it succeeded. From here a login sees and writes only the tenants
+-- owed_apps_logins binds it to (session_user), through a policy of its own
+-- on each table it may touch; a login with no binding sees nothing. The
+-- runtime role's policies keep their expression, and lose owed_apps: its
+-- hot path pays the same comparison per row as before.
+--
+-- owed_notification_attempts, owed_receipts and owed_event_payloads grant
+-- owed_apps nothing, so their policies simply stop naming it.
+--
+-- No owed:breaks-before marker: no binary connects as owed_apps. An
+-- application's own login must be bound (`owedctl apps bind`) before it
+-- sees its rows again; docs/security.md says so.
+
+-- +goose Up
+CREATE TABLE owed_apps_logins (
+    -- The login's name (a role that is a member of owed_apps). A binding
+    -- names the login, not the role's oid: drop the binding with the login.
+    login       text        NOT NULL CHECK (login <> '' AND octet_length(login) <= 63),
+    tenant_id   text        NOT NULL CHECK (tenant_id <> '' AND octet_length(tenant_id) <= 128),
+    bound_at    timestamptz NOT NULL,
+    -- Who bound it: the operator owedctl names (--operator, or the OS user)
+    -- and the database login that ran it, recorded by the database.
+    bound_by    text        NOT NULL CHECK (bound_by <> '' AND octet_length(bound_by) <= 256),
+    bound_login text        NOT NULL CHECK (octet_length(bound_login) <= 64),
+    PRIMARY KEY (login, tenant_id)
+);
+
+GRANT SELECT ON owed_apps_logins TO owed_token_admin;
+GRANT SELECT, INSERT, DELETE ON owed_apps_logins TO owed_definer;
+
+-- owed_apps_tenant is the tenant an owed_apps login's statement may touch:
+-- the one its transaction names in owed.tenant_id when a binding gives the
+-- login that tenant, else NULL, which matches no row. The policies call it
+-- as an uncorrelated subquery, (SELECT owed_apps_tenant()), which Postgres
+-- runs once per statement, not once per row, and compare tenant_id with
+-- its answer, so the tenant indexes serve the statement as they do the
+-- runtime role's.
+-- +goose StatementBegin
+CREATE FUNCTION owed_apps_tenant() RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+SELECT b.tenant_id FROM owed_apps_logins b
+ WHERE b.login = session_user AND b.tenant_id = current_setting('owed.tenant_id', true)
+$$;
+-- +goose StatementEnd
+REVOKE EXECUTE ON FUNCTION owed_apps_tenant() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_apps_tenant() TO owed_apps;
+
+-- owed_apps_bind binds the login p_login to the tenant p_tenant and
+-- answers whether the binding is new; binding it again changes nothing.
+-- The login must exist and be a member of owed_apps. Either way one line
+-- goes to the operators' audit trail (count 1 when it bound, 0 when it was
+-- bound already) with p_operator, p_reason and the database login that
+-- ran it. plpgsql, so the trail's table (internal/ledger/sql/operator.sql)
+-- is looked up when it runs.
+-- +goose StatementBegin
+CREATE FUNCTION owed_apps_bind(p_login text, p_tenant text, p_operator text, p_reason text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+DECLARE
+    v_new boolean;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = p_login) THEN
+        RAISE EXCEPTION 'login % does not exist', p_login USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT pg_has_role(p_login, 'owed_apps', 'MEMBER') THEN
+        RAISE EXCEPTION 'login % is not a member of owed_apps: GRANT owed_apps TO % first', p_login, p_login
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO owed_apps_logins (login, tenant_id, bound_at, bound_by, bound_login)
+    VALUES (p_login, p_tenant, now(), p_operator, session_user)
+    ON CONFLICT (login, tenant_id) DO NOTHING;
+    v_new := FOUND;
+    INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
+    VALUES (now(), p_operator, 'apps_bind', format('login=%s tenant=%s', p_login, p_tenant),
+            CASE WHEN v_new THEN 1 ELSE 0 END, coalesce(p_reason, ''), session_user);
+    RETURN v_new;
+END
+$$;
+-- +goose StatementEnd
+REVOKE EXECUTE ON FUNCTION owed_apps_bind(text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_apps_bind(text, text, text, text) TO owed_token_admin;
+
+-- owed_apps_unbind removes the binding and answers whether there was one,
+-- with its line of the audit trail as owed_apps_bind writes it. The
+-- login's next statement in that tenant's scope sees nothing.
+-- +goose StatementBegin
+CREATE FUNCTION owed_apps_unbind(p_login text, p_tenant text, p_operator text, p_reason text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+DECLARE
+    v_had boolean;
+BEGIN
+    DELETE FROM owed_apps_logins WHERE login = p_login AND tenant_id = p_tenant;
+    v_had := FOUND;
+    INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
+    VALUES (now(), p_operator, 'apps_unbind', format('login=%s tenant=%s', p_login, p_tenant),
+            CASE WHEN v_had THEN 1 ELSE 0 END, coalesce(p_reason, ''), session_user);
+    RETURN v_had;
+END
+$$;
+-- +goose StatementEnd
+REVOKE EXECUTE ON FUNCTION owed_apps_unbind(text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_apps_unbind(text, text, text, text) TO owed_token_admin;
+CALL owed_definer_takes_functions(ARRAY[]::text[]);
+
+ALTER POLICY owed_notifications_tenant ON owed_notifications TO owed_runtime;
+ALTER POLICY owed_undeliverable_tenant ON owed_undeliverable TO owed_runtime;
+ALTER POLICY owed_items_tenant ON owed_items TO owed_runtime;
+ALTER POLICY owed_contacts_tenant ON owed_contacts TO owed_runtime;
+ALTER POLICY owed_event_payloads_tenant ON owed_event_payloads TO owed_runtime;
+ALTER POLICY owed_notification_attempts_tenant ON owed_notification_attempts TO owed_runtime;
+ALTER POLICY owed_receipts_tenant ON owed_receipts TO owed_runtime;
+CREATE POLICY owed_notifications_apps ON owed_notifications TO owed_apps
+    USING (tenant_id = (SELECT owed_apps_tenant()))
+    WITH CHECK (tenant_id = (SELECT owed_apps_tenant()));
+CREATE POLICY owed_undeliverable_apps ON owed_undeliverable TO owed_apps
+    USING (tenant_id = (SELECT owed_apps_tenant()))
+    WITH CHECK (tenant_id = (SELECT owed_apps_tenant()));
+CREATE POLICY owed_items_apps ON owed_items TO owed_apps
+    USING (tenant_id = (SELECT owed_apps_tenant()))
+    WITH CHECK (tenant_id = (SELECT owed_apps_tenant()));
+CREATE POLICY owed_contacts_apps ON owed_contacts TO owed_apps
+    USING (tenant_id = (SELECT owed_apps_tenant()))
+    WITH CHECK (tenant_id = (SELECT owed_apps_tenant()));
+
+-- +goose Down
+DROP POLICY owed_notifications_apps ON owed_notifications;
+DROP POLICY owed_undeliverable_apps ON owed_undeliverable;
+DROP POLICY owed_items_apps ON owed_items;
+DROP POLICY owed_contacts_apps ON owed_contacts;
+ALTER POLICY owed_notifications_tenant ON owed_notifications TO owed_runtime, owed_apps;
+ALTER POLICY owed_undeliverable_tenant ON owed_undeliverable TO owed_runtime, owed_apps;
+ALTER POLICY owed_items_tenant ON owed_items TO owed_runtime, owed_apps;
+ALTER POLICY owed_contacts_tenant ON owed_contacts TO owed_runtime, owed_apps;
+ALTER POLICY owed_event_payloads_tenant ON owed_event_payloads TO owed_runtime, owed_apps;
+ALTER POLICY owed_notification_attempts_tenant ON owed_notification_attempts TO owed_runtime, owed_apps;
+ALTER POLICY owed_receipts_tenant ON owed_receipts TO owed_runtime, owed_apps;
+DROP FUNCTION owed_apps_unbind(text, text, text, text);
+DROP FUNCTION owed_apps_bind(text, text, text, text);
+DROP FUNCTION owed_apps_tenant();
+DROP TABLE owed_apps_logins;
