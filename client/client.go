@@ -8,7 +8,8 @@
 // call returns an *Error carrying the API's status, code and field.
 // Idempotent calls (every one but Snooze, whose delay is counted from the
 // server's now) are retried on a network error, a 429 or a 5xx, with
-// exponential backoff bounded by WithRetry; a 4xx is never retried.
+// exponential backoff bounded by WithRetry, and never sooner than a 429's
+// Retry-After (the tenant's limit); a 4xx is never retried.
 package client
 
 import (
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -80,6 +82,9 @@ type Error struct {
 	Details []FieldDetail `json:"details,omitempty"`
 	// RequestID is the answer's X-Request-Id, to find the server's log line.
 	RequestID string
+	// RetryAfter is the answer's Retry-After (a 429: the tenant is over
+	// its limit), zero when it had none.
+	RetryAfter time.Duration
 }
 
 // FieldDetail is one bad input of a refused call.
@@ -231,14 +236,19 @@ func (c *Client) get(ctx context.Context, path string, q url.Values, out any) er
 // retry may cure, and decodes the answer's data into out.
 func (c *Client) do(ctx context.Context, method, path string, body []byte, idempotent bool, out any) error {
 	var b backoff.BackOff = &backoff.StopBackOff{}
+	var wait *honourRetryAfter
 	if idempotent && c.retry > 0 {
 		eb := backoff.NewExponentialBackOff()
 		eb.InitialInterval, eb.MaxInterval, eb.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, c.retry
-		b = eb
+		wait = &honourRetryAfter{BackOff: eb, budget: c.retry}
+		b = wait
 	}
 	return backoff.Retry(func() error {
 		err := c.once(ctx, method, path, body, out)
 		var e *Error
+		if wait != nil && errors.As(err, &e) {
+			wait.floor = e.RetryAfter
+		}
 		switch {
 		case err == nil:
 			return nil
@@ -279,7 +289,8 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		return err
 	}
 	if resp.StatusCode/100 != 2 {
-		e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
+		e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id"),
+			RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 		var env struct{ Error *Error }
 		if json.Unmarshal(raw, &env) == nil && env.Error != nil {
 			e.Code, e.Message, e.Field, e.Details = env.Error.Code, env.Error.Message, env.Error.Field, env.Error.Details
@@ -294,4 +305,48 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		return backoff.Permanent(fmt.Errorf("owed API: %s %s: decode the answer: %w", method, path, err))
 	}
 	return nil
+}
+
+// retryAfter reads a Retry-After header: whole seconds, as the API sends
+// it, or an HTTP date. Anything else is zero.
+func retryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 && n <= math.MaxInt64/int64(time.Second) {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(0, time.Until(t))
+	}
+	return 0
+}
+
+// honourRetryAfter is a backoff that waits at least the last answer's
+// Retry-After (floor) before the next try, and gives up at once, with that
+// answer, when the wait would end past the call's retry budget: retrying
+// sooner only earns another 429.
+type honourRetryAfter struct {
+	backoff.BackOff
+	budget time.Duration
+	start  time.Time
+	floor  time.Duration
+}
+
+func (h *honourRetryAfter) Reset() {
+	h.BackOff.Reset()
+	h.start, h.floor = time.Now(), 0
+}
+
+func (h *honourRetryAfter) NextBackOff() time.Duration {
+	next := h.BackOff.NextBackOff()
+	floor := h.floor
+	h.floor = 0
+	switch {
+	case next == backoff.Stop || floor <= next:
+		return next
+	case time.Since(h.start)+floor > h.budget:
+		return backoff.Stop
+	}
+	return floor
 }

@@ -6,11 +6,18 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/owedhq/owed/client"
+	"github.com/owedhq/owed/internal/api"
+	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/ledger"
 )
 
 func sms(recipient, ref string, at time.Time) client.Notification {
@@ -200,5 +207,84 @@ func TestRetriesOnlyIdempotentCalls(t *testing.T) {
 	if _, err := client.New(srv.URL, tenantToken, client.WithRetry(0)).List(ctx, client.ListOptions{}); err == nil ||
 		f.seen.Load() != 1 {
 		t.Fatalf("WithRetry(0): %v after %d requests, want one", err, f.seen.Load())
+	}
+}
+
+// limited is the real API with a limiter on a stub clock that stands still
+// but for the wait a 429 asks for: the server moves it on by the
+// Retry-After it answered, so the next request passes whenever it comes,
+// and records, on the real clock, how long the client waited.
+type limited struct {
+	h        http.Handler
+	clk      *clock.Stub
+	refusals atomic.Int64
+	mu       sync.Mutex
+	// refusedAt is when the last 429 was answered; waited is the time from
+	// it to the next request.
+	refusedAt time.Time
+	waited    time.Duration
+}
+
+func newLimited(t *testing.T, lim *api.Limiter) (*limited, string) {
+	t.Helper()
+	clk := clock.NewStub(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	l := &limited{clk: clk, h: checked(api.New(api.Options{Ledger: ledger.New(apiDB.App, nil),
+		Tokens: api.NewTokens(apiDB.App, nil), Log: zerolog.Nop(), Clock: clk, Limits: lim}))}
+	srv := httptest.NewServer(l)
+	t.Cleanup(srv.Close)
+	return l, srv.URL
+}
+
+func (l *limited) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.refusedAt.IsZero() {
+		l.waited, l.refusedAt = time.Since(l.refusedAt), time.Time{}
+	}
+	rec := httptest.NewRecorder()
+	l.h.ServeHTTP(rec, r)
+	if rec.Code == http.StatusTooManyRequests {
+		l.refusals.Add(1)
+		secs, _ := strconv.Atoi(rec.Header().Get("Retry-After"))
+		l.clk.Advance(time.Duration(secs) * time.Second)
+		l.refusedAt = time.Now()
+	}
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	w.Write(rec.Body.Bytes())
+}
+
+// A tenant over its limit is answered 429 with Retry-After: the client
+// waits that long before its retry, which then succeeds, rather than
+// retrying on its own schedule into more 429s; when the wait would end past
+// its retry budget it returns the 429 at once, with RetryAfter set.
+func TestRetryHonoursRetryAfter(t *testing.T) {
+	ctx := context.Background()
+	srv, url := newLimited(t, api.NewLimiter(api.Limits{Rate: 1}, nil))
+	c := client.New(url, tenantToken)
+	for i := range 2 {
+		if _, err := c.List(ctx, client.ListOptions{Limit: 1}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if n := srv.refusals.Load(); n != 1 || srv.waited < time.Second {
+		t.Errorf("the server refused %d calls and the client retried %s after the 429; want one refusal and "+
+			"a retry no sooner than its Retry-After of 1 s", n, srv.waited)
+	}
+
+	srv, url = newLimited(t, api.NewLimiter(api.Limits{Rate: 0.1}, nil))
+	c = client.New(url, tenantToken, client.WithRetry(2*time.Second))
+	if _, err := c.List(ctx, client.ListOptions{Limit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.List(ctx, client.ListOptions{Limit: 1})
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != http.StatusTooManyRequests || e.Code != "rate_limited" || e.RetryAfter != 10*time.Second {
+		t.Fatalf("over the limit with a 2 s budget: %v, want the 429 with RetryAfter 10s", err)
+	}
+	if n := srv.refusals.Load(); n != 1 {
+		t.Errorf("the server refused %d calls, want one: a wait past the budget is not tried", n)
 	}
 }

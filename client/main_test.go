@@ -23,6 +23,10 @@ var (
 	serverURL   string
 	tenantToken string
 	apiHandler  http.Handler
+	// apiDB and checked let a test serve the API with its own options,
+	// its exchanges checked against the contract like apiHandler's.
+	apiDB   *testdb.DB
+	checked func(http.Handler) http.Handler
 )
 
 const serviceToken = "client-tests-service-token-0123456789"
@@ -59,12 +63,16 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	apiHandler = spec.Wrap(api.New(api.Options{Ledger: ledger.New(db.App, nil), Tokens: api.NewTokens(db.App, nil),
-		ServiceToken: serviceToken, Log: zerolog.Nop()}), func(err error) {
-		contractErrors.Lock()
-		contractErrors.list = append(contractErrors.list, err)
-		contractErrors.Unlock()
-	})
+	apiDB = db
+	checked = func(h http.Handler) http.Handler {
+		return spec.Wrap(h, func(err error) {
+			contractErrors.Lock()
+			contractErrors.list = append(contractErrors.list, err)
+			contractErrors.Unlock()
+		})
+	}
+	apiHandler = checked(api.New(api.Options{Ledger: ledger.New(db.App, nil), Tokens: api.NewTokens(db.App, nil),
+		ServiceToken: serviceToken, Log: zerolog.Nop()}))
 	srv := httptest.NewServer(apiHandler)
 	defer srv.Close()
 	serverURL = srv.URL

@@ -23,7 +23,7 @@ func TestWritesRefuseAsyncCommit(t *testing.T) {
 	}
 	run := func(args ...string) (string, error) {
 		return runCmd(t, func(ctx context.Context, w *bytes.Buffer) error {
-			return runTenants(ctx, w, append(args, "--database-url", db.AppURL))
+			return runTenants(ctx, w, append(args, "--database-url", db.OperatorURL))
 		})
 	}
 	if out, err := run("list"); err != nil {

@@ -46,6 +46,9 @@ type Options struct {
 	// rows one request stands for (see MaxExpandedBytesDefault, its
 	// default when zero); a request over it gets 413.
 	MaxExpandedBytes int64
+	// Limits bounds each tenant's requests and rows (OWED_API_TENANT_*);
+	// over a limit is 429 with Retry-After. Nil is no limit.
+	Limits *Limiter
 }
 
 type server struct {
@@ -59,6 +62,7 @@ type server struct {
 	mux     *http.ServeMux
 	// maxExpanded is Options.MaxExpandedBytes with its default applied.
 	maxExpanded int64
+	limits      *Limiter
 }
 
 // New returns the handler serving every /v1 route.
@@ -67,7 +71,7 @@ func New(o Options) http.Handler {
 		panic("api.New: Options.Ledger is required")
 	}
 	s := &server{ledger: o.Ledger, tokens: o.Tokens, service: service.NewBearer(o.ServiceToken), log: o.Log,
-		clock: o.Clock, mux: http.NewServeMux()}
+		clock: o.Clock, mux: http.NewServeMux(), limits: o.Limits}
 	if s.clock == nil {
 		s.clock = clock.Real()
 	}
@@ -222,9 +226,34 @@ func (s *server) authed(h func(http.ResponseWriter, *http.Request, principal)) h
 		ri.auth = "tenant_token"
 		if p.service {
 			ri.auth = "service_token"
+		} else {
+			// A tenant token's request is charged before its body is read,
+			// so a tenant over its limit costs no more than the token's
+			// look-up. The service token's is charged once the request
+			// names its tenant (enter).
+			ri.tenant = p.tenant
+			if e := s.limits.admitRequest(p.tenant, s.clock.Now()); e != nil {
+				writeError(w, e)
+				return
+			}
 		}
 		h(w, r, p)
 	}
+}
+
+// enter records the tenant a request acts in, once resolved, and charges a
+// service-token request to it (a tenant token's was charged in authed). On
+// a refusal it answers the request itself and returns false.
+func (s *server) enter(w http.ResponseWriter, r *http.Request, p principal, tenant string) bool {
+	info(r).tenant = tenant
+	if !p.service {
+		return true
+	}
+	if e := s.limits.admitRequest(tenant, s.clock.Now()); e != nil {
+		writeError(w, e)
+		return false
+	}
+	return true
 }
 
 func (s *server) authenticate(r *http.Request) (principal, *apiError) {

@@ -37,6 +37,13 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	t.Parallel()
+	return newBundle(t)
+}
+
+// newBundle is setup's bundle, for a test that cannot run in parallel (a
+// fuzz target).
+func newBundle(t testing.TB) *bundle {
+	t.Helper()
 	b := &bundle{db: testdb.New(t), clk: clock.NewStub(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), logs: &bytes.Buffer{}}
 	b.ledger = ledger.New(b.db.App, b.clk)
 	b.tokens = NewTokens(b.db.App, b.clk)

@@ -147,7 +147,7 @@ func TestAcceptedInputsNeverAnswer500(t *testing.T) {
 		{"a number numeric overflows", "/v1/notifications", one("webhook", ok, `{"data":[1e100000]}`), 400, "notifications[0].payload.data"},
 		{"nesting past the bound", "/v1/notifications", one("webhook", ok, `{"data":`+deep(100)+`}`), 400, "notifications[0].payload.data"},
 		{"a payload over the limit as stored", "/v1/notifications", one("webhook", ok, spreadNumbers()), 400, "notifications[0].payload"},
-		{"a lone surrogate", "/v1/notifications", one("sms", ok, `{"text":"\ud800"}`), 200, ""},
+		{"a lone surrogate", "/v1/notifications", one("sms", ok, `{"text":"\ud800"}`), 400, "notifications[0].payload.text"},
 		{"duplicate keys", "/v1/notifications", one("sms", "2026-03-01T13:00:00Z", `{"text":"one","text":"two"}`), 200, ""},
 		{"multibyte at the byte bound", "/v1/notifications", strings.Replace(one("sms", ok, `{"text":"hi"}`), `"recipient":"a"`, `"recipient":"`+strings.Repeat("é", 256)+`"`, 1), 200, ""},
 	}
@@ -165,22 +165,28 @@ func TestAcceptedInputsNeverAnswer500(t *testing.T) {
 	}
 }
 
-// A far expiry moved as far again by a snooze stays a time the API can
-// write: today the row took an expiry past the year 9999, and every read of
-// it answered 200 with no body.
-func TestFarExpiryMovedAheadStillReads(t *testing.T) {
+// A far expiry moved as far again by a snooze would pass the last instant a
+// ledger time holds: once every read of the row answered 200 with no body,
+// then the expiry was clamped (the window cut short). The move is refused,
+// naming due_at and the latest due time the expiry allows, and the row keeps
+// its times.
+func TestFarExpiryMovedAheadIsRefused(t *testing.T) {
 	b := setup(t)
 	r := b.do(t, http.MethodPost, "/v1/notifications", b.acme, `{"notifications":[{"recipient":"a","channel":"sms",`+
 		`"kind":"k","ref_id":"r","due_at":"2026-03-02T12:00:00Z","expires_at":"9999-12-01T00:00:00Z","payload":{"text":"hi"}}]}`)
 	var s scheduleResult
 	r.data(t, &s)
-	expect(t, b.do(t, http.MethodPost, "/v1/notifications/reschedule", b.acme,
-		`{"kind":"k","ref_id":"r","due_at":"9000-01-01T00:00:00Z"}`), http.StatusOK)
+	e := expectField(t, b.do(t, http.MethodPost, "/v1/notifications/reschedule", b.acme,
+		`{"kind":"k","ref_id":"r","due_at":"9000-01-01T00:00:00Z"}`), http.StatusBadRequest, "due_at")
+	if !strings.Contains(e.Message, "2026-04-02T11:59:59.999999Z") {
+		t.Errorf("message %q does not name the latest due_at, 2026-04-02T11:59:59.999999Z", e.Message)
+	}
 	var got struct {
+		DueAt     string `json:"due_at"`
 		ExpiresAt string `json:"expires_at"`
 	}
 	b.do(t, http.MethodGet, fmt.Sprintf("/v1/notifications/%d", s.Notifications[0].ID), b.acme, nil).data(t, &got)
-	if !strings.HasPrefix(got.ExpiresAt, "9999-12-31T23:59:59") {
-		t.Errorf("expires_at %q, want the last instant of 9999", got.ExpiresAt)
+	if got.DueAt != "2026-03-02T12:00:00Z" || got.ExpiresAt != "9999-12-01T00:00:00Z" {
+		t.Errorf("row after the refused move: due %s expires %s, want its own times", got.DueAt, got.ExpiresAt)
 	}
 }

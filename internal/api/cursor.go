@@ -50,6 +50,11 @@ func decodeCursor(s string) (ledger.Position, error) {
 		return ledger.Position{}, errBadCursor
 	}
 	p := ledger.Position{DueAt: time.UnixMicro(due).UTC(), ID: id}
+	if !ledger.InRange(p.DueAt) {
+		// No row holds such a time, so no page ended there; the database
+		// would refuse to compare with it (a 500, not the caller's 400).
+		return ledger.Position{}, errBadCursor
+	}
 	if encodeCursor(p) != s {
 		// A leading zero or a "+": accepted by ParseInt, never made here.
 		return ledger.Position{}, errBadCursor

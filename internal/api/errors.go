@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/owedhq/owed/internal/ledger"
@@ -24,6 +25,7 @@ const (
 	codeTooLarge         = "body_too_large"
 	codeExpandedTooLarge = "expanded_too_large"
 	codeUnsupportedMedia = "unsupported_media_type"
+	codeRateLimited      = "rate_limited"
 	codeInternal         = "internal"
 )
 
@@ -36,6 +38,8 @@ type apiError struct {
 	Message string        `json:"message"`
 	Field   string        `json:"field,omitempty"`
 	Details []fieldDetail `json:"details,omitempty"`
+	// retryAfter is the Retry-After of a 429, in whole seconds.
+	retryAfter int64
 }
 
 type fieldDetail struct {
@@ -129,6 +133,9 @@ func fromLedger(err error, name fieldNamer) *apiError {
 func writeError(w http.ResponseWriter, e *apiError) {
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="owed"`)
+	}
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(e.retryAfter, 10))
 	}
 	writeBody(w, e.Status, map[string]*apiError{"error": e})
 }

@@ -132,7 +132,7 @@ var rescheduleSeeds = []string{
 }
 
 var findSeeds = []string{
-	``, `recipient=%2B15550001`, `ref=r&kind=k&limit=10`, `limit=0`, `limit=501`, `limit=abc`,
+	``, `recipient=%2B15550001`, `ref=r&kind=k&limit=10`, `limit=0`, `limit=`, `tenant=`, `limit=501`, `limit=abc`,
 	`tenant=acme`, `tenant=globex`, `recipient=a%00b`, `ref=%ff%fe`, `kind=` + strings.Repeat("%C3%A9", 300),
 	`recipent=x`, `ref=a&ref=b`, `tenant=a%00`,
 }

@@ -35,9 +35,9 @@ func (s *server) event(w http.ResponseWriter, r *http.Request, p principal) {
 }
 
 // decoded reads r's JSON body and decodes it with decode into the tenant the
-// request acts in and what it asks for. On an error it answers the request
-// itself and ok is false.
-func decoded[T any](w http.ResponseWriter, r *http.Request, p principal,
+// request acts in and what it asks for, and enters that tenant. On an error
+// it answers the request itself and ok is false.
+func decoded[T any](s *server, w http.ResponseWriter, r *http.Request, p principal,
 	decode func([]byte, principal) (string, T, *apiError)) (tenant string, req T, ok bool) {
 	body, e := readBody(w, r)
 	if e == nil {
@@ -47,16 +47,21 @@ func decoded[T any](w http.ResponseWriter, r *http.Request, p principal,
 		writeError(w, e)
 		return "", req, false
 	}
-	info(r).tenant = tenant
-	return tenant, req, true
+	return tenant, req, s.enter(w, r, p, tenant)
 }
 
 // writeScheduled decodes the body into rows, schedules them in one ledger
 // call (all or nothing) and writes the per-row result.
 func (s *server) writeScheduled(w http.ResponseWriter, r *http.Request, p principal,
 	decode func([]byte, principal) (string, []ledger.NewNotification, *apiError), withRecipient bool, name fieldNamer) {
-	tenant, rows, ok := decoded(w, r, p, decode)
+	tenant, rows, ok := decoded(s, w, r, p, decode)
 	if !ok {
+		return
+	}
+	// Rows are charged once the request is valid: a refused one schedules
+	// nothing, and its rows are at most a batch, so always within a burst.
+	if e := s.limits.admitRows(tenant, len(rows), s.clock.Now()); e != nil {
+		writeError(w, e)
 		return
 	}
 	ri := info(r)
@@ -82,7 +87,7 @@ func (s *server) writeScheduled(w http.ResponseWriter, r *http.Request, p princi
 }
 
 func (s *server) cancel(w http.ResponseWriter, r *http.Request, p principal) {
-	tenant, req, ok := decoded(w, r, p, decodeSubject)
+	tenant, req, ok := decoded(s, w, r, p, decodeSubject)
 	if !ok {
 		return
 	}
@@ -96,7 +101,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request, p principal) {
 
 func (s *server) reschedule(w http.ResponseWriter, r *http.Request, p principal) {
 	now := s.clock.Now()
-	tenant, req, ok := decoded(w, r, p, func(body []byte, p principal) (string, rescheduleTo, *apiError) {
+	tenant, req, ok := decoded(s, w, r, p, func(body []byte, p principal) (string, rescheduleTo, *apiError) {
 		return decodeReschedule(body, p, now)
 	})
 	if !ok {
@@ -116,7 +121,9 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p principal) {
 		writeError(w, e)
 		return
 	}
-	info(r).tenant = tenant
+	if !s.enter(w, r, p, tenant) {
+		return
+	}
 	d, err := s.ledger.Get(r.Context(), tenant, id)
 	if err != nil {
 		s.fail(w, r, err, batchNamer("notifications"))
@@ -144,7 +151,9 @@ func (s *server) find(w http.ResponseWriter, r *http.Request, p principal) {
 		writeError(w, e)
 		return
 	}
-	info(r).tenant = q.tenant
+	if !s.enter(w, r, p, q.tenant) {
+		return
+	}
 	rows, next, err := s.ledger.FindPage(r.Context(), q.tenant, q.filter, q.from)
 	if err != nil {
 		s.fail(w, r, err, batchNamer("notifications"))

@@ -47,7 +47,10 @@ func decodeFind(q url.Values, p principal) (findQuery, *apiError) {
 	}
 	out.tenant = tenant
 	out.filter = ledger.Filter{Recipient: q.Get("recipient"), RefID: q.Get("ref"), Kind: q.Get("kind")}
-	if s := q.Get("limit"); s != "" {
+	if _, ok := q["limit"]; ok {
+		// An empty limit (limit=) is refused too: it is a client's blank,
+		// not a request for the default.
+		s := q.Get("limit")
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > ledger.MaxFindLimit {
 			return out, badField("limit", "%q is not an integer in 1..%d", s, ledger.MaxFindLimit)

@@ -132,6 +132,9 @@ func decodeJSON(body []byte, dst any) *apiError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return &apiError{Status: http.StatusBadRequest, Code: codeMalformedJSON, Message: "request body is empty: send a JSON object"}
 	}
+	if e := checkText(body); e != nil {
+		return e
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
@@ -186,9 +189,15 @@ func parseTime(field, value string) (time.Time, *fieldDetail) {
 		return time.Time{}, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, value)
-	if err != nil {
+	switch {
+	case err != nil:
 		return time.Time{}, &fieldDetail{Field: field,
 			Message: fmt.Sprintf("%q is not an RFC 3339 time (like 2026-03-01T12:00:00Z)", value)}
+	case t.Truncate(time.Microsecond).IsZero():
+		// The ledger reads the zero time as "not given"; a client sends it
+		// when it never set the time.
+		return time.Time{}, &fieldDetail{Field: field, Message: fmt.Sprintf("%q is 0001-01-01T00:00:00Z, the zero "+
+			"time (.NET's DateTime.MinValue), a time that was never set; accepted: %s", value, ledger.TimeRange)}
 	}
 	return t, nil
 }

@@ -321,7 +321,7 @@ func (c *cluster) initdb(ctx context.Context) error {
 
 // roles are the database roles a peer may connect as: the superuser (the
 // stack's set-up, a drill's standby) and the stack's roles.
-var roles = []string{"postgres", ownerRole, appRole, adminRole, queueRole}
+var roles = []string{"postgres", ownerRole, appRole, adminRole, queueRole, operatorRole}
 
 // configureAccess writes the cluster's pg_hba.conf and pg_ident.conf, before
 // every start, so a cluster an earlier owedctl made with trust

@@ -86,6 +86,7 @@ func sharedPayloads(canon [][]byte) (shared [][]byte, of []int) {
 var (
 	qInsertSharedPayload  = queries.Get("InsertSharedPayload")
 	qDeleteSharedPayloads = queries.Get("DeleteSharedPayloads")
+	qExpiryPastMax        = queries.Get("ExpiryPastMax")
 )
 
 // Schedule inserts rows for tenant idempotently: a row whose (recipient,
@@ -243,7 +244,7 @@ func (l *Ledger) Cancel(ctx context.Context, tenant, kind, ref string) (ChangeRe
 	if err := ValidateCancel(tenant, kind, ref); err != nil {
 		return ChangeResult{}, err
 	}
-	return l.changeSubject(ctx, tenant, kind, ref, qCancel, qRecordCancel)
+	return l.changeSubject(ctx, tenant, kind, ref, nil, qCancel, qRecordCancel)
 }
 
 // ErrConflict is returned when a reschedule would collide with a row already
@@ -259,8 +260,8 @@ func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDu
 	if err := ValidateReschedule(tenant, kind, ref, newDue); err != nil {
 		return ChangeResult{}, err
 	}
-	res, err := l.changeSubject(ctx, tenant, kind, ref, qReschedule, qRecordReschedule,
-		newDue.UTC().Truncate(time.Microsecond))
+	due := newDue.UTC().Truncate(time.Microsecond)
+	res, err := l.changeSubject(ctx, tenant, kind, ref, expiryGuard(due), qReschedule, qRecordReschedule, due)
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) && pqErr.Code == "23505" {
 		return ChangeResult{}, ErrConflict
@@ -268,18 +269,48 @@ func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDu
 	return res, err
 }
 
-// changeSubject runs change (qCancel or qReschedule: $1 to $3 name the
-// subject, $4 is now, extra follow) on the open rows, then intent (its
-// qRecord… statement, same arguments) on the rows in flight, and counts
-// what is in flight, all at the one instant of its transaction. change locks
-// every unsettled row of the subject first, so no worker's release or settle
+// expiryGuard refuses, as a ValidationError naming due_at, a move of the
+// subject to due that would carry an expiry past MaxTime: the expiry would
+// be clamped (the window the notification is worth sending in cut short),
+// or land on or before due, which no row may hold. The message gives the
+// latest due time that keeps every expiry.
+func expiryGuard(due time.Time) func(*txn, []any) error {
+	return func(tx *txn, args []any) error {
+		var n int64
+		var latest sql.NullTime
+		if err := tx.QueryRow(qExpiryPastMax, args...).Scan(&n, &latest); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		v := &ValidationError{}
+		v.add(-1, "due_at", "%s would move the expiry of %d row(s) past %s, the last instant the ledger holds "+
+			"(an expiry moves with its due time): the latest due_at this subject can take is %s",
+			due.Format(time.RFC3339Nano), n, MaxTime.Format(time.RFC3339Nano), latest.Time.UTC().Format(time.RFC3339Nano))
+		return v
+	}
+}
+
+// changeSubject runs guard (nil for none; a refusal it returns ends the
+// change), then change (qCancel or qReschedule: $1 to $3 name the subject,
+// $4 is now, extra follow) on the open rows, then intent (its qRecord…
+// statement, same arguments) on the rows in flight, and counts what is in
+// flight, all at the one instant of its transaction. change locks every
+// unsettled row of the subject first, so no worker's release or settle
 // slips between the two statements. A clash the intent statement reports
 // rolls the whole change back as ErrConflict.
-func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref, change, intent string, extra ...any) (ChangeResult, error) {
+func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref string, guard func(*txn, []any) error,
+	change, intent string, extra ...any) (ChangeResult, error) {
 	var res ChangeResult
 	now := l.now()
 	args := append([]any{tenant, kind, ref, now}, extra...)
 	err := l.withTenant(ctx, tenant, func(tx *txn) error {
+		if guard != nil {
+			if err := guard(tx, args); err != nil {
+				return err
+			}
+		}
 		r, err := tx.Exec(change, args...)
 		if err != nil {
 			return err

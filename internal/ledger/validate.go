@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/owedhq/owed/internal/payload"
@@ -67,16 +68,48 @@ func checkText(v *ValidationError, idx int, field, value string, max int) {
 		v.add(idx, field, "must not contain NUL (\\u0000)")
 	case !utf8.ValidString(value):
 		v.add(idx, field, "must be valid UTF-8")
+	default:
+		if i := strings.IndexFunc(value, unicode.IsControl); i >= 0 {
+			// An identifier is matched, logged and shown to operators: a
+			// newline or an escape sequence in one forges log lines and
+			// rewrites terminals.
+			r, _ := utf8.DecodeRuneInString(value[i:])
+			v.add(idx, field, "must not contain control characters (U+0000 to U+001F, U+007F to U+009F): "+
+				"%U at byte %d", r, i)
+		}
 	}
 }
 
-// checkTime refuses a time outside the years 1 to 9999 in UTC: what a
-// ledger row's time can hold all the way to the queue (the envelope and the
-// worker's claim write it as JSON, which has four-digit years). An RFC 3339
-// offset can carry a time written as 9999-12-31 past that in UTC.
+// The range of a ledger time: the years 1 to 9999 in UTC, at the
+// microsecond PostgreSQL keeps, but for its very first instant. It is what
+// a row's time can hold all the way to the queue and back (the envelope,
+// the worker's claim and the API write it as RFC 3339 JSON, which has
+// four-digit years; Go and timestamptz both round-trip every instant of
+// it). 0001-01-01T00:00:00Z is Go's zero time and .NET's DateTime.MinValue,
+// a time that was never set, which the ledger reads as missing. Finer
+// digits than a microsecond are truncated when stored, and are judged
+// truncated here. The statements that keep a computed time inside the
+// range write MaxTime as the fragment maxTime (sql/queries.sql).
+var (
+	MinTime = time.Date(1, 1, 1, 0, 0, 0, 1000, time.UTC)
+	MaxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+)
+
+// TimeRange names the accepted range in error messages.
+const TimeRange = "0001-01-01T00:00:00.000001Z to 9999-12-31T23:59:59.999999Z"
+
+// InRange reports whether t, truncated to the microsecond, lies within
+// MinTime and MaxTime. An RFC 3339 offset can carry a time written as
+// 9999-12-31 past that in UTC.
+func InRange(t time.Time) bool {
+	t = t.Truncate(time.Microsecond)
+	return !t.Before(MinTime) && !t.After(MaxTime)
+}
+
+// checkTime refuses a time outside the ledger's range (InRange).
 func checkTime(v *ValidationError, idx int, field string, t time.Time) {
-	if y := t.UTC().Year(); y < 1 || y > 9999 {
-		v.add(idx, field, "%s is outside the years 1 to 9999 in UTC", t.Format(time.RFC3339))
+	if !InRange(t) {
+		v.add(idx, field, "%s is outside %s (UTC)", t.Format(time.RFC3339Nano), TimeRange)
 	}
 }
 

@@ -43,6 +43,11 @@ type Config struct {
 	// APIMaxExpandedBytes bounds the bytes of rows one API request stands
 	// for (api.Options.MaxExpandedBytes; zero is its default).
 	APIMaxExpandedBytes int64 `envconfig:"API_MAX_EXPANDED_BYTES"`
+	// APITenantRate, APITenantRowsPerMinute and APITenantLimits bound each
+	// tenant's API requests and scheduled rows (api.Limits; 0 is no limit).
+	APITenantRate          float64            `envconfig:"API_TENANT_RATE"`
+	APITenantRowsPerMinute int64              `envconfig:"API_TENANT_ROWS_PER_MINUTE"`
+	APITenantLimits        api.LimitOverrides `envconfig:"API_TENANT_LIMITS"`
 	// ShutdownGrace is how long SIGTERM lets in-flight requests finish
 	// before their connections are closed; zero is SweepBudget +
 	// ShutdownMarginDefault, so a sweep under way is never cut off.
@@ -90,7 +95,8 @@ type Config struct {
 func Defaults() Config {
 	return Config{ListenAddr: ListenAddrDefault, LogLevel: service.LogLevelDefault, DBMaxConns: DBMaxConnsDefault,
 		APIMaxExpandedBytes: api.MaxExpandedBytesDefault,
-		SweepBatch:          sweep.BatchDefault, SweepBudget: sweep.BudgetDefault, SweepRequeueBatch: sweep.RequeueBatchDefault,
+		APITenantRate:       api.TenantRateDefault, APITenantRowsPerMinute: api.TenantRowsPerMinuteDefault,
+		SweepBatch: sweep.BatchDefault, SweepBudget: sweep.BudgetDefault, SweepRequeueBatch: sweep.RequeueBatchDefault,
 		SweepMaxOutstanding: sweep.MaxOutstandingDefault, SweepInterval: sweep.IntervalDefault,
 		PublishAhead: sweep.PublishAheadDefault, RequeueAfter: sweep.RequeueAfterDefault,
 		IdempotencyPrefix: sweep.KeyPrefixDefault,
@@ -144,6 +150,11 @@ func (c Config) Sweep() sweep.Config {
 		Interval: c.SweepInterval, ProviderRate: c.ProviderRate, KeyPrefix: c.IdempotencyPrefix}
 }
 
+// APILimits returns the API's default per-tenant limits.
+func (c Config) APILimits() api.Limits {
+	return api.Limits{Rate: c.APITenantRate, RowsPerMinute: c.APITenantRowsPerMinute}
+}
+
 // Validate names the first unusable setting.
 func (c Config) Validate() error {
 	switch {
@@ -165,6 +176,9 @@ func (c Config) Validate() error {
 			c.APIMaxExpandedBytes, payload.MaxPayloadBytes)
 	}
 	if err := c.NotifyConfig.Validate(); err != nil {
+		return err
+	}
+	if err := c.APILimits().Validate(); err != nil {
 		return err
 	}
 	if err := c.Receipt.Validate(); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/owedhq/owed/internal/api"
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/jetstream"
@@ -33,12 +34,19 @@ func clearEnv(t *testing.T) {
 	}
 }
 
-func TestLoadConfigAppliesTheDefaultsAndTheEnvironmentOverIt(t *testing.T) {
+// minimalEnv clears every variable LoadConfig reads and sets the few it
+// requires, for this test only.
+func minimalEnv(t *testing.T) {
+	t.Helper()
 	clearEnv(t)
 	t.Setenv("OWED_DATABASE_URL", "postgres://owed_app@db/owed")
 	t.Setenv("OWED_CRON_SECRET", secret)
 	t.Setenv("OWED_QUEUE_URL", "http://127.0.0.1:8181")
 	t.Setenv("OWED_QUEUE_TOKEN", "dev-token")
+}
+
+func TestLoadConfigAppliesTheDefaultsAndTheEnvironmentOverIt(t *testing.T) {
+	minimalEnv(t)
 	c, err := LoadConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -77,5 +85,39 @@ func TestConfigHasNoDefaultTags(t *testing.T) {
 		if f := typ.Field(i); f.Tag.Get("default") != "" {
 			t.Errorf("Config.%s has a default tag; set its default in Defaults from a constant", f.Name)
 		}
+	}
+}
+
+// The per-tenant API limits: defaults, the overrides list, and a bad value
+// of each stopping the start with the variable's name.
+func TestAPITenantLimitsConfig(t *testing.T) {
+	minimalEnv(t)
+	c, err := LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (api.Limits{Rate: api.TenantRateDefault, RowsPerMinute: api.TenantRowsPerMinuteDefault}); c.APILimits() != want ||
+		len(c.APITenantLimits) != 0 {
+		t.Errorf("limits %+v and overrides %v, want the defaults %+v and none", c.APILimits(), c.APITenantLimits, want)
+	}
+	t.Setenv("OWED_API_TENANT_RATE", "0")
+	t.Setenv("OWED_API_TENANT_ROWS_PER_MINUTE", "5000")
+	t.Setenv("OWED_API_TENANT_LIMITS", "acme:rate=50,rows=100000;globex:rows=0")
+	if c, err = LoadConfig(); err != nil || c.APILimits() != (api.Limits{RowsPerMinute: 5000}) ||
+		c.APITenantLimits.String() != "acme:rate=50,rows=100000;globex:rows=0" {
+		t.Errorf("LoadConfig() = %+v %v, %v; want no request limit, 5000 rows and the two overrides",
+			c.APILimits(), c.APITenantLimits, err)
+	}
+	for name, value := range map[string]string{
+		"OWED_API_TENANT_RATE":            "NaN",
+		"OWED_API_TENANT_ROWS_PER_MINUTE": "10",
+		"OWED_API_TENANT_LIMITS":          "acme:rate=fast",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(name, value)
+			if _, err := LoadConfig(); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: error %v, want one naming the variable", name, value, err)
+			}
+		})
 	}
 }

@@ -347,11 +347,7 @@ func TestReceiptEndpointsTakePOSTAndABoundedBody(t *testing.T) {
 // The receipt settings are OWED_RECEIPT_*, read with the sweeper's, and a
 // Twilio token without the public URL it signs stops the start.
 func TestLoadConfigReadsTheReceiptSettings(t *testing.T) {
-	clearEnv(t)
-	t.Setenv("OWED_DATABASE_URL", "postgres://owed_app@db/owed")
-	t.Setenv("OWED_CRON_SECRET", secret)
-	t.Setenv("OWED_QUEUE_URL", "http://127.0.0.1:8181")
-	t.Setenv("OWED_QUEUE_TOKEN", "dev-token")
+	minimalEnv(t)
 	t.Setenv("OWED_RECEIPT_WEBHOOK_SECRET", webhookReceiptSecret)
 	t.Setenv("OWED_RECEIPT_POSTMARK_USER", postmarkUser)
 	t.Setenv("OWED_RECEIPT_POSTMARK_PASSWORD", postmarkPassword)

@@ -101,8 +101,10 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	s.ready = &service.Cache[readiness]{Fetch: s.readiness, Clock: clk}
 	s.mux.HandleFunc("/cron/sweep", s.cron(s.handleSweep))
 	s.mux.HandleFunc("/cron/materialise", s.cron(s.handleMaterialise))
+	limits := api.NewLimiter(cfg.APILimits(), cfg.APITenantLimits)
+	reg.MustRegister(limits)
 	s.mux.Handle("/v1/", api.New(api.Options{Ledger: l, Tokens: api.NewTokens(l.DB(), clk), ServiceToken: cfg.APIToken,
-		Log: log, Clock: clk, MaxExpandedBytes: cfg.APIMaxExpandedBytes}))
+		Log: log, Clock: clk, MaxExpandedBytes: cfg.APIMaxExpandedBytes, Limits: limits}))
 	receipts, err := receipt.New(cfg.Receipt, l, clk, log)
 	if err != nil {
 		return nil, err

@@ -34,7 +34,7 @@ func (s *Spec) Check(x Exchange) error {
 	var pathVals map[string]string
 	pathKnown := false
 	for _, o := range s.ops {
-		if vals, ok := o.matches(r.URL.Path); ok {
+		if vals, ok := o.matches(r.URL.EscapedPath()); ok {
 			pathKnown = true
 			if o.method == r.Method || (r.Method == http.MethodHead && o.method == http.MethodGet) {
 				op, pathVals = o, vals
@@ -61,6 +61,19 @@ func (s *Spec) Check(x Exchange) error {
 	code, err := checkBody(mts, x)
 	if err != nil {
 		return fmt.Errorf("%s %s %d: %w", op.method, op.path, x.Status, err)
+	}
+	for name, h := range op.headers[x.Status] {
+		v, sent := x.Header[http.CanonicalHeaderKey(name)]
+		switch {
+		case !sent && h.required:
+			return fmt.Errorf("%s %s %d: no %s header, which the contract requires", op.method, op.path, x.Status, name)
+		case len(v) > 1:
+			return fmt.Errorf("%s %s %d: %s sent %d times", op.method, op.path, x.Status, name, len(v))
+		case sent:
+			if err := h.value.check(name, v[0]); err != nil {
+				return fmt.Errorf("%s %s %d: header %w", op.method, op.path, x.Status, err)
+			}
+		}
 	}
 	s.record(key(op.method, op.path, x.Status, code))
 	return nil
@@ -177,6 +190,11 @@ func (op *operation) checkParam(name, v string) error {
 	if !ok {
 		return fmt.Errorf("%s is not declared", name)
 	}
+	return p.check(name, v)
+}
+
+// check validates v, a parameter's or a header's text, against p's schema.
+func (p param) check(name, v string) error {
 	var val any = v
 	if p.integer {
 		n, err := strconv.ParseInt(v, 10, 64)

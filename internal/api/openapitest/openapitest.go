@@ -9,7 +9,9 @@
 //     path or method: x-owed-routing-errors), its body validates against the
 //     documented schema of its content type, and an error's code is one the
 //     operation documents for that status;
-//   - every /v1 response carries X-Request-Id;
+//   - every /v1 response carries X-Request-Id, and every header its status
+//     documents as required (Retry-After on a 429), each header documented
+//     matching its schema;
 //   - a request the document says is invalid (an undeclared query parameter,
 //     a body off its schema, no bearer token where one is required) is
 //     answered 4xx: the handlers are never looser than the contract.
@@ -55,6 +57,15 @@ type operation struct {
 	bodies    map[string]*jsonschema.Schema
 	responses map[int]map[string]*jsonschema.Schema // status → media type → schema (nil: any)
 	codes     map[int][]string
+	// headers are the response headers each status documents.
+	headers map[int]map[string]header
+}
+
+// header is a documented response header: a required one must be sent,
+// and a header sent must match its schema.
+type header struct {
+	required bool
+	value    param
 }
 
 type param struct {
@@ -127,6 +138,10 @@ type operationJSON struct {
 		Content map[string]json.RawMessage `json:"content"`
 	} `json:"requestBody"`
 	Responses map[string]struct {
+		Headers map[string]struct {
+			Required bool           `json:"required"`
+			Schema   map[string]any `json:"schema"`
+		} `json:"headers"`
 		Content map[string]struct {
 			Schema struct {
 				Properties struct {
@@ -157,7 +172,8 @@ func compileOperation(c *jsonschema.Compiler, path, method string, o operationJS
 	lower := strings.ToLower(method)
 	op := &operation{method: method, path: path, segments: strings.Split(path, "/"), secured: secDefault,
 		params: map[string]param{}, bodies: map[string]*jsonschema.Schema{},
-		responses: map[int]map[string]*jsonschema.Schema{}, codes: map[int][]string{}}
+		responses: map[int]map[string]*jsonschema.Schema{}, codes: map[int][]string{},
+		headers: map[int]map[string]header{}}
 	if o.Security != nil {
 		op.secured = len(*o.Security) > 0
 	}
@@ -184,6 +200,15 @@ func compileOperation(c *jsonschema.Compiler, path, method string, o operationJS
 			return nil, fmt.Errorf("response %q is not a status", st)
 		}
 		op.responses[n] = map[string]*jsonschema.Schema{}
+		op.headers[n] = map[string]header{}
+		for name, h := range r.Headers {
+			sch, err := c.Compile(pointer("paths", path, lower, "responses", st, "headers", name, "schema"))
+			if err != nil {
+				return nil, err
+			}
+			op.headers[n][name] = header{required: h.Required,
+				value: param{schema: sch, integer: h.Schema["type"] == "integer"}}
+		}
 		for mt, ct := range r.Content {
 			sch, err := c.Compile(pointer("paths", path, lower, "responses", st, "content", mt, "schema"))
 			if err != nil {
@@ -196,21 +221,27 @@ func compileOperation(c *jsonschema.Compiler, path, method string, o operationJS
 	return op, nil
 }
 
-// matches reports whether path fills op's template, with the path
-// parameters it names.
-func (op *operation) matches(path string) (map[string]string, bool) {
-	segs := strings.Split(path, "/")
+// matches reports whether the escaped path (url.URL.EscapedPath) fills
+// op's template, with the path parameters it names, unescaped. Segments
+// are split before unescaping, as net/http's ServeMux splits them: an
+// escaped slash ("0%2F") is part of one segment, not a second one.
+func (op *operation) matches(escaped string) (map[string]string, bool) {
+	segs := strings.Split(escaped, "/")
 	if len(segs) != len(op.segments) {
 		return nil, false
 	}
 	vals := map[string]string{}
 	for i, t := range op.segments {
-		if strings.HasPrefix(t, "{") && strings.HasSuffix(t, "}") {
-			if segs[i] == "" {
+		seg, err := url.PathUnescape(segs[i])
+		switch {
+		case err != nil:
+			return nil, false
+		case strings.HasPrefix(t, "{") && strings.HasSuffix(t, "}"):
+			if seg == "" {
 				return nil, false
 			}
-			vals[t[1:len(t)-1]] = segs[i]
-		} else if t != segs[i] {
+			vals[t[1:len(t)-1]] = seg
+		case t != seg:
 			return nil, false
 		}
 	}

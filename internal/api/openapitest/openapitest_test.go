@@ -35,6 +35,11 @@ func TestCheckCatchesDrift(t *testing.T) {
 			Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(good)},
 		"refused request answered 200": {Request: get("/v1/notifications?limit=0"), Status: 200, Header: hdr(), Body: []byte(good)},
 		"unknown route answered 200":   {Request: get("/v1/nope"), Status: 200, Header: hdr(), Body: []byte(good)},
+		"429 without Retry-After": {Request: get("/v1/notifications"), Status: 429, Header: hdr(),
+			Body: []byte(`{"error":{"code":"rate_limited","message":"m"}}`)},
+		"429 with a Retry-After off its schema": {Request: get("/v1/notifications"), Status: 429,
+			Header: func() http.Header { h := hdr(); h.Set("Retry-After", "Wed, 21 Oct 2015 07:28:00 GMT"); return h }(),
+			Body:   []byte(`{"error":{"code":"rate_limited","message":"m"}}`)},
 	} {
 		if err := s.Check(x); err == nil {
 			t.Errorf("%s: not reported", name)

@@ -137,12 +137,41 @@ SELECT count(*) FROM owed_notifications
  WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3
    AND state = 'sending' AND lease_until > coalesce($4::timestamptz, now())
 
+-- fragment: movedExpiry
+-- movedExpiry is a row's expiry moved by as much as its due time moves
+-- to $5.
+n.expires_at + ($5 - n.due_at)
+
+-- fragment: maxTime
+-- maxTime is ledger.MaxTime, the last instant a ledger time may hold (the
+-- years 1 to 9999 in UTC, validate.go).
+'9999-12-31 23:59:59.999999+00'::timestamptz
+
 -- fragment: shiftedExpiry
--- shiftedExpiry is a row's expiry moved by as much as its due time moves
--- to $5, no later than the last instant a ledger time may hold (the
--- years 1 to 9999 in UTC, checkTime): a far expiry moved far ahead
--- would otherwise be a time no API answer or queue message can write.
-least(n.expires_at + ($5 - n.due_at), '9999-12-31 23:59:59.999999+00'::timestamptz)
+-- shiftedExpiry is movedExpiry no later than maxTime: a far expiry moved
+-- far ahead would otherwise be a time no API answer or queue message can
+-- write. Reschedule refuses a move that needs the clamp (ExpiryPastMax),
+-- so it only matters for a row scheduled while the reschedule ran. A row
+-- without an expiry keeps none: least() ignores a NULL, and would give it
+-- maxTime.
+CASE WHEN n.expires_at IS NOT NULL THEN least({{movedExpiry}}, {{maxTime}}) END
+
+-- name: ExpiryPastMax
+-- ExpiryPastMax counts the subject's unsettled rows (open or in flight:
+-- Reschedule moves the one, RecordReschedule records the move on the
+-- other) whose expiry a move to $5 would carry past maxTime, and gives the
+-- latest due time that would keep all of them. It first locks every
+-- unsettled row of the subject in id order, the rows and the order
+-- Reschedule locks, so no row's times change between the count and the
+-- move (and the two cannot deadlock). It takes the change's arguments; $4
+-- (now) is only typed, as every statement must type each parameter it is
+-- given.
+SELECT count(*) FILTER (WHERE {{movedExpiry}} > {{maxTime}}),
+       min({{maxTime}} - (n.expires_at - n.due_at)) FILTER (WHERE {{movedExpiry}} > {{maxTime}})
+  FROM (SELECT expires_at, due_at FROM owed_notifications
+         WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3 AND settled_at IS NULL
+           AND coalesce($4::timestamptz, now()) IS NOT NULL
+         ORDER BY id FOR UPDATE) n
 
 -- name: Reschedule
 -- Reschedule moves the open rows of one subject to a new due time ($5),
