@@ -2,7 +2,8 @@
 # install-deps.sh: installs what the tests need from outside Go and a fresh
 # machine may lack, and is quick (a few lookups) when everything is there:
 #
-#   PostgreSQL's server binaries  initdb, pg_ctl: every database test    Debian postgresql
+#   PostgreSQL's server binaries  initdb, pg_ctl, psql: every database   Debian postgresql
+#                                 test
 #   headless Chromium             the console's browser tests            Debian chromium
 #   promtool                      the alert rules, /metrics lint         Debian prometheus
 #   owed-sqs-server               the sqs backend's contract tests,      scripts/install-sqs.sh
@@ -22,6 +23,10 @@ missing=() # what is missing, for the message without root
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   apt+=(postgresql)
   missing+=("PostgreSQL's server binaries (initdb)")
+elif ! command -v psql >/dev/null 2>&1; then
+  # with-postgres.sh and the dev cluster's access test run psql from PATH.
+  apt+=(postgresql-client)
+  missing+=("psql")
 fi
 # The console's browser tests (internal/console) look for OWED_CHROMIUM,
 # else chromium, chromium-browser or google-chrome on PATH.
