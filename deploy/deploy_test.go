@@ -34,6 +34,7 @@ import (
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/sweep"
 	"github.com/owedhq/owed/internal/sweeper"
+	"github.com/owedhq/owed/internal/testenv"
 	"github.com/owedhq/owed/internal/worker"
 )
 
@@ -43,9 +44,10 @@ var flagCodeVariables = []string{
 	// cmd/owedctl/migrate_cmd.go, tokens_cmd.go, notifications_cmd.go,
 	// stats_cmd.go: the database owedctl connects to.
 	"OWED_DATABASE_URL",
-	// cmd/owedctl/flags.go: on-call's commands (tenants, provider
-	// pause|resume) read it before OWED_DATABASE_URL.
-	"OWED_OPERATOR_DATABASE_URL",
+	// cmd/owedctl/flags.go: the logins of on-call's commands (tenants,
+	// provider pause|resume) and of tokens and apps, read before
+	// OWED_DATABASE_URL.
+	"OWED_OPERATOR_DATABASE_URL", "OWED_TOKEN_ADMIN_DATABASE_URL",
 	// cmd/owedctl/provider_cmd.go, sandboxEnv (envconfig prefix
 	// OWED_SANDBOX): the sandbox provider.
 	"OWED_SANDBOX_ADDR", "OWED_SANDBOX_RATE", "OWED_SANDBOX_BURST", "OWED_SANDBOX_SECRET",
@@ -350,10 +352,7 @@ func shellWords(s string) []string {
 // text Prometheus lints against fails here rather than on a dashboard.
 func TestMetricsPassPromtoolCheck(t *testing.T) {
 	t.Parallel()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool is not installed: run scripts/promtool-test.sh (it installs Debian's prometheus package as root) to run this check")
-	}
+	promtool := testenv.LookPath(t, "promtool", testenv.InstallPromtool)
 	reg := prometheus.NewRegistry()
 	sweep.NewMetrics(reg).Observe(sweep.Result{Complete: true, Leased: 3, Published: 3, DurationMS: 41}, time.Now())
 	worker.NewMetrics(reg)

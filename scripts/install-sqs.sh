@@ -75,6 +75,15 @@ createSqsServer({
 EOF
 }
 
+# Without root the default PREFIX is not writable: say so before npm fails
+# with a permission error, and name a PREFIX that works.
+probe=$PREFIX
+while [ ! -e "$probe" ]; do probe=$(dirname "$probe"); done
+if [ ! -w "$probe" ]; then
+  echo "install-sqs.sh: cannot write $PREFIX: run as root (sudo $0), or without root: OWED_SQS_PREFIX=\$HOME/.local $0 (then put ~/.local/bin on PATH)" >&2
+  exit 1
+fi
+
 installed=$(node -p "try { require('$DIR/node_modules/local-aws-sqs/package.json').version } catch { '' }" 2>/dev/null || true)
 if [ "$installed" != "$VERSION" ]; then
   mkdir -p "$DIR"

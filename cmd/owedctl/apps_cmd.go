@@ -12,6 +12,9 @@ import (
 	"github.com/owedhq/owed/internal/apps"
 )
 
+// appsActions are apps' actions, which share one set of flags.
+var appsActions = []string{"bind", "unbind", "list"}
+
 const appsExample = `owedctl apps bind --login crm_sql --tenant acme --reason "the CRM's reporting jobs"`
 
 // appsCmd binds an owed_apps login (an application's own SQL login) to the
@@ -32,21 +35,18 @@ func runApps(ctx context.Context, out io.Writer, args []string) error {
 		"  bind    let the owed_apps login L name tenant T (GRANT owed_apps TO L first)\n"+
 		"  unbind  stop it: its next statement in T's scope sees nothing\n"+
 		"  list    the bindings, of L or of every login\n\n"+
-		"The database is --database-url or OWED_DATABASE_URL, as a member of owed_token_admin (owed_admin in the local stacks).\n\nexample:\n  "+appsExample+"\n"),
-		"name an action: bind, unbind or list"); err != nil {
+		"The database is --database-url, OWED_TOKEN_ADMIN_DATABASE_URL or OWED_DATABASE_URL, as a member of owed_token_admin (owed_admin in the local stacks).\n\nexample:\n  "+appsExample+"\n"),
+		appsActions); err != nil {
 		return err
 	}
 	action := args[0]
-	if action != "bind" && action != "unbind" && action != "list" {
-		return usageError{fmt.Sprintf("unknown action %q: one of bind, unbind, list", action)}
-	}
 	fs := newFlags("apps "+action, "apps "+action+" [--login L] [--tenant T] [--operator NAME] [--reason TEXT] [--json] [--database-url URL]", appsExample)
 	login := fs.String("login", "", "the owed_apps login (a Postgres role name); list: only its bindings")
 	tenantID := fs.String("tenant", "", "bind, unbind: the tenant")
 	operator := fs.String("operator", "", "bind, unbind: who binds, as the audit trail records it (default the OS user)")
 	reason := fs.String("reason", "", "bind, unbind: why, for the audit trail")
 	asJSON := fs.Bool("json", false, "list: print JSON")
-	dbURL := databaseFlag(fs, "database holding owed_apps_logins, as a member of owed_token_admin (e.g. owed_admin); the services' role may not bind")
+	dbURL := tokenAdminLogin.flag(fs, "database holding owed_apps_logins; the services' role may not bind")
 	if err := parseOnlyFlags(fs, args[1:], ""); err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func runApps(ctx context.Context, out io.Writer, args []string) error {
 			return err
 		}
 	}
-	bindings, done, err := openWith(*dbURL, func(db *sql.DB) *apps.Bindings { return apps.New(db) })
+	bindings, done, err := openWith(tokenAdminLogin.url(*dbURL), func(db *sql.DB) *apps.Bindings { return apps.New(db) })
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func runApps(ctx context.Context, out io.Writer, args []string) error {
 	case "bind":
 		added, err := bindings.Bind(ctx, *login, *tenantID, who, *reason)
 		if err != nil {
-			return err
+			return tokenAdminLogin.hint(err)
 		}
 		if !added {
 			fmt.Fprintf(out, "login %s was bound to tenant %s already; nothing changed\n", *login, *tenantID)
@@ -84,7 +84,7 @@ func runApps(ctx context.Context, out io.Writer, args []string) error {
 	case "unbind":
 		had, err := bindings.Unbind(ctx, *login, *tenantID, who, *reason)
 		if err != nil {
-			return err
+			return tokenAdminLogin.hint(err)
 		}
 		if !had {
 			fmt.Fprintf(out, "login %s was not bound to tenant %s; nothing changed\n", *login, *tenantID)
@@ -94,7 +94,7 @@ func runApps(ctx context.Context, out io.Writer, args []string) error {
 	default:
 		list, err := bindings.List(ctx, *login)
 		if err != nil {
-			return err
+			return tokenAdminLogin.hint(err)
 		}
 		if *asJSON {
 			return printJSON(out, list)

@@ -93,6 +93,9 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// dlqActions are dlq's actions, which share one set of flags.
+var dlqActions = []string{"depth", "list", "show", "redrive", "delete"}
+
 const dlqExample = "OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl dlq list --limit 20"
 
 // dlqCmd inspects, redrives and deletes the configured queue's dead letters.
@@ -112,7 +115,7 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 		"OWED_QUEUE_URL, OWED_QUEUE_TOKEN and OWED_QUEUE_NAME (see docs/queues.md for the others).\n"+
 		"redrive needs the database too (--database-url or OWED_DATABASE_URL): only a row the\n"+
 		"ledger reopens is sent again, so a stray copy of a failed row's message never is.\n\nexample:\n  "+dlqExample+"\n"),
-		"missing action: one of depth, list, show, redrive, delete"); err != nil {
+		dlqActions); err != nil {
 		return err
 	}
 	action, tail := args[0], args[1:]
@@ -240,8 +243,6 @@ func checkDLQArgs(action string, pos []string, all bool, limit int) error {
 		if len(pos) == 0 {
 			return usageError{"delete takes one or more dead-letter ids"}
 		}
-	default:
-		return usageError{fmt.Sprintf("unknown action %q: one of depth, list, show, redrive, delete", action)}
 	}
 	return nil
 }

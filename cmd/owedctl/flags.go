@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/lib/pq"
 	"github.com/rs/zerolog"
@@ -20,10 +22,21 @@ import (
 // errHelp is returned when a command printed its help on request.
 var errHelp = errors.New("help requested")
 
+// onNewFlags, when set (by the help test), is told of every FlagSet
+// newFlags makes, so the test learns which flags a command defines from the
+// command itself rather than from a list that could fall behind it.
+var onNewFlags func(*flag.FlagSet)
+
+// isHelp reports whether arg asks for help, as the flag package reads it.
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }
+
 // newFlags returns a FlagSet whose --help output shows the synopsis and an
 // example before the flags.
 func newFlags(name, synopsis, example string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if onNewFlags != nil {
+		onNewFlags(fs)
+	}
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: owedctl %s\n\n", synopsis)
@@ -50,18 +63,24 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// needAction stops a command whose first argument must be an action when
-// args name none (usage, then a usage error saying missing) or ask for help
-// (usage, then errHelp). It returns nil when args start with an action.
-func needAction(args []string, usage func(), missing string) error {
-	if len(args) > 0 && args[0] != "-h" && args[0] != "--help" {
-		return nil
+// needAction stops a command whose first argument must be one of actions
+// (its entry's in commands()) when args name none (usage, then a usage error
+// naming the actions), ask for help (usage, then errHelp) or name another
+// (a usage error naming the actions). It returns nil when args start with
+// an action.
+func needAction(args []string, usage func(), actions []string) error {
+	oneOf := "one of " + strings.Join(actions, ", ")
+	switch {
+	case len(args) == 0:
+		usage()
+		return usageError{"missing action: " + oneOf}
+	case isHelp(args[0]) || args[0] == "help":
+		usage()
+		return errHelp
+	case !slices.Contains(actions, args[0]):
+		return usageError{fmt.Sprintf("unknown action %q: %s", args[0], oneOf)}
 	}
-	usage()
-	if len(args) == 0 {
-		return usageError{missing}
-	}
-	return errHelp
+	return nil
 }
 
 // printUsage returns a usage func printing text to stderr.
@@ -96,29 +115,45 @@ func databaseFlag(fs *flag.FlagSet, purpose string) *string {
 	return fs.String("database-url", "", purpose+" (default $OWED_DATABASE_URL)")
 }
 
-// operatorDatabaseFlag registers --database-url for on-call's commands
-// (tenants, provider pause|resume): holding an account and pausing a tenant
-// are owed_operator's alone, never the services' role's.
-func operatorDatabaseFlag(fs *flag.FlagSet) *string {
-	return fs.String("database-url", "", "database, as on-call's login, a member of owed_operator (owed_oncall in the local stacks) "+
-		"(default $OWED_OPERATOR_DATABASE_URL, else $OWED_DATABASE_URL)")
+// login is a database login a command connects as instead of the
+// application role: the variable holding its URL, read after
+// --database-url and before OWED_DATABASE_URL, so one shell holds every URL
+// (the dev stack's env file does), and the group it must be a member of,
+// with the local stacks' member.
+type login struct{ variable, group, local string }
+
+var (
+	// operatorLogin is on-call's (tenants, provider pause|resume): holding
+	// an account and pausing a tenant are owed_operator's alone, never the
+	// services' role's.
+	operatorLogin = login{"OWED_OPERATOR_DATABASE_URL", "owed_operator", "owed_oncall"}
+	// tokenAdminLogin hands out a tenant's credentials (tokens, apps): the
+	// services' role may only look a token up.
+	tokenAdminLogin = login{"OWED_TOKEN_ADMIN_DATABASE_URL", "owed_token_admin", "owed_admin"}
+)
+
+// flag registers --database-url for a command that connects as l.
+func (l login) flag(fs *flag.FlagSet, purpose string) *string {
+	return fs.String("database-url", "", fmt.Sprintf("%s, as a member of %s (%s in the local stacks) (default $%s, else $OWED_DATABASE_URL)",
+		purpose, l.group, l.local, l.variable))
 }
 
-// openOperatorWith is openWith for on-call's commands: --database-url, else
-// OWED_OPERATOR_DATABASE_URL, else OWED_DATABASE_URL.
-func openOperatorWith[T any](dbURL string, build func(*sql.DB) T) (v T, done func(), err error) {
-	if dbURL == "" {
-		dbURL = os.Getenv("OWED_OPERATOR_DATABASE_URL")
+// url is the URL a command connecting as l opens: flagged (--database-url),
+// else l's variable; empty, openDatabase reads OWED_DATABASE_URL.
+func (l login) url(flagged string) string {
+	if flagged != "" {
+		return flagged
 	}
-	return openWith(dbURL, build)
+	return os.Getenv(l.variable)
 }
 
-// operatorHint adds to a refusal of the database what to connect as: the
-// services' role may not hold, pause or write the audit trail.
-func operatorHint(err error) error {
+// hint adds to the database's refusal what to connect as: most often the
+// application role's URL in OWED_DATABASE_URL was used.
+func (l login) hint(err error) error {
 	var pqErr *pq.Error
-	if errors.As(err, &pqErr) && pqErr.Code == "42501" {
-		return fmt.Errorf("%w: connect as a member of owed_operator (--database-url or OWED_OPERATOR_DATABASE_URL; docs/security.md)", err)
+	if errors.As(err, &pqErr) && pqErr.Code == "42501" { // insufficient_privilege
+		return fmt.Errorf("%w: connect as a member of %s (%s in the local stacks) with --database-url or %s; docs/security.md",
+			err, l.group, l.local, l.variable)
 	}
 	return err
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strings"
 
 	"github.com/owedhq/owed/internal/buildinfo"
 	"github.com/owedhq/owed/internal/service"
@@ -20,6 +19,11 @@ import (
 type command struct {
 	summary string
 	run     func(ctx context.Context, args []string) error
+	// actions are the command's own subcommands (`tokens create`), each
+	// with its own --help, when it has them: run takes one as its first
+	// argument and names them all when it gets none, --help, or another.
+	// The help test runs `--help` on every one listed here.
+	actions []string
 }
 
 // usageError marks an error caused by the command line itself (exit status 2).
@@ -29,27 +33,28 @@ func (e usageError) Error() string { return e.msg }
 
 func commands() map[string]command {
 	return map[string]command{
-		"migrate":       {"apply, roll back or show database migrations", migrateCmd},
-		"queue":         {"run the local queue emulator (queue serve)", queueCmd},
-		"provider":      {"run the local sandbox provider (provider serve); pause or resume a provider account (provider pause|resume)", providerCmd},
-		"dlq":           {"dead-letter inspection and redrive", dlqCmd},
-		"dev":           {"run the whole system on this machine (make run)", devCmd},
-		"tokens":        {"create, list and revoke tenant API tokens", tokensCmd},
-		"apps":          {"bind an owed_apps SQL login to the tenants it may name (apps bind|unbind|list)", appsCmd},
-		"notifications": {"look up notifications and their attempts", notificationsCmd},
-		"stats":         {"the delivery health numbers", statsCmd},
-		"drill":         {"run the stack under faults and check every invariant", drillCmd},
-		"recipients":    {"list and clear undeliverable recipients (recipients list|clear)", recipientsCmd},
-		"tenants":       {"pause, resume and list paused tenants (tenants pause|resume|list)", tenantsCmd},
-		"version":       {"print the version, revision and Go version", versionCmd},
-		"healthcheck":   {"GET /healthz on a listen address (healthcheck :8181): the image's HEALTHCHECK", healthcheckCmd},
+		"migrate":       {"apply, roll back or show database migrations", migrateCmd, migrateActions},
+		"queue":         {"run the local queue emulator (queue serve) or JetStream server; a queue's depths", queueCmd, queueActions},
+		"provider":      {"run the local sandbox provider (provider serve); pause or resume a provider account (provider pause|resume)", providerCmd, providerActions},
+		"dlq":           {"dead-letter inspection and redrive", dlqCmd, dlqActions},
+		"dev":           {"run the whole system on this machine (make run)", devCmd, nil},
+		"tokens":        {"create, list and revoke tenant API tokens", tokensCmd, tokensActions},
+		"apps":          {"bind an owed_apps SQL login to the tenants it may name (apps bind|unbind|list)", appsCmd, appsActions},
+		"notifications": {"look up notifications and their attempts", notificationsCmd, notificationsActions},
+		"stats":         {"the delivery health numbers", statsCmd, nil},
+		"drill":         {"run the stack under faults and check every invariant", drillCmd, nil},
+		"recipients":    {"list and clear undeliverable recipients (recipients list|clear)", recipientsCmd, recipientsActions},
+		"tenants":       {"pause, resume and list paused tenants (tenants pause|resume|list)", tenantsCmd, tenantsActions},
+		"version":       {"print the version, revision and Go version (also: owedctl --version)", versionCmd, nil},
+		"healthcheck":   {"GET /healthz on a listen address (healthcheck :8181): the image's HEALTHCHECK", healthcheckCmd, nil},
 	}
 }
 
 // versionCmd prints the build, as the services' --version do.
 func versionCmd(_ context.Context, args []string) error {
-	if len(args) > 0 {
-		return usageError{"version takes no arguments"}
+	fs := newFlags("version", "version   (or: owedctl --version)", "")
+	if err := parseOnlyFlags(fs, args, ": version takes no arguments"); err != nil {
+		return err
 	}
 	fmt.Println("owedctl", buildinfo.Get())
 	return nil
@@ -58,12 +63,18 @@ func versionCmd(_ context.Context, args []string) error {
 // healthcheckCmd is the container healthcheck of the owedctl servers (queue
 // serve, provider serve): the image has no shell or curl.
 func healthcheckCmd(ctx context.Context, args []string) error {
-	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
-		return usageError{"usage: owedctl healthcheck LISTEN-ADDR (e.g. :8181)"}
+	fs := newFlags("healthcheck", "healthcheck LISTEN-ADDR   (exit 0 when GET /healthz there answers 200, else 1)",
+		"owedctl healthcheck :8181")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return usageError{"give one listen address, e.g. :8181"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, buildinfo.HealthcheckTimeout)
 	defer cancel()
-	return buildinfo.Healthcheck(ctx, args[0])
+	return buildinfo.Healthcheck(ctx, fs.Arg(0))
 }
 
 func usage() string {
@@ -77,7 +88,8 @@ func usage() string {
 	for _, n := range names {
 		s += fmt.Sprintf("  %-14s %s\n", n, cmds[n].summary)
 	}
-	s += "\nRun 'owedctl <command> --help' for a command's flags and an example.\n" +
+	s += "\nRun 'owedctl <command> --help' for a command's flags and an example, and\n" +
+		"'owedctl <command> <action> --help' for an action's. 'owedctl --version' prints the build.\n" +
 		"Exit status: 0 success, 1 the command failed, 2 bad usage.\n"
 	return s
 }
@@ -87,12 +99,16 @@ func main() {
 }
 
 func run(args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || isHelp(args[0]) || args[0] == "help" {
 		fmt.Fprint(os.Stderr, usage())
 		if len(args) == 0 {
 			return 2
 		}
 		return 0
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		// As the services answer it: the build, whatever follows.
+		args = []string{"version"}
 	}
 	cmd, ok := commands()[args[0]]
 	if !ok {

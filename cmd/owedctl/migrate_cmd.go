@@ -11,17 +11,20 @@ import (
 	"github.com/owedhq/owed/internal/migrate"
 )
 
+// migrateActions are migrate's actions, which share its one flag.
+var migrateActions = []string{"up", "down", "down-to", "status"}
+
 func migrateCmd(ctx context.Context, args []string) error {
 	fs := newFlags("migrate", "migrate up|down|down-to VERSION|status [--database-url URL]",
 		"OWED_DATABASE_URL=postgres://owed_owner@db/owed owedctl migrate up\n"+
 			"  owedctl migrate down-to 27   # roll back to the schema of the build whose newest migration is 00027")
 	dbURL := databaseFlag(fs, "database to migrate, as the role that owns the schema")
-	if err := needAction(args, fs.Usage, "missing action: one of up, down, down-to, status"); err != nil {
+	if err := needAction(args, fs.Usage, migrateActions); err != nil {
 		return err
 	}
 	action, rest := args[0], args[1:]
 	var target int64
-	if action == "down-to" {
+	if action == "down-to" && (len(rest) == 0 || !isHelp(rest[0])) {
 		if len(rest) == 0 {
 			return usageError{"down-to needs a schema version: owedctl migrate down-to 27"}
 		}
@@ -71,8 +74,6 @@ func migrateCmd(ctx context.Context, args []string) error {
 		}
 	case "status":
 		return migrateStatus(ctx, db)
-	default:
-		return usageError{fmt.Sprintf("unknown action %q: one of up, down, down-to, status", action)}
 	}
 	return nil
 }

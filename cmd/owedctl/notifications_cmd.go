@@ -16,6 +16,9 @@ import (
 	"github.com/owedhq/owed/internal/ops"
 )
 
+// notificationsActions are notifications' actions.
+var notificationsActions = []string{"show", "find"}
+
 const notificationsExample = "owedctl notifications find --tenant acme --recipient user-42 --kind reminder"
 
 // notificationsCmd answers "was this customer notified, and when" from the
@@ -31,16 +34,13 @@ func runNotifications(ctx context.Context, out io.Writer, args []string) error {
 		"  show ID   one row of any tenant, with every send attempt and its outcome\n"+
 		"  find      a tenant's rows, newest due first (--recipient, --ref, --kind, --limit)\n\n"+
 		"The database is --database-url or OWED_DATABASE_URL.\n\nexample:\n  "+notificationsExample+"\n"),
-		"name an action: show or find"); err != nil {
+		notificationsActions); err != nil {
 		return err
 	}
-	switch args[0] {
-	case "show":
+	if args[0] == "show" {
 		return notificationsShow(ctx, out, args[1:])
-	case "find":
-		return notificationsFind(ctx, out, args[1:])
 	}
-	return usageError{fmt.Sprintf("unknown action %q: one of show, find", args[0])}
+	return notificationsFind(ctx, out, args[1:])
 }
 
 func ledgerDatabaseFlag(fs *flag.FlagSet) *string {

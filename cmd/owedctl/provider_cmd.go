@@ -37,15 +37,32 @@ type sandboxEnv struct {
 var faultFields = []string{"error_rate", "timeout_rate", "timeout_seconds", "timeout_mode",
 	"storm_seconds", "storm_retry_after_seconds", "permanent_recipient"}
 
+// providerActions are provider's actions.
+var providerActions = []string{"serve", "pause", "resume"}
+
 func providerCmd(ctx context.Context, args []string) error {
-	if len(args) > 0 && args[0] == "resume" {
+	if err := needAction(args, printUsage("usage: owedctl provider serve [flags] | pause --account NAME --reason TEXT | resume --account NAME\n\n"+
+		"  serve    run the local sandbox provider, with fault knobs (see 'owedctl provider serve --help')\n"+
+		"  pause    hold a provider account: no worker sends on it until it is resumed\n"+
+		"  resume   lift a hold, or close the circuit an account error opened\n\n"+
+		"pause and resume work on the database: --database-url or OWED_DATABASE_URL.\n\n"+
+		"example:\n  "+sandboxExample+"\n"),
+		providerActions); err != nil {
+		return err
+	}
+	switch args[0] {
+	case "pause":
+		return providerPause(ctx, args[1:])
+	case "resume":
 		return providerResume(ctx, args[1:])
 	}
-	if len(args) > 0 && args[0] == "pause" {
-		return providerPause(ctx, args[1:])
-	}
-	const synopsis = "provider serve [flags] | provider pause --account NAME --reason TEXT | provider resume --account NAME"
-	const example = "OWED_SANDBOX_SECRET=whsec_$(openssl rand -base64 32) owedctl provider serve --rate 40/m --error-rate 0.05 --permanent-recipient bounce"
+	return providerServe(ctx, args[1:])
+}
+
+const sandboxExample = "OWED_SANDBOX_SECRET=whsec_$(openssl rand -base64 32) owedctl provider serve --rate 40/m --error-rate 0.05 --permanent-recipient bounce"
+
+// providerServe runs the sandbox provider until the context ends.
+func providerServe(ctx context.Context, args []string) error {
 	env := sandboxEnv{Addr: sandbox.DefaultAddr, Rate: sandbox.DefaultRate, Burst: sandbox.DefaultBurst,
 		TimeoutSeconds: sandbox.DefaultTimeoutSeconds, TimeoutMode: sandbox.Timeout504,
 		StormRetryAfterSeconds: sandbox.DefaultStormRetryAfterSeconds}
@@ -54,7 +71,7 @@ func providerCmd(ctx context.Context, args []string) error {
 		return usageError{err.Error()}
 	}
 
-	fs := newFlags("provider", synopsis, example)
+	fs := newFlags("provider serve", "provider serve [flags]", sandboxExample)
 	fs.StringVar(&env.Addr, "addr", env.Addr, "listen address; keep it on loopback, the admin endpoints are unauthenticated (env OWED_SANDBOX_ADDR)")
 	fs.StringVar(&env.Rate, "rate", env.Rate, "rate limit like 40/m, 2400/h or 10/1.5s, read like OWED_PROVIDER_RATE (env OWED_SANDBOX_RATE)")
 	fs.IntVar(&env.Burst, "burst", env.Burst, "requests allowed back to back before the steady rate applies (env OWED_SANDBOX_BURST)")
@@ -66,19 +83,8 @@ func providerCmd(ctx context.Context, args []string) error {
 	fs.Float64Var(&env.StormSeconds, "storm-seconds", env.StormSeconds, "answer every send 429 for this long after start (env OWED_SANDBOX_STORM_SECONDS)")
 	fs.IntVar(&env.StormRetryAfterSeconds, "storm-retry-after-seconds", env.StormRetryAfterSeconds, "Retry-After of a storm's 429s (env OWED_SANDBOX_STORM_RETRY_AFTER_SECONDS)")
 	fs.StringVar(&env.PermanentRecipient, "permanent-recipient", env.PermanentRecipient, "regexp; matching recipients get 422, a permanent failure (env OWED_SANDBOX_PERMANENT_RECIPIENT)")
-	if len(args) == 0 || args[0] != "serve" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fs.Usage()
-			return errHelp
-		}
-		fs.Usage()
-		return usageError{"missing or unknown action: serve (the sandbox), pause or resume (a provider account)"}
-	}
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := parseOnlyFlags(fs, args, ""); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
 
 	rate, err := pace.ParseRate(env.Rate)

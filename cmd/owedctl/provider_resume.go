@@ -30,7 +30,7 @@ func runProviderResume(ctx context.Context, out io.Writer, args []string) error 
 	fs := newFlags("provider resume", "provider resume --account NAME [--database-url URL]",
 		"owedctl provider resume --account twilio")
 	account := fs.String("account", "", "the provider account to resume: the provider's name as the alert and the worker's log name it (e.g. twilio, sendgrid, webhook)")
-	dbURL := operatorDatabaseFlag(fs)
+	dbURL := operatorLogin.flag(fs, "database")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ func runProviderResume(ctx context.Context, out io.Writer, args []string) error 
 		return err
 	}
 	defer done()
-	if err := checkWrites(ctx, *dbURL); err != nil {
+	if err := checkWrites(ctx, operatorLogin.url(*dbURL)); err != nil {
 		return err
 	}
 	st, err := accounts.State(ctx, *account)
@@ -51,7 +51,7 @@ func runProviderResume(ctx context.Context, out io.Writer, args []string) error 
 	}
 	was, err := accounts.Resume(ctx, *account)
 	if err != nil {
-		return operatorHint(err)
+		return operatorLogin.hint(err)
 	}
 	if !was {
 		fmt.Fprintf(out, "provider account %s was not paused; nothing changed\n", *account)
@@ -87,7 +87,7 @@ func runProviderPause(ctx context.Context, out io.Writer, args []string) error {
 	account := fs.String("account", "", "the provider account to hold: the provider's name as the worker's metrics and log name it (e.g. twilio, sendgrid, webhook)")
 	reason := fs.String("reason", "", "why, for the other operators (shown by the rows' last error and resume)")
 	actor := actorFlag(fs)
-	dbURL := operatorDatabaseFlag(fs)
+	dbURL := operatorLogin.flag(fs, "database")
 	if err := parseOnlyFlags(fs, args, ""); err != nil {
 		return err
 	}
@@ -103,11 +103,11 @@ func runProviderPause(ctx context.Context, out io.Writer, args []string) error {
 		return err
 	}
 	defer done()
-	if err := checkWrites(ctx, *dbURL); err != nil {
+	if err := checkWrites(ctx, operatorLogin.url(*dbURL)); err != nil {
 		return err
 	}
 	if err := accounts.Hold(ctx, *account, *reason, who); err != nil {
-		return operatorHint(err)
+		return operatorLogin.hint(err)
 	}
 	fmt.Fprintf(out, "provider account %s held by %s: no worker sends on it until `owedctl provider resume --account %s`\n",
 		*account, who, *account)
@@ -119,5 +119,5 @@ func openAccounts(account, dbURL string) (*pace.Accounts, func(), error) {
 	if account == "" || len(account) > pace.MaxAccountLength {
 		return nil, nil, usageError{fmt.Sprintf("--account: name the provider account (1 to %d bytes), as the OwedProviderAccountPaused alert does", pace.MaxAccountLength)}
 	}
-	return openOperatorWith(dbURL, func(db *sql.DB) *pace.Accounts { return pace.NewAccounts(db, nil) })
+	return openWith(operatorLogin.url(dbURL), func(db *sql.DB) *pace.Accounts { return pace.NewAccounts(db, nil) })
 }

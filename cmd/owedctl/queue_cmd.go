@@ -15,6 +15,9 @@ import (
 	"github.com/owedhq/owed/internal/service"
 )
 
+// queueActions are queue's actions.
+var queueActions = []string{"serve", "serve-jetstream", "stats"}
+
 // queueCmd runs the local queue emulator (queue serve) or a local
 // JetStream server (queue serve-jetstream), or prints a queue's depths
 // (queue stats).
@@ -24,7 +27,7 @@ func queueCmd(ctx context.Context, args []string) error {
 		"  serve-jetstream   run a local NATS server with JetStream (owedctl dev --queue jetstream runs it)\n"+
 		"  stats             print the configured queue's depths (OWED_QUEUE_BACKEND: rest, sqs or jetstream)\n\n"+
 		"example:\n  OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl queue stats\n"),
-		"missing action: one of serve, serve-jetstream, stats"); err != nil {
+		queueActions); err != nil {
 		return err
 	}
 	switch args[0] {
@@ -32,10 +35,8 @@ func queueCmd(ctx context.Context, args []string) error {
 		return queueServe(ctx, args[1:])
 	case "serve-jetstream":
 		return queueServeJetStream(ctx, args[1:])
-	case "stats":
-		return runQueueStats(ctx, os.Stdout, args[1:])
 	}
-	return usageError{fmt.Sprintf("unknown action %q: one of serve, serve-jetstream, stats", args[0])}
+	return runQueueStats(ctx, os.Stdout, args[1:])
 }
 
 func queueServe(ctx context.Context, args []string) error {

@@ -11,6 +11,9 @@ import (
 	"github.com/owedhq/owed/internal/ledger"
 )
 
+// recipientsActions are recipients' actions, which share one set of flags.
+var recipientsActions = []string{"list", "clear"}
+
 const recipientsExample = "owedctl recipients clear --tenant acme --channel sms --address +15550100"
 
 // recipientsCmd shows and clears a tenant's undeliverable recipients: the
@@ -29,13 +32,10 @@ func runRecipients(ctx context.Context, out io.Writer, args []string) error {
 		"  list    a tenant's undeliverable addresses, newest first, with the provider's code\n"+
 		"  clear   make an address sendable again (the customer re-subscribed: START)\n\n"+
 		"The database is --database-url or OWED_DATABASE_URL.\n\nexample:\n  "+recipientsExample+"\n"),
-		"name an action: list or clear"); err != nil {
+		recipientsActions); err != nil {
 		return err
 	}
 	action := args[0]
-	if action != "list" && action != "clear" {
-		return usageError{fmt.Sprintf("unknown action %q: one of list, clear", action)}
-	}
 	fs := newFlags("recipients "+action, "recipients "+action+" --tenant T --channel C [--address A] [--database-url URL]", recipientsExample)
 	tenantID := fs.String("tenant", "", "the tenant")
 	channel := fs.String("channel", "", "the channel (sms, email, telegram, slack, webhook); list: all when empty")

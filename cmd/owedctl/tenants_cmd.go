@@ -14,6 +14,9 @@ import (
 	"github.com/owedhq/owed/internal/pace"
 )
 
+// tenantsActions are tenants' actions, which share one set of flags.
+var tenantsActions = []string{"pause", "resume", "list"}
+
 const tenantsExample = `owedctl tenants pause --tenant acme --reason "runaway campaign, ticket 4711"`
 
 // tenantsCmd pauses, resumes and lists the tenants on-call paused
@@ -34,19 +37,16 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 		"  resume  send the tenant's rows again; they return from the queue within a minute\n"+
 		"  list    the paused tenants, longest paused first\n\n"+
 		"The database is --database-url, OWED_OPERATOR_DATABASE_URL or OWED_DATABASE_URL, as a member of owed_operator.\n\nexample:\n  "+tenantsExample+"\n"),
-		"name an action: pause, resume or list"); err != nil {
+		tenantsActions); err != nil {
 		return err
 	}
 	action := args[0]
-	if action != "pause" && action != "resume" && action != "list" {
-		return usageError{fmt.Sprintf("unknown action %q: one of pause, resume, list", action)}
-	}
 	fs := newFlags("tenants "+action, "tenants "+action+" [--tenant T] [--reason TEXT] [--actor NAME] [--json] [--database-url URL]", tenantsExample)
 	tenantID := fs.String("tenant", "", "pause, resume: the tenant")
 	reason := fs.String("reason", "", "pause: why, for the other operators (shown by list and in the rows' last error)")
 	actor := actorFlag(fs)
 	asJSON := fs.Bool("json", false, "list: print JSON")
-	dbURL := operatorDatabaseFlag(fs)
+	dbURL := operatorLogin.flag(fs, "database")
 	if err := parseOnlyFlags(fs, args[1:], ""); err != nil {
 		return err
 	}
@@ -57,11 +57,11 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 		return usageError{"--reason: say why the tenant is paused"}
 	}
 	if action != "list" {
-		if err := checkWrites(ctx, *dbURL); err != nil {
+		if err := checkWrites(ctx, operatorLogin.url(*dbURL)); err != nil {
 			return err
 		}
 	}
-	tenants, done, err := openOperatorWith(*dbURL, func(db *sql.DB) *pace.Tenants { return pace.NewTenants(db, nil) })
+	tenants, done, err := openWith(operatorLogin.url(*dbURL), func(db *sql.DB) *pace.Tenants { return pace.NewTenants(db, nil) })
 	if err != nil {
 		return err
 	}
@@ -73,13 +73,13 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 			return err
 		}
 		if err := tenants.Pause(ctx, *tenantID, *reason, who); err != nil {
-			return operatorHint(err)
+			return operatorLogin.hint(err)
 		}
 		fmt.Fprintf(out, "tenant %s paused by %s: no worker sends its rows until `owedctl tenants resume --tenant %s`\n", *tenantID, who, *tenantID)
 	case "resume":
 		was, err := tenants.Resume(ctx, *tenantID)
 		if err != nil {
-			return operatorHint(err)
+			return operatorLogin.hint(err)
 		}
 		if !was {
 			fmt.Fprintf(out, "tenant %s was not paused; nothing changed\n", *tenantID)

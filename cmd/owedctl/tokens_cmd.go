@@ -23,32 +23,36 @@ import (
 // owed_token_admin (owed_admin in the local stacks), the one role that may
 // write owed_api_tokens: the services' role may not (docs/security.md).
 func tokensCmd(ctx context.Context, args []string) error {
-	const synopsis = "tokens create|list|revoke [flags]"
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fs := newFlags("tokens", synopsis, "owedctl tokens create --tenant acme --name 'billing backend'")
-		if err := parseFlags(fs, args); err != nil {
-			return err
-		}
-		fs.Usage()
-		return usageError{"missing action: one of create, list, revoke"}
+	if err := needAction(args, printUsage("usage: owedctl tokens create|list|revoke [flags]\n\n"+
+		"  create --tenant T [--name N]    a token for the tenant, printed once to stdout\n"+
+		"  list --tenant T                 the tenant's tokens: id, name, created, last used, revoked\n"+
+		"  revoke ID | --token TOKEN|-     revoke by id, or by the token itself (- reads it from stdin)\n\n"+
+		"Each takes --database-url, else "+tokenAdminLogin.variable+", else OWED_DATABASE_URL: a login in\n"+
+		"owed_token_admin (owed_admin in the local stacks); the services' role may not touch tokens.\n"+
+		"'owedctl tokens ACTION --help' lists an action's flags.\n\n"+
+		"example:\n  owedctl tokens create --tenant acme --name 'billing backend'\n"),
+		tokensActions); err != nil {
+		return err
 	}
 	switch args[0] {
 	case "create":
 		return tokensCreate(ctx, args[1:])
 	case "list":
 		return tokensList(ctx, args[1:])
-	case "revoke":
-		return tokensRevoke(ctx, args[1:])
 	}
-	return usageError{fmt.Sprintf("unknown action %q: one of create, list, revoke", args[0])}
+	return tokensRevoke(ctx, args[1:])
 }
 
+// tokensActions are tokens' actions.
+var tokensActions = []string{"create", "list", "revoke"}
+
+// tokensDatabaseFlag registers --database-url for tokens' actions.
 func tokensDatabaseFlag(fs *flag.FlagSet) *string {
-	return databaseFlag(fs, "database holding owed_api_tokens, as a member of owed_token_admin (e.g. owed_admin); the services' role may not write tokens")
+	return tokenAdminLogin.flag(fs, "database holding owed_api_tokens; the services' role may not touch tokens")
 }
 
 func openTokens(dbURL string) (*api.Tokens, func(), error) {
-	return openWith(dbURL, func(db *sql.DB) *api.Tokens { return api.NewTokens(db, nil) })
+	return openWith(tokenAdminLogin.url(dbURL), func(db *sql.DB) *api.Tokens { return api.NewTokens(db, nil) })
 }
 
 // openTenantTokens parses the flags of an action that takes flags alone, one
@@ -74,12 +78,12 @@ func tokensCreate(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
-	if err := checkWrites(ctx, *dbURL); err != nil {
+	if err := checkWrites(ctx, tokenAdminLogin.url(*dbURL)); err != nil {
 		return err
 	}
 	plain, id, err := tokens.Create(ctx, *tenant, *name)
 	if err != nil {
-		return err
+		return tokenAdminLogin.hint(err)
 	}
 	fmt.Fprintf(os.Stderr, "created token %d for tenant %q; it is shown once, below: store it now\n", id, *tenant)
 	fmt.Println(plain)
@@ -97,7 +101,7 @@ func tokensList(ctx context.Context, args []string) error {
 	defer done()
 	list, err := tokens.List(ctx, *tenant)
 	if err != nil {
-		return err
+		return tokenAdminLogin.hint(err)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tNAME\tCREATED\tLAST USED\tREVOKED")
@@ -158,7 +162,7 @@ func tokensRevoke(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
-	if err := checkWrites(ctx, *dbURL); err != nil {
+	if err := checkWrites(ctx, tokenAdminLogin.url(*dbURL)); err != nil {
 		return err
 	}
 	var t api.Token
@@ -172,7 +176,7 @@ func tokensRevoke(ctx context.Context, args []string) error {
 		return errors.New("no such token")
 	}
 	if err != nil {
-		return err
+		return tokenAdminLogin.hint(err)
 	}
 	fmt.Printf("revoked token %d (tenant %q, name %q) at %s\n", t.ID, t.Tenant, t.Name, t.RevokedAt.Format(time.RFC3339))
 	return nil

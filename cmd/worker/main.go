@@ -16,12 +16,16 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 
 	"github.com/owedhq/owed/internal/buildinfo"
 
 	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider/providers"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/resolve"
@@ -35,13 +39,19 @@ func main() {
 }
 
 // specs are what LoadConfig and LoadOperations fill, with the defaults they
-// give when nothing is set. The environment is cleared first: help shows
+// give when nothing is set, and what the worker's variables that default to
+// another setting mean unset (the worker applies them in maxAttempts and
+// Retries.schedule). The environment is cleared first: help shows
 // defaults, never a value (a secret) set here.
 func specs() []any {
 	os.Clearenv()
 	cfg, _ := worker.LoadConfig()
 	ops, _ := service.LoadOperations("")
-	return []any{&cfg, &cfg.Providers, &cfg.Queue, &cfg.Queue.Rest, &cfg.Queue.SQS, &cfg.Queue.JetStream, &ops}
+	derived := config.Defaults{"OWED_MAX_ATTEMPTS": fmt.Sprintf("the channel's retry schedule's length+1 (%d)", len(cfg.RetrySchedule)+1)}
+	for _, ch := range payload.Channels() {
+		derived["OWED_RETRY_SCHEDULE_"+strings.ToUpper(ch)] = "OWED_RETRY_SCHEDULE"
+	}
+	return []any{&cfg, &cfg.Providers, &cfg.Queue, &cfg.Queue.Rest, &cfg.Queue.SQS, &cfg.Queue.JetStream, &ops, derived}
 }
 
 // healthzAddr is OWED_LISTEN_ADDR: the worker serves /healthz there

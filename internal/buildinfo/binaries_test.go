@@ -2,15 +2,23 @@ package buildinfo_test
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/owedhq/owed"
+	"github.com/owedhq/owed/internal/buildinfo"
+	"github.com/owedhq/owed/internal/config"
 )
 
 // built holds the binaries buildServices made, once per test binary.
@@ -159,5 +167,106 @@ func TestOwedctlVersionAndHealthcheck(t *testing.T) {
 	}
 	if code, _, _ := run(t, bin, nil, "healthcheck"); code != 2 {
 		t.Errorf("owedctl healthcheck without an address: exit %d, want 2 (usage)", code)
+	}
+}
+
+// helpDefaults reads the DEFAULT column of a service's --help table.
+func helpDefaults(t *testing.T, out string) map[string]string {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	head := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "VARIABLE ") })
+	if head < 0 {
+		t.Fatalf("--help has no VARIABLE table:\n%s", out)
+	}
+	from, to := strings.Index(lines[head], "DEFAULT"), strings.Index(lines[head], "MEANING")
+	got := map[string]string{}
+	for _, l := range lines[head+1:] {
+		if strings.HasPrefix(l, "OWED_") && len(l) > to {
+			got[strings.Fields(l)[0]] = strings.TrimSpace(l[from:to])
+		}
+	}
+	return got
+}
+
+// readmeDefaults is the README's default cell of each variable, for the
+// service name: its own section's row first, else another's (the worker's
+// table says "as above" for the queue's variables). A row naming several
+// variables gives each its own part of the cell when it has one part per
+// variable (`OWED`, `owed.deliveries`, `owed-workers`), else the whole cell.
+func readmeDefaults(name string, known []string) map[string]string {
+	out := map[string]string{}
+	for _, own := range []bool{true, false} {
+		for _, s := range config.Settings(owed.README, known) {
+			if own != strings.Contains(s.Section, buildinfo.ReadmeSection(name)) {
+				continue
+			}
+			parts := strings.Split(s.Default, ", ")
+			for i, k := range s.Keys {
+				if _, done := out[k]; done {
+					continue
+				}
+				if len(parts) == len(s.Keys) {
+					out[k] = parts[i]
+				} else {
+					out[k] = s.Default
+				}
+			}
+		}
+	}
+	return out
+}
+
+var readmeLiteral = regexp.MustCompile("^`([^`]+)`$")
+
+// sameDefault compares a README literal with a --help default: durations
+// (and lists of them) by value, 60s being 1m0s; anything else as text.
+func sameDefault(readme, help string) bool {
+	r, h := strings.Split(readme, ","), strings.Split(help, ",")
+	if len(r) != len(h) {
+		return false
+	}
+	for i := range r {
+		rd, rerr := time.ParseDuration(r[i])
+		hd, herr := time.ParseDuration(h[i])
+		if rerr == nil && herr == nil {
+			if rd != hd {
+				return false
+			}
+		} else if r[i] != h[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestHelpDefaultsAgreeWithTheREADME: `sweeper --help` and `worker --help`
+// show the default the code applies, which is the one the README gives.
+// "-" (no default) is only for a variable the README says is empty or off;
+// where the README gives one literal, --help shows that value.
+func TestHelpDefaultsAgreeWithTheREADME(t *testing.T) {
+	t.Parallel()
+	dir := buildServices(t)
+	for _, name := range []string{"sweeper", "worker"} {
+		code, out, errOut := run(t, filepath.Join(dir, name), nil, "--help")
+		if code != 0 {
+			t.Fatalf("%s --help: exit %d\n%s", name, code, errOut)
+		}
+		help := helpDefaults(t, out)
+		known := make([]string, 0, len(help))
+		for k := range help {
+			known = append(known, k)
+		}
+		readme := readmeDefaults(name, known)
+		for _, k := range slices.Sorted(maps.Keys(help)) {
+			h, r := help[k], readme[k]
+			switch lit := readmeLiteral.FindStringSubmatch(r); {
+			case r == "":
+				t.Errorf("%s --help lists %s, which the README's tables lack", name, k)
+			case h == "-" && !strings.HasPrefix(r, "—") && !strings.HasPrefix(r, "empty") && !strings.HasPrefix(r, "off"):
+				t.Errorf("%s --help shows no default for %s; the README says %s", name, k, r)
+			case lit != nil && h != "-" && !sameDefault(lit[1], h):
+				t.Errorf("%s --help shows %s's default as %q; the README says %s", name, k, h, r)
+			}
+		}
 	}
 }

@@ -56,7 +56,7 @@ func (s Service) Run(args []string, stdout, stderr io.Writer) (handled bool, cod
 			"  %s healthcheck   GET this process's /healthz; exit 0 when it answers 200, else 1\n"+
 			"  %s --version     print the version, revision and Go version\n\nvariables:\n",
 			s.Name, s.Summary, s.Name, s.Name, s.Name)
-		if err := variables(stdout, s.Specs()); err != nil {
+		if err := variables(stdout, s.Name, s.Specs()); err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", s.Name, err)
 			return true, 1
 		}
@@ -79,14 +79,20 @@ func (s Service) Run(args []string, stdout, stderr io.Writer) (handled bool, cod
 	}
 }
 
-// variables writes the table of the variables the specs read.
-func variables(w io.Writer, specs []any) error {
+// variables writes the table of the variables the specs read, with their
+// meanings from the README's section on the binary (its heading names
+// `cmd/<name>`), else from another.
+func variables(w io.Writer, name string, specs []any) error {
 	keys, err := config.Keys("OWED", specs...)
 	if err != nil {
 		return err
 	}
-	return config.Usage(w, "OWED", config.Descriptions(owed.README, keys), specs...)
+	return config.Usage(w, "OWED", config.Descriptions(owed.README, keys, ReadmeSection(name)), specs...)
 }
+
+// ReadmeSection is what the heading of the README's section on the binary
+// name contains: its configuration table is the binary's own.
+func ReadmeSection(name string) string { return "`cmd/" + name + "`" }
 
 // Main runs the service's command line: the answer to args when they ask
 // for one, else run.

@@ -10,16 +10,46 @@ import (
 	"text/tabwriter"
 )
 
+// UsageDefaulter is a spec with defaults that Usage cannot read from its
+// fields, which stay zero when nothing is set: a default applied where the
+// value is used (a provider's base URL), or one derived from another
+// variable (the sweeper's shutdown grace, from its sweep budget).
+// UsageDefaults says, by variable name, what each such variable is when it
+// is not set, in the words --help shows.
+type UsageDefaulter interface {
+	UsageDefaults() map[string]string
+}
+
+// Defaults is a UsageDefaulter of its own, for the variables of a spec
+// whose type cannot say it: Usage reads it as a spec that defines no
+// variables.
+type Defaults map[string]string
+
+// UsageDefaults returns d.
+func (d Defaults) UsageDefaults() map[string]string { return d }
+
 // Usage writes one line per variable the specs read (pointers to structs
 // filled with their defaults, as the service's LoadConfig starts from):
-// the name, its Go type, its default (the spec's value, else the field's
-// default tag, else "-") and its meaning from describe. It reads nothing
-// from the environment, so `--help` works where the configuration does
-// not, and it never prints a value read from one.
+// the name, its Go type, its default (the spec's value, else what a
+// UsageDefaulter among the specs says, else the field's default tag, else
+// "-": nothing) and its meaning from describe. It reads nothing from the
+// environment, so `--help` works where the configuration does not, and it
+// never prints a value read from one.
 func Usage(w io.Writer, prefix string, describe map[string]string, specs ...any) error {
+	derived := map[string]string{}
+	for _, spec := range specs {
+		if d, ok := spec.(UsageDefaulter); ok {
+			for k, v := range d.UsageDefaults() {
+				derived[k] = v
+			}
+		}
+	}
 	seen := map[string]bool{}
 	var rows [][3]string
 	for _, spec := range specs {
+		if _, only := spec.(Defaults); only {
+			continue
+		}
 		vars, err := Variables(prefix, spec)
 		if err != nil {
 			return err
@@ -29,7 +59,11 @@ func Usage(w io.Writer, prefix string, describe map[string]string, specs ...any)
 				continue
 			}
 			seen[v.Key] = true
-			rows = append(rows, [3]string{v.Key, v.field.Type().String(), v.defaultText()})
+			def := v.defaultText()
+			if d := derived[v.Key]; d != "" && v.field.IsZero() {
+				def = d
+			}
+			rows = append(rows, [3]string{v.Key, v.field.Type().String(), def})
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i][0] < rows[j][0] })
@@ -41,7 +75,8 @@ func Usage(w io.Writer, prefix string, describe map[string]string, specs ...any)
 	return tw.Flush()
 }
 
-// defaultText is what the variable is when it is not set.
+// defaultText is what the variable is when it is not set, as far as its
+// field and tags say.
 func (v Variable) defaultText() string {
 	if !v.field.IsZero() {
 		return valueText(v.field)
@@ -71,25 +106,36 @@ func valueText(f reflect.Value) string {
 }
 
 var (
-	settingRow = regexp.MustCompile("^\\|\\s*(`OWED_[A-Z0-9_]+`(?:,\\s*`_?[A-Z0-9_]+`)*)\\s*\\|[^|]*\\|\\s*(.+?)\\s*\\|\\s*$")
+	settingRow = regexp.MustCompile("^\\|\\s*(`OWED_[A-Z0-9_]+`(?:,\\s*`_?[A-Z0-9_]+`)*)\\s*\\|\\s*([^|]*?)\\s*\\|\\s*(.+?)\\s*\\|\\s*$")
 	settingKey = regexp.MustCompile("`(_?[A-Z0-9_]+)`")
 )
 
-// Descriptions reads the meaning of each variable from the settings
-// tables of a Markdown document (the README's `| variable | default |
-// meaning |` rows), so --help and the documentation cannot say different
-// things. A row may name several variables, the later ones by their
-// suffix (`OWED_SENDGRID_API_KEY`, `_FROM`): a suffix names the known
-// variable ending in it that shares the longest prefix with the row's first
-// name. Backquotes and links are dropped from the meaning.
-func Descriptions(markdown string, known []string) map[string]string {
-	out := map[string]string{}
+// Setting is one row of a Markdown settings table (`| variable | default |
+// meaning |`): the variables it names, its default and its meaning as
+// written, and the heading of the section it is in.
+type Setting struct {
+	Keys             []string
+	Default, Meaning string
+	Section          string
+}
+
+// Settings reads every settings row of markdown (the README's). A row may
+// name several variables, the later ones by their suffix
+// (`OWED_SENDGRID_API_KEY`, `_FROM`): a suffix names the known variable
+// ending in it that shares the longest prefix with the row's first name.
+func Settings(markdown string, known []string) []Setting {
+	var out []Setting
+	section := ""
 	for _, line := range strings.Split(markdown, "\n") {
+		if strings.HasPrefix(line, "#") {
+			section = strings.TrimSpace(strings.TrimLeft(line, "#"))
+			continue
+		}
 		m := settingRow.FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}
-		meaning := plain(m[2])
+		s := Setting{Default: m[2], Meaning: m[3], Section: section}
 		keys := settingKey.FindAllStringSubmatch(m[1], -1)
 		first := keys[0][1]
 		for _, k := range keys {
@@ -97,8 +143,31 @@ func Descriptions(markdown string, known []string) map[string]string {
 			if strings.HasPrefix(key, "_") {
 				key = bySuffix(first, key, known)
 			}
-			if key != "" && out[key] == "" {
-				out[key] = meaning
+			if key != "" {
+				s.Keys = append(s.Keys, key)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Descriptions reads the meaning of each variable from the settings rows
+// of markdown, so --help and the documentation cannot say different
+// things: a row of the section whose heading contains section (a service's
+// own table) first, else the first row naming the variable. Backquotes and
+// links are dropped from the meaning.
+func Descriptions(markdown string, known []string, section string) map[string]string {
+	out := map[string]string{}
+	for _, own := range []bool{true, false} {
+		for _, s := range Settings(markdown, known) {
+			if own != (section != "" && strings.Contains(s.Section, section)) {
+				continue
+			}
+			for _, k := range s.Keys {
+				if out[k] == "" {
+					out[k] = plain(s.Meaning)
+				}
 			}
 		}
 	}
@@ -130,10 +199,14 @@ func plain(cell string) string {
 	return strings.ReplaceAll(mdLink.ReplaceAllString(cell, "$1"), "`", "")
 }
 
-// Keys returns the names of the variables the specs read.
+// Keys returns the names of the variables the specs read (a Defaults among
+// them reads none).
 func Keys(prefix string, specs ...any) ([]string, error) {
 	var keys []string
 	for _, spec := range specs {
+		if _, only := spec.(Defaults); only {
+			continue
+		}
 		vars, err := Variables(prefix, spec)
 		if err != nil {
 			return nil, err

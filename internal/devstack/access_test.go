@@ -11,11 +11,12 @@ import (
 	"testing"
 
 	"github.com/owedhq/owed/internal/devstack/devstacktest"
+	"github.com/owedhq/owed/internal/testenv"
 )
 
 // The dev cluster is its starter's alone: the person who started it
-// connects with the env file's URL (the README's `psql
-// "$OWED_DATABASE_URL"`), and another local user cannot connect as any
+// connects with the env file's URL (the first screen's psql line), and
+// another local user cannot connect as any
 // role, neither through the socket (its folder and the socket are 0700) nor,
 // were the socket opened to it, past peer authentication. Before issue 29,
 // `runuser -u nobody -- psql -h <dev>/pg -U postgres` was a superuser.
@@ -24,16 +25,10 @@ func TestDevClusterIsClosedToOtherUsers(t *testing.T) {
 		t.Skip("skipping: proving that another OS user cannot connect needs root, to run psql as nobody (runuser); CI runs as root")
 	}
 	if _, err := FindPostgres(); err != nil {
-		t.Skipf("skipping: %v", err)
+		testenv.Missing(t, "PostgreSQL's server binaries", testenv.InstallPostgres)
 	}
-	runuser, err := exec.LookPath("runuser")
-	if err != nil {
-		t.Skipf("skipping: runuser is not installed (util-linux): %v", err)
-	}
-	psql, err := exec.LookPath("psql")
-	if err != nil {
-		t.Skipf("skipping: psql is not installed: %v", err)
-	}
+	runuser := testenv.LookPath(t, "runuser", "sudo apt-get install util-linux")
+	psql := testenv.LookPath(t, "psql", testenv.InstallPostgres)
 	dir := devstacktest.TempDir(t, "owed-access-")
 	logs := filepath.Join(dir, "logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {

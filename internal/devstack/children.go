@@ -47,7 +47,7 @@ func (s *Stack) startChildren(ctx context.Context, b binaries, urls roleURLs) er
 	cfg := s.cfg
 	s.ep = Endpoints{API: httpURL(cfg.SweeperPort), Metrics: httpURL(cfg.SweeperMetricsPort), QueueURL: httpURL(cfg.QueuePort),
 		SandboxURL: httpURL(cfg.SandboxPort), CronSecret: secret(16), ServiceToken: secret(16), ConsoleToken: secret(16), AppURL: urls.app,
-		OperatorURL: urls.operator, WebhookSecret: webhookSecret()}
+		AdminURL: urls.admin, OperatorURL: urls.operator, WebhookSecret: webhookSecret()}
 	if cfg.Queue == backends.JetStream {
 		s.ep.QueueURL = s.natsURL()
 	}

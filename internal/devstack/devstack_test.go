@@ -9,6 +9,7 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	"github.com/owedhq/owed/internal/launch"
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/queue/backends"
+	"github.com/owedhq/owed/internal/testenv"
 )
 
 // TestStack runs the real system on each queue backend for about half a
@@ -38,7 +40,7 @@ func TestStack(t *testing.T) {
 func testStack(t *testing.T, q string) {
 	if q == backends.SQS {
 		if _, err := FindSQSServer(); err != nil {
-			t.Skipf("skipping: %v", err)
+			testenv.Missing(t, "the local SQS server", testenv.InstallSQS)
 		}
 	}
 	tmp, bin, ports := setup(t)
@@ -125,6 +127,10 @@ func testStack(t *testing.T, q string) {
 		}
 	}
 
+	if q == backends.REST {
+		checkFirstScreenCommands(t, out.String(), tmp)
+	}
+
 	// The first screen names the console and its token, and the console
 	// shows the seeded dead letters.
 	if intro := out.String(); !strings.Contains(intro, s.ep.Metrics+"/console/") || !strings.Contains(intro, s.ep.ConsoleToken) {
@@ -177,6 +183,50 @@ func testStack(t *testing.T, q string) {
 		if err := syscall.Kill(-p.Pid(), 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("process group of %s (%d) still has members: %v", p.Name(), p.Pid(), err)
 		}
+	}
+}
+
+// checkFirstScreenCommands runs the first screen's database commands as
+// printed, in a second shell that sources the env file from the folder
+// make run builds bin/ in (here tmp): owedctl tokens connects as the token
+// administrator, and the psql line sees the seeded tenant's rows where a
+// plain psql, bound by row-level security, counts none.
+func checkFirstScreenCommands(t *testing.T, intro, tmp string) {
+	t.Helper()
+	var source, tokens, psql string
+	for _, l := range strings.Split(intro, "\n") {
+		switch l = strings.TrimSpace(l); {
+		case strings.HasPrefix(l, ". ") && strings.HasSuffix(l, "/env"):
+			source = l
+		case strings.HasPrefix(l, "bin/owedctl tokens list"):
+			tokens = l
+		case strings.Contains(l, "psql "):
+			psql = l
+		}
+	}
+	if source == "" || tokens == "" || psql == "" {
+		t.Fatalf("the first screen lacks the env file, owedctl tokens list or psql line:\n%s", intro)
+	}
+	pgBin, err := FindPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shell := func(line string) (string, error) {
+		cmd := exec.Command("sh", "-c", source+"\n"+line)
+		// psql from the server's own folder, as the stack runs initdb.
+		cmd.Dir, cmd.Env = tmp, launch.Environ(map[string]string{"PATH": pgBin + ":" + os.Getenv("PATH")})
+		b, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(b)), err
+	}
+	if got, err := shell(tokens); err != nil || !strings.Contains(got, "owedctl dev") {
+		t.Errorf("%s: %v\n%s\nwant the dev tenant's token listed", tokens, err, got)
+	}
+	const count = ` -Atc 'select count(*) from owed_notifications'`
+	if got, err := shell(psql + count); err != nil || got == "0" || strings.Trim(got, "0123456789") != "" {
+		t.Errorf("%s%s: %v, %q; want the seeded tenant's row count", psql, count, err, got)
+	}
+	if got, err := shell(`psql "$OWED_DATABASE_URL"` + count); err != nil || got != "0" {
+		t.Errorf("a plain psql counted %q (%v): row-level security no longer hides the rows, so the first screen's PGOPTIONS is not needed", got, err)
 	}
 }
 
@@ -238,11 +288,11 @@ func pidFile(t *testing.T, path string) int {
 	return pid
 }
 
-// setup skips a test without PostgreSQL and returns a folder, the binaries
+// setup skips a test without PostgreSQL (fails it under make test) and returns a folder, the binaries
 // built into it, and five free ports.
 func setup(t *testing.T) (tmp, bin string, ports []int) {
 	if _, err := FindPostgres(); err != nil {
-		t.Skipf("skipping: %v", err)
+		testenv.Missing(t, "PostgreSQL's server binaries", testenv.InstallPostgres)
 	}
 	tmp = devstacktest.TempDir(t, "owed-devstack-")
 	return tmp, devstacktest.BuildBinaries(t, tmp), freePorts(t, 5)

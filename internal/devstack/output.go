@@ -48,6 +48,13 @@ func (s *Stack) printMode() {
 	}
 }
 
+// psqlLine is the first screen's psql command. The application role in
+// OWED_DATABASE_URL sees a tenant's rows only where owed.tenant_id names
+// the tenant (the policies of internal/ledger/sql/notifications.sql), so a
+// plain psql would count no notification: PGOPTIONS names the dev tenant
+// for this one session. The services never start so (service.CheckRole).
+const psqlLine = `PGOPTIONS='-c owed.tenant_id=` + Tenant + `' psql "$OWED_DATABASE_URL"`
+
 // printIntro prints the first screen: what runs where, the secrets of this
 // run, and the commands to look inside.
 func (s *Stack) printIntro() {
@@ -84,7 +91,9 @@ func (s *Stack) printIntro() {
 	fmt.Fprintf(w, "    bin/owedctl queue stats\n")
 	fmt.Fprintf(w, "    curl -s $OWED_METRICS/metrics | grep '^owed_'\n")
 	fmt.Fprintf(w, "    curl -s -H \"Authorization: Bearer $TOKEN\" \"$OWED/v1/notifications?limit=5\"\n")
-	fmt.Fprintf(w, "    psql \"$OWED_DATABASE_URL\"\n")
+	fmt.Fprintf(w, "    bin/owedctl tokens list --tenant %s          # as the token administrator, from the env file\n", Tenant)
+	fmt.Fprintf(w, "    %s\n", psqlLine)
+	fmt.Fprintf(w, "      (row-level security: the application role sees the rows of the tenant its session names, here %s)\n", Tenant)
 	fmt.Fprintf(w, "\nCtrl-C stops everything.\n\n")
 	io.WriteString(s.cfg.Out, w.String())
 }

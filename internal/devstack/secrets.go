@@ -37,6 +37,9 @@ type Endpoints struct {
 	// OperatorURL is on-call's (owed_oncall, a member of owed_operator):
 	// the console's pool, and owedctl's tenants and provider pause|resume.
 	OperatorURL string
+	// AdminURL is the token administrator's (owed_admin): owedctl tokens
+	// and apps.
+	AdminURL string
 }
 
 // secret returns n random bytes, hex-encoded.
@@ -66,10 +69,13 @@ func (s *Stack) writeEnvFile() error {
 	for _, k := range slices.Sorted(maps.Keys(s.queueVars)) {
 		fmt.Fprintf(&queueVars, "export %s='%s'\n", k, s.queueVars[k])
 	}
+	// OWED_DATABASE_URL is the application role's, as the services and
+	// most of owedctl use it; owedctl tokens reads the token
+	// administrator's from OWED_TOKEN_ADMIN_DATABASE_URL first.
 	body := fmt.Sprintf("# owedctl dev, started %s. Source it: . %s\n"+
-		"%sexport OWED_DATABASE_URL='%s'\nexport OWED_OPERATOR_DATABASE_URL='%s'\n"+
+		"%sexport OWED_DATABASE_URL='%s'\nexport OWED_OPERATOR_DATABASE_URL='%s'\nexport OWED_TOKEN_ADMIN_DATABASE_URL='%s'\n"+
 		"export OWED=%s\nexport OWED_METRICS=%s\nexport TOKEN=%s\nexport OWED_API_TOKEN=%s\nexport OWED_CRON_SECRET=%s\nexport OWED_CONSOLE_TOKEN=%s\n",
-		s.started.Format(time.RFC3339), s.envPath(), queueVars.String(), ep.AppURL, ep.OperatorURL,
+		s.started.Format(time.RFC3339), s.envPath(), queueVars.String(), ep.AppURL, ep.OperatorURL, ep.AdminURL,
 		ep.API, ep.Metrics, ep.TenantToken, ep.ServiceToken, ep.CronSecret, ep.ConsoleToken)
 	if err := os.WriteFile(s.envPath(), []byte(body), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", s.envPath(), err)

@@ -13,6 +13,7 @@ import (
 	"github.com/owedhq/owed/internal/devstack"
 	"github.com/owedhq/owed/internal/devstack/devstacktest"
 	"github.com/owedhq/owed/internal/queue/backends"
+	"github.com/owedhq/owed/internal/testenv"
 )
 
 // TestDrill is the bounded drill of make test: 2,500 rows, every fault
@@ -62,7 +63,7 @@ func TestDrillSQS(t *testing.T) { testQueueDrill(t, backends.SQS) }
 func testQueueDrill(t *testing.T, queue string) {
 	if queue == backends.SQS {
 		if _, err := devstack.FindSQSServer(); err != nil {
-			t.Skipf("skipping: %v", err)
+			testenv.Missing(t, "the local SQS server", testenv.InstallSQS)
 		}
 	}
 	res := runDrill(t, Config{Queue: queue, Rows: 600, Faults: []Fault{QueueRestart, WorkerKill, SweeperKill, ProviderPermanent},
@@ -83,7 +84,7 @@ func testQueueDrill(t *testing.T, queue string) {
 func runDrill(t *testing.T, cfg Config) *Result {
 	t.Helper()
 	if _, err := devstack.FindPostgres(); err != nil {
-		t.Skipf("skipping: the drill runs a throwaway PostgreSQL: %v", err)
+		testenv.Missing(t, "PostgreSQL's server binaries (the drill runs a throwaway cluster)", testenv.InstallPostgres)
 	}
 	if testing.Short() {
 		t.Skip("skipping the drill in -short mode: it runs the whole stack for a minute or two")

@@ -43,6 +43,7 @@ import (
 	"github.com/owedhq/owed/internal/sweeper"
 	scope "github.com/owedhq/owed/internal/tenant"
 	"github.com/owedhq/owed/internal/testdb"
+	"github.com/owedhq/owed/internal/testenv"
 	"github.com/owedhq/owed/internal/worker"
 )
 
@@ -486,14 +487,15 @@ func TestURLErrorsNeverCarryThePassword(t *testing.T) {
 	}
 }
 
-// superuserURL is the cluster superuser on db; the test is skipped when the
-// harness gave none (scripts/with-postgres.sh exports
-// OWED_TEST_SUPERUSER_URL).
+// superuserURL is the cluster superuser on db; the test is skipped (failed
+// under make test) when the harness gave none (scripts/with-postgres.sh
+// exports OWED_TEST_SUPERUSER_URL for the cluster it starts).
 func superuserURL(t *testing.T, db *testdb.DB) string {
 	t.Helper()
 	su := os.Getenv("OWED_TEST_SUPERUSER_URL")
 	if su == "" {
-		t.Skip("OWED_TEST_SUPERUSER_URL is not set: run under scripts/with-postgres.sh (make test)")
+		testenv.Missing(t, "OWED_TEST_SUPERUSER_URL (the cluster's superuser)",
+			"scripts/with-postgres.sh sets it for the cluster it starts; with your own OWED_TEST_DATABASE_URL, set it too")
 	}
 	return roleURL(t, su, db.Name, "")
 }

@@ -128,6 +128,12 @@ func (c Config) Basics() service.Basics {
 		ListenAddr: c.ListenAddr}
 }
 
+// UsageDefaults says what OWED_SHUTDOWN_GRACE is when it is not set
+// (config.UsageDefaulter): Grace's rule, and what it makes of c's budget.
+func (c Config) UsageDefaults() map[string]string {
+	return map[string]string{"OWED_SHUTDOWN_GRACE": fmt.Sprintf("OWED_SWEEP_BUDGET+%s (%s)", ShutdownMarginDefault, c.Grace())}
+}
+
 // Grace is the shutdown grace: ShutdownGrace, or the sweep budget plus
 // ShutdownMarginDefault when it is not set.
 func (c Config) Grace() time.Duration {

@@ -17,6 +17,7 @@ import (
 	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/service"
 	"github.com/owedhq/owed/internal/stacktest"
+	"github.com/owedhq/owed/internal/testenv"
 )
 
 const secret = "cron-secret-0123456789abcdef"
@@ -158,13 +159,10 @@ func TestScrapesAreCached(t *testing.T) {
 }
 
 // The sweeper's live /metrics passes promtool's lint (names, units, help).
-// promtool comes with Debian's prometheus package; scripts/promtool-test.sh
-// installs it before `make test` runs the Go tests.
+// promtool comes with Debian's prometheus package, which
+// scripts/install-deps.sh installs before `make test` runs the Go tests.
 func TestMetricsPassPromtoolCheck(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool is not installed (apt-get install prometheus, or run make test which installs it)")
-	}
+	promtool := testenv.LookPath(t, "promtool", testenv.InstallPromtool)
 	s, srv := setupServer(t, nil)
 	s.Schedule(t, "acme", 3, time.Now().Add(-time.Minute), nil)
 	do(srv.Handler(), http.MethodPost, "/cron/sweep", "Bearer "+secret)

@@ -86,6 +86,34 @@ type Config struct {
 	Slack    slack.Config    `envconfig:"SLACK"`
 }
 
+// UsageDefaults says what the variables New and the adapters give a
+// default when they are empty are then (config.UsageDefaulter), for
+// `worker --help`.
+func (c Config) UsageDefaults() map[string]string {
+	d := map[string]string{
+		"OWED_PROVIDER":                DefaultProvider,
+		"OWED_PROVIDER_TIMEOUT":        provider.DefaultTimeout.String(),
+		"OWED_SANDBOX_URL":             DefaultSandboxURL,
+		"OWED_TELEGRAM_BASE_URL":       telegram.DefaultBaseURL,
+		"OWED_TWILIO_BASE_URL":         twilio.DefaultBaseURL,
+		"OWED_SENDGRID_BASE_URL":       sendgrid.DefaultBaseURL,
+		"OWED_POSTMARK_BASE_URL":       postmark.DefaultBaseURL,
+		"OWED_POSTMARK_MESSAGE_STREAM": postmark.DefaultMessageStream,
+		"OWED_SLACK_BASE_URL":          slack.DefaultBaseURL,
+	}
+	for _, ch := range payload.Channels() {
+		d["OWED_PROVIDER_"+strings.ToUpper(ch)] = "OWED_PROVIDER"
+	}
+	var paced []string
+	for _, name := range providerNames {
+		if r := DefaultRate(name); !r.IsUnlimited() {
+			paced = append(paced, name+" "+r.String())
+		}
+	}
+	d["OWED_PROVIDER_RATE"] = "each provider's: " + strings.Join(paced, ", ") + ", the others unpaced"
+	return d
+}
+
 // ErrNoProvider is returned by Router.For for a channel configured "none" or
 // not known at all.
 var ErrNoProvider = errors.New("no provider for channel")

@@ -47,9 +47,10 @@ type Config struct {
 }
 
 // LoadConfig reads the configuration from the OWED_* environment over the
-// default backend. It does not validate: Validate (or Open) does.
+// default backend and the backends' defaults. It does not validate:
+// Validate (or Open) does.
 func LoadConfig() (Config, error) {
-	c := Config{Backend: Default}
+	c := Config{Backend: Default, JetStream: jetstream.Defaults()}
 	for _, part := range []any{&c, &c.Rest, &c.SQS, &c.JetStream} {
 		if err := config.Process("OWED", part); err != nil {
 			return c, fmt.Errorf("configuration: %w", err)
@@ -101,6 +102,16 @@ func (c Config) Target() string {
 		return orDefault(js.Stream, jetstream.DefaultStream) + "/" + orDefault(js.Consumer, jetstream.DefaultConsumer)
 	}
 	return ""
+}
+
+// UsageDefaults says what OWED_QUEUE_DELAY_MAX, the worker's override of
+// QueueDelayMax, is when it is not set (config.UsageDefaulter).
+func (c Config) UsageDefaults() map[string]string {
+	by := make([]string, 0, len(Names))
+	for _, n := range Names {
+		by = append(by, n+" "+Config{Backend: n}.QueueDelayMax().String())
+	}
+	return map[string]string{"OWED_QUEUE_DELAY_MAX": "the backend's: " + strings.Join(by, ", ")}
 }
 
 // QueueDelayMax is the chosen backend's DefaultQueueDelayMax: the longest a

@@ -84,20 +84,31 @@ type Config struct {
 	Clock clock.Clock `ignored:"true"`
 }
 
-// withDefaults returns c with every empty field at its default.
+// Defaults returns the Config whose OWED_NATS_* settings, but the server's
+// URL and credentials, hold their defaults: what backends.LoadConfig reads
+// the environment over, so a Config read from it, and `--help`, show the
+// names and the ack wait in use.
+func Defaults() Config {
+	return Config{Stream: DefaultStream, Subject: DefaultSubject, Consumer: DefaultConsumer,
+		DeadLetterStream: DefaultDeadLetterStream, DeadLetterSubject: DefaultDeadLetterSubject, AckWait: DefaultAckWait}
+}
+
+// withDefaults returns c with every empty field at its default, for a
+// Config built in code rather than read over Defaults.
 func (c Config) withDefaults() Config {
+	d := Defaults()
 	def := func(s *string, v string) {
 		if *s == "" {
 			*s = v
 		}
 	}
-	def(&c.Stream, DefaultStream)
-	def(&c.Subject, DefaultSubject)
-	def(&c.Consumer, DefaultConsumer)
-	def(&c.DeadLetterStream, DefaultDeadLetterStream)
-	def(&c.DeadLetterSubject, DefaultDeadLetterSubject)
+	def(&c.Stream, d.Stream)
+	def(&c.Subject, d.Subject)
+	def(&c.Consumer, d.Consumer)
+	def(&c.DeadLetterStream, d.DeadLetterStream)
+	def(&c.DeadLetterSubject, d.DeadLetterSubject)
 	if c.AckWait == 0 {
-		c.AckWait = DefaultAckWait
+		c.AckWait = d.AckWait
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1

@@ -18,6 +18,7 @@ import (
 
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/backendtest"
+	"github.com/owedhq/owed/internal/testenv"
 )
 
 // serverCommand is the local SQS-compatible server scripts/install-sqs.sh
@@ -25,15 +26,13 @@ import (
 const serverCommand = "owed-sqs-server"
 
 // startServer starts the local SQS server on a free loopback port and
-// returns its endpoint, or skips the test when it is not installed.
+// returns its endpoint; without it installed the test skips, or fails under
+// make test (testenv.Missing).
 func startServer(t *testing.T) string {
 	t.Helper()
 	path := os.Getenv("OWED_SQS_SERVER")
 	if path == "" {
-		var err error
-		if path, err = exec.LookPath(serverCommand); err != nil {
-			t.Skipf("%s is not installed: run scripts/install-sqs.sh (as root) to test the sqs backend against a local SQS server", serverCommand)
-		}
+		path = testenv.LookPath(t, serverCommand, testenv.InstallSQS)
 	}
 	cmd := exec.Command(path, "--host", "127.0.0.1", "--port", "0")
 	cmd.Stderr = os.Stderr
