@@ -22,6 +22,7 @@ import (
 	"github.com/owedhq/owed/internal/provider/sandbox"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/sweeper"
+	"github.com/owedhq/owed/internal/testenv"
 	"github.com/owedhq/owed/internal/worker"
 )
 
@@ -50,7 +51,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no Chromium binary found: install Debian's chromium (scripts/install-deps.sh does) or set " + ChromiumVariable)
+	testenv.Missing(t, "a Chromium binary", "apt-get install chromium (scripts/install-deps.sh does), or set "+ChromiumVariable)
 	return ""
 }
 
