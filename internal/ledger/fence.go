@@ -34,10 +34,11 @@ var ErrClaimLost = errors.New("ledger: the claim was superseded: the row is no l
 
 // holdJSON is one element of the JSON array of qExtendClaims.
 type holdJSON struct {
-	Idx    int    `json:"idx"`
-	Tenant string `json:"tenant_id"`
-	ID     int64  `json:"id"`
-	Seq    int64  `json:"claim_seq"`
+	Idx       int    `json:"idx"`
+	Tenant    string `json:"tenant_id"`
+	ID        int64  `json:"id"`
+	Seq       int64  `json:"claim_seq"`
+	StartSend bool   `json:"start_send,omitempty"`
 }
 
 // ExtendClaims is the heartbeat of many held claims, possibly of many
@@ -48,6 +49,23 @@ type holdJSON struct {
 // row's, a *ValidationError for a hold the ledger can never take; the error
 // return is for the batch as a whole.
 func (l *Ledger) ExtendClaims(ctx context.Context, holds []Hold, leaseFor time.Duration) ([]error, error) {
+	return l.extendClaims(ctx, holds, leaseFor, false)
+}
+
+// StartSends is the check right before the sends of many held claims (see
+// ExtendClaims, which it is besides): each row's lease is extended, its
+// claim stops being revocable (ClaimParams.Revocable), so a cancel or
+// reschedule from now on waits on the send as an intent, and claimed_at
+// marks that the send may reach the provider. It answers ErrClaimLost for
+// a claim that is no longer the row's, a revocable one a cancel or
+// reschedule took back included: that row must not be sent. It is always a
+// ledger statement, never an answer from memory, because the change that
+// revokes a claim is another process's write.
+func (l *Ledger) StartSends(ctx context.Context, holds []Hold, leaseFor time.Duration) ([]error, error) {
+	return l.extendClaims(ctx, holds, leaseFor, true)
+}
+
+func (l *Ledger) extendClaims(ctx context.Context, holds []Hold, leaseFor time.Duration, start bool) ([]error, error) {
 	if leaseFor <= 0 {
 		return nil, fmt.Errorf("ledger: claim lease must be above zero, got %s", leaseFor)
 	}
@@ -55,7 +73,7 @@ func (l *Ledger) ExtendClaims(ctx context.Context, holds []Hold, leaseFor time.D
 	in := make([]holdJSON, 0, len(holds))
 	for i, h := range holds {
 		if errs[i] = ValidateTenant(h.Tenant); errs[i] == nil {
-			in = append(in, holdJSON{Idx: i, Tenant: h.Tenant, ID: h.ID, Seq: h.Seq})
+			in = append(in, holdJSON{Idx: i, Tenant: h.Tenant, ID: h.ID, Seq: h.Seq, StartSend: start})
 		}
 	}
 	if len(in) == 0 {

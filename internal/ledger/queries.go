@@ -54,7 +54,10 @@ SELECT id, state FROM owed_notifications
 	// worker is sending right now is left alone here: its outcome is the
 	// truth, and the cancel or reschedule is recorded on it as an intent
 	// instead (qRecordCancel, qRecordReschedule in schedule.go), applied
-	// when the send ends (migrations/00013).
+	// when the send ends (owed_apply_intent, intents.sql). A row whose
+	// claim is still revocable (its worker has not started the send:
+	// claim_revocable, notifications.sql) is open: the change takes it back
+	// from the claim, and the worker's StartSends then refuses to send it.
 	//
 	// The rows are locked in id order first, as every multi-row update a
 	// worker may race is (see qMarkQueued).
@@ -64,7 +67,7 @@ SELECT id, state FROM owed_notifications
          ORDER BY id FOR UPDATE) l
  WHERE n.id = l.id
    AND n.settled_at IS NULL
-   AND (n.state <> 'sending' OR n.lease_until <= coalesce($4::timestamptz, now()))`
+   AND (n.state <> 'sending' OR n.lease_until <= coalesce($4::timestamptz, now()) OR n.claim_revocable)`
 
 	// qCancel settles the open rows of one subject.
 	qCancel = `
@@ -72,11 +75,12 @@ UPDATE owed_notifications n
    SET state = 'cancelled', settled_at = coalesce($4::timestamptz, now()), lease_until = NULL,
        updated_at = coalesce($4::timestamptz, now()), last_error = 'cancelled'` + subjectOpenRows
 
-	// qCountInFlight counts rows of one subject that are being sent now.
+	// qCountInFlight counts rows of one subject that are being sent now:
+	// their worker holds a live claim and has started the send.
 	qCountInFlight = `
 SELECT count(*) FROM owed_notifications
  WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3
-   AND state = 'sending' AND lease_until > coalesce($4::timestamptz, now())`
+   AND state = 'sending' AND lease_until > coalesce($4::timestamptz, now()) AND NOT claim_revocable`
 
 	// qReschedule moves the open rows of one subject to a new due time ($5),
 	// shifting an expiry by the same amount so the window a nudge is worth
@@ -87,11 +91,15 @@ SELECT count(*) FROM owed_notifications
 	// snooze and un-snooze back to a due time already published must not
 	// reuse that message's queue key, or a queue that deduplicates would
 	// drop the new message as a copy of the old one, which the worker
-	// acked as stale.
+	// acked as stale. claimed_at stays: on a row re-opened after a claim
+	// that lapsed mid-send (or released with an uncertain outcome) it marks
+	// that the provider may have the row already, so the send at the new
+	// time is recorded as a possible duplicate; a claim revoked before its
+	// send never stamped it.
 	qReschedule = `
 UPDATE owed_notifications n
    SET due_at = $5, expires_at = ` + shiftedExpiry + `,
-       state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
+       state = 'pending', lease_until = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($4::timestamptz, now())` + subjectOpenRows
 

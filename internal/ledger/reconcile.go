@@ -56,13 +56,14 @@ const (
  WHERE n.id = i.id AND n.tenant_id = $1 AND n.materialised AND n.settled_at IS NULL`
 
 	// materialisedOpen is an open row, as subjectOpenRows says: one no
-	// live worker is sending.
+	// live worker is sending, a row whose claim is still revocable
+	// included.
 	materialisedOpen = materialisedInput + `
-   AND (n.state <> 'sending' OR n.lease_until <= coalesce($2::timestamptz, now()))`
+   AND (n.state <> 'sending' OR n.lease_until <= coalesce($2::timestamptz, now()) OR n.claim_revocable)`
 
 	// materialisedInFlight is a row a live worker is sending.
 	materialisedInFlight = materialisedInput + `
-   AND n.state = 'sending' AND n.lease_until > coalesce($2::timestamptz, now())`
+   AND n.state = 'sending' AND n.lease_until > coalesce($2::timestamptz, now()) AND NOT n.claim_revocable`
 
 	// cancelWaits is a cancel still waiting on the row's send.
 	cancelWaits = `(n.intent IS NOT DISTINCT FROM 'cancel' AND n.intent_outcome IS NULL)`
@@ -101,12 +102,13 @@ UPDATE owed_notifications n
 
 	// qMoveMaterialised moves open rows as qReschedule does (a new due time
 	// is a new idempotency key; pending, never published under it, a new
-	// queue generation), to the expiry named rather than a shifted one. A
-	// row already there is left as it is.
+	// queue generation, claimed_at kept as the possible-duplicate mark), to
+	// the expiry named rather than a shifted one. A row already there is
+	// left as it is.
 	qMoveMaterialised = `
 UPDATE owed_notifications n
    SET due_at = i.due_at, expires_at = i.expires_at,
-       state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
+       state = 'pending', lease_until = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($2::timestamptz, now())` +
 		materialisedOpen + ` AND NOT i.cancel AND NOT ` + takenKey + `

@@ -237,10 +237,12 @@ func scheduleRows(tx *txn, tenant string, doc []byte, now any, out []Scheduled) 
 type ChangeResult struct {
 	// Changed counts open rows that were cancelled or moved.
 	Changed int64 `json:"changed"`
-	// InFlight counts rows a worker is sending right now.
+	// InFlight counts rows a worker is sending right now: its send has
+	// started (StartSends), so the change cannot stop it. A row claimed but
+	// not yet started is changed at once and counted in Changed.
 	InFlight int64 `json:"in_flight"`
 	// Intents counts the rows in flight that now carry this change as an
-	// intent, applied when their send ends (migrations/00013_intents.sql):
+	// intent, applied when their send ends (owed_apply_intent, intents.sql):
 	// a send handed back (no pace slot, a 429, a transient error) takes it,
 	// so a cancelled row is never sent and a rescheduled one goes out at the
 	// new due time; a send that delivers first stands, and a reschedule then
@@ -328,7 +330,7 @@ const (
 	subjectInFlight = `
     SELECT n.id, n.recipient FROM owed_notifications n
      WHERE n.tenant_id = $1 AND n.kind = $2 AND n.ref_id = $3 AND n.settled_at IS NULL
-       AND n.state = 'sending' AND n.lease_until > coalesce($4::timestamptz, now())`
+       AND n.state = 'sending' AND n.lease_until > coalesce($4::timestamptz, now()) AND NOT n.claim_revocable`
 
 	// qRecordCancel records a cancel on the subject's rows in flight,
 	// replacing a reschedule still waiting there: the cancel is the later

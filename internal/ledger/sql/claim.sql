@@ -18,8 +18,18 @@
 -- the claim then finds the row cancelled or moved and sends nothing the
 -- caller was told would not be sent. claimed_at stays, so a send after a
 -- reschedule is still flagged a possible duplicate.
+--
+-- p_revocable makes the claim revocable until its worker starts the send
+-- (owed_extend_claims with start_send, the worker's check before the send):
+-- a cancel or reschedule that lands meanwhile takes the row back from the
+-- claim (ledger.Cancel, ledger.Reschedule) instead of waiting on the send as
+-- an intent, and the check then refuses, so nothing the caller was told is
+-- cancelled is ever sent. A revocable claim leaves claimed_at as it was: the
+-- mark that a send may already have reached the provider is stamped when the
+-- send starts, since a claim revoked or lost before that sent nothing. The
+-- previous release's claims pass no p_revocable and are as before.
 CREATE FUNCTION owed_claim(p_tenant text, p_id bigint, p_now timestamptz, p_lease_until timestamptz,
-                           p_due timestamptz, p_latest_due timestamptz)
+                           p_due timestamptz, p_latest_due timestamptz, p_revocable boolean DEFAULT false)
 RETURNS TABLE (id bigint, tenant_id text, recipient text, channel text, kind text, ref_id text,
                due_at timestamptz, expires_at timestamptz, payload jsonb, state text, attempts integer,
                lease_until timestamptz, claimed_at timestamptz, published_at timestamptz,
@@ -49,8 +59,9 @@ BEGIN
         -- until ledger.Redrive reopens it. Each claim that takes the row
         -- moves its token on.
         UPDATE owed_notifications n
-           SET state = 'sending', claimed_at = p_now, lease_until = p_lease_until, updated_at = p_now,
-               claim_seq = n.claim_seq + 1
+           SET state = 'sending', lease_until = p_lease_until, updated_at = p_now,
+               claimed_at = CASE WHEN p_revocable THEN n.claimed_at ELSE p_now END,
+               claim_revocable = p_revocable, claim_seq = n.claim_seq + 1
           FROM cur
          WHERE n.id = cur.id
            AND cur.settled_at IS NULL
@@ -106,7 +117,8 @@ $$;
 -- worker uses the mark when the row's recipient is the address it sends to,
 -- and looks a resolved address up itself when a resolver maps it to
 -- another. The scope is set before each row's query, so both owed_claim and
--- the mark's read see that row's tenant alone.
+-- the mark's read see that row's tenant alone. A row's revocable (absent:
+-- false) is owed_claim's p_revocable.
 CREATE FUNCTION owed_claim_batch_marked(p_rows jsonb, p_now timestamptz, p_lease_until timestamptz,
                                         p_latest_due timestamptz)
 RETURNS TABLE (idx integer, id bigint, tenant_id text, recipient text, channel text, kind text, ref_id text,
@@ -119,13 +131,15 @@ LANGUAGE plpgsql AS $$
 DECLARE
     r record;
 BEGIN
-    FOR r IN SELECT * FROM jsonb_to_recordset(p_rows) AS x(idx integer, tenant_id text, id bigint, due_at timestamptz)
+    FOR r IN SELECT * FROM jsonb_to_recordset(p_rows) AS x(idx integer, tenant_id text, id bigint, due_at timestamptz,
+                                                            revocable boolean)
              ORDER BY x.id, x.idx
     LOOP
         PERFORM set_config('owed.tenant_id', r.tenant_id, true);
         RETURN QUERY
         SELECT r.idx, c.*, u.provider, u.code, u.marked_at
-          FROM owed_claim(r.tenant_id, r.id, p_now, p_lease_until, r.due_at, p_latest_due) c
+          FROM owed_claim(r.tenant_id, r.id, p_now, p_lease_until, r.due_at, p_latest_due,
+                          coalesce(r.revocable, false)) c
           LEFT JOIN owed_undeliverable u
             ON c.took AND u.tenant_id = c.tenant_id AND u.channel = c.channel AND u.address = c.recipient;
     END LOOP;
@@ -138,19 +152,35 @@ $$;
 -- token its worker holds, so a claim stays the worker's as long as the
 -- worker is alive, however long its resolve, pace wait or send takes. held
 -- says whether it was; a row not visible in its tenant's scope is not held.
+--
+-- A row with start_send is the worker's check right before its send: the
+-- claim stops being revocable (owed_claim's p_revocable), so a cancel or
+-- reschedule from now on waits on the send as an intent, and claimed_at
+-- marks that this send may reach the provider. The check and a cancel lock
+-- the row, so one of them comes first: a claim the cancel revoked is not
+-- held, and its worker never sends.
 CREATE FUNCTION owed_extend_claims(p_rows jsonb, p_now timestamptz, p_lease_until timestamptz)
 RETURNS TABLE (idx integer, held boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     r record;
 BEGIN
-    FOR r IN SELECT * FROM jsonb_to_recordset(p_rows) AS x(idx integer, tenant_id text, id bigint, claim_seq bigint)
+    FOR r IN SELECT * FROM jsonb_to_recordset(p_rows) AS x(idx integer, tenant_id text, id bigint, claim_seq bigint,
+                                                            start_send boolean)
              ORDER BY x.id, x.idx
     LOOP
         PERFORM set_config('owed.tenant_id', r.tenant_id, true);
-        UPDATE owed_notifications n
-           SET lease_until = greatest(n.lease_until, p_lease_until)
-         WHERE n.id = r.id AND n.state = 'sending' AND n.claim_seq = r.claim_seq;
+        IF r.start_send THEN
+            UPDATE owed_notifications n
+               SET lease_until = greatest(n.lease_until, p_lease_until), claim_revocable = false,
+                   claimed_at = CASE WHEN n.claim_revocable THEN p_now ELSE n.claimed_at END,
+                   updated_at = p_now
+             WHERE n.id = r.id AND n.state = 'sending' AND n.claim_seq = r.claim_seq;
+        ELSE
+            UPDATE owed_notifications n
+               SET lease_until = greatest(n.lease_until, p_lease_until)
+             WHERE n.id = r.id AND n.state = 'sending' AND n.claim_seq = r.claim_seq;
+        END IF;
         idx := r.idx;
         held := FOUND;
         RETURN NEXT;

@@ -89,6 +89,15 @@ CREATE TABLE owed_notifications (
     -- application scheduled through the API for the same subject, which the
     -- materialiser never changes.
     materialised        boolean     NOT NULL DEFAULT false,
+    -- While the row is sending: its claim is revocable, since its worker has
+    -- not started the send yet (owed_claim's p_revocable, claim.sql). A
+    -- cancel or reschedule takes such a row back from its claim at once, as
+    -- it does an open row, and the worker's check before the send
+    -- (owed_extend_claims with start_send) then finds the claim gone and
+    -- sends nothing; that check makes the claim irrevocable, after which a
+    -- change waits on the send as an intent (intents.sql). Meaningless in
+    -- any other state: every claim sets it.
+    claim_revocable     boolean     NOT NULL DEFAULT false,
     -- Scheduling the same thing twice is one row.
     CONSTRAINT owed_notifications_schedule_key UNIQUE (tenant_id, recipient, kind, ref_id, due_at),
     -- settled_at is set exactly when the state is final, so the partial
