@@ -133,11 +133,15 @@ func TestRescheduleAfterALapsedClaimKeepsThePossibleDuplicateMark(t *testing.T) 
 	for _, how := range []string{"reschedule", "materialiser"} {
 		ref := "T-" + how
 		due := b.now
-		id := mustSchedule(t, b, "acme", row("a", ref, due))[0].ID
+		var id int64
 		if how == "materialiser" {
-			if err := b.l.MarkMaterialised(ctx, "acme", []int64{id}); err != nil {
+			out, err := b.l.ScheduleMaterialised(ctx, "acme", []NewNotification{row("a", ref, due)})
+			if err != nil {
 				t.Fatal(err)
 			}
+			id = out[0].ID
+		} else {
+			id = mustSchedule(t, b, "acme", row("a", ref, due))[0].ID
 		}
 		// The worker claims the row and dies mid-send: its lease runs out.
 		mustClaim(t, b, "acme", id, ClaimParams{DueAt: due, LeaseFor: time.Minute})

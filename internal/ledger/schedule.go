@@ -109,6 +109,14 @@ RETURNING id`
 // payload several rows share (an event's) is stored once, and rows are
 // inserted in chunks, all in one transaction.
 func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotification) ([]Scheduled, error) {
+	return l.schedule(ctx, tenant, rows, nil)
+}
+
+// schedule is Schedule, running then (when not nil) in the same
+// transaction after the rows are written, with what was scheduled: a
+// failure of then writes nothing at all.
+func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotification,
+	then func(tx *txn, out []Scheduled) error) ([]Scheduled, error) {
 	canon, err := validate(tenant, rows)
 	if err != nil {
 		return nil, err
@@ -171,6 +179,9 @@ func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotifica
 			if _, err := tx.Exec(qDeleteSharedPayloads, tenant, pq.Array(unused)); err != nil {
 				return err
 			}
+		}
+		if then != nil {
+			return then(tx, out)
 		}
 		return nil
 	})
