@@ -218,13 +218,21 @@ type deliveredJSON struct {
 	PossibleDuplicate bool      `json:"possible_duplicate"`
 }
 
+// ErrSetAside is a row a batch statement could not apply: it was set aside
+// alone, settled failed (or cancelled, when a cancel waited on it) with the
+// reason as its last_error, and the rest of the batch went on
+// (owed_set_aside, internal/ledger/sql/claim.sql).
+var ErrSetAside = errors.New("ledger: the row could not be applied and was set aside")
+
 // SettleDeliveredBatch records many accepted sends and settles their rows
 // delivered, possibly of many tenants, in one statement and one commit (see
 // qSettleDeliveredBatch); each attempt finishes at the ledger's now, when
-// it is recorded. It reports, in input order, whether each row changed, and
-// an error per row in errs (nil errs when there is none): ErrNotFound for a
-// row not visible in its tenant's scope, a *ValidationError for a row the
-// ledger can never take, and ErrClaimLost for a send whose claim was
+// it is recorded. It reports, in input order, whether each row changed,
+// and an error per row in errs (nil errs when there is none): ErrNotFound
+// for a row not visible in its tenant's scope, a *ValidationError for a row
+// the ledger can never take, ErrSetAside for a row the statement could not
+// apply (set aside alone: no row fails the batch), and ErrClaimLost for a
+// send whose claim was
 // superseded by one that still holds the row: its attempt is recorded, as a
 // possible duplicate, and the row is left to that claim, so the caller must
 // not ack on its behalf. A superseded send whose row no live claim holds
@@ -269,13 +277,16 @@ func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (ch
 	for res.Next() {
 		var idx int
 		var ch, elsewhere sql.NullBool
-		if err := res.Scan(&idx, &ch, &elsewhere); err != nil {
+		var aside sql.NullString
+		if err := res.Scan(&idx, &ch, &elsewhere, &aside); err != nil {
 			return nil, nil, err
 		}
 		if idx < 0 || idx >= len(rows) {
 			return nil, nil, fmt.Errorf("ledger: batch settle answered unknown index %d", idx)
 		}
 		switch {
+		case aside.Valid:
+			fail(idx, fmt.Errorf("%w: row %d: %s", ErrSetAside, rows[idx].Hold.ID, aside.String))
 		case !ch.Valid:
 			fail(idx, ErrNotFound)
 		case elsewhere.Bool:

@@ -231,7 +231,8 @@ SELECT c.*, t.now
 	// from under it. A row not visible in its tenant's scope answers a NULL
 	// changed.
 	qSettleDeliveredBatch = `
-SELECT idx, changed, held_elsewhere FROM owed_settle_delivered_batch($1::jsonb, coalesce($2::timestamptz, now()))`
+SELECT idx, changed, held_elsewhere, set_aside
+  FROM owed_settle_delivered_batch($1::jsonb, coalesce($2::timestamptz, now()))`
 
 	// qExtendClaims is the heartbeat of many held claims, possibly of many
 	// tenants, in one statement and one commit: owed_extend_claims

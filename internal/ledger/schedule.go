@@ -282,16 +282,28 @@ var ErrConflict = errors.New("ledger: a notification for this recipient, kind an
 // snooze), and records the move on every row a worker is sending
 // (ChangeResult.Intents). It changes nothing and returns ErrConflict when a
 // row, open or in flight, would land on a due time its recipient already has
-// a row for.
+// a row for, and a *ValidationError naming due_at when a row's expiry,
+// moved with it, would not be after it (the expiry stops at the last time
+// the ledger holds, 9999-12-31T23:59:59.999999Z): a move the row could never
+// take, refused before it is recorded, so no batch that ends the row's send
+// ever meets it.
 func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDue time.Time) (ChangeResult, error) {
 	if err := ValidateReschedule(tenant, kind, ref, newDue); err != nil {
 		return ChangeResult{}, err
 	}
-	res, err := l.changeSubject(ctx, tenant, kind, ref, qReschedule, qRecordReschedule,
-		newDue.UTC().Truncate(time.Microsecond))
+	due := newDue.UTC().Truncate(time.Microsecond)
+	res, err := l.changeSubject(ctx, tenant, kind, ref, qReschedule, qRecordReschedule, due)
 	var pqErr *pq.Error
-	if errors.As(err, &pqErr) && pqErr.Code == "23505" {
+	switch {
+	case errors.As(err, &pqErr) && pqErr.Code == "23505":
 		return ChangeResult{}, ErrConflict
+	case errors.As(err, &pqErr) && pqErr.Code == "23514":
+		// A check of the moved row or of the recorded intent: the due time
+		// is in range (ValidateReschedule), so it is the expiry's.
+		v := &ValidationError{}
+		v.add(-1, "due_at", "%s leaves no room for the rows' expiry, which moves with the due time and must stay "+
+			"after it (no later than 9999-12-31T23:59:59.999999Z): choose an earlier due_at", due.Format(time.RFC3339Nano))
+		return ChangeResult{}, v
 	}
 	return res, err
 }
