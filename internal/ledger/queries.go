@@ -21,7 +21,9 @@ const (
 
 	// qSchedule inserts a batch idempotently. The batch travels as one JSON
 	// array so a thousand rows cost one round trip. Rows already there are
-	// found by the schedule key in the final select.
+	// found by the schedule key in the final select. A row created answers
+	// the state it was stored in: pending, or expired when it was already
+	// past its default grace (owed_apply_default_grace, grace.sql).
 	qSchedule = `
 WITH input AS (
     SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
@@ -34,9 +36,9 @@ WITH input AS (
            coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now())
       FROM input ORDER BY idx
     ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING
-    RETURNING id, recipient, kind, ref_id, due_at
+    RETURNING id, recipient, kind, ref_id, due_at, state
 )
-SELECT i.idx, coalesce(ins.id, n.id), ins.id IS NOT NULL, coalesce(n.state, 'pending')
+SELECT i.idx, coalesce(ins.id, n.id), ins.id IS NOT NULL, coalesce(ins.state, n.state, 'pending')
   FROM input i
   LEFT JOIN ins ON (ins.recipient, ins.kind, ins.ref_id, ins.due_at) = (i.recipient, i.kind, i.ref_id, i.due_at)
   LEFT JOIN owed_notifications n ON n.tenant_id = $2
