@@ -87,6 +87,13 @@ type ClaimParams struct {
 	// EarlyTolerance lets a message that arrives this much before the due
 	// time be sent anyway (clocks differ a little between machines).
 	EarlyTolerance time.Duration
+	// Revocable makes each claim revocable until the caller starts its send
+	// with StartSends: a Cancel or Reschedule that lands meanwhile takes the
+	// row back from the claim at once (and answers it as changed, not in
+	// flight), and StartSends then reports ErrClaimLost, so the row is never
+	// sent. A caller that sets it must call StartSends right before every
+	// send; the worker does.
+	Revocable bool
 }
 
 // ClaimForSend is ClaimForSendBatch for one row: the claim on one row
@@ -105,7 +112,7 @@ func (l *Ledger) ClaimForSend(ctx context.Context, tenant string, id int64, p Cl
 // as it was before the statement; an expired row that no live claim holds
 // is settled expired here.
 func (l *Ledger) decide(ctx context.Context, row Notification, took bool, due, now time.Time,
-	early time.Duration) (Claim, error) {
+	p ClaimParams) (Claim, error) {
 	c := Claim{Row: row, Now: now}
 	var err error
 	// The statement took the row exactly when none of the cases below
@@ -127,7 +134,7 @@ func (l *Ledger) decide(ctx context.Context, row Notification, took bool, due, n
 			_, err := tx.Exec(qExpireUnclaimed, row.ID, now)
 			return err
 		})
-	case row.DueAt.After(now.Add(early)):
+	case row.DueAt.After(now.Add(p.EarlyTolerance)):
 		c.Outcome = ClaimEarly
 		c.Wait = row.DueAt.Sub(now)
 	default:
@@ -138,7 +145,11 @@ func (l *Ledger) decide(ctx context.Context, row Notification, took bool, due, n
 		// the provider took the message (or an uncertain release or a
 		// Redrive kept the mark).
 		c.PossibleDuplicate = row.ClaimedAt != nil
-		c.Row.State, c.Row.ClaimedAt = StateSending, &now
+		c.Row.State = StateSending
+		if !p.Revocable {
+			// A revocable claim leaves claimed_at to StartSends.
+			c.Row.ClaimedAt = &now
+		}
 		// The statement returned the row's new claim_seq: this claim's token.
 		c.Hold = Hold{Tenant: row.Tenant, ID: row.ID, Seq: row.ClaimSeq}
 	}
@@ -156,10 +167,11 @@ type ClaimRequest struct {
 }
 
 type claimJSON struct {
-	Idx    int       `json:"idx"`
-	Tenant string    `json:"tenant_id"`
-	ID     int64     `json:"id"`
-	DueAt  time.Time `json:"due_at"`
+	Idx       int       `json:"idx"`
+	Tenant    string    `json:"tenant_id"`
+	ID        int64     `json:"id"`
+	DueAt     time.Time `json:"due_at"`
+	Revocable bool      `json:"revocable,omitempty"`
 }
 
 // ClaimForSendBatch is the worker's claim on many rows, possibly of many
@@ -185,7 +197,7 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 			continue
 		}
 		due[i] = r.DueAt.UTC().Truncate(time.Microsecond)
-		in = append(in, claimJSON{Idx: i, Tenant: r.Tenant, ID: r.ID, DueAt: due[i]})
+		in = append(in, claimJSON{Idx: i, Tenant: r.Tenant, ID: r.ID, DueAt: due[i], Revocable: p.Revocable})
 	}
 	if len(in) == 0 {
 		return claims, errs, nil
@@ -229,7 +241,7 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 			errs[r.Idx] = ErrNotFound
 			continue
 		}
-		claims[r.Idx], errs[r.Idx] = l.decide(ctx, a.row, a.took, due[r.Idx], a.now, p.EarlyTolerance)
+		claims[r.Idx], errs[r.Idx] = l.decide(ctx, a.row, a.took, due[r.Idx], a.now, p)
 		if claims[r.Idx].Outcome == ClaimSend {
 			claims[r.Idx].Undeliverable = a.mark
 		}

@@ -34,10 +34,11 @@ var ErrClaimLost = errors.New("ledger: the claim was superseded: the row is no l
 
 // holdJSON is one element of the JSON array of qExtendClaims.
 type holdJSON struct {
-	Idx    int    `json:"idx"`
-	Tenant string `json:"tenant_id"`
-	ID     int64  `json:"id"`
-	Seq    int64  `json:"claim_seq"`
+	Idx       int    `json:"idx"`
+	Tenant    string `json:"tenant_id"`
+	ID        int64  `json:"id"`
+	Seq       int64  `json:"claim_seq"`
+	StartSend bool   `json:"start_send,omitempty"`
 }
 
 // ExtendClaims is the heartbeat of many held claims, possibly of many
@@ -48,6 +49,23 @@ type holdJSON struct {
 // row's, a *ValidationError for a hold the ledger can never take; the error
 // return is for the batch as a whole.
 func (l *Ledger) ExtendClaims(ctx context.Context, holds []Hold, leaseFor time.Duration) ([]error, error) {
+	return l.extendClaims(ctx, holds, leaseFor, false)
+}
+
+// StartSends is the check right before the sends of many held claims (see
+// ExtendClaims, which it is besides): each row's lease is extended, its
+// claim stops being revocable (ClaimParams.Revocable), so a cancel or
+// reschedule from now on waits on the send as an intent, and claimed_at
+// marks that the send may reach the provider. It answers ErrClaimLost for
+// a claim that is no longer the row's, a revocable one a cancel or
+// reschedule took back included: that row must not be sent. It is always a
+// ledger statement, never an answer from memory, because the change that
+// revokes a claim is another process's write.
+func (l *Ledger) StartSends(ctx context.Context, holds []Hold, leaseFor time.Duration) ([]error, error) {
+	return l.extendClaims(ctx, holds, leaseFor, true)
+}
+
+func (l *Ledger) extendClaims(ctx context.Context, holds []Hold, leaseFor time.Duration, start bool) ([]error, error) {
 	if leaseFor <= 0 {
 		return nil, fmt.Errorf("ledger: claim lease must be above zero, got %s", leaseFor)
 	}
@@ -55,7 +73,7 @@ func (l *Ledger) ExtendClaims(ctx context.Context, holds []Hold, leaseFor time.D
 	in := make([]holdJSON, 0, len(holds))
 	for i, h := range holds {
 		if errs[i] = ValidateTenant(h.Tenant); errs[i] == nil {
-			in = append(in, holdJSON{Idx: i, Tenant: h.Tenant, ID: h.ID, Seq: h.Seq})
+			in = append(in, holdJSON{Idx: i, Tenant: h.Tenant, ID: h.ID, Seq: h.Seq, StartSend: start})
 		}
 	}
 	if len(in) == 0 {
@@ -200,13 +218,21 @@ type deliveredJSON struct {
 	PossibleDuplicate bool      `json:"possible_duplicate"`
 }
 
+// ErrSetAside is a row a batch statement could not apply: it was set aside
+// alone, settled failed (or cancelled, when a cancel waited on it) with the
+// reason as its last_error, and the rest of the batch went on
+// (owed_set_aside, internal/ledger/sql/claim.sql).
+var ErrSetAside = errors.New("ledger: the row could not be applied and was set aside")
+
 // SettleDeliveredBatch records many accepted sends and settles their rows
 // delivered, possibly of many tenants, in one statement and one commit (see
 // qSettleDeliveredBatch); each attempt finishes at the ledger's now, when
-// it is recorded. It reports, in input order, whether each row changed, and
-// an error per row in errs (nil errs when there is none): ErrNotFound for a
-// row not visible in its tenant's scope, a *ValidationError for a row the
-// ledger can never take, and ErrClaimLost for a send whose claim was
+// it is recorded. It reports, in input order, whether each row changed,
+// and an error per row in errs (nil errs when there is none): ErrNotFound
+// for a row not visible in its tenant's scope, a *ValidationError for a row
+// the ledger can never take, ErrSetAside for a row the statement could not
+// apply (set aside alone: no row fails the batch), and ErrClaimLost for a
+// send whose claim was
 // superseded by one that still holds the row: its attempt is recorded, as a
 // possible duplicate, and the row is left to that claim, so the caller must
 // not ack on its behalf. A superseded send whose row no live claim holds
@@ -251,13 +277,16 @@ func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (ch
 	for res.Next() {
 		var idx int
 		var ch, elsewhere sql.NullBool
-		if err := res.Scan(&idx, &ch, &elsewhere); err != nil {
+		var aside sql.NullString
+		if err := res.Scan(&idx, &ch, &elsewhere, &aside); err != nil {
 			return nil, nil, err
 		}
 		if idx < 0 || idx >= len(rows) {
 			return nil, nil, fmt.Errorf("ledger: batch settle answered unknown index %d", idx)
 		}
 		switch {
+		case aside.Valid:
+			fail(idx, fmt.Errorf("%w: row %d: %s", ErrSetAside, rows[idx].Hold.ID, aside.String))
 		case !ch.Valid:
 			fail(idx, ErrNotFound)
 		case elsewhere.Bool:

@@ -134,17 +134,20 @@ func (l *Ledger) ChangeMaterialised(ctx context.Context, tenant string, changes 
 	return res, nil
 }
 
-// MarkMaterialised marks tenant's unsettled rows ids as the materialiser's:
-// the rows Schedule answered for its items, created or found. A row already
-// marked, or settled, is left alone.
-func (l *Ledger) MarkMaterialised(ctx context.Context, tenant string, ids []int64) error {
-	if err := ValidateTenant(tenant); err != nil {
-		return err
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	return l.withTenant(ctx, tenant, func(tx *txn) error {
+// ScheduleMaterialised is Schedule for the materialiser: it schedules
+// tenant's rows for its items and marks every row it answers for, created or
+// found, as the materialiser's, in one transaction. Marked rows follow their
+// items (ChangeMaterialised); an unmarked nudge would not, so a mark that
+// failed after its rows were committed left a nudge the reconciliation never
+// sees (a moved item got two, a deleted one still got its own). Now the
+// rows and their mark commit together or not at all. A row already marked,
+// or settled, is left alone.
+func (l *Ledger) ScheduleMaterialised(ctx context.Context, tenant string, rows []NewNotification) ([]Scheduled, error) {
+	return l.schedule(ctx, tenant, rows, func(tx *txn, out []Scheduled) error {
+		ids := make([]int64, len(out))
+		for i, s := range out {
+			ids[i] = s.ID
+		}
 		_, err := tx.Exec(qMarkMaterialised, tenant, pq.Array(ids))
 		return err
 	})

@@ -95,6 +95,14 @@ var (
 // payload several rows share (an event's) is stored once, and rows are
 // inserted in chunks, all in one transaction.
 func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotification) ([]Scheduled, error) {
+	return l.schedule(ctx, tenant, rows, nil)
+}
+
+// schedule is Schedule, running then (when not nil) in the same
+// transaction after the rows are written, with what was scheduled: a
+// failure of then writes nothing at all.
+func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotification,
+	then func(tx *txn, out []Scheduled) error) ([]Scheduled, error) {
 	canon, err := validate(tenant, rows)
 	if err != nil {
 		return nil, err
@@ -157,6 +165,9 @@ func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotifica
 			if _, err := tx.Exec(qDeleteSharedPayloads, tenant, pq.Array(unused)); err != nil {
 				return err
 			}
+		}
+		if then != nil {
+			return then(tx, out)
 		}
 		return nil
 	})
@@ -223,7 +234,9 @@ func scheduleRows(tx *txn, tenant string, doc []byte, now any, out []Scheduled) 
 type ChangeResult struct {
 	// Changed counts open rows that were cancelled or moved.
 	Changed int64 `json:"changed"`
-	// InFlight counts rows a worker is sending right now.
+	// InFlight counts rows a worker is sending right now: its send has
+	// started (StartSends), so the change cannot stop it. A row claimed but
+	// not yet started is changed at once and counted in Changed.
 	InFlight int64 `json:"in_flight"`
 	// Intents counts the rows in flight that now carry this change as an
 	// intent, applied when their send ends (owed_apply_intent, sql/intents.sql):
@@ -255,7 +268,10 @@ var ErrConflict = errors.New("ledger: a notification for this recipient, kind an
 // snooze), and records the move on every row a worker is sending
 // (ChangeResult.Intents). It changes nothing and returns ErrConflict when a
 // row, open or in flight, would land on a due time its recipient already has
-// a row for.
+// a row for, and a *ValidationError naming due_at when a row's expiry,
+// moved with it, would pass the last time the ledger holds (expiryGuard) or
+// would not be after it: a move the row could never take, refused before it
+// is recorded, so no batch that ends the row's send ever meets it.
 func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDue time.Time) (ChangeResult, error) {
 	if err := ValidateReschedule(tenant, kind, ref, newDue); err != nil {
 		return ChangeResult{}, err
@@ -263,8 +279,16 @@ func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDu
 	due := newDue.UTC().Truncate(time.Microsecond)
 	res, err := l.changeSubject(ctx, tenant, kind, ref, expiryGuard(due), qReschedule, qRecordReschedule, due)
 	var pqErr *pq.Error
-	if errors.As(err, &pqErr) && pqErr.Code == "23505" {
+	switch {
+	case errors.As(err, &pqErr) && pqErr.Code == "23505":
 		return ChangeResult{}, ErrConflict
+	case errors.As(err, &pqErr) && pqErr.Code == "23514":
+		// A check of the moved row or of the recorded intent: the due time
+		// is in range (ValidateReschedule), so it is the expiry's.
+		v := &ValidationError{}
+		v.add(-1, "due_at", "%s leaves no room for the rows' expiry, which moves with the due time and must stay "+
+			"after it (no later than 9999-12-31T23:59:59.999999Z): choose an earlier due_at", due.Format(time.RFC3339Nano))
+		return ChangeResult{}, v
 	}
 	return res, err
 }

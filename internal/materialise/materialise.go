@@ -220,14 +220,14 @@ func (m *Materialiser) Run(ctx context.Context) (Result, error) {
 	for _, tenant := range sortedKeys(byTenant) {
 		// Each batch is one ledger call, within its bounds.
 		for chunk := range slices.Chunk(byTenant[tenant], ledger.MaxScheduleBatch) {
-			out, err := m.ledger.Schedule(ctx, tenant, chunk)
+			// The rows and their mark are one transaction: a row written
+			// unmarked would never follow its item.
+			out, err := m.ledger.ScheduleMaterialised(ctx, tenant, chunk)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("materialise: tenant %q: schedule %d rows: %w", tenant, len(chunk), err))
 				continue
 			}
-			ids := make([]int64, len(out))
 			for i, s := range out {
-				ids[i] = s.ID
 				switch {
 				case !s.Created:
 					res.Existing++
@@ -237,9 +237,6 @@ func (m *Materialiser) Run(ctx context.Context) (Result, error) {
 				default:
 					res.Scheduled++
 				}
-			}
-			if err := m.ledger.MarkMaterialised(ctx, tenant, ids); err != nil {
-				errs = append(errs, fmt.Errorf("materialise: tenant %q: mark %d rows: %w", tenant, len(ids), err))
 			}
 		}
 	}

@@ -372,3 +372,46 @@ func TestQueuedRowMovesAndItsMessageIsStale(t *testing.T) {
 	}
 	b.noop(t)
 }
+
+// A nudge and its mark are one transaction: a run whose mark fails (here a
+// check the owner adds refuses every marked row) leaves no nudge behind, and
+// the next run writes the item's one nudge, marked, so it follows the item
+// when it moves. Before, the nudge was committed and the mark failed after
+// it: an unmarked nudge the reconciliation never saw, and a moved item got a
+// second one.
+func TestANudgeIsNeverLeftWithoutItsMark(t *testing.T) {
+	b := setup(t)
+	start := b.now.Add(time.Hour)
+	addItem(t, b.db.App, "acme", "+15550001", "CAL-1", start, nil)
+	if _, err := b.db.Owner.Exec(`ALTER TABLE owed_notifications
+		ADD CONSTRAINT test_mark_fails CHECK (NOT materialised) NOT VALID`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.m.Run(ctx); err == nil {
+		t.Fatal("the run whose mark failed reported no error")
+	}
+	if rows := b.rows(t, "acme", "CAL-1"); len(rows) != 0 {
+		t.Fatalf("the failed run left %d nudges (state %s), want none: a nudge without its mark never follows its item",
+			len(rows), rows[0].State)
+	}
+	if _, err := b.db.Owner.Exec(`ALTER TABLE owed_notifications DROP CONSTRAINT test_mark_fails`); err != nil {
+		t.Fatal(err)
+	}
+	b.run(t)
+	moved := start.Add(30 * time.Minute)
+	moveItem(t, b, "acme", "CAL-1", moved)
+	b.run(t)
+	rows := b.rows(t, "acme", "CAL-1")
+	owed := 0
+	for _, r := range rows {
+		if !r.State.Settled() {
+			owed++
+			if !r.DueAt.Equal(moved.Add(-DefaultLead)) {
+				t.Errorf("the nudge owed is due %s, want %s (the moved item's)", r.DueAt, moved.Add(-DefaultLead))
+			}
+		}
+	}
+	if owed != 1 {
+		t.Errorf("%d nudges owed for the moved item, want one: %+v", owed, rows)
+	}
+}

@@ -19,9 +19,10 @@ import (
 // database migrated only that far (the previous release's head, when every
 // migration since is expand-only and the code tolerates their absence).
 // Raise it when code starts to depend on a migration; readiness refuses an
-// older schema with "run owedctl migrate up". 31: the operator pauses
-// (00029) and the console's audit (00031) are called by this code.
-const OldestSchema = 31
+// older schema with "run owedctl migrate up". 43: the claims' revocable
+// column (00040), the settle batch's set_aside answer (00042) and the
+// default grace's setter (00043) are used by this code.
+const OldestSchema = 43
 
 // queriesSQL is every statement this package runs itself, by name:
 // sql/queries.sql (docs/sql.md). owed_schema_compat, which they keep,

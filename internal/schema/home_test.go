@@ -32,6 +32,7 @@ var homeFiles = []string{
 	"internal/ledger/sql/receipts.sql",
 	"internal/ledger/sql/operator.sql",
 	"internal/ledger/sql/intents.sql",
+	"internal/ledger/sql/grace.sql",
 	"internal/ledger/sql/due_notify.sql",
 	"internal/ledger/sql/claim.sql",
 	"internal/ledger/sql/settle.sql",

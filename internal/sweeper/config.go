@@ -7,6 +7,7 @@ import (
 	"github.com/owedhq/owed/internal/api"
 	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/console"
+	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/payload"
@@ -67,6 +68,11 @@ type Config struct {
 	// sweep publishes no more than the pace lets the workers send before
 	// the next one; empty or "unlimited" is unpaced.
 	ProviderRate pace.Rate `envconfig:"PROVIDER_RATE"`
+	// DefaultGrace and DefaultGraceOverrides are the expiry of a row
+	// scheduled without one (ledger.Grace): New stores them, and the
+	// database applies them to every writer's rows.
+	DefaultGrace          ledger.Grace          `envconfig:"DEFAULT_GRACE"`
+	DefaultGraceOverrides ledger.GraceOverrides `envconfig:"DEFAULT_GRACE_OVERRIDES"`
 
 	// ConsoleToken is the operator console's token (OWED_CONSOLE_TOKEN);
 	// ConsoleTrustedHeader the reverse proxy's header that names an
@@ -99,8 +105,8 @@ func Defaults() Config {
 		SweepBatch: sweep.BatchDefault, SweepBudget: sweep.BudgetDefault, SweepRequeueBatch: sweep.RequeueBatchDefault,
 		SweepMaxOutstanding: sweep.MaxOutstandingDefault, SweepInterval: sweep.IntervalDefault,
 		PublishAhead: sweep.PublishAheadDefault, RequeueAfter: sweep.RequeueAfterDefault,
-		IdempotencyPrefix: sweep.KeyPrefixDefault,
-		NotifyConfig:      NotifyConfig{SweepOnNotify: SweepOnNotifyDefault, SweepNotifyRate: NotifyRateDefault}}
+		IdempotencyPrefix: sweep.KeyPrefixDefault, DefaultGrace: ledger.Grace{D: ledger.GraceDefault},
+		NotifyConfig: NotifyConfig{SweepOnNotify: SweepOnNotifyDefault, SweepNotifyRate: NotifyRateDefault}}
 }
 
 // LoadConfig reads the environment over Defaults. Errors name the variable.

@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -72,8 +73,14 @@ type options struct{ operator *ledger.Ledger }
 // services' login, which the database refuses them.
 func WithOperator(l *ledger.Ledger) Option { return func(o *options) { o.operator = l } }
 
+// graceWriteTimeout bounds New's write of the default grace.
+const graceWriteTimeout = 10 * time.Second
+
 // New assembles the service from its parts. clk (nil is clock.Real()) is the
-// one clock of every part; l should be built on the same one.
+// one clock of every part; l should be built on the same one. It stores the
+// default grace (OWED_DEFAULT_GRACE, OWED_DEFAULT_GRACE_OVERRIDES) in the
+// database, which applies it to every row scheduled from then on, whoever
+// writes it; a sweeper that cannot store it does not start.
 func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk clock.Clock, opts ...Option) (*Server, error) {
 	if clk == nil {
 		clk = clock.Real()
@@ -81,6 +88,15 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	o := options{operator: l}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), graceWriteTimeout)
+	defer cancel()
+	if err := l.SetDefaultGrace(ctx, cfg.DefaultGrace, cfg.DefaultGraceOverrides); err != nil {
+		return nil, fmt.Errorf("OWED_DEFAULT_GRACE: store the default grace in the database: %w", err)
+	}
+	if g := cfg.DefaultGrace.String(); g != "" {
+		log.Info().Str("default_grace", g).Str("overrides", cfg.DefaultGraceOverrides.String()).
+			Msg("sweeper: default grace stored")
 	}
 	sc := cfg.Sweep()
 	sc.Clock = clk

@@ -330,8 +330,11 @@ func (w *Worker) flushAcks(ctx context.Context, receipts []string) ([]struct{}, 
 func (w *Worker) flushClaims(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, []error) {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
+	// The claims are revocable until each send starts (startSend), so a
+	// cancel or reschedule that lands while a row waits for its due second,
+	// its account, the pace or its recipient is honoured.
 	claims, errs, err := w.o.Ledger.ClaimForSendBatch(ctx, reqs, ledger.ClaimParams{
-		LeaseFor: w.leaseFor(), EarlyTolerance: w.o.EarlyTolerance,
+		LeaseFor: w.leaseFor(), EarlyTolerance: w.o.EarlyTolerance, Revocable: true,
 	})
 	if err != nil {
 		return nil, fill(len(reqs), err)

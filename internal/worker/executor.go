@@ -314,9 +314,12 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 	}
 	// The guard before the side effect: the send goes out only while the
 	// claim is still this worker's, with lease enough left to cover it, so
-	// no other worker can claim the row while the provider may be taking it.
-	// The heartbeat keeps the lease beyond that while the send runs.
-	held, err := dl.lease.holds(timeout + w.beat())
+	// no other worker can claim the row while the provider may be taking it,
+	// and only if no cancel or reschedule revoked the claim since it was
+	// taken: the ledger is asked every time. From here on a change waits on
+	// the send as an intent. The heartbeat keeps the lease beyond that while
+	// the send runs.
+	held, err := dl.lease.startSend(timeout + w.beat())
 	if err != nil {
 		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "could not confirm the claim before sending: " + err.Error()})
 		m.outcome("retried")

@@ -89,9 +89,13 @@ func (cl *claimLease) run() {
 
 // renew extends the claim's lease in the ledger now: nil when it did,
 // ledger.ErrClaimLost when the claim is no longer the row's.
-func (cl *claimLease) renew() error {
+func (cl *claimLease) renew() error { return cl.ask(cl.w.extends) }
+
+// ask extends the claim's lease through b (the heartbeat's extends, or the
+// check before the send's starts) and records the answer.
+func (cl *claimLease) ask(b *batcher[ledger.Hold, struct{}]) error {
 	asked := clock.Read(cl.w.o.Clock)
-	_, err := cl.w.extends.do(cl.dl.hold)
+	_, err := b.do(cl.dl.hold)
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	switch {
@@ -105,15 +109,15 @@ func (cl *claimLease) renew() error {
 	return err
 }
 
-// holds reports whether the claim is still the worker's with at least need
-// of its lease left: at once when the last grant covers need, otherwise
-// after extending the lease in the ledger. It reports false with a nil
-// error when the claim is lost, and an error when the ledger could not say.
-func (cl *claimLease) holds(need time.Duration) (bool, error) {
-	if left, lost := cl.left(); lost || left >= need {
-		return !lost, nil
-	}
-	if err := cl.renew(); errors.Is(err, ledger.ErrClaimLost) {
+// startSend is the check right before the send: it reports whether the
+// claim is still the worker's with at least need of its lease left, and
+// makes it irrevocable (ledger.StartSends). It always asks the ledger: a
+// cancel or reschedule that landed since the claim revoked it there
+// (ledger.ClaimParams.Revocable), which nothing in this process can know.
+// It reports false with a nil error when the claim is lost or revoked, and
+// an error when the ledger could not say.
+func (cl *claimLease) startSend(need time.Duration) (bool, error) {
+	if err := cl.ask(cl.w.starts); errors.Is(err, ledger.ErrClaimLost) {
 		return false, nil
 	} else if err != nil {
 		return false, err
@@ -153,9 +157,20 @@ func (w *Worker) keepVisible(dl *delivery) {
 
 // flushExtends extends one batch of claims' leases in one ledger statement.
 func (w *Worker) flushExtends(ctx context.Context, holds []ledger.Hold) ([]struct{}, []error) {
+	return w.flushHolds(ctx, holds, w.o.Ledger.ExtendClaims)
+}
+
+// flushStarts makes one batch of checks before the send in one ledger
+// statement.
+func (w *Worker) flushStarts(ctx context.Context, holds []ledger.Hold) ([]struct{}, []error) {
+	return w.flushHolds(ctx, holds, w.o.Ledger.StartSends)
+}
+
+func (w *Worker) flushHolds(ctx context.Context, holds []ledger.Hold,
+	extend func(context.Context, []ledger.Hold, time.Duration) ([]error, error)) ([]struct{}, []error) {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	errs, err := w.o.Ledger.ExtendClaims(ctx, holds, w.leaseFor())
+	errs, err := extend(ctx, holds, w.leaseFor())
 	if err != nil {
 		return nil, fill(len(holds), err)
 	}
@@ -170,10 +185,12 @@ func (w *Worker) flushExtends(ctx context.Context, holds []ledger.Hold) ([]struc
 // worker holding the row now may hold this very message, and a return or a
 // dead-letter through this receipt could hide it from that worker or remove
 // it. Left alone, it surfaces after its visibility timeout (the heartbeat no
-// longer extends it) and is absorbed or held like any other copy.
+// longer extends it) and is absorbed or held like any other copy. A claim
+// a cancel or reschedule revoked before its send (startSend) ends here too:
+// its message then finds the row cancelled or moved, and is acked.
 func (w *Worker) claimLost(dl *delivery, during string) {
 	dl.lease.end()
 	w.o.Metrics.outcome("claim_lost")
 	dl.log.Warn().Str("during", during).Int64("claim_seq", dl.hold.Seq).
-		Msg("claim superseded: another worker holds the row now; the message is left to it")
+		Msg("claim superseded (another worker or the sweep holds the row now) or revoked by a cancel or reschedule; the message is left alone")
 }

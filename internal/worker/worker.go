@@ -147,12 +147,13 @@ var ErrStarted = errors.New("worker: already started; a Worker runs once, build 
 // Worker is a pool of senders draining one queue.
 type Worker struct {
 	o Options
-	// claims, extends (the claims' heartbeats), settles and acks share
-	// ledger commits and queue calls among the messages in flight. New
-	// builds them; the pool starts them and stops them after its last
-	// sender.
+	// claims, extends (the claims' heartbeats), starts (the checks right
+	// before the sends), settles and acks share ledger commits and queue
+	// calls among the messages in flight. New builds them; the pool starts
+	// them and stops them after its last sender.
 	claims  *batcher[ledger.ClaimRequest, ledger.Claim]
 	extends *batcher[ledger.Hold, struct{}]
+	starts  *batcher[ledger.Hold, struct{}]
 	settles *batcher[ledger.Delivered, struct{}]
 	acks    *batcher[string, struct{}]
 	gate    *gate
@@ -189,6 +190,7 @@ func New(o Options) (*Worker, error) {
 	w.gate.live, w.gate.onHold = w.live, w.pauses.held
 	w.claims = newBatcher(claimBatch, claimLinger, w.flushClaims)
 	w.extends = newBatcher(claimBatch, claimLinger, w.flushExtends)
+	w.starts = newBatcher(claimBatch, claimLinger, w.flushStarts)
 	w.settles = newBatcher(settleBatch, settleLinger, w.flushSettles)
 	w.acks = newBatcher(ackBatch, ackLinger, w.flushAcks)
 	return w, nil
@@ -269,6 +271,8 @@ func (w *Worker) run(ctx context.Context) {
 	defer w.claims.stop()
 	w.extends.start(bctx)
 	defer w.extends.stop()
+	w.starts.start(bctx)
+	defer w.starts.stop()
 
 	var senders sync.WaitGroup
 	for i := 0; i < w.o.Concurrency; i++ {

@@ -18,8 +18,18 @@
 -- the claim then finds the row cancelled or moved and sends nothing the
 -- caller was told would not be sent. claimed_at stays, so a send after a
 -- reschedule is still flagged a possible duplicate.
+--
+-- p_revocable makes the claim revocable until its worker starts the send
+-- (owed_extend_claims with start_send, the worker's check before the send):
+-- a cancel or reschedule that lands meanwhile takes the row back from the
+-- claim (ledger.Cancel, ledger.Reschedule) instead of waiting on the send as
+-- an intent, and the check then refuses, so nothing the caller was told is
+-- cancelled is ever sent. A revocable claim leaves claimed_at as it was: the
+-- mark that a send may already have reached the provider is stamped when the
+-- send starts, since a claim revoked or lost before that sent nothing. The
+-- previous release's claims pass no p_revocable and are as before.
 CREATE FUNCTION owed_claim(p_tenant text, p_id bigint, p_now timestamptz, p_lease_until timestamptz,
-                           p_due timestamptz, p_latest_due timestamptz)
+                           p_due timestamptz, p_latest_due timestamptz, p_revocable boolean DEFAULT false)
 RETURNS TABLE (id bigint, tenant_id text, recipient text, channel text, kind text, ref_id text,
                due_at timestamptz, expires_at timestamptz, payload jsonb, state text, attempts integer,
                lease_until timestamptz, claimed_at timestamptz, published_at timestamptz,
@@ -49,8 +59,9 @@ BEGIN
         -- until ledger.Redrive reopens it. Each claim that takes the row
         -- moves its token on.
         UPDATE owed_notifications n
-           SET state = 'sending', claimed_at = p_now, lease_until = p_lease_until, updated_at = p_now,
-               claim_seq = n.claim_seq + 1
+           SET state = 'sending', lease_until = p_lease_until, updated_at = p_now,
+               claimed_at = CASE WHEN p_revocable THEN n.claimed_at ELSE p_now END,
+               claim_revocable = p_revocable, claim_seq = n.claim_seq + 1
           FROM cur
          WHERE n.id = cur.id
            AND cur.settled_at IS NULL
@@ -72,13 +83,152 @@ BEGIN
 END
 $$;
 
+-- A batch statement never fails because of one row (issue 25: one row whose
+-- intent could not be applied failed every claim, settle, requeue and
+-- expiry pass that touched it, for every tenant). Each batch function runs
+-- its rows in one block first, which costs one subtransaction per batch;
+-- should a row raise an error its data explains (owed_batch_row_error), the
+-- block is rolled back and the rows run again, each in a block of its own,
+-- so every row that can be applied is, and the one that cannot is set aside
+-- alone with the reason. Errors of the transaction as a whole (a deadlock,
+-- a cancelled statement, a lost connection) still fail the batch, which its
+-- caller retries. The answers are gathered and returned after the blocks:
+-- a row returned from inside a block that is then rolled back would still
+-- be returned.
+
+-- owed_batch_row_error says whether an error (its SQLSTATE) is one a row's
+-- data explains, which a batch sets aside with the row: classes 22 (data
+-- exception), 23 (integrity constraint), P0 (raised in PL/pgSQL, a
+-- trigger's) and 42501 (a row-level security check).
+CREATE FUNCTION owed_batch_row_error(p_sqlstate text) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT left(p_sqlstate, 2) IN ('22', '23', 'P0') OR p_sqlstate = '42501'
+$$;
+
+-- owed_set_aside settles one owed row a batch could not apply, alone, with
+-- the reason: failed (a copy of its message is acked as a settled row's,
+-- and an operator may redrive it), or cancelled when a cancel was waiting
+-- on its send, since the cancel came first; a reschedule waiting there is
+-- refused. A settled row is left as it is. It answers whether it could;
+-- when even this fails the row is left untouched.
+CREATE FUNCTION owed_set_aside(p_tenant text, p_id bigint, p_reason text, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('owed.tenant_id', p_tenant, true);
+    UPDATE owed_notifications n
+       SET state = CASE WHEN n.intent = 'cancel' AND n.intent_outcome IS NULL THEN 'cancelled' ELSE 'failed' END,
+           intent_outcome = CASE WHEN n.intent IS NULL OR n.intent_outcome IS NOT NULL THEN n.intent_outcome
+                                 WHEN n.intent = 'cancel' THEN 'applied' ELSE 'refused' END,
+           settled_at = p_now, lease_until = NULL, updated_at = p_now,
+           last_error = 'set aside: ' || p_reason
+     WHERE n.id = p_id AND n.settled_at IS NULL;
+    RETURN true;
+EXCEPTION WHEN OTHERS THEN
+    IF NOT owed_batch_row_error(SQLSTATE) THEN
+        RAISE;
+    END IF;
+    RETURN false;
+END
+$$;
+
+-- owed_claimed is one answer of the claim batches: owed_claim's row with its
+-- place in the batch and its recipient's undeliverable mark.
+CREATE TYPE owed_claimed AS (
+    idx integer, id bigint, tenant_id text, recipient text, channel text, kind text, ref_id text,
+    due_at timestamptz, expires_at timestamptz, payload jsonb, state text, attempts integer,
+    lease_until timestamptz, claimed_at timestamptz, published_at timestamptz,
+    delivered_at timestamptz, settled_at timestamptz, provider text, provider_message_id text,
+    last_error text, created_at timestamptz, updated_at timestamptz, queue_generation integer,
+    claim_seq bigint, took boolean, mark_provider text, mark_code text, mark_at timestamptz);
+
+-- owed_claim_marked is one row's claim (owed_claim) with the undeliverable
+-- mark of the recipient of a row it took (owed_undeliverable: its recipient
+-- on its channel in its tenant), so the worker reads the mark in the
+-- claim's statement and commit instead of one more transaction per
+-- delivery. The caller sets the row's tenant scope first, so both the claim
+-- and the mark's read see that tenant alone.
+CREATE FUNCTION owed_claim_marked(p_idx integer, p_tenant text, p_id bigint, p_now timestamptz,
+                                  p_lease_until timestamptz, p_due timestamptz, p_latest_due timestamptz,
+                                  p_revocable boolean)
+RETURNS SETOF owed_claimed
+LANGUAGE sql AS $$
+SELECT p_idx, c.*, u.provider, u.code, u.marked_at
+  FROM owed_claim(p_tenant, p_id, p_now, p_lease_until, p_due, p_latest_due, p_revocable) c
+  LEFT JOIN owed_undeliverable u
+    ON c.took AND u.tenant_id = c.tenant_id AND u.channel = c.channel AND u.address = c.recipient
+$$;
+
+-- owed_claim_rows claims the rows of p_rows, possibly of many tenants, in
+-- one statement, each through owed_claim_marked in its own tenant's scope.
+-- Rows are taken in id order, so two batches that touch the same rows lock
+-- them in the same order and cannot deadlock. A row's revocable (absent:
+-- false) is owed_claim's p_revocable; a row not visible in its tenant's
+-- scope has no answer. A row the claim cannot apply is set aside
+-- (owed_set_aside) and answered as it is then: settled, not taken, so its
+-- worker acks the message and sends nothing.
+CREATE FUNCTION owed_claim_rows(p_rows jsonb, p_now timestamptz, p_lease_until timestamptz,
+                                p_latest_due timestamptz)
+RETURNS SETOF owed_claimed
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    v owed_claimed;
+    v_out owed_claimed[];
+    alone boolean := false;
+BEGIN
+    LOOP
+        BEGIN
+            v_out := '{}';
+            FOR r IN SELECT * FROM jsonb_to_recordset(p_rows) AS x(idx integer, tenant_id text, id bigint,
+                                                                    due_at timestamptz, revocable boolean)
+                     ORDER BY x.id, x.idx
+            LOOP
+                PERFORM set_config('owed.tenant_id', r.tenant_id, true);
+                IF NOT alone THEN
+                    SELECT * INTO v FROM owed_claim_marked(r.idx, r.tenant_id, r.id, p_now, p_lease_until, r.due_at,
+                                                           p_latest_due, coalesce(r.revocable, false));
+                ELSE
+                    BEGIN
+                        SELECT * INTO v FROM owed_claim_marked(r.idx, r.tenant_id, r.id, p_now, p_lease_until,
+                                                               r.due_at, p_latest_due, coalesce(r.revocable, false));
+                    EXCEPTION WHEN OTHERS THEN
+                        IF NOT owed_batch_row_error(SQLSTATE) THEN
+                            RAISE;
+                        END IF;
+                        PERFORM owed_set_aside(r.tenant_id, r.id, 'the claim could not take the row: ' || SQLERRM,
+                                               p_now);
+                        SELECT r.idx, n.id, n.tenant_id, n.recipient, n.channel, n.kind, n.ref_id, n.due_at,
+                               n.expires_at, coalesce(n.payload, (SELECT p.payload FROM owed_event_payloads p
+                                                                   WHERE p.tenant_id = n.tenant_id
+                                                                     AND p.id = n.payload_id)),
+                               n.state, n.attempts, n.lease_until, n.claimed_at, n.published_at, n.delivered_at,
+                               n.settled_at, n.provider, n.provider_message_id, n.last_error, n.created_at,
+                               n.updated_at, n.queue_generation, n.claim_seq, false, NULL, NULL, NULL
+                          INTO v
+                          FROM owed_notifications n WHERE n.id = r.id;
+                    END;
+                END IF;
+                IF v.id IS NOT NULL THEN
+                    v_out := array_append(v_out, v);
+                END IF;
+            END LOOP;
+            EXIT;
+        EXCEPTION WHEN OTHERS THEN
+            IF alone OR NOT owed_batch_row_error(SQLSTATE) THEN
+                RAISE;
+            END IF;
+            alone := true;
+        END;
+    END LOOP;
+    RETURN QUERY SELECT * FROM unnest(v_out);
+END
+$$;
+
 -- owed_claim_batch claims many rows, possibly of many tenants, in one
--- statement and one commit (one WAL flush instead of one per row): each
--- row through owed_claim under its own tenant's scope, so row-level
--- security still sees one tenant per statement. Rows are taken in id
--- order, so two batches that touch the same rows lock them in the same
--- order and cannot deadlock. The worker calls owed_claim_batch_marked; this
--- stays for the release before it.
+-- statement and one commit (one WAL flush instead of one per row), through
+-- owed_claim_rows. The worker calls owed_claim_batch_marked; this stays for
+-- the release before it.
 CREATE FUNCTION owed_claim_batch(p_rows jsonb, p_now timestamptz, p_lease_until timestamptz,
                                  p_latest_due timestamptz)
 RETURNS TABLE (idx integer, id bigint, tenant_id text, recipient text, channel text, kind text, ref_id text,
@@ -87,26 +237,16 @@ RETURNS TABLE (idx integer, id bigint, tenant_id text, recipient text, channel t
                delivered_at timestamptz, settled_at timestamptz, provider text, provider_message_id text,
                last_error text, created_at timestamptz, updated_at timestamptz, queue_generation integer,
                claim_seq bigint, took boolean)
-LANGUAGE plpgsql AS $$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN SELECT * FROM jsonb_to_recordset(p_rows) AS x(idx integer, tenant_id text, id bigint, due_at timestamptz)
-             ORDER BY x.id, x.idx
-    LOOP
-        RETURN QUERY SELECT r.idx, c.* FROM owed_claim(r.tenant_id, r.id, p_now, p_lease_until, r.due_at, p_latest_due) c;
-    END LOOP;
-END
+LANGUAGE sql AS $$
+SELECT c.idx, c.id, c.tenant_id, c.recipient, c.channel, c.kind, c.ref_id, c.due_at, c.expires_at, c.payload,
+       c.state, c.attempts, c.lease_until, c.claimed_at, c.published_at, c.delivered_at, c.settled_at,
+       c.provider, c.provider_message_id, c.last_error, c.created_at, c.updated_at, c.queue_generation,
+       c.claim_seq, c.took
+  FROM owed_claim_rows(p_rows, p_now, p_lease_until, p_latest_due) c
 $$;
 
--- owed_claim_batch_marked is owed_claim_batch with each taken row's
--- undeliverable mark (owed_undeliverable: its recipient on its channel in
--- its tenant) beside it, so the worker reads the mark in the claim's
--- statement and commit instead of one more transaction per delivery. The
--- worker uses the mark when the row's recipient is the address it sends to,
--- and looks a resolved address up itself when a resolver maps it to
--- another. The scope is set before each row's query, so both owed_claim and
--- the mark's read see that row's tenant alone.
+-- owed_claim_batch_marked is the worker's claim of many rows: owed_claim_batch
+-- with each taken row's undeliverable mark beside it (owed_claim_marked).
 CREATE FUNCTION owed_claim_batch_marked(p_rows jsonb, p_now timestamptz, p_lease_until timestamptz,
                                         p_latest_due timestamptz)
 RETURNS TABLE (idx integer, id bigint, tenant_id text, recipient text, channel text, kind text, ref_id text,
@@ -115,45 +255,88 @@ RETURNS TABLE (idx integer, id bigint, tenant_id text, recipient text, channel t
                delivered_at timestamptz, settled_at timestamptz, provider text, provider_message_id text,
                last_error text, created_at timestamptz, updated_at timestamptz, queue_generation integer,
                claim_seq bigint, took boolean, mark_provider text, mark_code text, mark_at timestamptz)
-LANGUAGE plpgsql AS $$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN SELECT * FROM jsonb_to_recordset(p_rows) AS x(idx integer, tenant_id text, id bigint, due_at timestamptz)
-             ORDER BY x.id, x.idx
-    LOOP
-        PERFORM set_config('owed.tenant_id', r.tenant_id, true);
-        RETURN QUERY
-        SELECT r.idx, c.*, u.provider, u.code, u.marked_at
-          FROM owed_claim(r.tenant_id, r.id, p_now, p_lease_until, r.due_at, p_latest_due) c
-          LEFT JOIN owed_undeliverable u
-            ON c.took AND u.tenant_id = c.tenant_id AND u.channel = c.channel AND u.address = c.recipient;
-    END LOOP;
-END
+LANGUAGE sql AS $$
+SELECT * FROM owed_claim_rows(p_rows, p_now, p_lease_until, p_latest_due)
 $$;
 
--- owed_extend_claims is the heartbeat of many claims, possibly of many
--- tenants, in one statement and one commit: each row's lease moves to
--- p_lease_until (never back) while the row is still sending under the
--- token its worker holds, so a claim stays the worker's as long as the
--- worker is alive, however long its resolve, pace wait or send takes. held
--- says whether it was; a row not visible in its tenant's scope is not held.
+-- owed_extend_claim is the heartbeat of one claim, in the tenant scope its
+-- caller set: the row's lease moves to p_lease_until (never back) while the
+-- row is still sending under the token its worker holds (p_claim_seq), so a
+-- claim stays the worker's as long as the worker is alive, however long its
+-- resolve, pace wait or send takes. It answers whether the claim is held.
+--
+-- With p_start_send it is the worker's check right before its send: the
+-- claim stops being revocable (owed_claim's p_revocable), so a cancel or
+-- reschedule from now on waits on the send as an intent, and claimed_at
+-- marks that this send may reach the provider. The check and a cancel lock
+-- the row, so one of them comes first: a claim the cancel revoked is not
+-- held, and its worker never sends.
+CREATE FUNCTION owed_extend_claim(p_id bigint, p_claim_seq bigint, p_start_send boolean, p_now timestamptz,
+                                  p_lease_until timestamptz)
+RETURNS boolean
+LANGUAGE sql AS $$
+WITH held AS (
+    UPDATE owed_notifications n
+       SET lease_until = greatest(n.lease_until, p_lease_until),
+           claim_revocable = n.claim_revocable AND NOT p_start_send,
+           claimed_at = CASE WHEN p_start_send AND n.claim_revocable THEN p_now ELSE n.claimed_at END,
+           updated_at = CASE WHEN p_start_send THEN p_now ELSE n.updated_at END
+     WHERE n.id = p_id AND n.state = 'sending' AND n.claim_seq = p_claim_seq
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM held)
+$$;
+
+-- owed_extend_claims is owed_extend_claim for many claims, possibly of many
+-- tenants, in one statement and one commit, each in its own tenant's scope,
+-- in id order. held says whether each claim is held; a row not visible in
+-- its tenant's scope is not held, and neither is one the statement could
+-- not apply (it is left alone: its worker stops, and the row is taken back
+-- when its lease runs out). A row's start_send (absent: false) is
+-- owed_extend_claim's p_start_send.
 CREATE FUNCTION owed_extend_claims(p_rows jsonb, p_now timestamptz, p_lease_until timestamptz)
 RETURNS TABLE (idx integer, held boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     r record;
+    v_idx integer[];
+    v_held boolean[];
+    v boolean;
+    alone boolean := false;
 BEGIN
-    FOR r IN SELECT * FROM jsonb_to_recordset(p_rows) AS x(idx integer, tenant_id text, id bigint, claim_seq bigint)
-             ORDER BY x.id, x.idx
     LOOP
-        PERFORM set_config('owed.tenant_id', r.tenant_id, true);
-        UPDATE owed_notifications n
-           SET lease_until = greatest(n.lease_until, p_lease_until)
-         WHERE n.id = r.id AND n.state = 'sending' AND n.claim_seq = r.claim_seq;
-        idx := r.idx;
-        held := FOUND;
-        RETURN NEXT;
+        BEGIN
+            v_idx := '{}';
+            v_held := '{}';
+            FOR r IN SELECT * FROM jsonb_to_recordset(p_rows) AS x(idx integer, tenant_id text, id bigint,
+                                                                    claim_seq bigint, start_send boolean)
+                     ORDER BY x.id, x.idx
+            LOOP
+                PERFORM set_config('owed.tenant_id', r.tenant_id, true);
+                IF NOT alone THEN
+                    v := owed_extend_claim(r.id, r.claim_seq, coalesce(r.start_send, false), p_now, p_lease_until);
+                ELSE
+                    BEGIN
+                        v := owed_extend_claim(r.id, r.claim_seq, coalesce(r.start_send, false), p_now,
+                                               p_lease_until);
+                    EXCEPTION WHEN OTHERS THEN
+                        IF NOT owed_batch_row_error(SQLSTATE) THEN
+                            RAISE;
+                        END IF;
+                        v := false;
+                    END;
+                END IF;
+                v_idx := array_append(v_idx, r.idx);
+                v_held := array_append(v_held, v);
+            END LOOP;
+            EXIT;
+        EXCEPTION WHEN OTHERS THEN
+            IF alone OR NOT owed_batch_row_error(SQLSTATE) THEN
+                RAISE;
+            END IF;
+            alone := true;
+        END;
     END LOOP;
+    RETURN QUERY SELECT * FROM unnest(v_idx, v_held);
 END
 $$;

@@ -17,7 +17,10 @@
 --               a new row for the same recipient, channel and payload is
 --               scheduled at intent_due_at (or the one already there kept);
 --   superseded  a direct cancel or reschedule made after the claim ran out
---               is the later word.
+--               is the later word;
+--   refused     the ledger could not apply it (see
+--               owed_notifications_intent_outcome); the send's outcome
+--               stands.
 --
 -- A reschedule of a row just delivered schedules the send again because
 -- that is what the caller was promised: the API answered that the snooze
@@ -36,6 +39,12 @@ LANGUAGE plpgsql AS $$
 DECLARE
     ended_at timestamptz := NEW.updated_at;
 BEGIN
+    -- A statement that resolves the intent itself has the last word: a
+    -- batch that sets the row aside because the intent cannot be applied
+    -- (refused).
+    IF NEW.intent_outcome IS NOT NULL THEN
+        RETURN NEW;
+    END IF;
     IF OLD.intent = 'cancel' THEN
         IF NEW.state IN ('delivered', 'skipped', 'expired') THEN
             NEW.intent_outcome := 'too_late';
@@ -60,12 +69,25 @@ BEGIN
     IF NEW.state IN ('pending', 'cancelled') THEN
         NEW.intent_outcome := 'superseded';
     ELSIF NEW.settled_at IS NOT NULL THEN
-        INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
-                                        payload, payload_id, created_at, updated_at)
-        VALUES (OLD.tenant_id, OLD.recipient, OLD.channel, OLD.kind, OLD.ref_id, OLD.intent_due_at,
-                OLD.intent_expires_at, OLD.payload, OLD.payload_id, ended_at, ended_at)
-        ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING;
-        NEW.intent_outcome := 'new_row';
+        -- The new row is written in a block of its own: the statement that
+        -- ends the send may be a batch of many rows (a settle, the sweep's
+        -- requeue), and a new row the ledger refuses must not fail it. The
+        -- send's outcome stands, and the reschedule is refused with the
+        -- reason. The block costs a subtransaction only here, on the rare
+        -- send that ends with a reschedule waiting.
+        BEGIN
+            INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
+                                            payload, payload_id, created_at, updated_at)
+            VALUES (OLD.tenant_id, OLD.recipient, OLD.channel, OLD.kind, OLD.ref_id, OLD.intent_due_at,
+                    OLD.intent_expires_at, OLD.payload, OLD.payload_id, ended_at, ended_at)
+            ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING;
+            NEW.intent_outcome := 'new_row';
+        EXCEPTION WHEN data_exception OR integrity_constraint_violation OR plpgsql_error
+                       OR insufficient_privilege THEN
+            NEW.intent_outcome := 'refused';
+            NEW.last_error := concat_ws('; ', NEW.last_error,
+                                        'the reschedule waiting on the send was refused: ' || SQLERRM);
+        END;
     ELSIF EXISTS (SELECT 1 FROM owed_notifications o
                    WHERE o.tenant_id = OLD.tenant_id AND o.recipient = OLD.recipient AND o.kind = OLD.kind
                      AND o.ref_id = OLD.ref_id AND o.due_at = OLD.intent_due_at AND o.id <> OLD.id) THEN

@@ -15,6 +15,20 @@
 -- see only the tenant named by the transaction-local setting
 -- owed.tenant_id; statements across tenants are the SECURITY DEFINER
 -- functions of sweep.sql and operator.sql.
+-- owed_time_in_range says whether a time is one every reader of the ledger
+-- can hold (NULL is): the years 0001 to 9999 in UTC, finite, never BC. It is
+-- what Go's time values, the queue's JSON envelope and every API answer can
+-- carry (ledger.checkTime refuses the rest at the API). The CHECK
+-- constraints below use it, so no writer, an application's SQL included,
+-- can store a time that would fail a statement or a scan shared with other
+-- rows: before, one due_at of -infinity failed every cron run's survey, a
+-- BC due_at made the sweep report a stall forever, and an expires_at of
+-- infinity kept a row failing its claim.
+CREATE FUNCTION owed_time_in_range(p_at timestamptz) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT p_at IS NULL OR p_at BETWEEN '0001-01-01 00:00:00+00' AND '9999-12-31 23:59:59.999999+00'
+$$;
+
 CREATE TABLE owed_notifications (
     -- The sequence keeps the name it had before every table took the owed_
     -- prefix; renaming a table leaves its identity sequence's name alone.
@@ -89,6 +103,15 @@ CREATE TABLE owed_notifications (
     -- application scheduled through the API for the same subject, which the
     -- materialiser never changes.
     materialised        boolean     NOT NULL DEFAULT false,
+    -- While the row is sending: its claim is revocable, since its worker has
+    -- not started the send yet (owed_claim's p_revocable, claim.sql). A
+    -- cancel or reschedule takes such a row back from its claim at once, as
+    -- it does an open row, and the worker's check before the send
+    -- (owed_extend_claims with start_send) then finds the claim gone and
+    -- sends nothing; that check makes the claim irrevocable, after which a
+    -- change waits on the send as an intent (intents.sql). Meaningless in
+    -- any other state: every claim sets it.
+    claim_revocable     boolean     NOT NULL DEFAULT false,
     -- Scheduling the same thing twice is one row.
     CONSTRAINT owed_notifications_schedule_key UNIQUE (tenant_id, recipient, kind, ref_id, due_at),
     -- settled_at is set exactly when the state is final, so the partial
@@ -99,8 +122,28 @@ CREATE TABLE owed_notifications (
     CONSTRAINT owed_notifications_delivered_at CHECK (state <> 'delivered' OR delivered_at IS NOT NULL),
     CONSTRAINT owed_notifications_payload_present CHECK (payload IS NOT NULL OR payload_id IS NOT NULL),
     CONSTRAINT owed_notifications_intent_kind CHECK (intent IN ('cancel', 'reschedule')),
+    -- refused: an intent the ledger could not apply (it named a time the
+    -- ledger cannot hold, written before these bounds existed, or applying
+    -- it failed); the send's own outcome stands and last_error says why.
     CONSTRAINT owed_notifications_intent_outcome
-        CHECK (intent_outcome IN ('applied', 'too_late', 'new_row', 'superseded')),
+        CHECK (intent_outcome IN ('applied', 'too_late', 'new_row', 'superseded', 'refused')),
+    -- Every time a row holds is one every reader can hold
+    -- (owed_time_in_range): the scheduling times each by name, so a
+    -- writer's error names the column, and the bookkeeping times together.
+    CONSTRAINT owed_notifications_due_at_in_range CHECK (owed_time_in_range(due_at)),
+    CONSTRAINT owed_notifications_expires_at_in_range CHECK (owed_time_in_range(expires_at)),
+    CONSTRAINT owed_notifications_intent_due_at_in_range CHECK (owed_time_in_range(intent_due_at)),
+    CONSTRAINT owed_notifications_intent_expires_at_in_range CHECK (owed_time_in_range(intent_expires_at)),
+    CONSTRAINT owed_notifications_times_in_range CHECK (
+        owed_time_in_range(lease_until) AND owed_time_in_range(claimed_at) AND owed_time_in_range(published_at)
+        AND owed_time_in_range(delivered_at) AND owed_time_in_range(settled_at) AND owed_time_in_range(created_at)
+        AND owed_time_in_range(updated_at) AND owed_time_in_range(intent_at)),
+    -- A reschedule waiting on a send is one the row can take when the send
+    -- ends, as expires_at > due_at is for the row itself: before, a move to
+    -- 9999-12-31T23:59:59.999999Z clamped the shifted expiry onto the due
+    -- time, and applying it failed every shared batch that touched the row.
+    CONSTRAINT owed_notifications_intent_expiry
+        CHECK (intent_expires_at IS NULL OR intent_expires_at > intent_due_at),
     -- An intent says when it was made and, for a reschedule, where to;
     -- only a recorded intent has an outcome.
     CONSTRAINT owed_notifications_intent_recorded CHECK (

@@ -68,7 +68,9 @@ SELECT n.id, n.state, n.expires_at, n.settled_at,
 -- name: Schedule
 -- Schedule inserts a batch idempotently. The batch travels as one JSON
 -- array so a thousand rows cost one round trip. Rows already there are
--- found by the schedule key in the final select.
+-- found by the schedule key in the final select. A row created answers
+-- the state it was stored in: pending, or expired when it was already
+-- past its default grace (owed_apply_default_grace, sql/grace.sql).
 WITH input AS (
     SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
         idx int, recipient text, channel text, kind text, ref_id text,
@@ -80,9 +82,9 @@ WITH input AS (
            coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now())
       FROM input ORDER BY idx
     ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING
-    RETURNING id, recipient, kind, ref_id, due_at
+    RETURNING id, recipient, kind, ref_id, due_at, state
 )
-SELECT i.idx, coalesce(ins.id, n.id), ins.id IS NOT NULL, coalesce(n.state, 'pending')
+SELECT i.idx, coalesce(ins.id, n.id), ins.id IS NOT NULL, coalesce(ins.state, n.state, 'pending')
   FROM input i
   LEFT JOIN ins ON (ins.recipient, ins.kind, ins.ref_id, ins.due_at) = (i.recipient, i.kind, i.ref_id, i.due_at)
   LEFT JOIN owed_notifications n ON n.tenant_id = $2
@@ -113,7 +115,11 @@ DELETE FROM owed_event_payloads WHERE tenant_id = $1 AND id = ANY($2)
 -- worker is sending right now is left alone here: its outcome is the
 -- truth, and the cancel or reschedule is recorded on it as an intent
 -- instead (RecordCancel, RecordReschedule in schedule.go), applied
--- when the send ends (owed_apply_intent, sql/intents.sql).
+-- when the send ends (owed_apply_intent, sql/intents.sql). A row whose
+-- claim is still revocable (its worker has not started the send:
+-- claim_revocable, sql/notifications.sql) is open: the change takes it
+-- back from the claim, and the worker's StartSends then refuses to send
+-- it.
 --
 -- The rows are locked in id order first, as every multi-row update a
 -- worker may race is (see MarkQueued).
@@ -122,7 +128,7 @@ DELETE FROM owed_event_payloads WHERE tenant_id = $1 AND id = ANY($2)
          ORDER BY id FOR UPDATE) l
  WHERE n.id = l.id
    AND n.settled_at IS NULL
-   AND (n.state <> 'sending' OR n.lease_until <= coalesce($4::timestamptz, now()))
+   AND (n.state <> 'sending' OR n.lease_until <= coalesce($4::timestamptz, now()) OR n.claim_revocable)
 
 -- name: Cancel
 -- Cancel settles the open rows of one subject.
@@ -132,10 +138,11 @@ UPDATE owed_notifications n
 {{subjectOpenRows}}
 
 -- name: CountInFlight
--- CountInFlight counts rows of one subject that are being sent now.
+-- CountInFlight counts rows of one subject that are being sent now:
+-- their worker holds a live claim and has started the send.
 SELECT count(*) FROM owed_notifications
  WHERE tenant_id = $1 AND kind = $2 AND ref_id = $3
-   AND state = 'sending' AND lease_until > coalesce($4::timestamptz, now())
+   AND state = 'sending' AND lease_until > coalesce($4::timestamptz, now()) AND NOT claim_revocable
 
 -- fragment: movedExpiry
 -- movedExpiry is a row's expiry moved by as much as its due time moves
@@ -183,10 +190,14 @@ SELECT count(*) FILTER (WHERE {{movedExpiry}} > {{maxTime}}),
 -- snooze and un-snooze back to a due time already published must not
 -- reuse that message's queue key, or a queue that deduplicates would
 -- drop the new message as a copy of the old one, which the worker
--- acked as stale.
+-- acked as stale. claimed_at stays: on a row re-opened after a claim
+-- that lapsed mid-send (or released with an uncertain outcome) it marks
+-- that the provider may have the row already, so the send at the new
+-- time is recorded as a possible duplicate; a claim revoked before its
+-- send never stamped it.
 UPDATE owed_notifications n
    SET due_at = $5, expires_at = {{shiftedExpiry}},
-       state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
+       state = 'pending', lease_until = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($4::timestamptz, now())
 {{subjectOpenRows}}
@@ -200,7 +211,7 @@ UPDATE owed_notifications n
 -- tenant, $2 kind, $3 ref_id, $4 now), with their recipients.
 SELECT n.id, n.recipient FROM owed_notifications n
  WHERE n.tenant_id = $1 AND n.kind = $2 AND n.ref_id = $3 AND n.settled_at IS NULL
-   AND n.state = 'sending' AND n.lease_until > coalesce($4::timestamptz, now())
+   AND n.state = 'sending' AND n.lease_until > coalesce($4::timestamptz, now()) AND NOT n.claim_revocable
 
 -- name: RecordCancel
 -- RecordCancel records a cancel on the subject's rows in flight,
@@ -415,7 +426,8 @@ SELECT idx, held FROM owed_extend_claims($1::jsonb, coalesce($2::timestamptz, no
 -- under way) the row is left to it (held_elsewhere) rather than settled
 -- from under it. A row not visible in its tenant's scope answers a NULL
 -- changed.
-SELECT idx, changed, held_elsewhere FROM owed_settle_delivered_batch($1::jsonb, coalesce($2::timestamptz, now()))
+SELECT idx, changed, held_elsewhere, set_aside
+  FROM owed_settle_delivered_batch($1::jsonb, coalesce($2::timestamptz, now()))
 
 -- fragment: heldRow
 -- heldRow fences every write a worker makes after its claim: the row
@@ -547,14 +559,15 @@ SELECT n.id, n.tenant_id, coalesce(r.state, n.state), coalesce(r.queue_generatio
 
 -- fragment: materialisedOpen
 -- materialisedOpen is an open row, as subjectOpenRows says: one no
--- live worker is sending.
+-- live worker is sending, a row whose claim is still revocable
+-- included.
 {{materialisedInput}}
-   AND (n.state <> 'sending' OR n.lease_until <= coalesce($2::timestamptz, now()))
+   AND (n.state <> 'sending' OR n.lease_until <= coalesce($2::timestamptz, now()) OR n.claim_revocable)
 
 -- fragment: materialisedInFlight
 -- materialisedInFlight is a row a live worker is sending.
 {{materialisedInput}}
-   AND n.state = 'sending' AND n.lease_until > coalesce($2::timestamptz, now())
+   AND n.state = 'sending' AND n.lease_until > coalesce($2::timestamptz, now()) AND NOT n.claim_revocable
 
 -- fragment: cancelWaits
 -- cancelWaits is a cancel still waiting on the row's send.
@@ -596,11 +609,12 @@ UPDATE owed_notifications n
 -- name: MoveMaterialised
 -- MoveMaterialised moves open rows as Reschedule does (a new due time
 -- is a new idempotency key; pending, never published under it, a new
--- queue generation), to the expiry named rather than a shifted one. A
--- row already there is left as it is.
+-- queue generation, claimed_at kept as the possible-duplicate mark), to
+-- the expiry named rather than a shifted one. A row already there is
+-- left as it is.
 UPDATE owed_notifications n
    SET due_at = i.due_at, expires_at = i.expires_at,
-       state = 'pending', lease_until = NULL, claimed_at = NULL, published_at = NULL,
+       state = 'pending', lease_until = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($2::timestamptz, now())
 {{materialisedOpen}} AND NOT i.cancel AND NOT {{takenKey}}
@@ -731,3 +745,9 @@ SELECT owed_operator_audit_record($1, $2, $3, $4, $5, $6)
 -- OperatorActions reads the latest $1 operator actions, newest first.
 SELECT id, at, operator, action, target, count, reason FROM owed_operator_audit
  ORDER BY at DESC, id DESC LIMIT $1
+
+-- name: SetDefaultGrace
+-- SetDefaultGrace makes owed_default_grace hold the scopes $1 with the
+-- graces $2 (NULL: none) and nothing else (owed_default_grace_set,
+-- sql/grace.sql).
+SELECT owed_default_grace_set($1::text[], $2::interval[])

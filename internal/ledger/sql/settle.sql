@@ -63,23 +63,90 @@ $$;
 -- owed_settle_delivered_batch settles many accepted sends, possibly of many
 -- tenants, in one statement and one commit, each through
 -- owed_settle_delivered under its own tenant's scope, in id order so
--- concurrent batches lock rows in one order and cannot deadlock.
+-- concurrent batches lock rows in one order and cannot deadlock. As every
+-- batch of claim.sql it never fails because of one row (see
+-- owed_batch_row_error): a row whose settle raises is tried again alone
+-- with the intent waiting on its send refused, since the accepted send is
+-- the truth and must be recorded; a row that still cannot be is set aside
+-- (owed_set_aside) and set_aside says why. set_aside is NULL for every row
+-- settled.
 CREATE FUNCTION owed_settle_delivered_batch(p_rows jsonb, p_now timestamptz)
-RETURNS TABLE (idx integer, changed boolean, held_elsewhere boolean)
+RETURNS TABLE (idx integer, changed boolean, held_elsewhere boolean, set_aside text)
 LANGUAGE plpgsql AS $$
 DECLARE
     r record;
+    v_idx integer[];
+    v_changed boolean[];
+    v_elsewhere boolean[];
+    v_aside text[];
+    c boolean;
+    e boolean;
+    a text;
+    alone boolean := false;
 BEGIN
-    FOR r IN SELECT * FROM jsonb_to_recordset(p_rows) AS x(
-                 idx integer, tenant_id text, id bigint, claim_seq bigint, provider text,
-                 started_at timestamptz, message_id text, http_status integer, possible_duplicate boolean)
-             ORDER BY x.id, x.idx
     LOOP
-        idx := r.idx;
-        SELECT s.changed, s.held_elsewhere INTO changed, held_elsewhere
-          FROM owed_settle_delivered(r.tenant_id, r.id, r.claim_seq, r.provider, r.started_at, p_now,
-                                     r.message_id, r.http_status, r.possible_duplicate) s;
-        RETURN NEXT;
+        BEGIN
+            v_idx := '{}';
+            v_changed := '{}';
+            v_elsewhere := '{}';
+            v_aside := '{}';
+            FOR r IN SELECT * FROM jsonb_to_recordset(p_rows) AS x(
+                         idx integer, tenant_id text, id bigint, claim_seq bigint, provider text,
+                         started_at timestamptz, message_id text, http_status integer, possible_duplicate boolean)
+             ORDER BY x.id, x.idx
+            LOOP
+                a := NULL;
+                IF NOT alone THEN
+                    SELECT s.changed, s.held_elsewhere INTO c, e
+                      FROM owed_settle_delivered(r.tenant_id, r.id, r.claim_seq, r.provider, r.started_at, p_now,
+                                                 r.message_id, r.http_status, r.possible_duplicate) s;
+                ELSE
+                    BEGIN
+                        SELECT s.changed, s.held_elsewhere INTO c, e
+                          FROM owed_settle_delivered(r.tenant_id, r.id, r.claim_seq, r.provider, r.started_at, p_now,
+                                                     r.message_id, r.http_status, r.possible_duplicate) s;
+                    EXCEPTION WHEN OTHERS THEN
+                        IF NOT owed_batch_row_error(SQLSTATE) THEN
+                            RAISE;
+                        END IF;
+                        a := SQLERRM;
+                    END;
+                    IF a IS NOT NULL THEN
+                        BEGIN
+                            PERFORM set_config('owed.tenant_id', r.tenant_id, true);
+                            UPDATE owed_notifications n
+                               SET intent_outcome = 'refused',
+                                   last_error = concat_ws('; ', n.last_error,
+                                                          'the ' || n.intent || ' waiting on the send was refused: ' || a)
+                             WHERE n.id = r.id AND n.intent IS NOT NULL AND n.intent_outcome IS NULL;
+                            SELECT s.changed, s.held_elsewhere INTO c, e
+                              FROM owed_settle_delivered(r.tenant_id, r.id, r.claim_seq, r.provider, r.started_at,
+                                                         p_now, r.message_id, r.http_status, r.possible_duplicate) s;
+                            a := NULL;
+                        EXCEPTION WHEN OTHERS THEN
+                            IF NOT owed_batch_row_error(SQLSTATE) THEN
+                                RAISE;
+                            END IF;
+                            a := 'the accepted send could not be recorded: ' || SQLERRM;
+                            c := false;
+                            e := false;
+                            PERFORM owed_set_aside(r.tenant_id, r.id, a, p_now);
+                        END;
+                    END IF;
+                END IF;
+                v_idx := array_append(v_idx, r.idx);
+                v_changed := array_append(v_changed, c);
+                v_elsewhere := array_append(v_elsewhere, e);
+                v_aside := array_append(v_aside, a);
+            END LOOP;
+            EXIT;
+        EXCEPTION WHEN OTHERS THEN
+            IF alone OR NOT owed_batch_row_error(SQLSTATE) THEN
+                RAISE;
+            END IF;
+            alone := true;
+        END;
     END LOOP;
+    RETURN QUERY SELECT * FROM unnest(v_idx, v_changed, v_elsewhere, v_aside);
 END
 $$;

@@ -29,7 +29,13 @@ CREATE TABLE owed_items (
     cancelled_at timestamptz,
     -- One item per recipient and subject, so an application can upsert
     -- (INSERT ... ON CONFLICT ON CONSTRAINT owed_items_key DO UPDATE).
-    CONSTRAINT owed_items_key UNIQUE (tenant_id, recipient, kind, ref_id)
+    CONSTRAINT owed_items_key UNIQUE (tenant_id, recipient, kind, ref_id),
+    -- Its times are ones every reader can hold (owed_time_in_range,
+    -- internal/ledger/sql/notifications.sql): one item starting at infinity
+    -- would otherwise fail the materialiser's read for every tenant.
+    CONSTRAINT owed_items_starts_at_in_range CHECK (owed_time_in_range(starts_at)),
+    CONSTRAINT owed_items_times_in_range CHECK (
+        owed_time_in_range(created_at) AND owed_time_in_range(updated_at) AND owed_time_in_range(cancelled_at))
 );
 
 -- The materialiser's window scan: items starting within the look-ahead.
