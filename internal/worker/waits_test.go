@@ -70,7 +70,7 @@ func TestLongWaitsLeaveTheQueuesInFlightSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pace.NewTenants(b.DB.App, nil).Pause(bg, "globex", "runaway campaign", "bob"); err != nil {
+	if err := pace.NewTenants(b.DB.Operator, nil).Pause(bg, "globex", "runaway campaign", "bob"); err != nil {
 		t.Fatal(err)
 	}
 	acme := b.Schedule(t, "acme", maxAckPending/2, time.Now().Add(-time.Second), nil)
