@@ -68,7 +68,6 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 		clk = clock.Real()
 	}
 	sc := cfg.Sweep()
-	sc.Clock = clk
 	watch := newQueueWatch(q, clk)
 	sw, err := sweep.New(l, watch, sc, log)
 	if err != nil {

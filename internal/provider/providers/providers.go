@@ -60,14 +60,7 @@ var carries = map[string][]string{
 // Config is read with config.Process("OWED", &cfg); every variable is
 // listed in docs/providers.md.
 type Config struct {
-	// Provider carries every channel without an override; DefaultProvider
-	// when empty.
-	Provider         string `envconfig:"PROVIDER"`
-	ProviderEmail    string `envconfig:"PROVIDER_EMAIL"`
-	ProviderSMS      string `envconfig:"PROVIDER_SMS"`
-	ProviderTelegram string `envconfig:"PROVIDER_TELEGRAM"`
-	ProviderSlack    string `envconfig:"PROVIDER_SLACK"`
-	ProviderWebhook  string `envconfig:"PROVIDER_WEBHOOK"`
+	Routing
 	// Timeout bounds one send for every adapter; provider.DefaultTimeout
 	// when zero.
 	Timeout time.Duration `envconfig:"PROVIDER_TIMEOUT"`
@@ -84,6 +77,52 @@ type Config struct {
 	SendGrid sendgrid.Config `envconfig:"SENDGRID"`
 	Postmark postmark.Config `envconfig:"POSTMARK"`
 	Slack    slack.Config    `envconfig:"SLACK"`
+}
+
+// Routing says which provider carries each channel: the part of Config
+// the sweeper reads too (it shares its capacity between the accounts the
+// workers send through), without any credential.
+type Routing struct {
+	// Provider carries every channel without an override; DefaultProvider
+	// when empty.
+	Provider         string `envconfig:"PROVIDER"`
+	ProviderEmail    string `envconfig:"PROVIDER_EMAIL"`
+	ProviderSMS      string `envconfig:"PROVIDER_SMS"`
+	ProviderTelegram string `envconfig:"PROVIDER_TELEGRAM"`
+	ProviderSlack    string `envconfig:"PROVIDER_SLACK"`
+	ProviderWebhook  string `envconfig:"PROVIDER_WEBHOOK"`
+}
+
+// Providers resolves each channel's provider name (None for a disabled
+// channel), checking that the provider can carry the channel. Channels
+// sharing a provider share its one Sender, and so its account and pace.
+func (r Routing) Providers() (map[string]string, error) {
+	def := r.Provider
+	if def == "" {
+		def = DefaultProvider
+	}
+	overrides := map[string]string{
+		payload.ChannelEmail: r.ProviderEmail, payload.ChannelSMS: r.ProviderSMS,
+		payload.ChannelTelegram: r.ProviderTelegram, payload.ChannelSlack: r.ProviderSlack,
+		payload.ChannelWebhook: r.ProviderWebhook,
+	}
+	out := map[string]string{}
+	for _, ch := range payload.Channels() {
+		name, variable := def, "OWED_PROVIDER"
+		if o := overrides[ch]; o != "" {
+			name, variable = o, "OWED_PROVIDER_"+strings.ToUpper(ch)
+		}
+		name = strings.ToLower(strings.TrimSpace(name))
+		if !slices.Contains(providerNames, name) {
+			return nil, fmt.Errorf("%s: unknown provider %q; accepted: %s", variable, name, strings.Join(providerNames, ", "))
+		}
+		if !slices.Contains(carries[ch], name) {
+			return nil, fmt.Errorf("%s=%s cannot carry the %s channel; set OWED_PROVIDER_%s to one of %s",
+				variable, name, ch, strings.ToUpper(ch), strings.Join(carries[ch], ", "))
+		}
+		out[ch] = name
+	}
+	return out, nil
 }
 
 // ErrNoProvider is returned by Router.For for a channel configured "none" or
@@ -125,32 +164,17 @@ func (r Router) Assignments() map[string]string {
 // New builds the Router: it resolves each channel's provider, checks that
 // the provider can carry the channel, and builds each provider used once.
 func New(cfg Config) (Router, error) {
-	if cfg.Provider == "" {
-		cfg.Provider = DefaultProvider
-	}
 	if cfg.Timeout < 0 {
 		return Router{}, fmt.Errorf("OWED_PROVIDER_TIMEOUT: must be a positive duration like 10s (got %s)", cfg.Timeout)
 	}
-	overrides := map[string]string{
-		payload.ChannelEmail: cfg.ProviderEmail, payload.ChannelSMS: cfg.ProviderSMS,
-		payload.ChannelTelegram: cfg.ProviderTelegram, payload.ChannelSlack: cfg.ProviderSlack,
-		payload.ChannelWebhook: cfg.ProviderWebhook,
+	names, err := cfg.Providers()
+	if err != nil {
+		return Router{}, err
 	}
 	built := map[string]provider.Sender{}
 	r := Router{senders: map[string]provider.Sender{}, providerOf: map[string]string{}}
 	for _, ch := range payload.Channels() {
-		name, variable := cfg.Provider, "OWED_PROVIDER"
-		if o := overrides[ch]; o != "" {
-			name, variable = o, "OWED_PROVIDER_"+strings.ToUpper(ch)
-		}
-		name = strings.ToLower(strings.TrimSpace(name))
-		if !slices.Contains(providerNames, name) {
-			return Router{}, fmt.Errorf("%s: unknown provider %q; accepted: %s", variable, name, strings.Join(providerNames, ", "))
-		}
-		if !slices.Contains(carries[ch], name) {
-			return Router{}, fmt.Errorf("%s=%s cannot carry the %s channel; set OWED_PROVIDER_%s to one of %s",
-				variable, name, ch, strings.ToUpper(ch), strings.Join(carries[ch], ", "))
-		}
+		name := names[ch]
 		if name == None {
 			r.senders[ch] = nil
 			continue
