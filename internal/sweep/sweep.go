@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -68,9 +67,8 @@ const (
 	// a crash mid-run leaves at most one chunk to heal.
 	publishChunk = 100
 	// sendRateWindow is how far back an unpaced account's sends are
-	// counted, and sendRateFresh how long one count serves.
+	// counted.
 	sendRateWindow = 5 * time.Second
-	sendRateFresh  = time.Second
 )
 
 // Account is one provider account the workers send through: the channels
@@ -279,13 +277,6 @@ type Sweeper struct {
 	// afterPublish, when set, runs after each chunk is accepted and before
 	// the rows are marked queued (tests use it to lose the mark).
 	afterPublish func(ids []int64) error
-
-	// The unpaced accounts' sends, counted at most every sendRateFresh
-	// (measured on the process's monotonic clock: a cache age, never
-	// compared with a ledger instant).
-	mu      sync.Mutex
-	sends   map[string]int64
-	countAt time.Time
 }
 
 // New returns a Sweeper; cfg must be valid.
@@ -336,21 +327,11 @@ func (s *Sweeper) sharing(ctx context.Context) (ledger.Sharing, error) {
 }
 
 // sendCounts is the ledger's count of sends per provider over the last
-// sendRateWindow, read again when older than sendRateFresh. It counts no
-// further than the most an account's cap can use.
+// sendRateWindow, read once per run. It counts no further than the most an
+// account's cap can use.
 func (s *Sweeper) sendCounts(ctx context.Context) (map[string]int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.sends != nil && time.Since(s.countAt) < sendRateFresh {
-		return s.sends, nil
-	}
 	upTo := int(math.Ceil(float64(s.cfg.MaxOutstanding) * sendRateWindow.Seconds() / s.cfg.QueueDepth.Seconds()))
-	sends, err := s.ledger.SendRates(ctx, sendRateWindow, upTo)
-	if err != nil {
-		return nil, err
-	}
-	s.sends, s.countAt = sends, time.Now()
-	return sends, nil
+	return s.ledger.SendRates(ctx, sendRateWindow, min(upTo, math.MaxInt32))
 }
 
 // errBudget ends a run that reached its time budget.
