@@ -59,6 +59,9 @@ type Server struct {
 	// shared by every scrape and probe (see service.Cache).
 	stats *service.Cache[queue.Stats]
 	ready *service.Cache[readiness]
+	// topUp asks for a top-up run after a cron run held rows back for want
+	// of room (DueListener); nil without one.
+	topUp func()
 }
 
 // New assembles the service from its parts. clk (nil is clock.Real()) is the
@@ -154,6 +157,9 @@ func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) {
 	ctx, perr := withPublishErr(r.Context())
 	res, _ := s.sweeper.Run(ctx)
 	s.metrics.Observe(res, s.clock.Now())
+	if res.HeldBack == sweep.HeldBackpressure && s.topUp != nil {
+		s.topUp()
+	}
 	status := http.StatusOK
 	if !res.Complete || res.Stalled {
 		// A hosted cron retries or alerts on non-2xx; the counts so far are
