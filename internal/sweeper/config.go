@@ -138,8 +138,9 @@ func (c Config) Sweep() sweep.Config {
 
 // Accounts are the provider accounts the workers send through, as the
 // workers' routing and pace say: the channels routed to one provider share
-// its account (providers.Routing.Providers), paced at OWED_PROVIDER_RATE
-// when it is set and at the provider's default otherwise. The default
+// its account (providers.Routing.Providers), paced as the workers pace it
+// (providers.Routing.Rate: OWED_PROVIDER_RATES, OWED_PROVIDER_RATE, the
+// provider's default). The default
 // provider's account is first, so it carries any channel no account lists,
 // as OWED_PROVIDER carries every channel without an override.
 func (c Config) Accounts() ([]sweep.Account, error) {
@@ -166,7 +167,7 @@ func (c Config) Accounts() ([]sweep.Account, error) {
 		accounts[i].Channels = append(accounts[i].Channels, ch)
 	}
 	for i := range accounts {
-		accounts[i].Rate = c.ProviderRate.For(providers.DefaultRate)(accounts[i].Name)
+		accounts[i].Rate = c.Routing.Rate(accounts[i].Name, c.ProviderRate)
 	}
 	return accounts, nil
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/postmark"
@@ -91,6 +92,20 @@ type Routing struct {
 	ProviderTelegram string `envconfig:"PROVIDER_TELEGRAM"`
 	ProviderSlack    string `envconfig:"PROVIDER_SLACK"`
 	ProviderWebhook  string `envconfig:"PROVIDER_WEBHOOK"`
+	// Rates paces named providers' accounts (OWED_PROVIDER_RATES,
+	// "provider:rate,…", e.g. "twilio:3/s,webhook:unlimited"), over
+	// OWED_PROVIDER_RATE and the providers' defaults (Rate).
+	Rates map[string]pace.Rate `envconfig:"PROVIDER_RATES"`
+}
+
+// Rate is the pace of the named provider's account: its entry in Rates,
+// else setting (OWED_PROVIDER_RATE) when set, else the provider's default
+// (DefaultRate).
+func (r Routing) Rate(provider string, setting pace.RateSetting) pace.Rate {
+	if rate, ok := r.Rates[provider]; ok {
+		return rate
+	}
+	return setting.For(DefaultRate)(provider)
 }
 
 // Providers resolves each channel's provider name (None for a disabled
@@ -105,6 +120,12 @@ func (r Routing) Providers() (map[string]string, error) {
 		payload.ChannelEmail: r.ProviderEmail, payload.ChannelSMS: r.ProviderSMS,
 		payload.ChannelTelegram: r.ProviderTelegram, payload.ChannelSlack: r.ProviderSlack,
 		payload.ChannelWebhook: r.ProviderWebhook,
+	}
+	for name := range r.Rates {
+		if name == None || !slices.Contains(providerNames, name) {
+			return nil, fmt.Errorf("OWED_PROVIDER_RATES: unknown provider %q; accepted: %s", name,
+				strings.Join(slices.DeleteFunc(slices.Clone(providerNames), func(n string) bool { return n == None }), ", "))
+		}
 	}
 	out := map[string]string{}
 	for _, ch := range payload.Channels() {
@@ -132,6 +153,7 @@ var ErrNoProvider = errors.New("no provider for channel")
 // Router maps a channel to its Sender. Channels sharing a provider share one
 // Sender, and so one Name and one pace.
 type Router struct {
+	routing Routing
 	senders map[string]provider.Sender
 	// providerOf maps each Sender's Name (its account) to the provider
 	// name it was built as, for DefaultRate.
@@ -172,7 +194,7 @@ func New(cfg Config) (Router, error) {
 		return Router{}, err
 	}
 	built := map[string]provider.Sender{}
-	r := Router{senders: map[string]provider.Sender{}, providerOf: map[string]string{}}
+	r := Router{routing: cfg.Routing, senders: map[string]provider.Sender{}, providerOf: map[string]string{}}
 	for _, ch := range payload.Channels() {
 		name := names[ch]
 		if name == None {
