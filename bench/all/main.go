@@ -8,7 +8,8 @@
 // four benchmarks are burst (a 100,000-row burst under a strict minute
 // cron), immediate (rows due now through the API, no cron), e2e, and
 // limitedsweep (the provider-limited run under a minute cron and the fast
-// path, with a requeue backlog).
+// path, with a requeue backlog); fairness is issue 25's (a tenant's flood,
+// another's nudges and a paused tenant on a paced and an unpaced account).
 //
 //	scripts/bench.sh            # or: make bench, BENCH_QUICK=1 make bench
 //	BENCH_QUICK=1 scripts/bench.sh -only e2e,limited
@@ -46,7 +47,7 @@ func main() {
 		{"queue", "-runs=3"},
 		{"pace"},
 	}
-	after := [][]string{{"lag", bin}, {"recovery", bin, "-runs=3"}, {"burst", bin}, {"limitedsweep", bin}}
+	after := [][]string{{"lag", bin}, {"recovery", bin, "-runs=3"}, {"burst", bin}, {"limitedsweep", bin}, {"fairness", bin}}
 	if *quick {
 		steps = [][]string{
 			{"sweep", "-runs=5", "-sizes=10000,100000", "-naive-max=100000"},
@@ -54,7 +55,7 @@ func main() {
 			{"pace", "-duration=10s"},
 		}
 		after = [][]string{{"lag", bin, "-rows=500", "-window=1m"}, {"recovery", bin, "-runs=1"}, {"burst", bin, "-rows=20000"},
-			{"limitedsweep", bin, "-duration=1m"}}
+			{"limitedsweep", bin, "-duration=1m"}, {"fairness", bin, "-rows=12000", "-nudges=400", "-paused=2000"}}
 	}
 	steps = append(append(steps, perQueue(bin, *quick)...), after...)
 	steps = append(steps, []string{"immediate", bin})
