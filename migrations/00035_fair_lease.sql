@@ -167,7 +167,7 @@ UPDATE owed_notifications n' || lease_set || '
  WHERE n.id = $11::bigint
 RETURNING n.id, n.tenant_id, CASE WHEN n.state = ''leased'' THEN n.due_at END, n.published_at IS NOT NULL,
           n.queue_generation, owed_sweep_account_of(n.channel, $5::text[], $6::integer[]), n.state, $12::bigint,
-          NULL::integer, NULL::integer, NULL::integer, NULL::boolean, c.now';
+          $13::boolean, NULL::integer, NULL::integer, NULL::integer, NULL::boolean, c.now';
     END IF;
 
     pick := 'WITH RECURSIVE ' || clock || ',
@@ -241,10 +241,10 @@ lapsed AS MATERIALIZED (
     END IF;
     pick := pick || ',
 cand AS (' || CASE p_slice
-        WHEN 1 THEN 'SELECT tenant_id, a, id, owed_since, created_at, due_at FROM pend'
-        WHEN 2 THEN 'SELECT tenant_id, a, id, owed_since, created_at, due_at FROM lapsed'
-        ELSE 'SELECT tenant_id, a, id, owed_since, created_at, due_at FROM pend
-          UNION ALL SELECT tenant_id, a, id, owed_since, created_at, due_at FROM lapsed' END || '),
+        WHEN 1 THEN 'SELECT tenant_id, a, id, owed_since, created_at, due_at, false AS requeue FROM pend'
+        WHEN 2 THEN 'SELECT tenant_id, a, id, owed_since, created_at, due_at, true AS requeue FROM lapsed'
+        ELSE 'SELECT tenant_id, a, id, owed_since, created_at, due_at, false AS requeue FROM pend
+          UNION ALL SELECT tenant_id, a, id, owed_since, created_at, due_at, true FROM lapsed' END || '),
 ranked AS (
     SELECT x.*, x.owed_since <= k.now AS due,
            row_number() OVER (PARTITION BY x.tenant_id, x.a, x.owed_since <= k.now
@@ -263,7 +263,7 @@ fits AS (
                 OR (NOT p.due AND p.turn <= q.quota_all - least(q.quota_now, p.due_rows)) AS fits
       FROM placed p JOIN room q ON q.a = p.a),
 taken AS (
-    SELECT id, a, row_number() OVER (ORDER BY NOT due, place, owed_since, created_at, due_at, id) AS ord
+    SELECT id, a, requeue, row_number() OVER (ORDER BY NOT due, place, owed_since, created_at, due_at, id) AS ord
       FROM fits WHERE fits
      ORDER BY NOT due, place, owed_since, created_at, due_at, id
      LIMIT $4::integer),
@@ -272,11 +272,11 @@ locked AS (
      WHERE o.id = ANY (ARRAY(SELECT id FROM taken)) AND ' || owed || '
        AND o.due_at <= c.horizon AND (o.expires_at IS NULL OR o.expires_at > c.now)
      FOR UPDATE OF o SKIP LOCKED)
-SELECT t.id, t.a, t.ord, NULL::integer AS outstanding, NULL::integer AS quota, NULL::integer AS held,
+SELECT t.id, t.a, t.ord, t.requeue, NULL::integer AS outstanding, NULL::integer AS quota, NULL::integer AS held,
        NULL::boolean AS more
   FROM taken t JOIN locked l ON l.id = t.id
 UNION ALL
-SELECT NULL, q.a, NULL, q.outstanding, q.quota_now,
+SELECT NULL, q.a, NULL, NULL, q.outstanding, q.quota_now,
        (SELECT count(*) FROM fits WHERE fits.a = q.a AND NOT fits.fits)::integer'
        || CASE WHEN p_slice IN (0, 1) THEN '
        + CASE WHEN q.quota_now <= 0 THEN coalesce((SELECT groups FROM per WHERE per.a = q.a), 0)::integer ELSE 0 END,
@@ -294,11 +294,12 @@ leased AS (
      WHERE n.id = ANY (ARRAY(SELECT id FROM picked WHERE id IS NOT NULL))
     RETURNING n.id, n.tenant_id, CASE WHEN n.state = ''leased'' THEN n.due_at END AS due_at,
               n.published_at IS NOT NULL AS republish, n.queue_generation, n.state)
-SELECT l.id, l.tenant_id, l.due_at, l.republish, l.queue_generation, p.a, l.state, p.ord,
+SELECT l.id, l.tenant_id, l.due_at, l.republish, l.queue_generation, p.a, l.state, p.ord, p.requeue,
        NULL::integer, NULL::integer, NULL::integer, NULL::boolean, (SELECT now FROM clock)
   FROM leased l JOIN picked p ON p.id = l.id
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, p.a, NULL, NULL, p.outstanding, p.quota, p.held, p.more, (SELECT now FROM clock)
+SELECT NULL, NULL, NULL, NULL, NULL, p.a, NULL, NULL, NULL, p.outstanding, p.quota, p.held, p.more,
+       (SELECT now FROM clock)
   FROM picked p WHERE p.id IS NULL
  ORDER BY 8, 6';
 END
@@ -311,8 +312,8 @@ CREATE FUNCTION owed_sweep_lease_fair(p_slice integer, p_now timestamptz, p_for 
                                       p_accounts integer[], p_names text[], p_caps integer[],
                                       p_share double precision, p_live_for double precision)
 RETURNS TABLE (id bigint, tenant_id text, due_at timestamptz, republish boolean, queue_generation integer,
-               account integer, state text, ord bigint, outstanding integer, room integer, held integer,
-               more boolean, asked_at timestamptz)
+               account integer, state text, ord bigint, requeue boolean, outstanding integer, room integer,
+               held integer, more boolean, asked_at timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     r record;
@@ -331,19 +332,19 @@ BEGIN
     LOOP
         IF r.id IS NULL THEN
             RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::timestamptz, NULL::boolean, NULL::integer, r.a,
-                                NULL::text, NULL::bigint, r.outstanding, r.quota, r.held, r.more,
+                                NULL::text, NULL::bigint, NULL::boolean, r.outstanding, r.quota, r.held, r.more,
                                 coalesce(p_now, now());
             CONTINUE;
         END IF;
         BEGIN
             RETURN QUERY EXECUTE owed_sweep_fair_lease_sql(p_slice, 'row')
                 USING p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names, p_caps, p_share,
-                      p_live_for, r.id, r.ord;
+                      p_live_for, r.id, r.ord, r.requeue;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
             IF owed_sweep_settle_failed(r.id, p_now, 'set aside by the sweep: ' || err) THEN
                 RETURN QUERY SELECT r.id, NULL::text, NULL::timestamptz, NULL::boolean, NULL::integer, r.a,
-                                    'failed'::text, r.ord, NULL::integer, NULL::integer, NULL::integer,
+                                    'failed'::text, r.ord, r.requeue, NULL::integer, NULL::integer, NULL::integer,
                                     NULL::boolean, coalesce(p_now, now());
             END IF;
         END;

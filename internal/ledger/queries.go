@@ -118,8 +118,8 @@ UPDATE owed_notifications n
 	// same key lets a deduplicating queue absorb the repeat.
 	//
 	// qExplainLease runs the same text under EXPLAIN ANALYZE.
-	qLeaseFair = `SELECT id, tenant_id, due_at, republish, queue_generation, account, state, ord, outstanding, room,
-       held, more, asked_at
+	qLeaseFair = `SELECT id, tenant_id, due_at, republish, queue_generation, account, state, ord, requeue, outstanding,
+       room, held, more, asked_at
   FROM owed_sweep_lease_fair($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 	qExplainLease = `SELECT owed_sweep_explain_lease_fair($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 

@@ -26,6 +26,9 @@ type Leased struct {
 	// Account is the row's provider account: its index in the lease's
 	// Sharing.Accounts (0 without accounts).
 	Account int
+	// Requeue says the row's lease ran out (leased, queued or sending),
+	// where the others were pending.
+	Requeue bool
 }
 
 // Slice says which owed rows one Lease takes.
@@ -210,12 +213,12 @@ func (l *Ledger) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, er
 			id, gen, inFlight, room, held sql.NullInt64
 			ten, state                    sql.NullString
 			due                           sql.NullTime
-			republish, more               sql.NullBool
+			republish, more, requeue      sql.NullBool
 			account                       int
 			ord                           sql.NullInt64
 		)
-		if err := rows.Scan(&id, &ten, &due, &republish, &gen, &account, &state, &ord, &inFlight, &room, &held,
-			&more, &res.Now); err != nil {
+		if err := rows.Scan(&id, &ten, &due, &republish, &gen, &account, &state, &ord, &requeue, &inFlight, &room,
+			&held, &more, &res.Now); err != nil {
 			return err
 		}
 		if account < 1 || account > len(res.Accounts) {
@@ -227,7 +230,7 @@ func (l *Ledger) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, er
 				Held: int(held.Int64), More: more.Bool}
 		case state.String == string(StateLeased):
 			res.Rows = append(res.Rows, Leased{ID: id.Int64, Tenant: ten.String, DueAt: due.Time.UTC(),
-				Republish: republish.Bool, QueueGeneration: int(gen.Int64), Account: account - 1})
+				Republish: republish.Bool, QueueGeneration: int(gen.Int64), Account: account - 1, Requeue: requeue.Bool})
 		case state.String == string(StateFailed):
 			res.SetAside = append(res.SetAside, id.Int64)
 		}

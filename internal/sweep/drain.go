@@ -118,8 +118,10 @@ func (d *drain) slice(ctx context.Context, kind ledger.Slice, limit int, share f
 				d.res.Accounts[row.Account].Leased++
 			}
 		}
-		if kind == ledger.SliceRequeue {
-			d.res.Requeued += len(r.Rows)
+		for _, row := range r.Rows {
+			if row.Requeue {
+				d.res.Requeued++
+			}
 		}
 		// Publish delays count from the database's instant of the lease,
 		// moved on by the time since it answered (a monotonic reading):

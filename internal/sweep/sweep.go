@@ -389,12 +389,14 @@ func countUpTo(sh ledger.Sharing) int {
 }
 
 // RunNotify performs the run a due-now notification or a top-up starts:
-// the pending slices of Run, shared the same way under the same caps, but
-// no expiry and no survey (the cron's runs settle expired rows, and the
-// lease never takes one) and no requeue slice, so a run that finds one row
-// due is one lease (which counts the work in flight in the same statement)
-// and one mark. A row due now goes out in its tenant's turn: ahead of
-// another tenant's backlog, behind its own tenant's rows owed before it.
+// slices of every owed row (pending, or its lease ran out) shared as Run's
+// are, under the same caps, but no expiry and no survey (the cron's runs
+// settle expired rows, and the lease never takes one), so a run that finds
+// one row due is one lease (which counts the work in flight in the same
+// statement) and one mark. A row due now goes out in its tenant's turn:
+// ahead of another tenant's backlog, behind its own tenant's rows owed
+// before it. Rows whose lease ran out take their turn too, so a requeue
+// backlog drains at the workers' pace between cron calls.
 func (s *Sweeper) RunNotify(ctx context.Context) (res Result, err error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Budget)
@@ -407,11 +409,17 @@ func (s *Sweeper) RunNotify(ctx context.Context) (res Result, err error) {
 	}
 	d := newDrain(s, &res, start, sh)
 	for more := true; more; {
-		if more, err = d.slice(ctx, ledger.SlicePending, s.cfg.Batch, 1); err != nil {
+		if more, err = d.slice(ctx, ledger.SliceOwed, s.cfg.Batch, 1); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
+}
+
+// LeftRows says a run left rows to lease for want of room or because its
+// requeue slice was full: the sweeper tops the queue up after it.
+func (s *Sweeper) LeftRows(res Result) bool {
+	return res.HeldBack == HeldBackpressure || res.Requeued >= s.cfg.RequeueBatch
 }
 
 // finish completes a run's result and logs it.

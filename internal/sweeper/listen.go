@@ -248,14 +248,15 @@ func (c coalescer) runEach(ctx context.Context, run func(context.Context)) {
 
 // sweepOnce is one notify-started run or top-up, counted in the fast
 // path's series. A run held back by backpressure asks for the next top-up
-// topUpPause later; a failed one pauses its loop failedRunPause first.
+// topUpPause later, as does one that filled its requeue batch; a failed
+// one pauses its loop failedRunPause first.
 func (d *DueListener) sweepOnce(ctx context.Context) {
 	res, _ := d.srv.sweeper.RunNotify(ctx)
 	d.observe(res)
 	switch {
 	case !res.Complete:
 		clock.Sleep(ctx, failedRunPause)
-	case res.HeldBack == sweep.HeldBackpressure:
+	case d.srv.sweeper.LeftRows(res):
 		if clock.Sleep(ctx, topUpPause) {
 			d.poke()
 		}

@@ -59,8 +59,8 @@ type Server struct {
 	// shared by every scrape and probe (see service.Cache).
 	stats *service.Cache[queue.Stats]
 	ready *service.Cache[readiness]
-	// topUp asks for a top-up run after a cron run held rows back for want
-	// of room (DueListener); nil without one.
+	// topUp asks for a top-up run after a cron run left rows to lease
+	// (sweep.Sweeper.LeftRows; DueListener); nil without one.
 	topUp func()
 }
 
@@ -157,7 +157,7 @@ func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) {
 	ctx, perr := withPublishErr(r.Context())
 	res, _ := s.sweeper.Run(ctx)
 	s.metrics.Observe(res, s.clock.Now())
-	if res.HeldBack == sweep.HeldBackpressure && s.topUp != nil {
+	if s.sweeper.LeftRows(res) && s.topUp != nil {
 		s.topUp()
 	}
 	status := http.StatusOK
