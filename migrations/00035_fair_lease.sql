@@ -262,19 +262,23 @@ fits AS (
     SELECT p.*, (p.due AND p.turn <= q.quota_now)
                 OR (NOT p.due AND p.turn <= q.quota_all - least(q.quota_now, p.due_rows)) AS fits
       FROM placed p JOIN room q ON q.a = p.a),
-taken AS (
+taken AS MATERIALIZED (
     SELECT id, a, requeue, row_number() OVER (ORDER BY NOT due, place, owed_since, created_at, due_at, id) AS ord
       FROM fits WHERE fits
      ORDER BY NOT due, place, owed_since, created_at, due_at, id
      LIMIT $4::integer),
+took AS MATERIALIZED (
+    SELECT array_agg(id) AS ids, jsonb_object_agg(id::text, jsonb_build_array(a, ord, requeue)) AS row
+      FROM taken),
 locked AS (
     SELECT o.id FROM owed_notifications o CROSS JOIN clock c
-     WHERE o.id = ANY (ARRAY(SELECT id FROM taken)) AND ' || owed || '
+     WHERE o.id = ANY ((SELECT ids FROM took)::bigint[]) AND ' || owed || '
        AND o.due_at <= c.horizon AND (o.expires_at IS NULL OR o.expires_at > c.now)
-     FOR UPDATE OF o SKIP LOCKED)
-SELECT t.id, t.a, t.ord, t.requeue, NULL::integer AS outstanding, NULL::integer AS quota, NULL::integer AS held,
-       NULL::boolean AS more
-  FROM taken t JOIN locked l ON l.id = t.id
+       FOR UPDATE OF o SKIP LOCKED)
+SELECT l.id, (t.row -> l.id::text ->> 0)::integer AS a, (t.row -> l.id::text ->> 1)::bigint AS ord,
+       (t.row -> l.id::text ->> 2)::boolean AS requeue, NULL::integer AS outstanding, NULL::integer AS quota,
+       NULL::integer AS held, NULL::boolean AS more
+  FROM locked l CROSS JOIN took t
 UNION ALL
 SELECT NULL, q.a, NULL, NULL, q.outstanding, q.quota_now,
        (SELECT count(*) FROM fits WHERE fits.a = q.a AND NOT fits.fits)::integer'
@@ -286,17 +290,26 @@ SELECT NULL, q.a, NULL, NULL, q.outstanding, q.quota_now,
     IF p_part = 'pick' THEN
         RETURN pick;
     END IF;
+    -- The picked rows reach the ledger as an array of ids (an index scan
+    -- of its key), and their account, place and kind come back by id from
+    -- a jsonb object, as they go from taken to locked above: a join of two
+    -- CTEs is planned on guesses of their sizes, and a nested loop over
+    -- hundreds of rows costs their square.
     RETURN 'WITH picked AS MATERIALIZED (' || pick || '),
 ' || clock || ',
+slice AS MATERIALIZED (
+    SELECT array_agg(id) AS ids, jsonb_object_agg(id::text, jsonb_build_array(a, ord, requeue)) AS row
+      FROM picked WHERE id IS NOT NULL),
 leased AS (
     UPDATE owed_notifications n' || lease_set || '
-      FROM clock c
-     WHERE n.id = ANY (ARRAY(SELECT id FROM picked WHERE id IS NOT NULL))
+      FROM clock c, slice s
+     WHERE n.id = ANY (s.ids)
     RETURNING n.id, n.tenant_id, CASE WHEN n.state = ''leased'' THEN n.due_at END AS due_at,
-              n.published_at IS NOT NULL AS republish, n.queue_generation, n.state)
-SELECT l.id, l.tenant_id, l.due_at, l.republish, l.queue_generation, p.a, l.state, p.ord, p.requeue,
+              n.published_at IS NOT NULL AS republish, n.queue_generation, (s.row -> n.id::text ->> 0)::integer AS a,
+              n.state, (s.row -> n.id::text ->> 1)::bigint AS ord, (s.row -> n.id::text ->> 2)::boolean AS requeue)
+SELECT l.id, l.tenant_id, l.due_at, l.republish, l.queue_generation, l.a, l.state, l.ord, l.requeue,
        NULL::integer, NULL::integer, NULL::integer, NULL::boolean, (SELECT now FROM clock)
-  FROM leased l JOIN picked p ON p.id = l.id
+  FROM leased l
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, p.a, NULL, NULL, NULL, p.outstanding, p.quota, p.held, p.more,
        (SELECT now FROM clock)
@@ -319,6 +332,17 @@ DECLARE
     r record;
     err text;
 BEGIN
+    -- Nothing to lease (the sweep's most frequent answer): a static
+    -- statement, planned once per session, answers it without planning
+    -- the slice's. The slice reads no more than this, so it would find
+    -- nothing either; no account's rows are counted.
+    IF NOT EXISTS (SELECT FROM owed_notifications o
+                    WHERE o.settled_at IS NULL
+                      AND o.due_at <= coalesce(p_now, now()) + make_interval(secs => p_ahead)
+                      AND ((p_slice IN (0, 1) AND o.state = 'pending')
+                           OR (p_slice IN (0, 2) AND o.state <> 'pending' AND o.lease_until <= coalesce(p_now, now())))) THEN
+        RETURN;
+    END IF;
     BEGIN
         RETURN QUERY EXECUTE owed_sweep_fair_lease_sql(p_slice, 'lease')
             USING p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names, p_caps, p_share, p_live_for;

@@ -181,7 +181,8 @@ type LeaseResult struct {
 	// apply them (last_error says why).
 	SetAside []int64
 	// Accounts is what the slice saw of each account, in Sharing.Accounts'
-	// order (one entry without accounts).
+	// order (one entry without accounts); all zeros when nothing was owed
+	// to lease, which the slice then answers without counting.
 	Accounts []AccountRoom
 	// Now is the database's instant of the slice: publish delays count
 	// from it.
