@@ -181,9 +181,11 @@ type LeaseResult struct {
 	// apply them (last_error says why).
 	SetAside []int64
 	// Accounts is what the slice saw of each account, in Sharing.Accounts'
-	// order (one entry without accounts); all zeros when nothing was owed
-	// to lease, which the slice then answers without counting.
+	// order (one entry without accounts). Counted is false when nothing was
+	// owed to lease: the slice then answers without counting, and Accounts
+	// are zeros.
 	Accounts []AccountRoom
+	Counted  bool
 	// Now is the database's instant of the slice: publish delays count
 	// from it.
 	Now time.Time
@@ -227,6 +229,7 @@ func (l *Ledger) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, er
 		}
 		switch {
 		case !id.Valid:
+			res.Counted = true
 			res.Accounts[account-1] = AccountRoom{InFlight: int(inFlight.Int64), Room: int(room.Int64),
 				Held: int(held.Int64), More: more.Bool}
 		case state.String == string(StateLeased):

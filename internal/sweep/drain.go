@@ -104,7 +104,9 @@ func (d *drain) slice(ctx context.Context, kind ledger.Slice, limit int, share f
 		held = held || a.Held > 0
 		more = more || a.More
 	}
-	d.count(inFlight)
+	if r.Counted {
+		d.count(inFlight)
+	}
 	for _, id := range r.SetAside {
 		d.res.SetAside++
 		d.s.log.Error().Int64("id", id).Str("reason", "its due time cannot be carried by a message, or the lease could not apply it; see last_error").

@@ -389,14 +389,16 @@ func countUpTo(sh ledger.Sharing) int {
 }
 
 // RunNotify performs the run a due-now notification or a top-up starts:
-// slices of every owed row (pending, or its lease ran out) shared as Run's
-// are, under the same caps, but no expiry and no survey (the cron's runs
-// settle expired rows, and the lease never takes one), so a run that finds
-// one row due is one lease (which counts the work in flight in the same
-// statement) and one mark. A row due now goes out in its tenant's turn:
-// ahead of another tenant's backlog, behind its own tenant's rows owed
-// before it. Rows whose lease ran out take their turn too, so a requeue
-// backlog drains at the workers' pace between cron calls.
+// Run's slices, shared the same way under the same caps — first the rows
+// whose lease ran out, in a slice of their own that takes at most half of
+// each account's room, then pending slices — but no expiry and no survey
+// (the cron's runs settle expired rows, and the lease never takes one). A
+// slice with nothing to lease answers from one static check, so a run that
+// finds one row due is that check, one lease (which counts the work in
+// flight in the same statement) and one mark. A row due now goes out in its
+// tenant's turn: ahead of another tenant's backlog, behind its own tenant's
+// rows owed before it, beside (never behind) its tenant's requeues, which
+// drain at the workers' pace between cron calls.
 func (s *Sweeper) RunNotify(ctx context.Context) (res Result, err error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Budget)
@@ -408,8 +410,11 @@ func (s *Sweeper) RunNotify(ctx context.Context) (res Result, err error) {
 		return res, err
 	}
 	d := newDrain(s, &res, start, sh)
+	if _, err = d.slice(ctx, ledger.SliceRequeue, s.cfg.RequeueBatch, 0.5); err != nil {
+		return res, err
+	}
 	for more := true; more; {
-		if more, err = d.slice(ctx, ledger.SliceOwed, s.cfg.Batch, 1); err != nil {
+		if more, err = d.slice(ctx, ledger.SlicePending, s.cfg.Batch, 1); err != nil {
 			return res, err
 		}
 	}
