@@ -66,7 +66,7 @@ const (
 
 type opts struct {
 	rows, nudges, paused, rate, workers, concurrency int
-	window, expiry                                   time.Duration
+	window, expiry, depth                            time.Duration
 	bin, queue                                       string
 }
 
@@ -80,6 +80,7 @@ func run() error {
 	flag.IntVar(&o.rate, "rate", 100, "the paced account's rate per second (the sandbox's limit and OWED_PROVIDER_RATES)")
 	flag.DurationVar(&o.window, "window", 2*time.Minute, "B's nudges fall due over this window from the start")
 	flag.DurationVar(&o.expiry, "expiry", 2*time.Minute, "each nudge expires this long after its due time")
+	flag.DurationVar(&o.depth, "depth", sweep.QueueDepthDefault, "the sweeper's OWED_QUEUE_DEPTH")
 	flag.IntVar(&o.workers, "workers", 2, "worker processes")
 	flag.IntVar(&o.concurrency, "concurrency", 16, "OWED_WORKER_CONCURRENCY")
 	flag.StringVar(&o.bin, "bin", "bin", "folder holding the sweeper and worker binaries")
@@ -120,7 +121,7 @@ func run() error {
 		PublishAhead: time.Minute, SweepOnNotify: true, Env: map[string]string{
 			"OWED_PROVIDER_WEBHOOK": "webhook", "OWED_WEBHOOK_URL": fastSrv.URL,
 			"OWED_WEBHOOK_SECRET": "whsec_" + base64.StdEncoding.EncodeToString(key),
-			"OWED_PROVIDER_RATES": "sandbox:" + rate + ",webhook:unlimited"}})
+			"OWED_PROVIDER_RATES": "sandbox:" + rate + ",webhook:unlimited", "OWED_QUEUE_DEPTH": o.depth.String()}})
 	if err != nil {
 		return err
 	}
@@ -169,7 +170,7 @@ func run() error {
 	// drain is both at the account's rate.
 	ideal := float64(o.rows+res.b["sms"].n) / float64(o.rate)
 	ratio := res.drainA / ideal
-	pacedBound := sweep.QueueDepthDefault + topUpPause + queueRounding
+	pacedBound := o.depth + topUpPause + queueRounding
 	label := fmt.Sprintf("%s, %d×%d", stack.QueueLabel(o.queue), o.workers, o.concurrency)
 	rows := []benchutil.Row{
 		{Name: fmt.Sprintf("fairness: B's nudges expired, paced account (%s), of %d", rate, res.b["sms"].n), Value: benchutil.One(float64(res.b["sms"].expired)),
@@ -177,7 +178,7 @@ func run() error {
 		{Name: fmt.Sprintf("fairness: B's nudges expired, unpaced account, of %d", res.b["webhook"].n), Value: benchutil.One(float64(res.b["webhook"].expired)),
 			Unit: "rows", Target: "0", Pass: benchutil.Check(res.b["webhook"].expired == 0)},
 		{Name: "fairness: B's lag (delivered − due) p50, paced account, behind A's " + fmt.Sprint(o.rows), Value: benchutil.One(res.b["sms"].p50), Unit: "ms"},
-		{Name: fmt.Sprintf("fairness: B's lag p99, paced account (bound: top-up %s + queue depth %s + delay rounding %s)", topUpPause, sweep.QueueDepthDefault, queueRounding),
+		{Name: fmt.Sprintf("fairness: B's lag p99, paced account (bound: top-up %s + queue depth %s + delay rounding %s)", topUpPause, o.depth, queueRounding),
 			Value: benchutil.One(res.b["sms"].p99), Unit: "ms", Target: fmt.Sprintf("≤ %d", pacedBound.Milliseconds()),
 			Pass: benchutil.Check(res.b["sms"].p99 <= benchutil.Ms(pacedBound))},
 		{Name: "fairness: B's lag p50, unpaced account", Value: benchutil.One(res.b["webhook"].p50), Unit: "ms"},
