@@ -14,6 +14,8 @@
 // into -dir), and the table of owed beside River follows the main one
 // (benchutil.PrintPeers): deliveries/s, owed ÷ River tuned, and per delivery
 // the Postgres time and CPU, statements, transactions and non-HOT updates.
+// fairness is issue 25's (a tenant's flood, another's nudges and a paused
+// tenant on a paced and an unpaced account).
 //
 //	scripts/bench.sh            # or: make bench, BENCH_QUICK=1 make bench
 //	BENCH_QUICK=1 scripts/bench.sh -only e2e,limited
@@ -52,7 +54,7 @@ func main() {
 		{"queue", "-runs=3"},
 		{"pace"},
 	}
-	after := [][]string{{"lag", bin}, {"recovery", bin, "-runs=3"}, {"burst", bin}, {"limitedsweep", bin}}
+	after := [][]string{{"lag", bin}, {"recovery", bin, "-runs=3"}, {"burst", bin}, {"limitedsweep", bin}, {"fairness", bin}}
 	if *quick {
 		steps = [][]string{
 			{"sweep", "-runs=5", "-sizes=10000,100000", "-naive-max=100000"},
@@ -60,7 +62,7 @@ func main() {
 			{"pace", "-duration=10s"},
 		}
 		after = [][]string{{"lag", bin, "-rows=500", "-window=1m"}, {"recovery", bin, "-runs=1"}, {"burst", bin, "-rows=20000"},
-			{"limitedsweep", bin, "-duration=1m"}}
+			{"limitedsweep", bin, "-duration=1m"}, {"fairness", bin, "-rows=12000", "-nudges=400", "-paused=2000"}}
 	}
 	steps = append(append(steps, perQueue(*dir, *quick)...), after...)
 	steps = append(steps, []string{"immediate", bin})

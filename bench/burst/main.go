@@ -57,7 +57,7 @@ func run() error {
 	flag.IntVar(&o.rows, "rows", 100000, "rows falling due at one instant")
 	flag.IntVar(&o.workers, "workers", 2, "worker processes")
 	flag.IntVar(&o.concurrency, "concurrency", 32, "sends in flight per worker (OWED_WORKER_CONCURRENCY)")
-	flag.DurationVar(&o.cron, "cron", time.Minute, "how often the cron calls the sweeper (OWED_SWEEP_INTERVAL's default)")
+	flag.DurationVar(&o.cron, "cron", time.Minute, "how often the cron calls the sweeper (the hosted cron's minute)")
 	flag.StringVar(&o.bin, "bin", "bin", "folder holding the sweeper and worker binaries")
 	flag.StringVar(&o.queue, "queue", backends.Default, "queue backend: "+strings.Join(backends.Names, ", "))
 	compare := flag.Bool("compare", true, "measure the back-to-back throughput first, on a fresh database and stack")

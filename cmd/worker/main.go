@@ -91,7 +91,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	paces := worker.PacesFor(db, cfg.ProviderRate.For(router.DefaultRate))
+	paces := worker.PacesFor(db, router.Rates(cfg.ProviderRate))
 	reg := worker.NewRegistry()
 	reg.MustRegister(buildinfo.Collector())
 	o := cfg.Options()

@@ -216,12 +216,3 @@ func (l *Ledger) Stats(ctx context.Context, since time.Time) (Stats, error) {
 }
 
 func secondsToDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-// Leasable reports whether any row is owed and free to lease within ahead:
-// when a sweep leased nothing but this is true, the claim is broken (the
-// silent zero), not idle.
-func (l *Ledger) Leasable(ctx context.Context, ahead time.Duration) (bool, error) {
-	var ok bool
-	err := l.queryRowAllTenants(ctx, qLeasableExists, l.now(), seconds(ahead)).Scan(&ok)
-	return ok, err
-}

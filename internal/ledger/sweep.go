@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/lib/pq"
@@ -22,6 +23,12 @@ type Leased struct {
 	// QueueGeneration is the row's queue generation as leased: its message
 	// goes out under QueueKey(prefix, ID, DueAt, QueueGeneration).
 	QueueGeneration int
+	// Account is the row's provider account: its index in the lease's
+	// Sharing.Accounts (0 without accounts).
+	Account int
+	// Requeue says the row's lease ran out (leased, queued or sending),
+	// where the others were pending.
+	Requeue bool
 }
 
 // Slice says which owed rows one Lease takes.
@@ -31,19 +38,72 @@ const (
 	// SliceOwed takes every owed row: pending, or its lease ran out.
 	SliceOwed Slice = iota
 	// SlicePending takes pending rows only (never published, handed back,
-	// rescheduled or redriven), after LeaseParams.After.
+	// rescheduled or redriven).
 	SlicePending
 	// SliceRequeue takes only rows whose lease ran out (leased, queued or
 	// sending): a sweep that died before its mark, a lost message, a worker
-	// that died. A run gives them a slice of their own so they never
-	// starve pending rows.
+	// that died, a wait handed to the ledger that is over. A run gives them
+	// a slice of their own so they never starve pending rows.
 	SliceRequeue
 )
 
-// Cursor is a place in the lease's order, oldest due first and then by id.
-type Cursor struct {
-	DueAt time.Time
-	ID    int64
+// LiveForDefault is Sharing.LiveFor when it is zero: a lease that ends
+// more than a day ahead is a wait parked in the ledger, not work in flight.
+const LiveForDefault = 24 * time.Hour
+
+// Account is one provider account the lease shares capacity between. The
+// workers route each channel to a provider, and the channels routed to one
+// provider share its account and its pace.
+type Account struct {
+	// Name is the provider's name ("twilio", "sandbox"): on-call's hold of
+	// any of its accounts (a pace row named "twilio" or "twilio:…") leaves
+	// the account's rows out of the lease.
+	Name string
+	// Channels are the channels routed to the account.
+	Channels []string
+	// Cap bounds the rows the account may have in flight (leased, queued
+	// or sending); zero or less is no bound.
+	Cap int
+}
+
+// Sharing is how the lease shares capacity: between Accounts (the first
+// carries every channel none lists; none is one account for every channel
+// without a cap), and between the tenants of each, round-robin. Paused
+// tenants and held accounts take no capacity and are never leased.
+type Sharing struct {
+	Accounts []Account
+	// LiveFor bounds the leases that count as work in flight: a row whose
+	// lease ends further ahead is a wait parked in the ledger (a retry
+	// hours away, or a lease an application wrote) and holds no capacity.
+	// Zero is LiveForDefault.
+	LiveFor time.Duration
+}
+
+// args returns the channels, the account of each (1-based, as SQL counts),
+// the accounts' names and their caps.
+func (s Sharing) args() (channels []string, accountOf []int64, names []string, caps []int64) {
+	if len(s.Accounts) == 0 {
+		return []string{}, []int64{}, []string{""}, []int64{math.MaxInt32}
+	}
+	for i, a := range s.Accounts {
+		for _, ch := range a.Channels {
+			channels, accountOf = append(channels, ch), append(accountOf, int64(i+1))
+		}
+		names = append(names, a.Name)
+		c := int64(a.Cap)
+		if c <= 0 || c > math.MaxInt32 {
+			c = math.MaxInt32
+		}
+		caps = append(caps, c)
+	}
+	return channels, accountOf, names, caps
+}
+
+func (s Sharing) liveFor() time.Duration {
+	if s.LiveFor <= 0 {
+		return LiveForDefault
+	}
+	return s.LiveFor
 }
 
 // LeaseParams bound one slice of a sweep.
@@ -58,10 +118,11 @@ type LeaseParams struct {
 	For time.Duration
 	// Slice picks the rows; the zero value is SliceOwed.
 	Slice Slice
-	// After, for SlicePending, takes only rows after it in the lease's
-	// order: a run passes the last row of its previous slice. The zero
-	// Cursor starts at the oldest.
-	After Cursor
+	// Share is the part of each account's room the slice may take, above
+	// zero and at most one; zero is all of it. A run's requeue slice takes
+	// half, so rows falling due keep the rest.
+	Share float64
+	Sharing
 }
 
 func (p LeaseParams) validate() error {
@@ -74,49 +135,122 @@ func (p LeaseParams) validate() error {
 		return fmt.Errorf("ledger: publish-ahead window must not be negative, got %s", p.Ahead)
 	case p.Slice < SliceOwed || p.Slice > SliceRequeue:
 		return fmt.Errorf("ledger: unknown lease slice %d", p.Slice)
+	case p.Share < 0 || p.Share > 1:
+		return fmt.Errorf("ledger: lease share must be 0 (all) to 1, got %g", p.Share)
 	}
 	return nil
 }
 
-// args returns the arguments of qLease and qExplainLease for p: the slice
-// travels as its number, which owed_sweep_lease_sql reads (0 owed, 1
-// pending, 2 requeue).
+// args returns the arguments of qLeaseFair and qExplainLease for p: the
+// slice travels as its number, which owed_sweep_fair_lease_sql reads (0
+// owed, 1 pending, 2 requeue).
 func (p LeaseParams) args(now any) []any {
-	return []any{int(p.Slice), now, seconds(p.For), seconds(p.Ahead), p.Limit, p.After.DueAt, p.After.ID}
+	channels, accountOf, names, caps := p.Sharing.args()
+	share := p.Share
+	if share == 0 {
+		share = 1
+	}
+	return []any{int(p.Slice), now, seconds(p.For), seconds(p.Ahead), p.Limit, pq.Array(channels),
+		pq.Array(accountOf), pq.Array(names), pq.Array(caps), share, seconds(p.liveFor())}
 }
 
-// Lease claims up to p.Limit owed rows of p.Slice across every tenant,
-// oldest due first, in one statement: rows that are pending, or whose lease
-// (leased, queued or sending) ran out. Rows past their expiry are never
-// returned. Concurrent calls never return the same row. A row published
-// before gets its next queue generation here (see qLease). The rows come
-// back in the lease's order, so the last one is the next slice's Cursor.
+// AccountRoom is what one slice saw of an account.
+type AccountRoom struct {
+	// InFlight counts the account's rows a live lease held (leased, queued
+	// or sending, due by the publish-ahead horizon) before the slice.
+	InFlight int
+	// Room is what the slice could take for rows already due: the cap
+	// less the rows in flight already due, times the slice's share.
+	Room int
+	// Held counts the rows the slice left for want of room: the cap, not
+	// the slice's limit, held them back.
+	Held int
+	// More says a tenant of the account may have more rows waiting than
+	// the slice looked at (each tenant's part of the room was read): a run
+	// leases another slice.
+	More bool
+}
+
+// LeaseResult is one slice's answer.
+type LeaseResult struct {
+	// Rows are the rows leased, in the slice's order: the order to publish
+	// them in, so the queue's order is the lease's.
+	Rows []Leased
+	// SetAside are the rows the slice settled failed instead of leasing:
+	// no message can carry their due time, or a shared statement could not
+	// apply them (last_error says why).
+	SetAside []int64
+	// Accounts is what the slice saw of each account, in Sharing.Accounts'
+	// order (one entry without accounts). Counted is false when nothing was
+	// owed to lease: the slice then answers without counting, and Accounts
+	// are zeros.
+	Accounts []AccountRoom
+	Counted  bool
+	// Now is the database's instant of the slice: publish delays count
+	// from it.
+	Now time.Time
+}
+
+// Lease is LeaseSlice's rows.
 func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
+	r, err := l.LeaseSlice(ctx, p)
+	return r.Rows, err
+}
+
+// LeaseSlice claims up to p.Limit owed rows of p.Slice in one statement
+// (owed_sweep_lease_fair, internal/ledger/sql/sweep.sql): rows that are
+// pending, or whose lease (leased, queued or sending) ran out, shared
+// between p.Accounts by each one's room under its cap and, within an
+// account, round-robin between the tenants with rows waiting, each
+// tenant's rows oldest owed first (owed since greatest(due_at,
+// created_at)). Rows past their expiry, of a paused tenant or of a held
+// account are never returned. Concurrent calls never return the same row.
+// A row published before gets its next queue generation here.
+func (l *Ledger) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, error) {
 	if err := p.validate(); err != nil {
-		return nil, err
+		return LeaseResult{}, err
 	}
-	var out []Leased
-	err := l.queryAllTenants(ctx, qLease, p.args(l.now()), func(rows *sql.Rows) error {
-		var r Leased
-		if err := rows.Scan(&r.ID, &r.Tenant, &r.DueAt, &r.Republish, &r.QueueGeneration); err != nil {
+	res := LeaseResult{Accounts: make([]AccountRoom, max(1, len(p.Accounts)))}
+	err := l.queryAllTenants(ctx, qLeaseFair, p.args(l.now()), func(rows *sql.Rows) error {
+		var (
+			id, gen, inFlight, room, held sql.NullInt64
+			ten, state                    sql.NullString
+			due                           sql.NullTime
+			republish, more, requeue      sql.NullBool
+			account                       int
+			ord                           sql.NullInt64
+		)
+		if err := rows.Scan(&id, &ten, &due, &republish, &gen, &account, &state, &ord, &requeue, &inFlight, &room,
+			&held, &more, &res.Now); err != nil {
 			return err
 		}
-		r.DueAt = r.DueAt.UTC()
-		out = append(out, r)
+		if account < 1 || account > len(res.Accounts) {
+			return fmt.Errorf("ledger: lease answered account %d of %d", account, len(res.Accounts))
+		}
+		switch {
+		case !id.Valid:
+			res.Counted = true
+			res.Accounts[account-1] = AccountRoom{InFlight: int(inFlight.Int64), Room: int(room.Int64),
+				Held: int(held.Int64), More: more.Bool}
+		case state.String == string(StateLeased):
+			res.Rows = append(res.Rows, Leased{ID: id.Int64, Tenant: ten.String, DueAt: due.Time.UTC(),
+				Republish: republish.Bool, QueueGeneration: int(gen.Int64), Account: account - 1, Requeue: requeue.Bool})
+		case state.String == string(StateFailed):
+			res.SetAside = append(res.SetAside, id.Int64)
+		}
+		// Any other state is a row an intent settled as the lease took it
+		// (a cancel recorded while a worker held it): nothing to publish.
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	sortLeased(out)
-	return out, nil
+	res.Now = res.Now.UTC()
+	return res, err
 }
 
 // Survey is what a sweep run sees before it leases.
 type Survey struct {
-	// Outstanding counts the rows a live lease holds (leased, queued or
-	// sending), up to the limit Survey was given.
-	Outstanding int
+	// InFlight counts each account's rows a live lease holds (leased,
+	// queued or sending, due by the horizon), in Sharing.Accounts' order.
+	InFlight []int
 	// Pending and Requeues say whether a pending row, and a row whose lease
 	// ran out, is owed by the publish-ahead horizon.
 	Pending, Requeues bool
@@ -125,25 +259,62 @@ type Survey struct {
 	OldestOwedAge time.Duration
 }
 
-// Survey reads, in one statement across every tenant, the work outstanding
-// (counted up to countUpTo, so the count never costs more than the
-// backpressure cap), whether anything waits to be leased within ahead, and
-// the oldest owed age (see qSurvey).
-func (l *Ledger) Survey(ctx context.Context, ahead time.Duration, countUpTo int) (Survey, error) {
+// Survey reads, in one statement across every tenant, each account's work
+// in flight (reading at most countUpTo rows), whether anything waits to be
+// leased within ahead, and the oldest owed age (owed_sweep_survey_fair).
+func (l *Ledger) Survey(ctx context.Context, ahead time.Duration, s Sharing, countUpTo int) (Survey, error) {
 	if countUpTo <= 0 {
 		return Survey{}, fmt.Errorf("ledger: survey count limit must be above zero, got %d", countUpTo)
 	}
-	var s Survey
-	var oldest sql.NullTime
-	var now time.Time
-	if err := l.queryRowAllTenants(ctx, qSurvey, l.now(), countUpTo, seconds(ahead)).
-		Scan(&s.Outstanding, &s.Pending, &s.Requeues, &oldest, &now); err != nil {
+	channels, accountOf, names, _ := s.args()
+	var sv Survey
+	var inFlight pq.Int64Array
+	var oldest sql.NullFloat64
+	var asked time.Time
+	if err := l.queryRowAllTenants(ctx, qSurveyFair, l.now(), seconds(ahead), seconds(s.liveFor()),
+		pq.Array(channels), pq.Array(accountOf), pq.Array(names), countUpTo).
+		Scan(&inFlight, &sv.Pending, &sv.Requeues, &oldest, &asked); err != nil {
 		return Survey{}, err
 	}
-	if oldest.Valid {
-		s.OldestOwedAge = now.Sub(oldest.Time)
+	for _, n := range inFlight {
+		sv.InFlight = append(sv.InFlight, int(n))
 	}
-	return s, nil
+	if oldest.Valid && oldest.Float64 > 0 {
+		sv.OldestOwedAge = secondsToDuration(min(oldest.Float64, math.MaxInt64/float64(time.Second)))
+	}
+	return sv, nil
+}
+
+// Leasable reports whether a row is owed and free to lease within ahead,
+// room allowing, of a tenant not paused on an account s does not hold:
+// when a sweep leased nothing and held nothing back but this is true, the
+// lease is broken (the silent zero), not idle.
+func (l *Ledger) Leasable(ctx context.Context, ahead time.Duration, s Sharing) (bool, error) {
+	channels, accountOf, names, _ := s.args()
+	var ok bool
+	err := l.queryRowAllTenants(ctx, qLeasableFair, l.now(), seconds(ahead), pq.Array(channels),
+		pq.Array(accountOf), pq.Array(names)).Scan(&ok)
+	return ok, err
+}
+
+// SendRates counts, per provider (the part of an account's name before
+// ':'), the sends the workers finished in the window up to now, reading at
+// most countUpTo attempts (owed_sweep_send_rates).
+func (l *Ledger) SendRates(ctx context.Context, window time.Duration, countUpTo int) (map[string]int64, error) {
+	if window <= 0 || countUpTo <= 0 {
+		return nil, fmt.Errorf("ledger: send rates need a window and a count limit above zero, got %s and %d", window, countUpTo)
+	}
+	out := map[string]int64{}
+	err := l.queryAllTenants(ctx, qSendRates, []any{l.now(), seconds(window), countUpTo}, func(rows *sql.Rows) error {
+		var provider string
+		var n int64
+		if err := rows.Scan(&provider, &n); err != nil {
+			return err
+		}
+		out[provider] = n
+		return nil
+	})
+	return out, err
 }
 
 // ExpireOverdue settles up to limit owed rows whose expires_at has passed as
@@ -217,7 +388,7 @@ func (l *Ledger) queryAllTenants(ctx context.Context, query string, args []any, 
 }
 
 // ExplainLease runs the lease statement under EXPLAIN (ANALYZE, BUFFERS)
-// (owed_sweep_explain_lease runs the text owed_sweep_lease runs) in a
+// (owed_sweep_explain_lease_fair runs the text owed_sweep_lease_fair runs) in a
 // transaction it rolls back, so nothing is leased, and returns the plan
 // and the server-side execution time. Operators and the benchmark use it to
 // check that the lease reads the partial index and costs what is owed, not

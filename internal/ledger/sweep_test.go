@@ -3,19 +3,21 @@ package ledger
 import (
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 )
 
-func TestPendingSlicesFollowTheirCursorThroughOneDueTime(t *testing.T) {
+// A fan-out of 2,000 rows of one due time is leased slice by slice, each
+// row once, in order, and a slice never steps over the rows leased before
+// it: only pending rows are in the index the lease reads.
+func TestPendingSlicesNeverStepOverLeasedRows(t *testing.T) {
 	b := setup(t)
-	// An event fanned out to every subscriber: 2,000 rows, one due time.
 	seedOwed(t, b, 2000, b.now.Add(-time.Minute))
-	var after Cursor
 	seen := map[int64]bool{}
 	var last int64
 	for {
-		got, err := b.l.Lease(ctx, LeaseParams{Limit: 300, For: time.Hour, Slice: SlicePending, After: after})
+		got, err := b.l.Lease(ctx, LeaseParams{Limit: 300, For: time.Hour, Slice: SlicePending})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -28,18 +30,16 @@ func TestPendingSlicesFollowTheirCursorThroughOneDueTime(t *testing.T) {
 			}
 			seen[r.ID], last = true, r.ID
 		}
-		after = Cursor{DueAt: got[len(got)-1].DueAt, ID: got[len(got)-1].ID}
 	}
 	if len(seen) != 2000 {
 		t.Fatalf("the slices leased %d rows, want all 2000", len(seen))
 	}
 
-	// The cursor is where the index scan starts: 100 more rows of the same
-	// due time, after the 2,000 leased ones, cost no step over those.
 	if err := b.db.OwnerTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
-		    SELECT 'bulk', 'more' || g, 'sms', 'k', 'ref' || g, $1, '{"text":"x"}' FROM generate_series(1, 100) g`,
-			b.now.Add(-time.Minute)); err != nil {
+		if _, err := tx.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload,
+		        created_at)
+		    SELECT 'bulk', 'more' || g, 'sms', 'k', 'ref' || g, $1, '{"text":"x"}', $2 FROM generate_series(1, 100) g`,
+			b.now.Add(-time.Minute), b.now); err != nil {
 			return err
 		}
 		_, err := tx.Exec(`ANALYZE owed_notifications`)
@@ -47,18 +47,17 @@ func TestPendingSlicesFollowTheirCursorThroughOneDueTime(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	plan, _, err := b.l.ExplainLease(ctx, LeaseParams{Limit: 300, For: time.Hour, Slice: SlicePending, After: after})
+	plan, _, err := b.l.ExplainLease(ctx, LeaseParams{Limit: 300, For: time.Hour, Slice: SlicePending})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if removed := rowsRemovedByFilter(t, plan); removed > 100 {
-		t.Errorf("the slice after the cursor stepped over %.0f rows, want the 2,000 leased ones skipped by the index range:\n%s",
-			removed, plan)
+		t.Errorf("the next slice stepped over %.0f rows, want the 2,000 leased ones out of its index:\n%s", removed, plan)
 	}
 }
 
-// rowsRemovedByFilter adds up "Rows Removed by Filter" over an EXPLAIN
-// (ANALYZE, FORMAT JSON) plan's nodes.
+// rowsRemovedByFilter adds up "Rows Removed by Filter" over the nodes of
+// an EXPLAIN (ANALYZE, FORMAT JSON) plan that read owed_notifications.
 func rowsRemovedByFilter(t *testing.T, plan string) float64 {
 	t.Helper()
 	var doc []map[string]any
@@ -67,7 +66,10 @@ func rowsRemovedByFilter(t *testing.T, plan string) float64 {
 	}
 	var walk func(n map[string]any) float64
 	walk = func(n map[string]any) float64 {
-		sum, _ := n["Rows Removed by Filter"].(float64)
+		var sum float64
+		if n["Relation Name"] == "owed_notifications" {
+			sum, _ = n["Rows Removed by Filter"].(float64)
+		}
 		kids, _ := n["Plans"].([]any)
 		for _, k := range kids {
 			if m, ok := k.(map[string]any); ok {
@@ -86,28 +88,28 @@ func TestSurveyAndTheTwoSlicesSeeWhatIsHeldAndWhatWaits(t *testing.T) {
 	mustSchedule(t, b, "acme", row("later", "L-1", b.now.Add(time.Hour)))
 	survey := func(upTo int) Survey {
 		t.Helper()
-		s, err := b.l.Survey(ctx, time.Minute, upTo)
+		s, err := b.l.Survey(ctx, time.Minute, Sharing{}, upTo)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	if s := survey(100); s.Outstanding != 0 || !s.Pending || s.Requeues || s.OldestOwedAge != time.Minute {
+	if s := survey(100); s.InFlight[0] != 0 || !s.Pending || s.Requeues || s.OldestOwedAge != time.Minute {
 		t.Errorf("before any lease: %+v, want nothing held, pending rows waiting, oldest owed a minute", s)
 	}
 	if got, err := b.l.Lease(ctx, LeaseParams{Limit: 3, For: 10 * time.Minute, Ahead: time.Minute, Slice: SlicePending}); err != nil || len(got) != 3 {
 		t.Fatalf("leased %d (%v), want 3", len(got), err)
 	}
-	if s := survey(100); s.Outstanding != 3 || !s.Pending || s.Requeues {
+	if s := survey(100); s.InFlight[0] != 3 || !s.Pending || s.Requeues {
 		t.Errorf("after leasing 3: %+v, want 3 held and 2 pending", s)
 	}
-	if s := survey(2); s.Outstanding != 2 {
+	if s := survey(2); s.InFlight[0] != 2 {
 		t.Errorf("counted up to 2: %+v, want the count to stop at its limit", s)
 	}
 
 	// The sweep that leased them died: their leases run out.
 	b.advance(11 * time.Minute)
-	if s := survey(100); s.Outstanding != 0 || !s.Pending || !s.Requeues {
+	if s := survey(100); s.InFlight[0] != 0 || !s.Pending || !s.Requeues {
 		t.Errorf("leases run out: %+v, want nothing held, both kinds waiting", s)
 	}
 	requeued, err := b.l.Lease(ctx, LeaseParams{Limit: 100, For: time.Minute, Ahead: time.Minute, Slice: SliceRequeue})
@@ -125,14 +127,182 @@ func TestSurveyAndTheTwoSlicesSeeWhatIsHeldAndWhatWaits(t *testing.T) {
 			}
 		}
 	}
-	if s := survey(100); s.Outstanding != 5 || s.Pending || s.Requeues {
+	if s := survey(100); s.InFlight[0] != 5 || s.Pending || s.Requeues {
 		t.Errorf("all leased: %+v, want 5 held and nothing waiting", s)
 	}
 }
 
 func TestSurveyRefusesAnUnboundedCount(t *testing.T) {
 	b := setup(t)
-	if _, err := b.l.Survey(ctx, time.Minute, 0); err == nil {
+	if _, err := b.l.Survey(ctx, time.Minute, Sharing{}, 0); err == nil {
 		t.Error("Survey with a count limit of 0 succeeded, want an error")
+	}
+}
+
+// insertOwned writes rows as the owner under the bypass, as SQL outside the
+// services could (fixtures only): each is tenant, ref, channel, due_at,
+// created_at.
+func insertOwned(t *testing.T, b *bundle, rows ...[5]any) {
+	t.Helper()
+	if err := b.db.OwnerTx(ctx, func(tx *sql.Tx) error {
+		for _, r := range rows {
+			if _, err := tx.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at,
+			        payload, created_at)
+			    VALUES ($1, 'r', $3, 'k', $2, $4, '{"text":"x"}', $5)`, r[0], r[1], r[2], r[3], r[4]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tenantsOf(got []Leased) []string {
+	out := make([]string, len(got))
+	for i, r := range got {
+		out[i] = r.Tenant
+	}
+	return out
+}
+
+// A slice is dealt round-robin between the tenants with rows owed, each
+// tenant's rows oldest owed first: a tenant's 1,000-row backlog takes one
+// place in each round, not the whole slice.
+func TestASliceIsSharedRoundRobinBetweenTenants(t *testing.T) {
+	b := setup(t)
+	seedOwed(t, b, 1000, b.now.Add(-time.Hour))
+	var few []NewNotification
+	for i := 0; i < 3; i++ {
+		few = append(few, row(fmt.Sprintf("n%d", i), "N", b.now.Add(-time.Duration(i)*time.Second)))
+	}
+	mustSchedule(t, b, "nudges", few...)
+	got, err := b.l.Lease(ctx, LeaseParams{Limit: 10, For: time.Minute, Slice: SlicePending})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range got {
+		if r.Tenant == "nudges" {
+			n++
+		}
+	}
+	if len(got) != 10 || n != 3 {
+		t.Fatalf("slice of 10 leased %v, want all 3 of the nudges' rows beside 7 of the backlog", tenantsOf(got))
+	}
+	// The backlog's rows were owed first (written earlier), so the rounds
+	// open with it; then the tenants alternate until the nudges have none.
+	if want := []string{"bulk", "nudges", "bulk", "nudges", "bulk", "nudges", "bulk"}; fmt.Sprint(tenantsOf(got)[:7]) != fmt.Sprint(want) {
+		t.Errorf("slice order %v, want %v…", tenantsOf(got), want)
+	}
+}
+
+// A row scheduled with a due time long past is owed from when it was
+// written: 300 rows due 2000-01-01 written now do not jump the row another
+// tenant wrote a minute ago, due now.
+func TestAPastDueTimeDoesNotJumpTheLine(t *testing.T) {
+	b := setup(t)
+	var flood [][5]any
+	for i := 0; i < 300; i++ {
+		flood = append(flood, [5]any{"flood", fmt.Sprintf("F-%d", i), "sms", time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), b.now})
+	}
+	insertOwned(t, b, flood...)
+	insertOwned(t, b, [5]any{"waiting", "W-1", "sms", b.now, b.now.Add(-time.Minute)})
+	got, err := b.l.Lease(ctx, LeaseParams{Limit: 1, For: time.Minute, Slice: SlicePending})
+	if err != nil || len(got) != 1 || got[0].Tenant != "waiting" {
+		t.Fatalf("a slice of 1 leased %v (%v), want the row owed a minute before the flood was written", tenantsOf(got), err)
+	}
+}
+
+// Each account takes at most its cap less its rows in flight, and a slice
+// takes the others' rows beside a full account's.
+func TestEachAccountTakesItsOwnRoom(t *testing.T) {
+	b := setup(t)
+	seedOwed(t, b, 50, b.now.Add(-time.Minute)) // sms
+	var mail [][5]any
+	for i := 0; i < 5; i++ {
+		mail = append(mail, [5]any{"mail", fmt.Sprintf("M-%d", i), "email", b.now, b.now})
+	}
+	insertOwned(t, b, mail...)
+	sh := Sharing{Accounts: []Account{{Name: "sandbox", Channels: []string{"email"}, Cap: 100},
+		{Name: "twilio", Channels: []string{"sms"}, Cap: 10}}}
+	r, err := b.l.LeaseSlice(ctx, LeaseParams{Limit: 100, For: time.Minute, Slice: SlicePending, Sharing: sh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perAccount := map[int]int{}
+	for _, row := range r.Rows {
+		perAccount[row.Account]++
+	}
+	if perAccount[0] != 5 || perAccount[1] != 10 || r.Accounts[1].Held == 0 || r.Accounts[0].Held != 0 {
+		t.Fatalf("leased %v per account, answers %+v; want the 5 emails and 10 of 50 sms, the other 40 held back", perAccount, r.Accounts)
+	}
+	r, err = b.l.LeaseSlice(ctx, LeaseParams{Limit: 100, For: time.Minute, Slice: SlicePending, Sharing: sh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Rows) != 0 || r.Accounts[1].InFlight != 10 || r.Accounts[1].Held == 0 {
+		t.Errorf("second slice leased %d, answers %+v; want none, the sms account full with 10 in flight", len(r.Rows), r.Accounts)
+	}
+	if r.Now.IsZero() || !r.Now.Equal(b.now) {
+		t.Errorf("the slice's instant is %s, want the ledger's now %s", r.Now, b.now)
+	}
+}
+
+// A paused tenant's rows are never leased, and its rows in flight count
+// against no account; on-call's hold of an account leaves that account's
+// rows out the same way.
+func TestPausedTenantsAndHeldAccountsTakeNothing(t *testing.T) {
+	b := setup(t)
+	seedOwed(t, b, 20, b.now.Add(-time.Minute))
+	sh := Sharing{Accounts: []Account{{Name: "sandbox", Channels: []string{"sms"}, Cap: 10}}}
+	if got, err := b.l.Lease(ctx, LeaseParams{Limit: 10, For: time.Minute, Slice: SlicePending, Sharing: sh}); err != nil || len(got) != 10 {
+		t.Fatalf("leased %d (%v), want 10", len(got), err)
+	}
+	if _, err := b.db.App.Exec(`SELECT owed_tenant_pause('bulk', 'noisy', 'test', $1)`, b.now); err != nil {
+		t.Fatal(err)
+	}
+	mustSchedule(t, b, "quiet", row("q", "Q-1", b.now))
+	r, err := b.l.LeaseSlice(ctx, LeaseParams{Limit: 10, For: time.Minute, Slice: SlicePending, Sharing: sh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Rows) != 1 || r.Rows[0].Tenant != "quiet" || r.Accounts[0].InFlight != 0 {
+		t.Fatalf("with bulk paused: leased %v, answers %+v; want quiet's row, bulk's 10 in flight counted nowhere", tenantsOf(r.Rows), r.Accounts)
+	}
+	if ok, err := b.l.Leasable(ctx, time.Minute, sh); err != nil || ok {
+		t.Errorf("Leasable = %v, %v with only a paused tenant's rows left, want false", ok, err)
+	}
+	if _, err := b.db.App.Exec(`SELECT owed_tenant_resume('bulk')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.App.Exec(`SELECT owed_provider_account_hold('sandbox', 'maintenance', 'test', $1)`, b.now); err != nil {
+		t.Fatal(err)
+	}
+	r, err = b.l.LeaseSlice(ctx, LeaseParams{Limit: 10, For: time.Minute, Slice: SlicePending, Sharing: sh})
+	if err != nil || len(r.Rows) != 0 {
+		t.Fatalf("with the account held: leased %v (%v), want nothing", tenantsOf(r.Rows), err)
+	}
+}
+
+// A row an application wrote in flight with a lease to 9999-01-01 (before
+// owed_apps lost the right to) is a parked wait, not work in flight: it
+// holds back no lease.
+func TestAParkedLeaseHoldsNoRoom(t *testing.T) {
+	b := setup(t)
+	if err := b.db.OwnerTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload,
+		        created_at, state, lease_until)
+		    SELECT 'faker', 'r' || g, 'sms', 'k', 'ref' || g, $1, '{"text":"x"}', $1, 'queued', '9999-01-01'
+		      FROM generate_series(1, 200) g`, b.now)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mustSchedule(t, b, "acme", row("a", "A-1", b.now))
+	sh := Sharing{Accounts: []Account{{Name: "sandbox", Cap: 200}}, LiveFor: 15 * time.Minute}
+	r, err := b.l.LeaseSlice(ctx, LeaseParams{Limit: 10, For: time.Minute, Slice: SlicePending, Sharing: sh})
+	if err != nil || len(r.Rows) != 1 || r.Accounts[0].InFlight != 0 {
+		t.Fatalf("leased %d (%v), answers %+v; want acme's row, the 200 parked rows in flight nowhere", len(r.Rows), err, r.Accounts)
 	}
 }

@@ -128,3 +128,44 @@ func (r Rate) String() string {
 	}
 	return fmt.Sprintf("%d/%s", r.Count, r.Per)
 }
+
+// RateSetting is OWED_PROVIDER_RATE as read, by the workers and the
+// sweeper: Set is false while the variable is unset or empty, and each
+// account then keeps its provider's default pace; set, Rate is every
+// account's pace (Unlimited for "unlimited" or "0").
+type RateSetting struct {
+	Rate Rate
+	Set  bool
+}
+
+// Decode reads the variable with ParseRate, except that empty stays
+// unset; envconfig names OWED_PROVIDER_RATE in the error.
+func (p *RateSetting) Decode(value string) error {
+	if strings.TrimSpace(value) == "" {
+		*p = RateSetting{}
+		return nil
+	}
+	r, err := ParseRate(value)
+	if err != nil {
+		return err
+	}
+	*p = RateSetting{Rate: r, Set: true}
+	return nil
+}
+
+// String is the start-up log's word for the setting.
+func (p RateSetting) String() string {
+	if !p.Set {
+		return "provider defaults"
+	}
+	return p.Rate.String()
+}
+
+// For returns each account's pace: the set rate for every account, or
+// defaults(account) (the providers Router's DefaultRate) when unset.
+func (p RateSetting) For(defaults func(account string) Rate) func(account string) Rate {
+	if p.Set || defaults == nil {
+		return func(string) Rate { return p.Rate }
+	}
+	return defaults
+}

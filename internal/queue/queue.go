@@ -77,6 +77,11 @@ type Message struct {
 	// Delay keeps the message invisible this long after publishing, at most
 	// MaxDelay. Backends round it up to their granularity, never down.
 	Delay time.Duration
+	// Group is the message's fairness group, the row's tenant: a backend
+	// that serves groups fairly (SQS fair queues' message group) takes it so
+	// one group's backlog does not delay another's messages; the others
+	// ignore it.
+	Group string
 }
 
 // PublishResult is the outcome of one published message; Publish returns

@@ -36,13 +36,14 @@ var homeFiles = []string{
 	"internal/ledger/sql/due_notify.sql",
 	"internal/ledger/sql/claim.sql",
 	"internal/ledger/sql/settle.sql",
-	"internal/ledger/sql/sweep.sql",
 	"internal/materialise/sql/items.sql",
 	"internal/resolve/sql/contacts.sql",
 	"internal/api/sql/tokens.sql",
 	"internal/pace/sql/pace.sql",
 	"internal/pace/sql/account.sql",
 	"internal/pace/sql/tenant_pauses.sql",
+	// The sweep's functions read the pace and the tenants' pauses.
+	"internal/ledger/sql/sweep.sql",
 }
 
 // root is the repository's root, from this package's folder.

@@ -331,7 +331,7 @@ func TestRuntimeMembershipIsWhatCounts(t *testing.T) {
 	if n, err := l.MarkQueued(ctx, []int64{leased[0].ID, leased[1].ID}, time.Minute); err != nil || n != 2 {
 		t.Errorf("mark queued: %d (err %v), want 2", n, err)
 	}
-	if _, err := l.Survey(ctx, time.Minute, 100); err != nil {
+	if _, err := l.Survey(ctx, time.Minute, ledger.Sharing{}, 100); err != nil {
 		t.Errorf("survey: %v", err)
 	}
 	if b, err := l.Backlog(ctx); err != nil || b.Owed != 2 {

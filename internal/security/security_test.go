@@ -341,7 +341,7 @@ func TestOperatorEndpointsAreNotPublic(t *testing.T) {
 func sweeperConfig(st *stacktest.Stack) sweeper.Config {
 	return sweeper.Config{CronSecret: cronSecret, SweepBatch: 500, SweepBudget: 30 * time.Second,
 		PublishAhead: time.Minute, RequeueAfter: 10 * time.Minute, SweepRequeueBatch: 500, SweepMaxOutstanding: 100000,
-		SweepInterval: time.Minute, IdempotencyPrefix: "owed-", DBMaxConns: 4,
+		QueueDepth: 2 * time.Second, IdempotencyPrefix: "owed-", DBMaxConns: 4,
 		Materialise: materialise.Config{Lookahead: 3 * time.Hour, DefaultLead: 10 * time.Minute},
 		Queue: backends.Config{Backend: backends.REST,
 			Rest: rest.Config{URL: st.QueueURL, Token: stacktest.QueueToken, Name: st.Queue.Name()}},

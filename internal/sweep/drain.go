@@ -10,133 +10,163 @@ import (
 	"github.com/owedhq/owed/internal/queue"
 )
 
-// drain is one run's slices: the room left under the backpressure cap, the
-// cursor of its pending slices, and its slowest slice, which says when the
-// budget is near.
+// drain is one run's slices: how they are shared (the accounts and their
+// caps), what the run saw of each account, and its slowest slice, which
+// says when the budget is near.
 type drain struct {
 	s       *Sweeper
 	res     *Result
 	start   time.Time
-	room    int
-	cursor  ledger.Cursor
+	sh      ledger.Sharing
 	slowest time.Duration
-	// held is set once a slice was held back: the run leases no more.
-	held bool
-	// uncounted is set while the run has not counted the work outstanding
-	// (a notify run, which has no survey): room is then the whole cap, and
-	// the first slice counts in the statement that leases.
-	uncounted bool
+	// counted is set once the run knows each account's rows in flight:
+	// from the survey (Run), or from its first slice (RunNotify), which
+	// counts them in the statement that leases.
+	counted bool
+	// stop is set when the run leases no more (the budget is near).
+	stop bool
 }
 
-// run leases slice after slice. The first slice of pending rows leaves room
-// for the requeue slice, at most half of it, so neither kind starves the
-// other when the cap is tight; the requeue slice comes next, then pending
-// slices until none is full.
+func newDrain(s *Sweeper, res *Result, start time.Time, sh ledger.Sharing) *drain {
+	res.Accounts = make([]AccountResult, len(sh.Accounts))
+	for i, a := range sh.Accounts {
+		res.Accounts[i] = AccountResult{Account: a.Name, Cap: a.Cap}
+		res.MaxOutstanding += a.Cap
+	}
+	return &drain{s: s, res: res, start: start, sh: sh}
+}
+
+// count records each account's rows in flight when the run began.
+func (d *drain) count(inFlight []int) {
+	if d.counted {
+		return
+	}
+	d.counted = true
+	for i, n := range inFlight {
+		if i < len(d.res.Accounts) {
+			d.res.Accounts[i].InFlight = n
+			d.res.Outstanding += n
+		}
+	}
+}
+
+// run leases slice after slice: first the rows whose lease ran out, in a
+// slice of their own that takes at most half of each account's room while
+// pending rows wait, so neither kind starves the other when the caps are
+// tight; then pending slices until one comes back with nothing more.
 func (d *drain) run(ctx context.Context, sv ledger.Survey) error {
-	keep := 0
 	if sv.Requeues {
-		keep = min(d.s.cfg.RequeueBatch, (d.room+1)/2)
-	}
-	more := sv.Pending
-	var err error
-	if more && d.room-keep > 0 {
-		if more, err = d.slice(ctx, ledger.SlicePending, min(d.s.cfg.Batch, d.room-keep)); err != nil {
+		share := 1.0
+		if sv.Pending {
+			share = 0.5
+		}
+		if _, err := d.slice(ctx, ledger.SliceRequeue, d.s.cfg.RequeueBatch, share); err != nil {
 			return err
 		}
 	}
-	if sv.Requeues {
-		if _, err = d.slice(ctx, ledger.SliceRequeue, d.s.cfg.RequeueBatch); err != nil {
-			return err
-		}
-	}
-	for more {
-		if more, err = d.slice(ctx, ledger.SlicePending, d.s.cfg.Batch); err != nil {
+	for more := sv.Pending; more; {
+		var err error
+		if more, err = d.slice(ctx, ledger.SlicePending, d.s.cfg.Batch, 1); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// slice leases at most limit rows of kind, never more than the room, and
-// publishes them. It reports whether it took all it asked for, so more may
-// wait; a slice held back (by the cap or the budget) takes nothing and says
-// why in the result.
-func (d *drain) slice(ctx context.Context, kind ledger.Slice, limit int) (bool, error) {
-	limit = min(limit, d.room)
-	switch {
-	case limit <= 0:
-		return false, d.hold(ctx, HeldBackpressure)
-	case time.Since(d.start)+2*d.slowest >= d.s.cfg.Budget:
-		return false, d.hold(ctx, HeldBudget)
+// slice leases at most limit rows of kind, taking share of each account's
+// room, and publishes them in the lease's order. It reports whether more
+// may wait: the slice took all it asked for, or a tenant had more rows
+// than its part of the slice. A slice that leaves rows for want of room
+// says so in the result (HeldBackpressure); a run near its budget leases
+// nothing (HeldBudget).
+func (d *drain) slice(ctx context.Context, kind ledger.Slice, limit int, share float64) (bool, error) {
+	if d.stop {
+		return false, nil
+	}
+	if time.Since(d.start)+2*d.slowest >= d.s.cfg.Budget {
+		d.stop = true
+		return false, d.holdForBudget(ctx)
 	}
 	began := time.Now()
-	p := ledger.LeaseParams{Limit: limit, Ahead: d.s.cfg.PublishAhead,
-		For: d.s.cfg.Budget + leaseMargin, Slice: kind, After: d.cursor}
-	var leased []ledger.Leased
-	var err error
-	if d.uncounted {
-		var held int
-		leased, held, err = d.s.ledger.LeaseDue(ctx, p, d.room)
-		d.uncounted = false
-		d.res.Outstanding, d.room = held, d.room-held
-		limit = min(limit, max(d.room, 0))
-	} else {
-		leased, err = d.s.ledger.Lease(ctx, p)
-	}
+	r, err := d.s.ledger.LeaseSlice(ctx, ledger.LeaseParams{Limit: limit, Ahead: d.s.cfg.PublishAhead,
+		For: d.s.cfg.Budget + leaseMargin, Slice: kind, Share: share, Sharing: d.sh})
 	if err != nil {
 		return false, fmt.Errorf("lease owed rows: %w", err)
 	}
-	if len(leased) == 0 {
-		if limit == 0 {
-			// The count in the lease found the cap reached.
-			return false, d.hold(ctx, HeldBackpressure)
+	answered := time.Now()
+	inFlight := make([]int, len(r.Accounts))
+	held, more := false, false
+	for i, a := range r.Accounts {
+		inFlight[i] = a.InFlight
+		if i < len(d.res.Accounts) {
+			d.res.Accounts[i].Held = a.Held
 		}
-		return false, nil
+		held = held || a.Held > 0
+		more = more || a.More
 	}
-	d.res.Slices++
-	d.res.Leased += len(leased)
-	d.room -= len(leased)
-	if kind == ledger.SliceRequeue {
-		d.res.Requeued += len(leased)
-	} else {
-		last := leased[len(leased)-1]
-		d.cursor = ledger.Cursor{DueAt: last.DueAt, ID: last.ID}
+	if r.Counted {
+		d.count(inFlight)
 	}
-	if err := d.s.publishSlice(ctx, leased, d.start, d.res); err != nil {
-		return false, err
+	for _, id := range r.SetAside {
+		d.res.SetAside++
+		d.s.log.Error().Int64("id", id).Str("reason", "its due time cannot be carried by a message, or the lease could not apply it; see last_error").
+			Msg("sweep: row set aside, settled failed")
 	}
-	d.slowest = max(d.slowest, time.Since(began))
-	return len(leased) == limit, nil
+	if len(r.Rows) > 0 {
+		d.res.Slices++
+		d.res.Leased += len(r.Rows)
+		for _, row := range r.Rows {
+			if row.Account < len(d.res.Accounts) {
+				d.res.Accounts[row.Account].Leased++
+			}
+		}
+		for _, row := range r.Rows {
+			if row.Requeue {
+				d.res.Requeued++
+			}
+		}
+		// Publish delays count from the database's instant of the lease,
+		// moved on by the time since it answered (a monotonic reading):
+		// one clock, whatever the sweeper's own wall clock says.
+		at := func() time.Time { return r.Now.Add(time.Since(answered)) }
+		if err := d.s.publishSlice(ctx, r.Rows, at, d.start, d.res); err != nil {
+			return false, err
+		}
+		d.slowest = max(d.slowest, time.Since(began))
+	}
+	taken := len(r.Rows) + len(r.SetAside)
+	next := taken >= limit || (taken > 0 && more)
+	if !next && held {
+		d.res.HeldBack = HeldBackpressure
+	}
+	return next, nil
 }
 
-// hold ends the run's slices for reason, which the result reports only when
-// a row is still leasable: the last slice may have taken the last one.
-func (d *drain) hold(ctx context.Context, reason string) error {
-	if d.held {
-		return nil
-	}
-	d.held = true
-	left, err := d.s.ledger.Leasable(ctx, d.s.cfg.PublishAhead)
+// holdForBudget ends the run's slices near its budget, which the result
+// reports only when a row is still leasable: the last slice may have taken
+// the last one.
+func (d *drain) holdForBudget(ctx context.Context) error {
+	left, err := d.s.ledger.Leasable(ctx, d.s.cfg.PublishAhead, d.sh)
 	if err != nil {
 		return fmt.Errorf("check for leasable rows: %w", err)
 	}
-	if left {
-		d.res.HeldBack = reason
+	if left && d.res.HeldBack == "" {
+		d.res.HeldBack = HeldBudget
 	}
 	return nil
 }
 
-// publishSlice publishes a slice chunk by chunk. When a chunk fails, or the
-// budget ran out, it hands back what was not published so the next run
-// takes it at once. A context that ran out still gets its release: it uses
-// a fresh, short deadline.
-func (s *Sweeper) publishSlice(ctx context.Context, leased []ledger.Leased, start time.Time, res *Result) error {
+// publishSlice publishes a slice chunk by chunk, at tells the database's
+// instant. When a chunk fails, or the budget ran out, it hands back what
+// was not published so the next run takes it at once. A context that ran
+// out still gets its release: it uses a fresh, short deadline.
+func (s *Sweeper) publishSlice(ctx context.Context, leased []ledger.Leased, at func() time.Time, start time.Time, res *Result) error {
 	for i := 0; i < len(leased); i += publishChunk {
 		var err error
 		if time.Since(start) >= s.cfg.Budget {
 			err = errBudget
 		} else {
-			err = s.publish(ctx, leased[i:min(i+publishChunk, len(leased))], res)
+			err = s.publish(ctx, leased[i:min(i+publishChunk, len(leased))], at(), res)
 		}
 		if err != nil {
 			rest := ids(leased[i:])
@@ -153,10 +183,10 @@ func (s *Sweeper) publishSlice(ctx context.Context, leased []ledger.Leased, star
 	return nil
 }
 
-// publish sends one chunk and marks the accepted rows queued. A row whose
-// message cannot be built is set aside first, and the rest go out.
-func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Result) error {
-	now := s.clock.Now()
+// publish sends one chunk, in the lease's order, and marks the accepted
+// rows queued; now is the database's instant. A row whose message cannot
+// be built is set aside first, and the rest go out.
+func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, now time.Time, res *Result) error {
 	chunk, bodies, err := s.encodeChunk(ctx, chunk, res)
 	if err != nil || len(chunk) == 0 {
 		return err
@@ -164,8 +194,11 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, res *Resul
 	msgs := make([]queue.Message, len(chunk))
 	for i, r := range chunk {
 		// The queue key adds the row's generation, so a deliberate
-		// republish is never deduplicated away; the provider's key is the row's.
-		msgs[i] = queue.Message{Key: ledger.QueueKey(s.cfg.KeyPrefix, r.ID, r.DueAt, r.QueueGeneration), Body: bodies[i]}
+		// republish is never deduplicated away; the provider's key is the
+		// row's. The tenant is the message's group: a backend that serves
+		// groups fairly keeps one tenant's messages from delaying another's.
+		msgs[i] = queue.Message{Key: ledger.QueueKey(s.cfg.KeyPrefix, r.ID, r.DueAt, r.QueueGeneration), Body: bodies[i],
+			Group: r.Tenant}
 		// Queues count delays in whole seconds and round up; rounding down
 		// here instead lets the message surface up to a second early, and
 		// the worker waits out the rest (within its early tolerance), so the

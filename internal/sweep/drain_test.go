@@ -12,7 +12,7 @@ import (
 	"github.com/owedhq/owed/internal/stacktest"
 )
 
-func TestOutstandingCapIsThePaceOverIntervalAndPublishAhead(t *testing.T) {
+func TestCapsAreThePaceOrTheSendsOverTheQueueDepth(t *testing.T) {
 	rate := func(s string) pace.Rate {
 		r, err := pace.ParseRate(s)
 		if err != nil {
@@ -26,16 +26,26 @@ func TestOutstandingCapIsThePaceOverIntervalAndPublishAhead(t *testing.T) {
 		want   int
 		reason string
 	}{
-		{"", 100000, 100000, "unpaced: the configured cap"},
-		{"40/m", 100000, 80, "40 a minute over the 1m interval plus the 1m publish-ahead"},
-		{"40/s", 100000, 4800, "40 a second over two minutes"},
-		{"40/s", 1000, 1000, "the configured cap still bounds a paced account"},
+		{"40/s", 100000, 80, "40 a second over the 2s queue depth"},
+		{"40/m", 100000, 2, "40 a minute over 2s, rounded up"},
+		{"40/s", 50, 50, "the configured cap still bounds a paced account"},
 		{"1/h", 100000, 1, "a slow pace still lets one row out"},
 	} {
 		cfg := testConfig
-		cfg.ProviderRate, cfg.MaxOutstanding = rate(c.rate), c.max
-		if got := cfg.OutstandingCap(); got != c.want {
+		cfg.QueueDepth, cfg.MaxOutstanding = 2*time.Second, c.max
+		if got := cfg.PacedCap(rate(c.rate)); got != c.want {
 			t.Errorf("rate %q, max %d: cap %d, want %d (%s)", c.rate, c.max, got, c.want, c.reason)
+		}
+	}
+	cfg := testConfig
+	cfg.QueueDepth = 2 * time.Second
+	for _, c := range []struct {
+		perSecond float64
+		want      int
+	}{{0, 100}, {1000, 2100}, {1e9, 100000}} {
+		if got := cfg.UnpacedCap(c.perSecond); got != c.want {
+			t.Errorf("unpaced, seen sending %g/s: cap %d, want %d (that over 2s, plus a slice of 100, at most 100000)",
+				c.perSecond, got, c.want)
 		}
 	}
 }
@@ -82,11 +92,10 @@ func TestRunThatLeasesTheLastRowAtTheCapHoldsNothingBack(t *testing.T) {
 
 func TestPacedCapBoundsTheRun(t *testing.T) {
 	cfg := testConfig
-	cfg.ProviderRate, _ = pace.ParseRate("30/m")
+	cfg.ProviderRate, _ = pace.ParseRate("30/s")
 	b := setupWith(t, stacktest.Options{}, cfg, nil)
 	b.Schedule(t, "acme", 200, b.clk.Now().Add(-time.Minute), nil)
-	// 30 a minute over the minute until the next sweep and the minute of
-	// publish-ahead: 60 rows.
+	// 30 a second over the 2s queue depth: 60 rows.
 	res := b.run(t)
 	if res.Leased != 60 || res.MaxOutstanding != 60 || res.HeldBack != HeldBackpressure {
 		t.Errorf("run: %+v, want 60 leased, held back at the paced cap of 60", res)

@@ -1,19 +1,26 @@
 // Package sweep is one run of the minute sweep: settle what expired, then
-// lease bounded oldest-first slices of what is owed, publish one queue
-// message per row, and mark the rows queued, slice after slice, until
-// nothing leasable is left, the run's time budget is near, or the work
-// outstanding reaches what the workers can send before the next sweep
-// (backpressure); and the counters of those runs (Metrics). Rows whose lease
-// ran out get a capped slice of their own each run, so they never starve
-// rows falling due. It never marks a row queued that the queue did not
-// accept, never publishes a row past its expiry, and hands back every row it
-// leased and did not publish. A row whose message cannot be built is set
-// aside (settled failed with the reason), never allowed to stop the run. A
-// run started by a due-now notification (RunNotify) leases the same way but
-// leaves expiry and the survey to the cron's runs. Runs may overlap (the
-// cron, the fast path): SKIP LOCKED keeps them off each other's rows. The service that calls it (the
-// cron endpoint, the configuration, the scrape-time backlog and queue
-// gauges) is package sweeper.
+// lease bounded slices of what is owed, publish one queue message per row,
+// and mark the rows queued, slice after slice, until nothing leasable is
+// left, the run's time budget is near, or each provider account has a few
+// seconds of its sending published (backpressure); and the counters of
+// those runs (Metrics). Each slice is shared, not one oldest-first line:
+// between provider accounts, each under its own cap (its pace, or what its
+// workers were seen to send, times OWED_QUEUE_DEPTH), and within an account
+// round-robin between the tenants with rows waiting, each tenant's rows
+// oldest owed first (ledger.LeaseSlice); a paused tenant or a held account
+// takes none of it. Rows whose lease ran out get a slice of their own each
+// run, at most half the room, so they never starve rows falling due. It
+// never marks a row queued that the queue did not accept, never publishes a
+// row past its expiry, publishes in the lease's order with delays counted
+// from the database's clock, and hands back every row it leased and did not
+// publish. A row that cannot be published (its message cannot be built, or
+// its due time no message can carry) is set aside (settled failed with the
+// reason), never allowed to stop the run. A run started by a due-now
+// notification or a top-up (RunNotify) leases the same way but leaves
+// expiry and the survey to the cron's runs. Runs may overlap (the cron, the
+// fast path): SKIP LOCKED keeps them off each other's rows. The service that
+// calls it (the cron endpoint, the top-ups, the configuration, the
+// scrape-time backlog and queue gauges) is package sweeper.
 package sweep
 
 import (
@@ -26,14 +33,13 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
 )
 
 // Defaults for Config; the sweeper's configuration applies them, and New
-// applies those of RequeueBatch, MaxOutstanding and Interval to a library
+// applies those of RequeueBatch, MaxOutstanding and QueueDepth to a library
 // caller's zero settings.
 const (
 	BatchDefault        = 500
@@ -44,13 +50,15 @@ const (
 	// RequeueBatchDefault caps the rows whose lease ran out that one run
 	// leases: as many as one slice of new rows.
 	RequeueBatchDefault = BatchDefault
-	// MaxOutstandingDefault caps the rows held by a live lease (leased,
-	// queued, sending) when the provider is not paced: workers that send
-	// about 830 a second drain it in the two minutes the paced cap also
-	// looks ahead (the cron interval plus the publish-ahead window).
+	// MaxOutstandingDefault bounds every account's cap, the rows it may
+	// have in flight (leased, queued, sending), however fast it sends.
 	MaxOutstandingDefault = 100000
-	// IntervalDefault is how often the cron calls the sweep.
-	IntervalDefault = time.Minute
+	// QueueDepthDefault is how much of each account's sending the sweeper
+	// keeps published: a row that falls due waits behind at most about
+	// this much of other rows in the queue, whatever another tenant
+	// scheduled. The sweeper tops the queue up while rows wait
+	// (internal/sweeper), so the depth only needs to outlast a top-up.
+	QueueDepthDefault = 2 * time.Second
 	// leaseMargin is added to the budget for the sweeper's own lease, so a
 	// run that is still inside its budget never loses its rows to another.
 	leaseMargin = 10 * time.Second
@@ -58,17 +66,32 @@ const (
 	// it into its own batches); rows are marked queued after each chunk, so
 	// a crash mid-run leaves at most one chunk to heal.
 	publishChunk = 100
+	// sendRateWindow is how far back an unpaced account's sends are
+	// counted.
+	sendRateWindow = 5 * time.Second
 )
+
+// Account is one provider account the workers send through: the channels
+// they route to it and its pace. An unpaced account's depth follows what
+// its workers were seen to send (Sweeper.caps).
+type Account struct {
+	// Name is the provider's name (providers.Sandbox, "twilio", …): an
+	// on-call hold of any of the provider's accounts holds it.
+	Name     string
+	Channels []string
+	Rate     pace.Rate
+}
 
 // Config shapes every run.
 type Config struct {
-	// Batch caps the rows leased by one slice (OWED_SWEEP_BATCH).
+	// Batch caps the rows leased by one slice (OWED_SWEEP_BATCH), and is
+	// the least an unpaced account's cap is.
 	Batch int
 	// Budget is a run's time budget (OWED_SWEEP_BUDGET): no slice starts
 	// when less than twice the slowest slice so far is left of it.
 	Budget time.Duration
 	// PublishAhead leases rows falling due within this window and publishes
-	// them with a delay (OWED_PUBLISH_AHEAD).
+	// them with a delay (OWED_PUBLISH_AHEAD), room allowing.
 	PublishAhead time.Duration
 	// RequeueAfter republishes a queued row still unsettled this long after
 	// its due time (OWED_REQUEUE_AFTER).
@@ -76,22 +99,21 @@ type Config struct {
 	// RequeueBatch caps the rows whose lease ran out that one run leases
 	// (OWED_SWEEP_REQUEUE_BATCH); zero is RequeueBatchDefault.
 	RequeueBatch int
-	// MaxOutstanding caps the rows a live lease holds, above which a run
-	// leases nothing more (OWED_SWEEP_MAX_OUTSTANDING); zero is
-	// MaxOutstandingDefault. See OutstandingCap.
+	// MaxOutstanding bounds every account's cap (OWED_SWEEP_MAX_OUTSTANDING);
+	// zero is MaxOutstandingDefault. See Caps.
 	MaxOutstanding int
-	// Interval is how often the cron calls the sweep (OWED_SWEEP_INTERVAL);
-	// zero is IntervalDefault.
-	Interval time.Duration
-	// ProviderRate is the workers' pace (OWED_PROVIDER_RATE); the zero Rate
-	// is unpaced.
+	// QueueDepth is how much of each account's sending the sweeper keeps
+	// published (OWED_QUEUE_DEPTH); zero is QueueDepthDefault.
+	QueueDepth time.Duration
+	// Accounts are the provider accounts the workers send through; the
+	// first carries every channel none lists. None is one account for
+	// every channel at ProviderRate.
+	Accounts []Account
+	// ProviderRate is the pace of the one account of a Config without
+	// Accounts; the zero Rate is unpaced.
 	ProviderRate pace.Rate
 	// KeyPrefix starts every idempotency key (OWED_IDEMPOTENCY_PREFIX).
 	KeyPrefix string
-	// Clock tells the time the publish delays count from; nil is
-	// clock.Real(). Give the ledger the same clock. The budget is measured
-	// on a timer, never on the clock.
-	Clock clock.Clock
 }
 
 // withDefaults fills the zero settings New defaults.
@@ -102,8 +124,11 @@ func (c Config) withDefaults() Config {
 	if c.MaxOutstanding == 0 {
 		c.MaxOutstanding = MaxOutstandingDefault
 	}
-	if c.Interval == 0 {
-		c.Interval = IntervalDefault
+	if c.QueueDepth == 0 {
+		c.QueueDepth = QueueDepthDefault
+	}
+	if len(c.Accounts) == 0 {
+		c.Accounts = []Account{{Rate: c.ProviderRate}}
 	}
 	return c
 }
@@ -112,7 +137,6 @@ func (c Config) withDefaults() Config {
 // the settings that have them first; Validate alone takes none, so a
 // variable set to zero fails here.
 func (c Config) Validate() error {
-	r := c.ProviderRate
 	switch {
 	case c.Batch <= 0:
 		return fmt.Errorf("OWED_SWEEP_BATCH=%d must be above zero", c.Batch)
@@ -126,33 +150,46 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_SWEEP_REQUEUE_BATCH=%d must be above zero", c.RequeueBatch)
 	case c.MaxOutstanding <= 0:
 		return fmt.Errorf("OWED_SWEEP_MAX_OUTSTANDING=%d must be above zero", c.MaxOutstanding)
-	case c.Interval <= 0:
-		return fmt.Errorf("OWED_SWEEP_INTERVAL=%s must be above zero: how often the cron calls /cron/sweep", c.Interval)
-	case r.Count < 0 || (r.Count > 0) != (r.Per > 0):
-		return fmt.Errorf("OWED_PROVIDER_RATE=%+v is not a rate: read it with pace.ParseRate", r)
+	case c.QueueDepth < 100*time.Millisecond || c.QueueDepth > time.Hour:
+		return fmt.Errorf("OWED_QUEUE_DEPTH=%s must be 100ms to 1h: how much of each provider account's sending the sweeper keeps published", c.QueueDepth)
 	// The key is a webhook's webhook-id, and the signature covers
 	// "id.timestamp.body": a '.' in the id would blur where it ends.
 	case c.KeyPrefix == "" || len(c.KeyPrefix) > 64 || strings.Contains(c.KeyPrefix, "."):
 		return fmt.Errorf("OWED_IDEMPOTENCY_PREFIX=%q must be 1 to 64 bytes without '.'", c.KeyPrefix)
 	}
+	for _, r := range append([]pace.Rate{c.ProviderRate}, rates(c.Accounts)...) {
+		if r.Count < 0 || (r.Count > 0) != (r.Per > 0) {
+			return fmt.Errorf("OWED_PROVIDER_RATE=%+v is not a rate: read it with pace.ParseRate", r)
+		}
+	}
 	return nil
 }
 
-// OutstandingCap is the backpressure cap: the rows a live lease may hold
-// (leased, queued or sending) before a run leases no more. Paced, it is what
-// the workers can send before the next sweep, the rate times the cron
-// interval plus the publish-ahead window (whose rows are published a window
-// early), and at most MaxOutstanding; unpaced, MaxOutstanding. The pace is
-// the one OWED_PROVIDER_RATE gives every account, so the cap counts one
-// account's sends.
-func (c Config) OutstandingCap() int {
-	c = c.withDefaults()
-	r := c.ProviderRate
-	if r.IsUnlimited() {
-		return c.MaxOutstanding
+func rates(accts []Account) []pace.Rate {
+	out := make([]pace.Rate, len(accts))
+	for i, a := range accts {
+		out[i] = a.Rate
 	}
-	sends := math.Ceil(float64(r.Count) * (c.Interval + c.PublishAhead).Seconds() / r.Per.Seconds())
+	return out
+}
+
+// PacedCap is a paced account's cap: its pace times the queue depth, at
+// least one row and at most MaxOutstanding. The room under it is what a
+// slice may lease for the account; rows beyond it wait in the ledger, where
+// the lease's order, not the queue's, decides who goes next.
+func (c Config) PacedCap(r pace.Rate) int {
+	c = c.withDefaults()
+	sends := math.Ceil(float64(r.Count) * c.QueueDepth.Seconds() / r.Per.Seconds())
 	return int(max(1, min(sends, float64(c.MaxOutstanding))))
+}
+
+// UnpacedCap is an unpaced account's cap when its workers were seen to send
+// perSecond: that times the queue depth plus one slice (so an idle
+// account, or one speeding up, still gets a slice's worth), at most
+// MaxOutstanding.
+func (c Config) UnpacedCap(perSecond float64) int {
+	c = c.withDefaults()
+	return int(min(math.Ceil(perSecond*c.QueueDepth.Seconds())+float64(c.Batch), float64(c.MaxOutstanding)))
 }
 
 // Publisher is the part of queue.Queue a sweep uses.
@@ -162,7 +199,7 @@ type Publisher interface {
 
 // Why a run stopped with rows still leasable (Result.HeldBack).
 const (
-	// HeldBackpressure: the work outstanding reached OutstandingCap.
+	// HeldBackpressure: an account's rows in flight reached its cap.
 	HeldBackpressure = "backpressure"
 	// HeldBudget: too little of the budget was left for another slice.
 	HeldBudget = "budget"
@@ -172,7 +209,7 @@ const (
 const (
 	// TriggerCron is a call of the cron endpoint (Run).
 	TriggerCron = "cron"
-	// TriggerNotify is a due-now notification (RunNotify).
+	// TriggerNotify is a due-now notification or a top-up (RunNotify).
 	TriggerNotify = "notify"
 )
 
@@ -198,10 +235,13 @@ type Result struct {
 	// SetAside counts leased rows whose message could not be built: each
 	// is settled failed with the reason in last_error, and the run goes on.
 	SetAside int `json:"set_aside"`
-	// Outstanding is the rows a live lease held when the run began,
-	// counted up to MaxOutstanding, the run's backpressure cap.
+	// Outstanding is the rows a live lease held when the run began, every
+	// account's; MaxOutstanding is the sum of the accounts' caps.
 	Outstanding    int `json:"outstanding"`
 	MaxOutstanding int `json:"max_outstanding"`
+	// Accounts is each account's part of the run, in Config.Accounts'
+	// order.
+	Accounts []AccountResult `json:"accounts,omitempty"`
 	// HeldBack says why the run stopped while rows were still leasable:
 	// HeldBackpressure or HeldBudget; empty when it leased all it found.
 	HeldBack       string  `json:"held_back,omitempty"`
@@ -214,12 +254,25 @@ type Result struct {
 	Error   string `json:"error,omitempty"`
 }
 
+// AccountResult is one account's part of a run.
+type AccountResult struct {
+	// Account is the provider's name (empty for the one account of a
+	// Config without Accounts).
+	Account string `json:"account"`
+	// InFlight is the rows a live lease held when the run began, Cap the
+	// most it may hold, Leased what the run leased for it, and Held the
+	// rows its last slice left for want of room.
+	InFlight int `json:"in_flight"`
+	Cap      int `json:"cap"`
+	Leased   int `json:"leased"`
+	Held     int `json:"held,omitempty"`
+}
+
 // Sweeper runs sweeps. Its Run is safe to call concurrently.
 type Sweeper struct {
 	ledger *ledger.Ledger
 	queue  Publisher
 	cfg    Config
-	clock  clock.Clock
 	log    zerolog.Logger
 	// afterPublish, when set, runs after each chunk is accepted and before
 	// the rows are marked queued (tests use it to lose the mark).
@@ -232,11 +285,53 @@ func New(l *ledger.Ledger, q Publisher, cfg Config, log zerolog.Logger) (*Sweepe
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	clk := cfg.Clock
-	if clk == nil {
-		clk = clock.Real()
+	return &Sweeper{ledger: l, queue: q, cfg: cfg, log: log}, nil
+}
+
+// sharing is how a run shares its slices: the accounts with their caps
+// now (a paced account's from its pace, an unpaced one's from what its
+// workers sent in the last sendRateWindow), and how far ahead a live
+// lease may end: a queued row's lease ends OWED_REQUEUE_AFTER after its
+// due time, at most the publish-ahead window away, and the sweep's own
+// after the budget; a lease ending later is a wait parked in the ledger.
+func (s *Sweeper) sharing(ctx context.Context) (ledger.Sharing, error) {
+	sh := ledger.Sharing{LiveFor: s.cfg.RequeueAfter + s.cfg.PublishAhead + s.cfg.Budget + leaseMargin}
+	var sends map[string]int64
+	for _, a := range s.cfg.Accounts {
+		if a.Rate.IsUnlimited() && sends == nil {
+			var err error
+			if sends, err = s.sendCounts(ctx); err != nil {
+				return sh, fmt.Errorf("count the workers' sends: %w", err)
+			}
+		}
 	}
-	return &Sweeper{ledger: l, queue: q, cfg: cfg, clock: clk, log: log}, nil
+	for _, a := range s.cfg.Accounts {
+		acct := ledger.Account{Name: a.Name, Channels: a.Channels}
+		if a.Rate.IsUnlimited() {
+			n := sends[a.Name]
+			if a.Name == "" {
+				// The one account of a Config without Accounts carries
+				// every provider's sends.
+				n = 0
+				for _, v := range sends {
+					n += v
+				}
+			}
+			acct.Cap = s.cfg.UnpacedCap(float64(n) / sendRateWindow.Seconds())
+		} else {
+			acct.Cap = s.cfg.PacedCap(a.Rate)
+		}
+		sh.Accounts = append(sh.Accounts, acct)
+	}
+	return sh, nil
+}
+
+// sendCounts is the ledger's count of sends per provider over the last
+// sendRateWindow, read once per run. It counts no further than the most an
+// account's cap can use.
+func (s *Sweeper) sendCounts(ctx context.Context) (map[string]int64, error) {
+	upTo := int(math.Ceil(float64(s.cfg.MaxOutstanding) * sendRateWindow.Seconds() / s.cfg.QueueDepth.Seconds()))
+	return s.ledger.SendRates(ctx, sendRateWindow, min(upTo, math.MaxInt32))
 }
 
 // errBudget ends a run that reached its time budget.
@@ -257,49 +352,79 @@ func (s *Sweeper) Run(ctx context.Context) (res Result, err error) {
 	if res.Expired, err = s.ledger.ExpireOverdue(ctx, s.cfg.Batch); err != nil {
 		return res, fmt.Errorf("expire overdue rows: %w", err)
 	}
-	limit := s.cfg.OutstandingCap()
-	sv, err := s.ledger.Survey(ctx, s.cfg.PublishAhead, limit)
+	sh, err := s.sharing(ctx)
+	if err != nil {
+		return res, err
+	}
+	sv, err := s.ledger.Survey(ctx, s.cfg.PublishAhead, sh, countUpTo(sh))
 	if err != nil {
 		return res, fmt.Errorf("survey owed rows: %w", err)
 	}
-	res.Outstanding, res.MaxOutstanding, res.OldestOwedAgeS = sv.Outstanding, limit, sv.OldestOwedAge.Seconds()
-	d := &drain{s: s, res: &res, start: start, room: limit - sv.Outstanding}
+	res.OldestOwedAgeS = sv.OldestOwedAge.Seconds()
+	d := newDrain(s, &res, start, sh)
+	d.count(sv.InFlight)
 	if err = d.run(ctx, sv); err != nil {
 		return res, err
 	}
-	if res.Leased == 0 && res.HeldBack == "" && (sv.Pending || sv.Requeues) {
+	if res.Leased == 0 && res.SetAside == 0 && res.HeldBack == "" && (sv.Pending || sv.Requeues) {
 		// The survey saw rows to lease and the slices got none. A
-		// concurrent run may have taken them since; asked again, a claim
-		// that cannot see what is owed still finds rows, and is reported.
-		if res.Stalled, err = s.ledger.Leasable(ctx, s.cfg.PublishAhead); err != nil {
+		// concurrent run may have taken them since, or they are a paused
+		// tenant's; asked again, a lease that cannot see what is owed
+		// still finds rows, and is reported.
+		if res.Stalled, err = s.ledger.Leasable(ctx, s.cfg.PublishAhead, sh); err != nil {
 			return res, fmt.Errorf("check for leasable rows: %w", err)
 		}
 	}
 	return res, nil
 }
 
-// RunNotify performs the run a due-now notification starts: the slices of
-// Run, oldest pending first, under the same backpressure cap, but no expiry
-// and no survey (the cron's runs settle expired rows, and the lease never
-// takes one) and no requeue slice, so a run that finds one row due is one
-// lease (which counts the outstanding work in the same statement) and one
-// mark. Taking the oldest pending rows first is what keeps the ordering
-// rule: a row due now never jumps rows owed before it; behind a backlog the
-// run drains the backlog's head, as far as the cap has room.
+// countUpTo bounds the survey's read of the rows in flight: twice every
+// account's cap, so each account's count is whole while it is near its cap.
+func countUpTo(sh ledger.Sharing) int {
+	n := 0
+	for _, a := range sh.Accounts {
+		n += a.Cap
+	}
+	return min(2*n, math.MaxInt32)
+}
+
+// RunNotify performs the run a due-now notification or a top-up starts:
+// Run's slices, shared the same way under the same caps — first the rows
+// whose lease ran out, in a slice of their own that takes at most half of
+// each account's room, then pending slices — but no expiry and no survey
+// (the cron's runs settle expired rows, and the lease never takes one). A
+// slice with nothing to lease answers from one static check, so a run that
+// finds one row due is that check, one lease (which counts the work in
+// flight in the same statement) and one mark. A row due now goes out in its
+// tenant's turn: ahead of another tenant's backlog, behind its own tenant's
+// rows owed before it, beside (never behind) its tenant's requeues, which
+// drain at the workers' pace between cron calls.
 func (s *Sweeper) RunNotify(ctx context.Context) (res Result, err error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Budget)
 	defer cancel()
 	res.Trigger = TriggerNotify
 	defer func() { s.finish(&res, err, start) }()
-	res.MaxOutstanding = s.cfg.OutstandingCap()
-	d := &drain{s: s, res: &res, start: start, room: res.MaxOutstanding, uncounted: true}
+	sh, err := s.sharing(ctx)
+	if err != nil {
+		return res, err
+	}
+	d := newDrain(s, &res, start, sh)
+	if _, err = d.slice(ctx, ledger.SliceRequeue, s.cfg.RequeueBatch, 0.5); err != nil {
+		return res, err
+	}
 	for more := true; more; {
-		if more, err = d.slice(ctx, ledger.SlicePending, s.cfg.Batch); err != nil {
+		if more, err = d.slice(ctx, ledger.SlicePending, s.cfg.Batch, 1); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
+}
+
+// LeftRows says a run left rows to lease for want of room or because its
+// requeue slice was full: the sweeper tops the queue up after it.
+func (s *Sweeper) LeftRows(res Result) bool {
+	return res.HeldBack == HeldBackpressure || res.Requeued >= s.cfg.RequeueBatch
 }
 
 // finish completes a run's result and logs it.
@@ -324,6 +449,7 @@ func (s *Sweeper) logRun(res Result, err error) {
 		Int("published", res.Published).Int("republished", res.Republished).Int("deduplicated", res.Deduplicated).
 		Int64("expired", res.Expired).Int("released", res.Released).Int("set_aside", res.SetAside).
 		Int("outstanding", res.Outstanding).Int("max_outstanding", res.MaxOutstanding).Str("held_back", res.HeldBack).
+		Interface("accounts", res.Accounts).
 		Int64("duration_ms", res.DurationMS).Float64("oldest_owed_age_s", res.OldestOwedAgeS).
 		Bool("complete", err == nil).Msg("sweep")
 }

@@ -27,9 +27,11 @@ type bundle struct {
 	clk *clock.Stub
 }
 
+// testConfig's one account is paced fast enough that its cap is
+// MaxOutstanding: a test about something else is never held back.
 var testConfig = Config{Batch: 100, Budget: 30 * time.Second, PublishAhead: time.Minute,
-	RequeueAfter: 10 * time.Minute, RequeueBatch: 50, MaxOutstanding: 100000, Interval: time.Minute,
-	KeyPrefix: "owed-"}
+	RequeueAfter: 10 * time.Minute, RequeueBatch: 50, MaxOutstanding: 100000, QueueDepth: 2 * time.Second,
+	ProviderRate: pace.Rate{Count: 100000, Per: time.Second}, KeyPrefix: "owed-"}
 
 func setup(t *testing.T, o stacktest.Options) *bundle {
 	t.Helper()
@@ -44,7 +46,6 @@ func setupWith(t *testing.T, o stacktest.Options, cfg Config, wrap func(Publishe
 	s := stacktest.New(t, o)
 	b := &bundle{Stack: s, clk: clock.NewStub(time.Now().Truncate(time.Second))}
 	s.Ledger = ledger.New(s.DB.App, b.clk)
-	cfg.Clock = b.clk
 	var q Publisher = s.Queue
 	if wrap != nil {
 		q = wrap(q)
@@ -275,7 +276,7 @@ func TestStalledSweepIsReported(t *testing.T) {
 	b.Schedule(t, "acme", 3, b.clk.Now().Add(-time.Minute), nil)
 	// A ledger connected without the bypass grant would see nothing; the
 	// same shape: rows are owed and free, yet the claim returns none.
-	ok, err := b.Ledger.Leasable(bg, time.Minute)
+	ok, err := b.Ledger.Leasable(bg, time.Minute, ledger.Sharing{})
 	if err != nil || !ok {
 		t.Fatalf("Leasable = %v, %v; want true with three owed rows", ok, err)
 	}
@@ -299,7 +300,7 @@ func TestConfigValidateNamesTheVariable(t *testing.T) {
 		{func(c *Config) { c.RequeueAfter = 0 }, "OWED_REQUEUE_AFTER"},
 		{func(c *Config) { c.RequeueBatch = 0 }, "OWED_SWEEP_REQUEUE_BATCH"},
 		{func(c *Config) { c.MaxOutstanding = 0 }, "OWED_SWEEP_MAX_OUTSTANDING"},
-		{func(c *Config) { c.Interval = 0 }, "OWED_SWEEP_INTERVAL"},
+		{func(c *Config) { c.QueueDepth = time.Millisecond }, "OWED_QUEUE_DEPTH"},
 		{func(c *Config) { c.ProviderRate = pace.Rate{Count: 3} }, "OWED_PROVIDER_RATE"},
 		{func(c *Config) { c.KeyPrefix = "" }, "OWED_IDEMPOTENCY_PREFIX"},
 	} {

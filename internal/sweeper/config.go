@@ -2,6 +2,7 @@ package sweeper
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/owedhq/owed/internal/api"
@@ -11,6 +12,7 @@ import (
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/payload"
+	"github.com/owedhq/owed/internal/provider/providers"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/receipt"
 	"github.com/owedhq/owed/internal/service"
@@ -58,16 +60,17 @@ type Config struct {
 	SweepBudget         time.Duration `envconfig:"SWEEP_BUDGET"`
 	SweepRequeueBatch   int           `envconfig:"SWEEP_REQUEUE_BATCH"`
 	SweepMaxOutstanding int           `envconfig:"SWEEP_MAX_OUTSTANDING"`
-	// SweepInterval is how often the hosted cron calls /cron/sweep; with
-	// ProviderRate it sets the backpressure cap (sweep.Config.OutstandingCap).
-	SweepInterval     time.Duration `envconfig:"SWEEP_INTERVAL"`
+	// QueueDepth is how much of each provider account's sending the sweep
+	// keeps published (sweep.Config.QueueDepth).
+	QueueDepth        time.Duration `envconfig:"QUEUE_DEPTH"`
 	PublishAhead      time.Duration `envconfig:"PUBLISH_AHEAD"`
 	RequeueAfter      time.Duration `envconfig:"REQUEUE_AFTER"`
 	IdempotencyPrefix string        `envconfig:"IDEMPOTENCY_PREFIX"`
-	// ProviderRate is the workers' OWED_PROVIDER_RATE, read here too so a
-	// sweep publishes no more than the pace lets the workers send before
-	// the next one; empty or "unlimited" is unpaced.
-	ProviderRate pace.Rate `envconfig:"PROVIDER_RATE"`
+	// The workers' routing (OWED_PROVIDER, OWED_PROVIDER_<CHANNEL>) and pace
+	// (OWED_PROVIDER_RATE), read here too, so the sweep knows the provider
+	// accounts it shares capacity between and how fast each sends (Accounts).
+	providers.Routing
+	ProviderRate pace.RateSetting `envconfig:"PROVIDER_RATE"`
 	// DefaultGrace and DefaultGraceOverrides are the expiry of a row
 	// scheduled without one (ledger.Grace): New stores them, and the
 	// database applies them to every writer's rows.
@@ -103,7 +106,7 @@ func Defaults() Config {
 		APIMaxExpandedBytes: api.MaxExpandedBytesDefault,
 		APITenantRate:       api.TenantRateDefault, APITenantRowsPerMinute: api.TenantRowsPerMinuteDefault,
 		SweepBatch: sweep.BatchDefault, SweepBudget: sweep.BudgetDefault, SweepRequeueBatch: sweep.RequeueBatchDefault,
-		SweepMaxOutstanding: sweep.MaxOutstandingDefault, SweepInterval: sweep.IntervalDefault,
+		SweepMaxOutstanding: sweep.MaxOutstandingDefault, QueueDepth: sweep.QueueDepthDefault,
 		PublishAhead: sweep.PublishAheadDefault, RequeueAfter: sweep.RequeueAfterDefault,
 		IdempotencyPrefix: sweep.KeyPrefixDefault, DefaultGrace: ledger.Grace{D: ledger.GraceDefault},
 		NotifyConfig: NotifyConfig{SweepOnNotify: SweepOnNotifyDefault, SweepNotifyRate: NotifyRateDefault}}
@@ -151,9 +154,46 @@ func (c Config) Grace() time.Duration {
 
 // Sweep returns the sweep settings.
 func (c Config) Sweep() sweep.Config {
+	accounts, _ := c.Accounts()
 	return sweep.Config{Batch: c.SweepBatch, Budget: c.SweepBudget, PublishAhead: c.PublishAhead,
 		RequeueAfter: c.RequeueAfter, RequeueBatch: c.SweepRequeueBatch, MaxOutstanding: c.SweepMaxOutstanding,
-		Interval: c.SweepInterval, ProviderRate: c.ProviderRate, KeyPrefix: c.IdempotencyPrefix}
+		QueueDepth: c.QueueDepth, Accounts: accounts, KeyPrefix: c.IdempotencyPrefix}
+}
+
+// Accounts are the provider accounts the workers send through, as the
+// workers' routing and pace say: the channels routed to one provider share
+// its account (providers.Routing.Providers), paced as the workers pace it
+// (providers.Routing.Rate: OWED_PROVIDER_RATES, OWED_PROVIDER_RATE, the
+// provider's default). The default
+// provider's account is first, so it carries any channel no account lists,
+// as OWED_PROVIDER carries every channel without an override.
+func (c Config) Accounts() ([]sweep.Account, error) {
+	names, err := c.Routing.Providers()
+	if err != nil {
+		return nil, err
+	}
+	def := strings.ToLower(strings.TrimSpace(c.Provider))
+	if def == "" {
+		def = providers.DefaultProvider
+	}
+	accounts := []sweep.Account{{Name: def}}
+	at := map[string]int{def: 0}
+	for _, ch := range payload.Channels() {
+		name := names[ch]
+		if name == providers.None {
+			continue
+		}
+		i, ok := at[name]
+		if !ok {
+			i, at[name] = len(accounts), len(accounts)
+			accounts = append(accounts, sweep.Account{Name: name})
+		}
+		accounts[i].Channels = append(accounts[i].Channels, ch)
+	}
+	for i := range accounts {
+		accounts[i].Rate = c.Routing.Rate(accounts[i].Name, c.ProviderRate)
+	}
+	return accounts, nil
 }
 
 // APILimits returns the API's default per-tenant limits.
@@ -188,6 +228,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Receipt.Validate(); err != nil {
+		return err
+	}
+	if _, err := c.Accounts(); err != nil {
 		return err
 	}
 	if err := c.Sweep().Validate(); err != nil {

@@ -6,16 +6,19 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/owedhq/owed/internal/api"
 	"github.com/owedhq/owed/internal/materialise"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/jetstream"
 	"github.com/owedhq/owed/internal/queue/rest"
 	"github.com/owedhq/owed/internal/queue/sqs"
 	"github.com/owedhq/owed/internal/receipt"
+	"github.com/owedhq/owed/internal/sweep"
 )
 
 // clearEnv unsets every variable LoadConfig reads, for this test only.
@@ -53,7 +56,7 @@ func TestLoadConfigAppliesTheDefaultsAndTheEnvironmentOverIt(t *testing.T) {
 	}
 	want := Defaults()
 	if c.ListenAddr != want.ListenAddr || c.LogLevel != want.LogLevel || c.DBMaxConns != want.DBMaxConns ||
-		c.Sweep() != want.Sweep() || !c.SweepOnNotify {
+		!reflect.DeepEqual(c.Sweep(), want.Sweep()) || !c.SweepOnNotify {
 		t.Errorf("LoadConfig() = %+v, want the defaults %+v", c, want)
 	}
 
@@ -74,6 +77,48 @@ func TestLoadConfigAppliesTheDefaultsAndTheEnvironmentOverIt(t *testing.T) {
 	t.Setenv("OWED_SWEEP_ON_NOTIFY", "false")
 	if c, err = LoadConfig(); err != nil || c.SweepBatch != 7 || c.ListenAddr != ":9999" || c.SweepOnNotify {
 		t.Errorf("LoadConfig() = %+v, %v; want the variables over the defaults", c, err)
+	}
+}
+
+// The sweep shares capacity between the provider accounts the workers'
+// routing names: channels routed to one provider share its account, paced
+// at the provider's default unless OWED_PROVIDER_RATE is set, and the
+// default provider's account comes first (it carries any other channel).
+func TestAccountsFollowTheWorkersRouting(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("OWED_DATABASE_URL", "postgres://owed_app@db/owed")
+	t.Setenv("OWED_CRON_SECRET", secret)
+	t.Setenv("OWED_QUEUE_URL", "http://127.0.0.1:8181")
+	t.Setenv("OWED_QUEUE_TOKEN", "dev-token")
+	t.Setenv("OWED_PROVIDER", "webhook")
+	t.Setenv("OWED_PROVIDER_SMS", "twilio")
+	t.Setenv("OWED_PROVIDER_TELEGRAM", "telegram")
+	t.Setenv("OWED_PROVIDER_SLACK", "none")
+	c, err := LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Sweep().Accounts
+	want := []sweep.Account{
+		{Name: "webhook", Channels: []string{"email", "webhook"}, Rate: pace.Unlimited},
+		{Name: "twilio", Channels: []string{"sms"}, Rate: pace.Rate{Count: 1, Per: time.Second}},
+		{Name: "telegram", Channels: []string{"telegram"}, Rate: pace.Rate{Count: 30, Per: time.Second}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("accounts = %+v, want %+v", got, want)
+	}
+	t.Setenv("OWED_PROVIDER_RATE", "40/s")
+	if c, err = LoadConfig(); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range c.Sweep().Accounts {
+		if a.Rate != (pace.Rate{Count: 40, Per: time.Second}) {
+			t.Errorf("with OWED_PROVIDER_RATE=40/s, account %s is paced %s", a.Name, a.Rate)
+		}
+	}
+	t.Setenv("OWED_PROVIDER_SMS", "sendgrid")
+	if _, err = LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_PROVIDER_SMS") {
+		t.Errorf("OWED_PROVIDER_SMS=sendgrid: %v, want it refused by name", err)
 	}
 }
 

@@ -17,20 +17,26 @@ import (
 	"github.com/owedhq/owed/internal/sweep"
 )
 
-// The fast path: a row scheduled due now is published within milliseconds
-// instead of at the next cron call. The ledger's triggers
-// (owed_notifications_due_inserted and _due_updated,
-// internal/ledger/sql/due_notify.sql) send pg_notify(DueChannel) when a
-// committed statement leaves a pending row due within a minute, whoever
-// wrote it; the DueListener holds a LISTEN connection and answers each
-// notification with one sweep run (sweep.RunNotify): the cron's slices
-// (lease oldest first → publish → mark queued) under the same backpressure
-// cap, without the expiry, survey and requeue statements the cron's runs
-// do, so a backlog is never jumped and a crash at any step heals by the
-// cron's rules. The cron stays
-// the heartbeat and the safety net: a notification sent while the sweeper
-// was not listening is caught by the run after each (re)connect, or by the
-// next cron call.
+// The fast path and the top-ups. The fast path: a row scheduled due now is
+// published within milliseconds instead of at the next cron call. The
+// ledger's triggers (internal/ledger/sql/due_notify.sql) send
+// pg_notify(DueChannel) when a committed statement leaves a pending row due
+// within a minute, whoever wrote it; the DueListener holds a LISTEN
+// connection and answers each notification with one sweep run
+// (sweep.RunNotify): the cron's shared slices (lease → publish → mark
+// queued) under the same caps, without the expiry, survey and requeue
+// statements the cron's runs do, so a crash at any step heals by the
+// cron's rules. The cron stays the heartbeat and the safety net: a
+// notification sent while the sweeper was not listening is caught by the
+// run after each (re)connect, or by the next cron call.
+//
+// The top-ups: a sweep keeps only a few seconds of each provider account's
+// sending published (sweep.Config.QueueDepth), so the queue's order never
+// decides between tenants. A run (the cron's or the fast path's) that held
+// rows back for want of room is followed, topUpPause later, by another
+// notify-style run that tops the queue up as the workers drain it, and so
+// on while rows wait, OWED_SWEEP_ON_NOTIFY or not; the minute cron stays
+// the safety net.
 //
 // A notification is only a hint. Postgres has no privilege on channels: any
 // login to the database may NOTIFY owed_due. So the listener ignores a
@@ -87,10 +93,12 @@ const (
 	listenPing = time.Minute
 	// failedRunPause spaces the notify runs after one that failed (a queue
 	// refusing publishes), so inserts cannot drive a sweep loop against it;
-	// the cron's own calls are not paced. A run held back by backpressure
-	// pauses its loop as long: room comes back at the workers' pace, and a
-	// row due now waits behind the backlog all the same.
+	// the cron's own calls are not paced.
 	failedRunPause = time.Second
+	// topUpPause is how long after a run held back by backpressure the
+	// next top-up runs: well inside sweep.QueueDepthDefault, so the workers
+	// find work whenever they take it.
+	topUpPause = 500 * time.Millisecond
 	// notifyRuns is how many notify runs may be under way at once: a
 	// notification that arrives during a run starts the next at once
 	// instead of waiting for the run's publish and mark; SKIP LOCKED keeps
@@ -156,21 +164,30 @@ func NewDueListener(s *Server) *DueListener {
 		d.received.WithLabelValues(o)
 	}
 	s.reg.MustRegister(d.runs, d.received, d.published, d.up)
+	// A cron run held back by backpressure asks for a top-up.
+	s.topUp = d.poke
 	return d
 }
 
-// Start opens the LISTEN connection and the run loop in the background and
-// returns at once; with OWED_SWEEP_ON_NOTIFY off it does nothing. The
-// connection is retried until it succeeds, and a sweep runs after each
-// (re)connect, since notifications sent in between are lost. It ends at
-// Stop or when ctx ends.
+// Start starts the run loops (the top-ups, and the notifications' runs) in
+// the background and, with OWED_SWEEP_ON_NOTIFY on, opens the LISTEN
+// connection, and returns at once. The connection is retried until it
+// succeeds, and a sweep runs after each (re)connect, since notifications
+// sent in between are lost. It ends at Stop or when ctx ends.
 func (d *DueListener) Start(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.on || d.stop != nil {
+	if d.stop != nil {
 		return nil
 	}
 	ctx, d.stop = context.WithCancel(ctx)
+	d.done.Add(notifyRuns)
+	for range notifyRuns {
+		go func() { defer d.done.Done(); d.runEach(ctx, d.sweepOnce) }()
+	}
+	if !d.on {
+		return nil
+	}
 	log := d.srv.log
 	l := pq.NewListener(d.url, listenMinReconnect, listenMaxReconnect, func(ev pq.ListenerEventType, err error) {
 		switch ev {
@@ -189,11 +206,8 @@ func (d *DueListener) Start(ctx context.Context) error {
 	// Closing the listener also ends a Listen still waiting for its first
 	// connection.
 	context.AfterFunc(ctx, func() { l.Close() })
-	d.done.Add(1 + notifyRuns)
+	d.done.Add(1)
 	go func() { defer d.done.Done(); d.listen(ctx, l) }()
-	for range notifyRuns {
-		go func() { defer d.done.Done(); d.runEach(ctx, d.sweepOnce) }()
-	}
 	return nil
 }
 
@@ -304,16 +318,24 @@ func (c coalescer) runEach(ctx context.Context, run func(context.Context)) {
 	}
 }
 
-// sweepOnce is one notify-started run, counted in the fast path's series,
-// once the rate lets it start.
+// sweepOnce is one notify-started run or top-up, counted in the fast
+// path's series, once the rate lets it start. A run held back by
+// backpressure asks for the next top-up topUpPause later, as does one that
+// filled its requeue batch; a failed one pauses its loop failedRunPause
+// first.
 func (d *DueListener) sweepOnce(ctx context.Context) {
 	if d.limit.Wait(ctx) != nil {
 		return
 	}
 	res, _ := d.srv.sweeper.RunNotify(ctx)
 	d.observe(res)
-	if !res.Complete || res.HeldBack == sweep.HeldBackpressure {
+	switch {
+	case !res.Complete:
 		clock.Sleep(ctx, failedRunPause)
+	case d.srv.sweeper.LeftRows(res):
+		if clock.Sleep(ctx, topUpPause) {
+			d.poke()
+		}
 	}
 }
 

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/envelope"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/tenant"
 	"github.com/owedhq/owed/internal/testdb"
@@ -390,4 +393,40 @@ func TestForgedNotificationsAreIgnoredOrBounded(t *testing.T) {
 		t.Errorf("the flood started no run: a well-shaped notification is still a hint")
 	}
 	received(t, s, insertAsApp(t, s.DB.App, "acme", "after-the-flood"))
+}
+
+// A cron run held back by its cap is followed by top-ups that publish more
+// as the workers free room, with no other cron call and the fast path off:
+// the queue holds a few seconds of sending, never the backlog.
+func TestTheSweeperTopsTheQueueUpBetweenCronCalls(t *testing.T) {
+	t.Parallel()
+	s := stacktest.New(t, stacktest.Options{})
+	d := NewDueListener(newServer(t, s, func(c *Config) {
+		c.SweepOnNotify = false
+		c.ProviderRate = pace.RateSetting{Rate: pace.Rate{Count: 10, Per: time.Second}, Set: true}
+		c.QueueDepth = time.Second
+	}))
+	if err := d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	s.Schedule(t, "acme", 30, time.Now().Add(-time.Minute), nil)
+	if w := do(d.srv.Handler(), http.MethodPost, "/cron/sweep", "Bearer "+secret); w.Code != http.StatusOK ||
+		!strings.Contains(w.Body.String(), `"published":10`) || !strings.Contains(w.Body.String(), `"held_back":"backpressure"`) {
+		t.Fatalf("cron run: %d %s, want the cap of 10 published and the rest held back", w.Code, w.Body)
+	}
+	// The workers send the ten: the top-ups publish the next ten, then the
+	// last, as room frees.
+	for want := 20; want <= 30; want += 10 {
+		if err := s.DB.OwnerTx(t.Context(), func(tx *sql.Tx) error {
+			_, err := tx.Exec(`UPDATE owed_notifications SET state = 'delivered', delivered_at = now(), settled_at = now(),
+			    lease_until = NULL WHERE state = 'queued'`)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, fmt.Sprintf("%d rows published by top-ups", want), func() bool {
+			return metricValue(t, d, "owed_sweep_notify_published_total", "") >= float64(want-10)
+		})
+	}
 }

@@ -60,6 +60,9 @@ type Server struct {
 	// shared by every scrape and probe (see service.Cache).
 	stats *service.Cache[queue.Stats]
 	ready *service.Cache[readiness]
+	// topUp asks for a top-up run after a cron run left rows to lease
+	// (sweep.Sweeper.LeftRows; DueListener); nil without one.
+	topUp func()
 }
 
 // Option is an optional part of the service.
@@ -99,7 +102,6 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 			Msg("sweeper: default grace stored")
 	}
 	sc := cfg.Sweep()
-	sc.Clock = clk
 	watch := newQueueWatch(q, clk)
 	sw, err := sweep.New(l, watch, sc, log)
 	if err != nil {
@@ -188,6 +190,9 @@ func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) {
 	ctx, perr := withPublishErr(r.Context())
 	res, _ := s.sweeper.Run(ctx)
 	s.metrics.Observe(res, s.clock.Now())
+	if s.sweeper.LeftRows(res) && s.topUp != nil {
+		s.topUp()
+	}
 	status := http.StatusOK
 	if !res.Complete || res.Stalled {
 		// A hosted cron retries or alerts on non-2xx; the counts so far are

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -188,46 +187,9 @@ func (c Config) Options() Options {
 		StallAfter: c.StallAfter, QueueDelayMax: cmp.Or(c.QueueDelayMax, c.Queue.QueueDelayMax())}
 }
 
-// ProviderRate is OWED_PROVIDER_RATE as read: Set is false while the
-// variable is unset or empty, and each account then keeps its provider's
-// default pace; set, Rate is every account's pace (pace.Unlimited for
-// "unlimited" or "0").
-type ProviderRate struct {
-	Rate pace.Rate
-	Set  bool
-}
-
-// Decode reads the variable with pace.ParseRate, except that empty stays
-// unset; envconfig names OWED_PROVIDER_RATE in the error.
-func (p *ProviderRate) Decode(value string) error {
-	if strings.TrimSpace(value) == "" {
-		*p = ProviderRate{}
-		return nil
-	}
-	r, err := pace.ParseRate(value)
-	if err != nil {
-		return err
-	}
-	*p = ProviderRate{Rate: r, Set: true}
-	return nil
-}
-
-// String is the start-up log's word for the setting.
-func (p ProviderRate) String() string {
-	if !p.Set {
-		return "provider defaults"
-	}
-	return p.Rate.String()
-}
-
-// For returns each account's pace: the set rate for every account, or
-// defaults(account) (the providers Router's DefaultRate) when unset.
-func (p ProviderRate) For(defaults func(account string) pace.Rate) func(account string) pace.Rate {
-	if p.Set || defaults == nil {
-		return func(string) pace.Rate { return p.Rate }
-	}
-	return defaults
-}
+// ProviderRate is OWED_PROVIDER_RATE as read (pace.RateSetting): the
+// sweeper reads the same setting.
+type ProviderRate = pace.RateSetting
 
 // Paces returns the pace of each provider account at the one rate r; see
 // PacesFor.

@@ -73,7 +73,7 @@ func (b *bundle) sweepLater(tb testing.TB, d time.Duration) sweep.Result {
 	tb.Helper()
 	clk := clock.Offset(d)
 	sw, err := sweep.New(ledger.New(b.DB.App, clk), b.Queue, sweep.Config{Batch: 500, Budget: 30 * time.Second,
-		PublishAhead: time.Minute, RequeueAfter: 10 * time.Minute, KeyPrefix: "owed-", Clock: clk}, zerolog.Nop())
+		PublishAhead: time.Minute, RequeueAfter: 10 * time.Minute, KeyPrefix: "owed-"}, zerolog.Nop())
 	if err != nil {
 		tb.Fatal(err)
 	}

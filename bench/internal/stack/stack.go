@@ -73,6 +73,10 @@ type Config struct {
 	// SweepOnNotify is the sweeper's OWED_SWEEP_ON_NOTIFY. It is off unless
 	// set, so the benchmarks that play the cron measure the cron's sweeps.
 	SweepOnNotify bool
+	// Env is given to the sweeper and every worker over the settings above:
+	// a provider routing of the benchmark's own (OWED_PROVIDER_*,
+	// OWED_PROVIDER_RATES, a webhook provider's URL and secret).
+	Env map[string]string
 }
 
 // Stack is a running system.
@@ -133,7 +137,8 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		"OWED_CRON_SECRET":  cronSecret,
 		"OWED_METRICS_ADDR": metricsAddr,
 		"OWED_SWEEP_BATCH":  strconv.Itoa(cfg.SweepBatch), "OWED_PROVIDER_RATE": cfg.ProviderRate,
-		"OWED_PUBLISH_AHEAD": cfg.PublishAhead.String(), "OWED_SWEEP_ON_NOTIFY": strconv.FormatBool(cfg.SweepOnNotify)}); err != nil {
+		"OWED_PUBLISH_AHEAD": cfg.PublishAhead.String(), "OWED_SWEEP_ON_NOTIFY": strconv.FormatBool(cfg.SweepOnNotify)},
+		cfg.Env); err != nil {
 		return nil, err
 	}
 	if err := s.ready(ctx, s.metricsURL+"/readyz"); err != nil {
@@ -150,7 +155,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			"OWED_WORKER_CONCURRENCY": strconv.Itoa(cfg.Concurrency),
 			// A connection per send in flight, and a few for the pace and
 			// the acker, so the pool is never what the run measures.
-			"OWED_DB_MAX_CONNS": strconv.Itoa(cfg.Concurrency + 4)}); err != nil {
+			"OWED_DB_MAX_CONNS": strconv.Itoa(cfg.Concurrency + 4)}, cfg.Env); err != nil {
 			return nil, err
 		}
 		s.workerURLs = append(s.workerURLs, "http://"+addr)

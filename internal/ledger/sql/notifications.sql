@@ -164,6 +164,23 @@ CREATE TABLE owed_notifications (
 -- run had already leased.
 CREATE INDEX owed_notifications_owed_due ON owed_notifications (due_at, id) WHERE settled_at IS NULL;
 
+-- What the fair lease reads (owed_sweep_fair_lease_sql, sweep.sql): the
+-- pending rows of each tenant and channel, oldest owed first, a row being
+-- owed since greatest(due_at, created_at). The lease skips from one
+-- (tenant, channel) to the next through it, and reads each one's rows owed
+-- by the horizon from its start, so a slice costs what it looks at, never
+-- the backlog. Only pending rows are in it: a leased, queued or sending row
+-- is never stepped over.
+CREATE INDEX owed_notifications_pending_owed ON owed_notifications
+    (tenant_id, channel, greatest(due_at, created_at), due_at, id) WHERE state = 'pending';
+
+-- The rows a lease holds (leased, queued, sending), by the lease's end:
+-- the fair lease counts the work in flight of each account and tenant from
+-- its live part (owed_sweep_in_flight) and takes the rows whose lease ran
+-- out from its past part, so both cost the rows in flight.
+CREATE INDEX owed_notifications_in_flight ON owed_notifications (lease_until)
+    WHERE state IN ('leased', 'queued', 'sending');
+
 -- The expiry pass reads owed rows that carry an expiry, soonest first.
 CREATE INDEX owed_notifications_owed_expiry ON owed_notifications (expires_at)
     WHERE settled_at IS NULL AND expires_at IS NOT NULL;
@@ -204,7 +221,25 @@ CREATE POLICY owed_notifications_owner ON owed_notifications TO CURRENT_USER USI
 CREATE POLICY owed_notifications_definer ON owed_notifications TO owed_definer USING (true) WITH CHECK (true);
 
 -- Rows are settled, never deleted, so nobody is granted DELETE.
-GRANT SELECT, INSERT, UPDATE ON owed_notifications TO owed_runtime, owed_apps, owed_definer;
+GRANT SELECT, INSERT, UPDATE ON owed_notifications TO owed_runtime, owed_definer;
+
+-- An application writing SQL (owed_apps) writes owed rows only: it
+-- inserts the columns of a row to schedule, so the row starts pending with
+-- no lease, claim, publish or attempt of its own, and it may change a
+-- pending row's schedule or payload, or cancel it (the policy below). It
+-- cannot make a row leased, queued or sending, so it can never fake work
+-- in flight that would hold the sweep's capacity (an application's 200
+-- rows queued with lease_until 9999-01-01 held every sweep back), nor
+-- touch a row the sweep or a worker holds: a change of those goes through
+-- the API, which records an intent on a row being sent.
+GRANT SELECT ON owed_notifications TO owed_apps;
+GRANT INSERT (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at, payload)
+    ON owed_notifications TO owed_apps;
+GRANT UPDATE (due_at, expires_at, payload, state, settled_at, last_error, updated_at)
+    ON owed_notifications TO owed_apps;
+CREATE POLICY owed_notifications_apps_pending ON owed_notifications AS RESTRICTIVE FOR UPDATE TO owed_apps
+    USING (state = 'pending')
+    WITH CHECK (state IN ('pending', 'cancelled'));
 
 -- A payload that several rows of one scheduling batch share (an event with
 -- one payload and 1,000 recipients) is stored once, here, and each row

@@ -265,38 +265,40 @@ SELECT count(*), EXISTS (SELECT 1 FROM clash) FROM recorded
 -- way the runtime role reaches another tenant's rows, and returns only
 -- the columns read here. The comments say what each function's SQL does.
 
--- name: Survey
--- Survey is what a sweep run looks at before it leases, in one
--- statement (owed_sweep_survey: $1 now, $2 how far to count, $3 the
--- publish-ahead window in seconds): the rows a live lease holds (leased,
--- queued or sending, due by the horizon, which every leased row was),
--- counted up to $2 so the count costs at most the backpressure cap;
+-- name: SurveyFair
+-- SurveyFair is what a sweep run looks at before it leases, in one
+-- statement (owed_sweep_survey_fair: $1 now, $2 the publish-ahead window
+-- and $3 how far ahead a live lease may end, in seconds, $4-$6 the
+-- accounts, $7 how many rows in flight to read at most): each account's
+-- rows in flight (read from owed_notifications_in_flight's live range),
 -- whether pending rows and rows whose lease ran out wait (the first index
--- entry of each); and the due time of the oldest unsettled row already
--- due (one step down the partial index), with the instant it was asked
--- at. Every part reads owed_notifications_owed_due from its start, so an
--- idle survey costs what is owed by the horizon, not what the ledger
--- holds.
-SELECT outstanding, pending, requeues, oldest_due_at, asked_at FROM owed_sweep_survey($1, $2, $3)
+-- entry of each), and the age in seconds of the oldest unsettled row
+-- already due, with the instant it was asked at. An idle survey costs the
+-- rows in flight, not what the ledger holds.
+SELECT outstanding, pending, requeues, oldest_owed_age_s, asked_at
+  FROM owed_sweep_survey_fair($1, $2, $3, $4, $5, $6, $7)
 
--- name: LeasableExists
--- LeasableExists tells whether a lease could have returned something
--- (owed_sweep_leasable, $1 now, $2 the publish-ahead window): the check
--- behind "a sweep that leased nothing while rows are owed".
-SELECT owed_sweep_leasable($1, $2)
+-- name: LeasableFair
+-- LeasableFair tells whether a lease could have returned something, room
+-- allowing (owed_sweep_leasable_fair: $1 now, $2 the publish-ahead window,
+-- $3-$5 the accounts as LeaseParams.args gives them): the check behind "a
+-- sweep that leased nothing while rows are owed".
+SELECT owed_sweep_leasable_fair($1, $2, $3, $4, $5)
 
--- name: Lease
--- Lease is the sweeper's claim of every owed row, in one statement
--- (owed_sweep_lease, whose text is owed_sweep_lease_sql): the inner
--- select reads the partial index owed_notifications_owed_due ((due_at,
--- id) of unsettled rows) plus the lease test, SKIP LOCKED lets a
--- concurrent sweep step over rows this one holds instead of queueing
--- behind them, and the LIMIT bounds the slice. There is no lower bound
--- on due_at: after a pause, the oldest owed rows go first. RETURNING
--- shows published_at before this statement (it is not set here), which
--- tells a republish from a first publish. $1 is the slice, $2 now, $3 the
--- lease and $4 the publish-ahead window, in seconds from now, $5 the
--- limit.
+-- name: SendRates
+-- SendRates counts the sends finished in the last $2 seconds before $1
+-- per provider, reading at most $3 attempts (owed_sweep_send_rates): what
+-- an unpaced account's workers actually send, which sizes its depth.
+SELECT provider, sends FROM owed_sweep_send_rates($1, $2, $3)
+
+-- name: LeaseFair
+-- LeaseFair is the sweeper's claim of owed rows, one slice in one
+-- statement (owed_sweep_lease_fair, whose text is
+-- owed_sweep_fair_lease_sql: sql/sweep.sql explains how it shares the
+-- slice between accounts and tenants and which indexes it reads). There is
+-- no lower bound on due_at: after a pause, the oldest owed rows go first.
+-- Its parameters are LeaseParams.args. It answers the rows in the slice's
+-- order, then one row per account, each with the database's now.
 --
 -- A row published before (queued or sending with its lease run out: its
 -- message was lost, acked or dead-lettered, or its worker died) is
@@ -305,26 +307,14 @@ SELECT owed_sweep_leasable($1, $2)
 -- published (the sweep died between the publish and the mark) keeps its
 -- generation: its message is probably in the queue already, and the
 -- same key lets a deduplicating queue absorb the repeat.
---
--- A sweep run leases in two kinds of slice, so requeues never starve new
--- rows: SlicePending takes pending rows after a (due_at, id) cursor
--- ($6, $7), which the index reads as a range, so a run's next slice
--- starts where its last one ended instead of stepping again over the
--- rows it already leased; SliceRequeue takes rows whose lease ran out.
--- ExplainLease runs the same text under EXPLAIN ANALYZE.
-SELECT id, tenant_id, due_at, republish, queue_generation FROM owed_sweep_lease($1, $2, $3, $4, $5, $6, $7)
+SELECT id, tenant_id, due_at, republish, queue_generation, account, state, ord, requeue, outstanding,
+       room, held, more, asked_at
+  FROM owed_sweep_lease_fair($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 
 -- name: ExplainLease
--- ExplainLease runs Lease's text under EXPLAIN ANALYZE
--- (owed_sweep_explain_lease); its caller rolls the transaction back.
-SELECT owed_sweep_explain_lease($1, $2, $3, $4, $5, $6, $7)
-
--- name: LeaseDue
--- LeaseDue is the fast path's lease (owed_sweep_lease_due): the pending
--- slice, bounded by the backpressure cap as well, with the count of rows a
--- live lease holds on every row it returns.
-SELECT held, id, tenant_id, due_at, republish, queue_generation
-  FROM owed_sweep_lease_due($1, $2, $3, $4, $5, $6, $7)
+-- ExplainLease runs LeaseFair's text under EXPLAIN ANALYZE
+-- (owed_sweep_explain_lease_fair); its caller rolls the transaction back.
+SELECT owed_sweep_explain_lease_fair($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 
 -- name: SetAside
 -- SetAside settles failed a leased row whose message cannot be built

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/provider/postmark"
@@ -60,14 +61,7 @@ var carries = map[string][]string{
 // Config is read with config.Process("OWED", &cfg); every variable is
 // listed in docs/providers.md.
 type Config struct {
-	// Provider carries every channel without an override; DefaultProvider
-	// when empty.
-	Provider         string `envconfig:"PROVIDER"`
-	ProviderEmail    string `envconfig:"PROVIDER_EMAIL"`
-	ProviderSMS      string `envconfig:"PROVIDER_SMS"`
-	ProviderTelegram string `envconfig:"PROVIDER_TELEGRAM"`
-	ProviderSlack    string `envconfig:"PROVIDER_SLACK"`
-	ProviderWebhook  string `envconfig:"PROVIDER_WEBHOOK"`
+	Routing
 	// Timeout bounds one send for every adapter; provider.DefaultTimeout
 	// when zero.
 	Timeout time.Duration `envconfig:"PROVIDER_TIMEOUT"`
@@ -114,6 +108,72 @@ func (c Config) UsageDefaults() map[string]string {
 	return d
 }
 
+// Routing says which provider carries each channel: the part of Config
+// the sweeper reads too (it shares its capacity between the accounts the
+// workers send through), without any credential.
+type Routing struct {
+	// Provider carries every channel without an override; DefaultProvider
+	// when empty.
+	Provider         string `envconfig:"PROVIDER"`
+	ProviderEmail    string `envconfig:"PROVIDER_EMAIL"`
+	ProviderSMS      string `envconfig:"PROVIDER_SMS"`
+	ProviderTelegram string `envconfig:"PROVIDER_TELEGRAM"`
+	ProviderSlack    string `envconfig:"PROVIDER_SLACK"`
+	ProviderWebhook  string `envconfig:"PROVIDER_WEBHOOK"`
+	// Rates paces named providers' accounts (OWED_PROVIDER_RATES,
+	// "provider:rate,…", e.g. "twilio:3/s,webhook:unlimited"), over
+	// OWED_PROVIDER_RATE and the providers' defaults (Rate).
+	Rates map[string]pace.Rate `envconfig:"PROVIDER_RATES"`
+}
+
+// Rate is the pace of the named provider's account: its entry in Rates,
+// else setting (OWED_PROVIDER_RATE) when set, else the provider's default
+// (DefaultRate).
+func (r Routing) Rate(provider string, setting pace.RateSetting) pace.Rate {
+	if rate, ok := r.Rates[provider]; ok {
+		return rate
+	}
+	return setting.For(DefaultRate)(provider)
+}
+
+// Providers resolves each channel's provider name (None for a disabled
+// channel), checking that the provider can carry the channel. Channels
+// sharing a provider share its one Sender, and so its account and pace.
+func (r Routing) Providers() (map[string]string, error) {
+	def := r.Provider
+	if def == "" {
+		def = DefaultProvider
+	}
+	overrides := map[string]string{
+		payload.ChannelEmail: r.ProviderEmail, payload.ChannelSMS: r.ProviderSMS,
+		payload.ChannelTelegram: r.ProviderTelegram, payload.ChannelSlack: r.ProviderSlack,
+		payload.ChannelWebhook: r.ProviderWebhook,
+	}
+	for name := range r.Rates {
+		if name == None || !slices.Contains(providerNames, name) {
+			return nil, fmt.Errorf("OWED_PROVIDER_RATES: unknown provider %q; accepted: %s", name,
+				strings.Join(slices.DeleteFunc(slices.Clone(providerNames), func(n string) bool { return n == None }), ", "))
+		}
+	}
+	out := map[string]string{}
+	for _, ch := range payload.Channels() {
+		name, variable := def, "OWED_PROVIDER"
+		if o := overrides[ch]; o != "" {
+			name, variable = o, "OWED_PROVIDER_"+strings.ToUpper(ch)
+		}
+		name = strings.ToLower(strings.TrimSpace(name))
+		if !slices.Contains(providerNames, name) {
+			return nil, fmt.Errorf("%s: unknown provider %q; accepted: %s", variable, name, strings.Join(providerNames, ", "))
+		}
+		if !slices.Contains(carries[ch], name) {
+			return nil, fmt.Errorf("%s=%s cannot carry the %s channel; set OWED_PROVIDER_%s to one of %s",
+				variable, name, ch, strings.ToUpper(ch), strings.Join(carries[ch], ", "))
+		}
+		out[ch] = name
+	}
+	return out, nil
+}
+
 // ErrNoProvider is returned by Router.For for a channel configured "none" or
 // not known at all.
 var ErrNoProvider = errors.New("no provider for channel")
@@ -121,6 +181,7 @@ var ErrNoProvider = errors.New("no provider for channel")
 // Router maps a channel to its Sender. Channels sharing a provider share one
 // Sender, and so one Name and one pace.
 type Router struct {
+	routing Routing
 	senders map[string]provider.Sender
 	// providerOf maps each Sender's Name (its account) to the provider
 	// name it was built as, for DefaultRate.
@@ -153,32 +214,17 @@ func (r Router) Assignments() map[string]string {
 // New builds the Router: it resolves each channel's provider, checks that
 // the provider can carry the channel, and builds each provider used once.
 func New(cfg Config) (Router, error) {
-	if cfg.Provider == "" {
-		cfg.Provider = DefaultProvider
-	}
 	if cfg.Timeout < 0 {
 		return Router{}, fmt.Errorf("OWED_PROVIDER_TIMEOUT: must be a positive duration like 10s (got %s)", cfg.Timeout)
 	}
-	overrides := map[string]string{
-		payload.ChannelEmail: cfg.ProviderEmail, payload.ChannelSMS: cfg.ProviderSMS,
-		payload.ChannelTelegram: cfg.ProviderTelegram, payload.ChannelSlack: cfg.ProviderSlack,
-		payload.ChannelWebhook: cfg.ProviderWebhook,
+	names, err := cfg.Providers()
+	if err != nil {
+		return Router{}, err
 	}
 	built := map[string]provider.Sender{}
-	r := Router{senders: map[string]provider.Sender{}, providerOf: map[string]string{}}
+	r := Router{routing: cfg.Routing, senders: map[string]provider.Sender{}, providerOf: map[string]string{}}
 	for _, ch := range payload.Channels() {
-		name, variable := cfg.Provider, "OWED_PROVIDER"
-		if o := overrides[ch]; o != "" {
-			name, variable = o, "OWED_PROVIDER_"+strings.ToUpper(ch)
-		}
-		name = strings.ToLower(strings.TrimSpace(name))
-		if !slices.Contains(providerNames, name) {
-			return Router{}, fmt.Errorf("%s: unknown provider %q; accepted: %s", variable, name, strings.Join(providerNames, ", "))
-		}
-		if !slices.Contains(carries[ch], name) {
-			return Router{}, fmt.Errorf("%s=%s cannot carry the %s channel; set OWED_PROVIDER_%s to one of %s",
-				variable, name, ch, strings.ToUpper(ch), strings.Join(carries[ch], ", "))
-		}
+		name := names[ch]
 		if name == None {
 			r.senders[ch] = nil
 			continue

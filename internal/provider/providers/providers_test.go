@@ -200,3 +200,28 @@ func TestDefaultRates(t *testing.T) {
 		t.Errorf("an account the Router did not build: %s, want unlimited", got)
 	}
 }
+
+// OWED_PROVIDER_RATES paces named providers over OWED_PROVIDER_RATE and
+// the defaults, and names an unknown provider in its error.
+func TestProviderRatesWinOverTheSettingAndTheDefaults(t *testing.T) {
+	r := Routing{Rates: map[string]pace.Rate{Twilio: {Count: 3, Per: time.Second}, Webhook: pace.Unlimited}}
+	set := pace.RateSetting{Rate: pace.Rate{Count: 40, Per: time.Second}, Set: true}
+	for _, c := range []struct {
+		provider string
+		setting  pace.RateSetting
+		want     pace.Rate
+	}{
+		{Twilio, set, pace.Rate{Count: 3, Per: time.Second}},
+		{Webhook, set, pace.Unlimited},
+		{Telegram, set, pace.Rate{Count: 40, Per: time.Second}},
+		{Telegram, pace.RateSetting{}, pace.Rate{Count: 30, Per: time.Second}},
+	} {
+		if got := r.Rate(c.provider, c.setting); got != c.want {
+			t.Errorf("Rate(%s, %s) = %s, want %s", c.provider, c.setting, got, c.want)
+		}
+	}
+	r.Rates["fax"] = pace.Unlimited
+	if _, err := r.Providers(); err == nil || !strings.Contains(err.Error(), `OWED_PROVIDER_RATES: unknown provider "fax"`) {
+		t.Errorf("Providers() with a rate for fax: %v, want it refused by name", err)
+	}
+}

@@ -55,3 +55,10 @@ func DefaultRate(provider string) pace.Rate { return defaultRates[provider] }
 // Router names (Sender.Name(), the worker's pace key): its provider's
 // DefaultRate, or pace.Unlimited for an account this Router did not build.
 func (r Router) DefaultRate(account string) pace.Rate { return DefaultRate(r.providerOf[account]) }
+
+// Rates returns each account's pace for the worker's limiters: the pace of
+// the provider a Sender of this Router names (Routing.Rate), with setting
+// as OWED_PROVIDER_RATE.
+func (r Router) Rates(setting pace.RateSetting) func(account string) pace.Rate {
+	return func(account string) pace.Rate { return r.routing.Rate(r.providerOf[account], setting) }
+}

@@ -78,6 +78,13 @@ type Config struct {
 	Endpoint string `envconfig:"SQS_ENDPOINT"`
 	// Region overrides the default chain's region (OWED_SQS_REGION).
 	Region string `envconfig:"SQS_REGION"`
+	// FairQueue sends each message's group (the row's tenant) as its
+	// MessageGroupId (OWED_SQS_FAIR_QUEUE), which makes a standard queue an
+	// SQS fair queue: SQS delivers other groups' messages ahead of one
+	// group's backlog, so one tenant's burst does not delay another's rows.
+	// Off by default: a server that predates fair queues refuses a group id
+	// on a standard queue.
+	FairQueue bool `envconfig:"SQS_FAIR_QUEUE"`
 	// Credentials overrides the default chain, e.g. static credentials for
 	// a local server; nil uses the chain.
 	Credentials aws.CredentialsProvider `ignored:"true"`

@@ -21,6 +21,8 @@ package sqs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -117,12 +119,16 @@ func (c *Client) Publish(ctx context.Context, msgs []queue.Message) ([]queue.Pub
 		if len(batch) == MaxBatch || size+n > MaxBatchBytes {
 			flush()
 		}
-		batch = append(batch, types.SendMessageBatchRequestEntry{
+		entry := types.SendMessageBatchRequestEntry{
 			Id:                aws.String(strconv.Itoa(i)),
 			MessageBody:       aws.String(string(m.Body)),
 			DelaySeconds:      seconds(m.Delay),
 			MessageAttributes: attrs,
-		})
+		}
+		if c.cfg.FairQueue && m.Group != "" {
+			entry.MessageGroupId = aws.String(groupID(m.Group))
+		}
+		batch = append(batch, entry)
 		index = append(index, i)
 		size += n
 	}
@@ -335,4 +341,19 @@ func staleReceiptCode(code string) bool {
 		return true
 	}
 	return false
+}
+
+// groupID is a message group id SQS takes for group: group itself when it
+// is 1 to 128 of the characters SQS allows (letters, digits, punctuation),
+// else a digest of it, so every tenant id maps to one valid group.
+func groupID(group string) string {
+	ok := len(group) <= 128
+	for i := 0; ok && i < len(group); i++ {
+		ok = group[i] > ' ' && group[i] <= '~'
+	}
+	if ok {
+		return group
+	}
+	sum := sha256.Sum256([]byte(group))
+	return "sha256-" + hex.EncodeToString(sum[:16])
 }

@@ -168,3 +168,28 @@ func setRedrivePolicy(queue, policy string) *awssqs.SetQueueAttributesInput {
 		Attributes: map[string]string{string(types.QueueAttributeNameRedrivePolicy): policy},
 	}
 }
+
+// With OWED_SQS_FAIR_QUEUE each message carries its group (the tenant) as
+// its MessageGroupId, a valid one whatever the tenant id, and goes through
+// the queue as before.
+func TestAFairQueueCarriesEachTenantAsItsGroup(t *testing.T) {
+	endpoint := startServer(t)
+	c := openFresh(t, endpoint)
+	c.cfg.FairQueue = true
+	ctx := context.Background()
+	res, err := c.Publish(ctx, []queue.Message{{Key: "k1", Body: []byte(`{"a":1}`), Group: "acme"},
+		{Key: "k2", Body: []byte(`{"a":2}`), Group: "tenant with spaces é"}})
+	if err != nil || res[0].Err != nil || res[1].Err != nil {
+		t.Fatalf("publish to a fair queue: %+v, %v", res, err)
+	}
+	got, err := c.Receive(ctx, 10, 2*time.Second, time.Minute)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("receive: %d messages, %v; want both", len(got), err)
+	}
+	for _, g := range []string{"acme", "tenant with spaces é"} {
+		id := groupID(g)
+		if len(id) == 0 || len(id) > 128 || strings.ContainsAny(id, " é") {
+			t.Errorf("groupID(%q) = %q, not a group id SQS takes", g, id)
+		}
+	}
+}
