@@ -259,7 +259,7 @@ func TestPausedTenantsAndHeldAccountsTakeNothing(t *testing.T) {
 	if got, err := b.l.Lease(ctx, LeaseParams{Limit: 10, For: time.Minute, Slice: SlicePending, Sharing: sh}); err != nil || len(got) != 10 {
 		t.Fatalf("leased %d (%v), want 10", len(got), err)
 	}
-	if _, err := b.db.App.Exec(`SELECT owed_tenant_pause('bulk', 'noisy', 'test', $1)`, b.now); err != nil {
+	if _, err := b.db.Operator.Exec(`SELECT owed_tenant_pause('bulk', 'noisy', 'test', $1)`, b.now); err != nil {
 		t.Fatal(err)
 	}
 	mustSchedule(t, b, "quiet", row("q", "Q-1", b.now))
@@ -273,10 +273,10 @@ func TestPausedTenantsAndHeldAccountsTakeNothing(t *testing.T) {
 	if ok, err := b.l.Leasable(ctx, time.Minute, sh); err != nil || ok {
 		t.Errorf("Leasable = %v, %v with only a paused tenant's rows left, want false", ok, err)
 	}
-	if _, err := b.db.App.Exec(`SELECT owed_tenant_resume('bulk')`); err != nil {
+	if _, err := b.db.Operator.Exec(`SELECT owed_tenant_resume('bulk')`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.db.App.Exec(`SELECT owed_provider_account_hold('sandbox', 'maintenance', 'test', $1)`, b.now); err != nil {
+	if _, err := b.db.Operator.Exec(`SELECT owed_provider_account_hold('sandbox', 'maintenance', 'test', $1)`, b.now); err != nil {
 		t.Fatal(err)
 	}
 	r, err = b.l.LeaseSlice(ctx, LeaseParams{Limit: 10, For: time.Minute, Slice: SlicePending, Sharing: sh})
