@@ -140,7 +140,15 @@ func (c Config) Basics() service.Basics {
 // UsageDefaults says what OWED_SHUTDOWN_GRACE is when it is not set
 // (config.UsageDefaulter): Grace's rule, and what it makes of c's budget.
 func (c Config) UsageDefaults() map[string]string {
-	return map[string]string{"OWED_SHUTDOWN_GRACE": fmt.Sprintf("OWED_SWEEP_BUDGET+%s (%s)", ShutdownMarginDefault, c.Grace())}
+	d := map[string]string{"OWED_SHUTDOWN_GRACE": fmt.Sprintf("OWED_SWEEP_BUDGET+%s (%s)", ShutdownMarginDefault, c.Grace())}
+	// The workers' routing, read here too, defaults as the workers' does.
+	p := providers.Config{Routing: c.Routing}.UsageDefaults()
+	d["OWED_PROVIDER"] = p["OWED_PROVIDER"]
+	for _, ch := range payload.Channels() {
+		k := "OWED_PROVIDER_" + strings.ToUpper(ch)
+		d[k] = p[k]
+	}
+	return d
 }
 
 // Grace is the shutdown grace: ShutdownGrace, or the sweep budget plus
