@@ -33,7 +33,8 @@ import (
 // The top-ups: a sweep keeps only a few seconds of each provider account's
 // sending published (sweep.Config.QueueDepth), so the queue's order never
 // decides between tenants. A run (the cron's or the fast path's) that held
-// rows back for want of room is followed, topUpPause later, by another
+// rows back for want of room is followed, sweep.Config.TopUpEvery later (at
+// most 500 ms), by another
 // notify-style run that tops the queue up as the workers drain it, and so
 // on while rows wait, OWED_SWEEP_ON_NOTIFY or not; the minute cron stays
 // the safety net.
@@ -95,10 +96,6 @@ const (
 	// refusing publishes), so inserts cannot drive a sweep loop against it;
 	// the cron's own calls are not paced.
 	failedRunPause = time.Second
-	// topUpPause is how long after a run held back by backpressure the
-	// next top-up runs: well inside sweep.QueueDepthDefault, so the workers
-	// find work whenever they take it.
-	topUpPause = 500 * time.Millisecond
 	// notifyRuns is how many notify runs may be under way at once: a
 	// notification that arrives during a run starts the next at once
 	// instead of waiting for the run's publish and mark; SKIP LOCKED keeps
@@ -320,9 +317,9 @@ func (c coalescer) runEach(ctx context.Context, run func(context.Context)) {
 
 // sweepOnce is one notify-started run or top-up, counted in the fast
 // path's series, once the rate lets it start. A run held back by
-// backpressure asks for the next top-up topUpPause later, as does one that
-// filled its requeue batch; a failed one pauses its loop failedRunPause
-// first.
+// backpressure asks for the next top-up sweep.Config.TopUpEvery later, as
+// does one that filled its requeue batch; a failed one pauses its loop
+// failedRunPause first.
 func (d *DueListener) sweepOnce(ctx context.Context) {
 	if d.limit.Wait(ctx) != nil {
 		return
@@ -333,7 +330,7 @@ func (d *DueListener) sweepOnce(ctx context.Context) {
 	case !res.Complete:
 		clock.Sleep(ctx, failedRunPause)
 	case d.srv.sweeper.LeftRows(res):
-		if clock.Sleep(ctx, topUpPause) {
+		if clock.Sleep(ctx, d.srv.cfg.Sweep().TopUpEvery()) {
 			d.poke()
 		}
 	}
