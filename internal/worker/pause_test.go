@@ -78,12 +78,14 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 	if err := accounts.Hold(bg, "held", "carrier incident", "alice"); err != nil {
 		t.Fatal(err)
 	}
-	if err := tenants.Pause(bg, "globex", "runaway campaign", "bob"); err != nil {
-		t.Fatal(err)
-	}
 	acme := b.Schedule(t, "acme", 5, time.Now().Add(-time.Second), nil)
 	globex := b.Schedule(t, "globex", 5, time.Now().Add(-time.Second), nil)
 	b.sweepAll(t)
+	// globex is paused once its rows are in the queue: the sweep leases
+	// nothing of a paused tenant, so the worker is what meets these.
+	if err := tenants.Pause(bg, "globex", "runaway campaign", "bob"); err != nil {
+		t.Fatal(err)
+	}
 	reg := prometheus.NewRegistry()
 	held := renamed{Sender: b.Sender, name: "held"}
 	b.start(t, func(o *worker.Options) {
@@ -124,9 +126,10 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 		t.Fatalf("resume the account: %v, %v", was, err)
 	}
 	// The pauses are looked at again when the rows' leases run out, about a
-	// minute later.
-	if res := b.sweepLater(t, 2*time.Minute); res.Published != 10 {
-		t.Fatalf("the sweep a minute later published %d, want the 10 held-back rows", res.Published)
+	// minute later: acme's rows go again, and the sweep leases nothing of
+	// globex while it is paused.
+	if res := b.sweepLater(t, 2*time.Minute); res.Published != 5 {
+		t.Fatalf("the sweep a minute later published %d, want acme's 5 held-back rows", res.Published)
 	}
 	waitFor(t, "acme's rows are delivered", func() bool {
 		for _, r := range acme {
@@ -136,7 +139,6 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 		}
 		return true
 	})
-	waitFor(t, "globex's rows are held back again", func() bool { return outcome("tenant_paused") == 10 })
 	for _, r := range globex {
 		if d, _ := b.Ledger.Get(bg, "globex", r.ID); d.State.Settled() || d.Attempts != 0 {
 			t.Fatalf("globex row %d: %s with %d attempts while its tenant is paused", r.ID, d.State, d.Attempts)

@@ -49,7 +49,7 @@ func TestWebhookReceiverDownTenMinutesLosesNoRow(t *testing.T) {
 	b := setup(t, stacktest.Options{Sandbox: func(c *sandbox.Config) { c.Faults.ErrorRate = 1 }})
 	clk := &travel{}
 	l := ledger.New(b.DB.App, clk)
-	sw, err := sweep.New(l, b.Queue, sweep.Config{Batch: 500, Budget: 30 * time.Second,
+	sw, err := sweep.New(l, b.Queue, sweep.Config{Batch: 500, Budget: 30 * time.Second, ProviderRate: testSweepRate,
 		PublishAhead: time.Minute, RequeueAfter: 10 * time.Minute, KeyPrefix: "owed-"}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
