@@ -59,7 +59,7 @@ const (
 type opts struct {
 	rate, workers, concurrency, requeue int
 	newRate                             float64
-	duration, warmup, cron              time.Duration
+	duration, warmup, cron, depth       time.Duration
 	bin, queue                          string
 }
 
@@ -74,6 +74,7 @@ func run() error {
 	flag.IntVar(&o.concurrency, "concurrency", 16, "OWED_WORKER_CONCURRENCY")
 	flag.DurationVar(&o.duration, "duration", 3*time.Minute, "measured stretch after the warm-up")
 	flag.DurationVar(&o.warmup, "warmup", 10*time.Second, "time after the first cron call that is not measured")
+	flag.DurationVar(&o.depth, "depth", sweep.QueueDepthDefault, "the sweeper's OWED_QUEUE_DEPTH")
 	flag.StringVar(&o.bin, "bin", "bin", "folder holding the sweeper and worker binaries")
 	flag.StringVar(&o.queue, "queue", backends.Default, "queue backend: "+strings.Join(backends.Names, ", "))
 	flag.Parse()
@@ -103,10 +104,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cap := sweep.Config{}.PacedCap(r)
+	cap := sweep.Config{QueueDepth: o.depth}.PacedCap(r)
 	st, err := stack.Start(ctx, stack.Config{DB: db, Bin: o.bin, Queue: o.queue, Workers: o.workers, Concurrency: o.concurrency,
 		ProviderRate: rate, SandboxRate: rate, SandboxBurst: 3, MaxSends: o.requeue + 100000, SweepBatch: 500,
-		SweepRequeueBatch: cap, PublishAhead: time.Minute, SweepOnNotify: true})
+		SweepRequeueBatch: cap, PublishAhead: time.Minute, SweepOnNotify: true,
+		Env: map[string]string{"OWED_QUEUE_DEPTH": o.depth.String()}})
 	if err != nil {
 		return err
 	}

@@ -57,11 +57,14 @@ const (
 	// keeps published: a row that falls due waits behind at most about
 	// this much of other rows in the queue, whatever another tenant
 	// scheduled (every account's, since the accounts share one queue). The
-	// sweeper tops the queue up twice per depth while rows wait
-	// (TopUpEvery), so the depth only needs to outlast a top-up. Measured
-	// (docs/fairness.md): at 100/s, 1 s kept the provider as busy as 2 s or
-	// 5 s did, and another tenant's lag at a third of 2 s's.
-	QueueDepthDefault = time.Second
+	// sweeper tops the queue up while rows wait (TopUpEvery), so the depth
+	// need only outlast a top-up and the workers' own reach: a worker of one
+	// paced account takes its slots up to worker.PaceMaxWaitDefault (2 s)
+	// ahead and receives a message for each, so a shallower queue leaves
+	// slots unused. Measured (docs/fairness.md): at 50/s on one account, 1 s
+	// kept the provider 88 % busy and 2 s 100 %; at 100/s shared with an
+	// unpaced account, another tenant's lag was a third shorter at 1 s.
+	QueueDepthDefault = 2 * time.Second
 	// topUpEveryMax bounds TopUpEvery: a deep queue is still topped up
 	// twice a second.
 	topUpEveryMax = 500 * time.Millisecond
