@@ -149,7 +149,8 @@ func run() error {
 	var wg sync.WaitGroup
 	wg.Go(func() { cron(runCtx, st) })
 	var aErr, bErr error
-	wg.Go(func() { aErr = scheduleA(runCtx, clients[tenantA], o.rows, start) })
+	var written time.Time
+	wg.Go(func() { aErr = scheduleA(runCtx, clients[tenantA], o.rows, start); written = time.Now() })
 	wg.Go(func() { bErr = scheduleB(runCtx, clients[tenantB], o, start) })
 	deadline := start.Add(time.Duration(float64(o.rows)/float64(o.rate)*2*float64(time.Second)) + o.window + o.expiry + 5*time.Minute)
 	waitErr := waitAB(runCtx, db, deadline)
@@ -158,7 +159,7 @@ func run() error {
 	if err := errors.Join(aErr, bErr, waitErr); err != nil {
 		return err
 	}
-	res, err := measure(ctx, db, start)
+	res, err := measure(ctx, db, start, written)
 	if err != nil {
 		return err
 	}
@@ -186,6 +187,8 @@ func run() error {
 			o.rows, res.b["sms"].n, rate, label),
 			Value: benchutil.One(ratio), Unit: "×", Target: fmt.Sprintf("≤ %.2f", drainTarget), Pass: benchutil.Check(ratio <= drainTarget)},
 		{Name: "fairness: A's first delivery after the start (its rows posted through the API)", Value: benchutil.One(res.firstA), Unit: "s"},
+		{Name: fmt.Sprintf("fairness: A's rows written through the API in %.0f s; A's deliveries/s after that (the pace: %d)",
+			written.Sub(start).Seconds(), o.rate), Value: benchutil.One(res.rateAfterWritten), Unit: "/s"},
 		{Name: fmt.Sprintf("fairness: C's rows leased while paused, of %d", o.paused), Value: benchutil.One(float64(res.leasedC)),
 			Unit: "rows", Target: "0", Pass: benchutil.Check(res.leasedC == 0)},
 		{Name: "fairness: duplicate sends (both sandboxes)", Value: benchutil.One(float64(st.Sandbox.Stats().Duplicates + fast.Stats().Duplicates)),
@@ -300,13 +303,14 @@ type lag struct {
 }
 
 type result struct {
-	b              map[string]lag
-	drainA, firstA float64
-	leasedC        int
+	b                                map[string]lag
+	drainA, firstA, rateAfterWritten float64
+	leasedC                          int
 }
 
-// measure reads the outcome from the ledger, as the owner.
-func measure(ctx context.Context, db *benchutil.DB, start time.Time) (result, error) {
+// measure reads the outcome from the ledger, as the owner; written is when
+// A's last rows were posted.
+func measure(ctx context.Context, db *benchutil.DB, start, written time.Time) (result, error) {
 	r := result{b: map[string]lag{}}
 	rows, err := db.Owner.QueryContext(ctx, `
 SELECT channel, count(*), count(*) FILTER (WHERE state = 'expired'),
@@ -335,6 +339,14 @@ SELECT channel, count(*), count(*) FILTER (WHERE state = 'expired'),
 		return r, err
 	}
 	r.drainA, r.firstA = last.Sub(start).Seconds(), first.Sub(start).Seconds()
+	var after int
+	if err := db.Owner.QueryRowContext(ctx, `SELECT count(*) FROM owed_notifications
+	    WHERE tenant_id = $1 AND delivered_at > $2`, tenantA, written).Scan(&after); err != nil {
+		return r, err
+	}
+	if d := last.Sub(written).Seconds(); d > 0 {
+		r.rateAfterWritten = float64(after) / d
+	}
 	err = db.Owner.QueryRowContext(ctx, `SELECT count(*) FROM owed_notifications
 	    WHERE tenant_id = $1 AND (state <> 'pending' OR published_at IS NOT NULL)`, tenantC).Scan(&r.leasedC)
 	return r, err
