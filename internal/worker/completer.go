@@ -211,7 +211,11 @@ func (w *Worker) retryOrFail(ctx context.Context, dl *delivery, a ledger.Attempt
 	if retryAfter > delay {
 		delay = min(retryAfter, w.o.RetryAfterMax)
 	}
-	if exp := dl.row.ExpiresAt; exp != nil && !w.o.Clock.Now().Add(delay).Before(dl.local(*exp)) {
+	// Reckoned on the clock's Readings, as the check before the send is: a
+	// step of the wall clock neither expires a row whose retry fits (a step
+	// forwards) nor retries one whose retry would land after its expiry (a
+	// step backwards).
+	if exp := dl.row.ExpiresAt; exp != nil && !dl.deadline(*exp).After(clock.Read(w.o.Clock).Add(delay)) {
 		w.expire(ctx, dl, &a)
 		return
 	}
