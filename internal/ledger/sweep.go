@@ -29,6 +29,10 @@ type Leased struct {
 	// Requeue says the row's lease ran out (leased, queued or sending),
 	// where the others were pending.
 	Requeue bool
+	// NotBefore is when a row a worker handed back to the ledger
+	// (HandBack) may be sent, zero for any other row: its message is
+	// published to surface at the later of it and DueAt.
+	NotBefore time.Time
 }
 
 // Slice says which owed rows one Lease takes.
@@ -215,13 +219,13 @@ func (l *Ledger) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, er
 		var (
 			id, gen, inFlight, room, held sql.NullInt64
 			ten, state                    sql.NullString
-			due                           sql.NullTime
+			due, notBefore                sql.NullTime
 			republish, more, requeue      sql.NullBool
 			account                       int
 			ord                           sql.NullInt64
 		)
 		if err := rows.Scan(&id, &ten, &due, &republish, &gen, &account, &state, &ord, &requeue, &inFlight, &room,
-			&held, &more, &res.Now); err != nil {
+			&held, &more, &res.Now, &notBefore); err != nil {
 			return err
 		}
 		if account < 1 || account > len(res.Accounts) {
@@ -235,6 +239,9 @@ func (l *Ledger) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, er
 		case state.String == string(StateLeased):
 			res.Rows = append(res.Rows, Leased{ID: id.Int64, Tenant: ten.String, DueAt: due.Time.UTC(),
 				Republish: republish.Bool, QueueGeneration: int(gen.Int64), Account: account - 1, Requeue: requeue.Bool})
+			if notBefore.Valid {
+				res.Rows[len(res.Rows)-1].NotBefore = notBefore.Time.UTC()
+			}
 		case state.String == string(StateFailed):
 			res.SetAside = append(res.SetAside, id.Int64)
 		}
