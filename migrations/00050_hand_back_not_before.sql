@@ -3,7 +3,7 @@
 -- stayed queued until its lease ran out: it counted against its account's
 -- cap all the while, and was leased again only by the first sweep after
 -- its time, up to a minute late. owed_notifications.not_before marks a
--- hand-back (its lease_until is its not_before, no message anywhere):
+-- hand-back (owed_handed_back: queued, its lease_until its not_before):
 -- owed_sweep_in_flight counts it against nothing while it waits, and the
 -- fair lease takes it once its not-before falls within the publish-ahead
 -- window and answers it, so the sweep publishes its message to surface
@@ -20,6 +20,14 @@
 
 -- +goose Up
 
+-- +goose StatementBegin
+CREATE FUNCTION owed_handed_back(p_state text, p_lease_until timestamptz, p_not_before timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT p_state = 'queued' AND p_not_before = p_lease_until
+$$;
+-- +goose StatementEnd
+
 ALTER TABLE owed_notifications ADD COLUMN not_before timestamptz;
 ALTER TABLE owed_notifications ADD CONSTRAINT owed_notifications_not_before_in_range
     CHECK (owed_time_in_range(not_before));
@@ -34,7 +42,7 @@ SELECT f.tenant_id, owed_sweep_account_of(f.channel, p_channels, p_accounts),
   FROM (SELECT o.tenant_id, o.channel, o.due_at, o.not_before FROM owed_notifications o
          WHERE o.state IN ('leased', 'queued', 'sending')
            AND o.lease_until > p_now AND o.lease_until <= p_live_until AND o.due_at <= p_horizon
-           AND o.not_before IS DISTINCT FROM o.lease_until
+           AND NOT coalesce(owed_handed_back(o.state, o.lease_until, o.not_before), false)
            AND NOT EXISTS (SELECT FROM owed_tenant_pauses tp WHERE tp.tenant_id = o.tenant_id)
          LIMIT p_limit) f
  GROUP BY 1, 2
@@ -74,7 +82,8 @@ clock AS MATERIALIZED (
     -- ledger whose not-before falls by the horizon: no message of it is
     -- anywhere.
     lapsed_lease constant text := CASE WHEN p_not_before
-        THEN 'o.lease_until <= c.horizon AND (o.lease_until <= c.now OR o.not_before = o.lease_until)'
+        THEN 'o.lease_until <= c.horizon
+           AND (o.lease_until <= c.now OR owed_handed_back(o.state, o.lease_until, o.not_before))'
         ELSE 'o.lease_until <= c.now' END;
     -- The rows of the slice, as the statement that locks them checks again.
     owed text := CASE p_slice
@@ -156,7 +165,8 @@ lapsed AS MATERIALIZED (
       FROM clock c CROSS JOIN LATERAL (
         SELECT o.tenant_id, owed_sweep_account_of(o.channel, $5::text[], $6::integer[]) AS a, o.id,
                greatest(o.due_at, o.created_at) AS owed_since, o.created_at, o.due_at,
-               ' || CASE WHEN p_not_before THEN 'CASE WHEN o.not_before = o.lease_until THEN o.not_before END'
+               ' || CASE WHEN p_not_before THEN 'CASE WHEN owed_handed_back(o.state, o.lease_until, o.not_before)
+                                                 THEN o.not_before END'
                          ELSE 'NULL::timestamptz' END || ' AS not_before
           FROM owed_notifications o
          WHERE o.state IN (''leased'', ''queued'', ''sending'') AND ' || lapsed_lease || '
@@ -276,7 +286,7 @@ BEGIN
                       AND ((p_slice IN (0, 1) AND o.state = 'pending')
                            OR (p_slice IN (0, 2) AND o.state <> 'pending'
                                AND (o.lease_until <= coalesce(p_now, now())
-                                    OR (p_not_before AND o.not_before = o.lease_until
+                                    OR (p_not_before AND owed_handed_back(o.state, o.lease_until, o.not_before)
                                         AND o.lease_until <= coalesce(p_now, now()) + make_interval(secs => p_ahead)))))) THEN
         RETURN;
     END IF;
@@ -369,7 +379,7 @@ SELECT (SELECT array_agg(coalesce((SELECT sum(f.due_by_horizon) FROM flight f WH
                   AND (o.expires_at IS NULL OR o.expires_at > c.now)),
        EXISTS (SELECT FROM owed_notifications o
                 WHERE o.state IN ('leased', 'queued', 'sending') AND o.lease_until <= c.horizon
-                  AND (o.lease_until <= c.now OR o.not_before = o.lease_until)
+                  AND (o.lease_until <= c.now OR owed_handed_back(o.state, o.lease_until, o.not_before))
                   AND o.due_at <= c.horizon AND (o.expires_at IS NULL OR o.expires_at > c.now)),
        (SELECT extract(epoch FROM c.now - o.due_at)::double precision FROM owed_notifications o
          WHERE o.settled_at IS NULL AND o.due_at > '-infinity' AND o.due_at <= c.now
@@ -391,7 +401,7 @@ SELECT EXISTS (SELECT 1 FROM owed_notifications o
                   AND (o.expires_at IS NULL OR o.expires_at > c.now)
                   AND ((o.state = 'pending' AND greatest(o.due_at, o.created_at) <= c.horizon)
                        OR (o.state <> 'pending' AND o.lease_until <= c.horizon
-                           AND (o.lease_until <= c.now OR o.not_before = o.lease_until)))
+                           AND (o.lease_until <= c.now OR owed_handed_back(o.state, o.lease_until, o.not_before))))
                   AND NOT EXISTS (SELECT FROM owed_tenant_pauses tp WHERE tp.tenant_id = o.tenant_id)
                   AND owed_sweep_account_of(o.channel, $3, $4) IN (SELECT owed_sweep_open_accounts($5)))
   FROM clock c
@@ -422,7 +432,7 @@ CREATE TRIGGER owed_notifications_due_updated
     FOR EACH ROW
     WHEN ((NEW.state = 'pending' AND NEW.due_at <= now() + interval '1 minute'
            AND (OLD.due_at IS DISTINCT FROM NEW.due_at OR OLD.state NOT IN ('pending', 'leased')))
-          OR (OLD.state = 'sending' AND NEW.state = 'queued' AND NEW.not_before = NEW.lease_until
+          OR (OLD.state = 'sending' AND owed_handed_back(NEW.state, NEW.lease_until, NEW.not_before)
               AND NEW.not_before <= now() + interval '1 minute'))
     EXECUTE FUNCTION owed_notify_due_updated();
 
@@ -791,3 +801,5 @@ $$;
 
 ALTER TABLE owed_notifications DROP CONSTRAINT owed_notifications_not_before_in_range;
 ALTER TABLE owed_notifications DROP COLUMN not_before;
+
+DROP FUNCTION owed_handed_back(text, timestamptz, timestamptz);

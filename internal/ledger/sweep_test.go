@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/lib/pq"
 )
 
 // A fan-out of 2,000 rows of one due time is leased slice by slice, each
@@ -367,5 +369,33 @@ func TestAHandBackWaitsInTheLedgerUntilItsNotBefore(t *testing.T) {
 	}
 	if sv, err := b.l.Survey(ctx, time.Minute, room, 100); err != nil || sv.InFlight[0] != 2 {
 		t.Fatalf("survey after the lease ahead: %+v (%v), want both rows in flight by the horizon", sv, err)
+	}
+}
+
+// A hand-back whose not-before is within a minute wakes the sweeper
+// (owed_due, due_notify.sql), so its message is published to surface at its
+// time, not at the next cron call after it.
+func TestAHandBackWithinAMinuteWakesTheSweeper(t *testing.T) {
+	b := setup(t)
+	id := mustSchedule(t, b, "acme", row("a", "W-1", b.now))[0].ID
+	if _, err := b.l.Lease(ctx, LeaseParams{Limit: 1, For: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.l.MarkQueued(ctx, []int64{id}, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	h := mustClaim(t, b, "acme", id, ClaimParams{DueAt: b.now, LeaseFor: time.Minute})
+	l := pq.NewListener(b.db.AppURL, 10*time.Millisecond, time.Second, nil)
+	t.Cleanup(func() { l.Close() })
+	if err := l.Listen("owed_due"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.l.HandBack(ctx, h, 30*time.Second, "retry", nil, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Notify:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no owed_due notification after a hand-back 30 s away")
 	}
 }

@@ -58,6 +58,6 @@ CREATE TRIGGER owed_notifications_due_updated
     FOR EACH ROW
     WHEN ((NEW.state = 'pending' AND NEW.due_at <= now() + interval '1 minute'
            AND (OLD.due_at IS DISTINCT FROM NEW.due_at OR OLD.state NOT IN ('pending', 'leased')))
-          OR (OLD.state = 'sending' AND NEW.state = 'queued' AND NEW.not_before = NEW.lease_until
+          OR (OLD.state = 'sending' AND owed_handed_back(NEW.state, NEW.lease_until, NEW.not_before)
               AND NEW.not_before <= now() + interval '1 minute'))
     EXECUTE FUNCTION owed_notify_due_updated();

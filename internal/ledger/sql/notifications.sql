@@ -29,6 +29,17 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 SELECT p_at IS NULL OR p_at BETWEEN '0001-01-01 00:00:00+00' AND '9999-12-31 23:59:59.999999+00'
 $$;
 
+-- owed_handed_back says whether a row is a wait a worker handed back to the
+-- ledger (ledger.HandBack): queued, its lease ending at its not_before, no
+-- message of it anywhere. A lease the sweep or a claim takes moves
+-- lease_until and the state on, so no other row answers true. It is
+-- inlined into the statements that call it (the sweep's, a trigger's).
+CREATE FUNCTION owed_handed_back(p_state text, p_lease_until timestamptz, p_not_before timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT p_state = 'queued' AND p_not_before = p_lease_until
+$$;
+
 CREATE TABLE owed_notifications (
     -- The sequence keeps the name it had before every table took the owed_
     -- prefix; renaming a table leaves its identity sequence's name alone.

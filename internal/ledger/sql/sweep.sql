@@ -399,7 +399,7 @@ SELECT f.tenant_id, owed_sweep_account_of(f.channel, p_channels, p_accounts),
   FROM (SELECT o.tenant_id, o.channel, o.due_at, o.not_before FROM owed_notifications o
          WHERE o.state IN ('leased', 'queued', 'sending')
            AND o.lease_until > p_now AND o.lease_until <= p_live_until AND o.due_at <= p_horizon
-           AND o.not_before IS DISTINCT FROM o.lease_until
+           AND NOT coalesce(owed_handed_back(o.state, o.lease_until, o.not_before), false)
            AND NOT EXISTS (SELECT FROM owed_tenant_pauses tp WHERE tp.tenant_id = o.tenant_id)
          LIMIT p_limit) f
  GROUP BY 1, 2
@@ -506,7 +506,8 @@ clock AS MATERIALIZED (
     -- ledger whose not-before falls by the horizon: no message of it is
     -- anywhere.
     lapsed_lease constant text := CASE WHEN p_not_before
-        THEN 'o.lease_until <= c.horizon AND (o.lease_until <= c.now OR o.not_before = o.lease_until)'
+        THEN 'o.lease_until <= c.horizon
+           AND (o.lease_until <= c.now OR owed_handed_back(o.state, o.lease_until, o.not_before))'
         ELSE 'o.lease_until <= c.now' END;
     -- The rows of the slice, as the statement that locks them checks again.
     owed text := CASE p_slice
@@ -588,7 +589,8 @@ lapsed AS MATERIALIZED (
       FROM clock c CROSS JOIN LATERAL (
         SELECT o.tenant_id, owed_sweep_account_of(o.channel, $5::text[], $6::integer[]) AS a, o.id,
                greatest(o.due_at, o.created_at) AS owed_since, o.created_at, o.due_at,
-               ' || CASE WHEN p_not_before THEN 'CASE WHEN o.not_before = o.lease_until THEN o.not_before END'
+               ' || CASE WHEN p_not_before THEN 'CASE WHEN owed_handed_back(o.state, o.lease_until, o.not_before)
+                                                 THEN o.not_before END'
                          ELSE 'NULL::timestamptz' END || ' AS not_before
           FROM owed_notifications o
          WHERE o.state IN (''leased'', ''queued'', ''sending'') AND ' || lapsed_lease || '
@@ -722,7 +724,7 @@ BEGIN
                       AND ((p_slice IN (0, 1) AND o.state = 'pending')
                            OR (p_slice IN (0, 2) AND o.state <> 'pending'
                                AND (o.lease_until <= coalesce(p_now, now())
-                                    OR (p_not_before AND o.not_before = o.lease_until
+                                    OR (p_not_before AND owed_handed_back(o.state, o.lease_until, o.not_before)
                                         AND o.lease_until <= coalesce(p_now, now()) + make_interval(secs => p_ahead)))))) THEN
         RETURN;
     END IF;
@@ -831,7 +833,7 @@ SELECT (SELECT array_agg(coalesce((SELECT sum(f.due_by_horizon) FROM flight f WH
                   AND (o.expires_at IS NULL OR o.expires_at > c.now)),
        EXISTS (SELECT FROM owed_notifications o
                 WHERE o.state IN ('leased', 'queued', 'sending') AND o.lease_until <= c.horizon
-                  AND (o.lease_until <= c.now OR o.not_before = o.lease_until)
+                  AND (o.lease_until <= c.now OR owed_handed_back(o.state, o.lease_until, o.not_before))
                   AND o.due_at <= c.horizon AND (o.expires_at IS NULL OR o.expires_at > c.now)),
        (SELECT extract(epoch FROM c.now - o.due_at)::double precision FROM owed_notifications o
          WHERE o.settled_at IS NULL AND o.due_at > '-infinity' AND o.due_at <= c.now
@@ -859,7 +861,7 @@ SELECT EXISTS (SELECT 1 FROM owed_notifications o
                   AND (o.expires_at IS NULL OR o.expires_at > c.now)
                   AND ((o.state = 'pending' AND greatest(o.due_at, o.created_at) <= c.horizon)
                        OR (o.state <> 'pending' AND o.lease_until <= c.horizon
-                           AND (o.lease_until <= c.now OR o.not_before = o.lease_until)))
+                           AND (o.lease_until <= c.now OR owed_handed_back(o.state, o.lease_until, o.not_before))))
                   AND NOT EXISTS (SELECT FROM owed_tenant_pauses tp WHERE tp.tenant_id = o.tenant_id)
                   AND owed_sweep_account_of(o.channel, $3, $4) IN (SELECT owed_sweep_open_accounts($5)))
   FROM clock c
