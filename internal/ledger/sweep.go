@@ -46,8 +46,9 @@ const (
 	SlicePending
 	// SliceRequeue takes only rows whose lease ran out (leased, queued or
 	// sending): a sweep that died before its mark, a lost message, a worker
-	// that died, a wait handed to the ledger that is over. A run gives them
-	// a slice of their own so they never starve pending rows.
+	// that died; and the waits handed to the ledger (HandBack) whose
+	// not-before falls within the publish-ahead window. A run gives them a
+	// slice of their own so they never starve pending rows.
 	SliceRequeue
 )
 
@@ -202,8 +203,10 @@ func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
 }
 
 // LeaseSlice claims up to p.Limit owed rows of p.Slice in one statement
-// (owed_sweep_lease_fair, internal/ledger/sql/sweep.sql): rows that are
-// pending, or whose lease (leased, queued or sending) ran out, shared
+// (owed_sweep_lease_fair_not_before, internal/ledger/sql/sweep.sql): rows
+// that are pending, or whose lease (leased, queued or sending) ran out, or
+// that a worker handed back (HandBack) with a not-before within p.Ahead
+// (answered in Leased.NotBefore), shared
 // between p.Accounts by each one's room under its cap and, within an
 // account, round-robin between the tenants with rows waiting, each
 // tenant's rows oldest owed first (owed since greatest(due_at,
