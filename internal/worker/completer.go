@@ -245,17 +245,19 @@ func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 	// in the ledger, not in the queue: a returned message stays in the
 	// queue's in-flight set for its whole delay, and that set is bounded
 	// and shared by every tenant (JetStream's MaxAckPending, SQS's in-flight
-	// quota), so parked waits would stop everyone's deliveries. The row's
-	// lease ends at its not-before time, without the requeue window, and the
-	// sweep publishes it again then (a new queue key: the republish of a
-	// published row moves its generation). The message is acked only once
-	// the ledger holds that lease, so the row is owed and visible all along.
+	// quota), so parked waits would stop everyone's deliveries. The row is
+	// handed back with its not-before (ledger.HandBack): it holds none of
+	// its account's capacity while it waits, and the sweep publishes it
+	// again to surface then (a new queue key: the republish of a published
+	// row moves its generation). The message is acked only once the ledger
+	// holds the row, so the row is owed and visible all along.
 	handoff := r.indefinite || r.after > w.o.QueueDelayMax
-	grace := w.o.RequeueAfter
+	var err error
 	if handoff {
-		grace = 0
+		err = w.o.Ledger.HandBack(ctx, dl.hold, r.after, r.reason, r.attempt, uncertain)
+	} else {
+		err = w.o.Ledger.ReleaseClaim(ctx, dl.hold, r.after, w.o.RequeueAfter, r.reason, r.attempt, uncertain)
 	}
-	err := w.o.Ledger.ReleaseClaim(ctx, dl.hold, r.after, grace, r.reason, r.attempt, uncertain)
 	if errors.Is(err, ledger.ErrClaimLost) {
 		// Another claim holds the row: its message, maybe this very one, is
 		// not this worker's to return.

@@ -38,7 +38,17 @@ const (
 	// queue until its turn (ChangeVisibility), so the backlog waits in the
 	// queue, not in memory. Each return costs a receive, so the worker
 	// receives only as many messages as the pace can take within it.
-	PaceMaxWaitDefault = 2 * time.Second
+	//
+	// It is short because everything a worker holds for the pace is work
+	// every other row waits behind: the queue is one line for every tenant
+	// and account, and a worker's senders, sleeping through pace waits, are
+	// shared too. The sweeper keeps OWED_QUEUE_DEPTH of each account's
+	// sending published (sweep.QueueDepthDefault), and that depth has to
+	// outlast the worker's reach, or slots taken ahead go unused: with a 2 s
+	// reach a 1 s depth kept one paced account 88 % busy, and a 2 s depth
+	// made another account's row wait up to 2 s behind it in the queue
+	// (bench/limitedsweep, bench/fairness: docs/fairness.md).
+	PaceMaxWaitDefault = 500 * time.Millisecond
 	// RetryBaseDefault is the first backoff after a transient failure
 	// without a retry schedule; it doubles per attempt up to retryCap.
 	RetryBaseDefault = 5 * time.Second

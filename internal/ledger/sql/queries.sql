@@ -293,7 +293,7 @@ SELECT provider, sends FROM owed_sweep_send_rates($1, $2, $3)
 
 -- name: LeaseFair
 -- LeaseFair is the sweeper's claim of owed rows, one slice in one
--- statement (owed_sweep_lease_fair, whose text is
+-- statement (owed_sweep_lease_fair_not_before, whose text is
 -- owed_sweep_fair_lease_sql: sql/sweep.sql explains how it shares the
 -- slice between accounts and tenants and which indexes it reads). There is
 -- no lower bound on due_at: after a pause, the oldest owed rows go first.
@@ -307,9 +307,13 @@ SELECT provider, sends FROM owed_sweep_send_rates($1, $2, $3)
 -- published (the sweep died between the publish and the mark) keeps its
 -- generation: its message is probably in the queue already, and the
 -- same key lets a deduplicating queue absorb the repeat.
+--
+-- A row a worker handed back to the ledger (HandBackClaim) is taken once
+-- its not-before falls within the publish-ahead window, and answered with
+-- it: its message surfaces then.
 SELECT id, tenant_id, due_at, republish, queue_generation, account, state, ord, requeue, outstanding,
-       room, held, more, asked_at
-  FROM owed_sweep_lease_fair($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+       room, held, more, asked_at, not_before
+  FROM owed_sweep_lease_fair_not_before($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, true)
 
 -- name: ExplainLease
 -- ExplainLease runs LeaseFair's text under EXPLAIN ANALYZE
@@ -474,6 +478,25 @@ UPDATE owed_notifications n
 UPDATE owed_notifications
    SET state = 'queued', claimed_at = CASE WHEN $6::boolean THEN claimed_at END,
        lease_until = coalesce($3::timestamptz, now()) + make_interval(secs => $4), last_error = $5,
+       updated_at = coalesce($3::timestamptz, now())
+{{heldRow}}
+
+-- name: HandBackClaim
+-- HandBackClaim hands a held row back to the ledger until its not-before,
+-- $4 seconds from now: a wait longer than the queue should hold a message
+-- for (a retry's step, a 429's Retry-After, a paused account or tenant),
+-- whose message the worker acks once this commits. The row is queued with
+-- no message anywhere: lease_until and not_before are the same instant,
+-- which is how the sweep knows a hand-back from a message in the queue,
+-- so it counts against no account's cap while it waits
+-- (owed_sweep_in_flight) and the fair lease takes it by its not-before,
+-- publishing its message to surface then (owed_sweep_fair_lease_sql).
+-- claimed_at is kept only when the send's outcome is unknown ($6), as in
+-- ReleaseClaim.
+UPDATE owed_notifications
+   SET state = 'queued', claimed_at = CASE WHEN $6::boolean THEN claimed_at END,
+       lease_until = coalesce($3::timestamptz, now()) + make_interval(secs => $4),
+       not_before = coalesce($3::timestamptz, now()) + make_interval(secs => $4), last_error = $5,
        updated_at = coalesce($3::timestamptz, now())
 {{heldRow}}
 
