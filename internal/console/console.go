@@ -4,8 +4,9 @@
 // the provider pace, sends per minute with the last hour's chart), finding
 // notifications and each one's timeline, the dead letters with filtered and
 // bulk redrive and delete, pausing sends per provider account or tenant,
-// and the operators' sessions (sessions.go: kept on the server, so logging
-// out or revoking ends them; wrong tokens are throttled, throttle.go).
+// and the operators' sessions (sessions.go: kept in owed_console_sessions,
+// shared by every replica, so logging out or revoking ends them everywhere
+// and a restart keeps them; wrong tokens are throttled, throttle.go).
 // Pages are rendered on the
 // server from embedded templates; the only script-like thing is the
 // dashboard's meta refresh.
@@ -36,6 +37,7 @@ import (
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/service"
+	"github.com/owedhq/owed/internal/session"
 )
 
 // Prefix is where the console is mounted.
@@ -51,6 +53,9 @@ const dashboardTimeout = 15 * time.Second
 
 // Options are the console's parts and settings.
 type Options struct {
+	// Ledger is the ledger over on-call's login (owed_operator): the
+	// console's reads, actions and audit lines, and its sessions
+	// (owed_console_sessions), run as that login.
 	Ledger *ledger.Ledger
 	Queue  queue.Queue
 	// Token is the operator token (OWED_CONSOLE_TOKEN); TrustedHeader the
@@ -61,8 +66,6 @@ type Options struct {
 	Clock                clock.Clock
 	// Refresh is the dashboard's reload interval (RefreshDefault when 0).
 	Refresh time.Duration
-	// Sessions keeps the logins (a new MemorySessions when nil).
-	Sessions SessionStore
 	// Metrics, when set, registers the console's series: the wrong tokens
 	// and the refusals of the login throttle.
 	Metrics prometheus.Registerer
@@ -92,10 +95,11 @@ func New(o Options) *Console {
 	if o.Refresh <= 0 {
 		o.Refresh = RefreshDefault
 	}
-	if o.Sessions == nil {
-		o.Sessions = NewMemorySessions()
+	var sessions *session.Store
+	if o.Ledger != nil {
+		sessions = session.NewStore(o.Ledger.DB())
 	}
-	c := &Console{o: o, auth: newAuth(o.Token, o.TrustedHeader, o.Clock.Now, o.Sessions, newThrottle(o.Clock.Now, o.Metrics)),
+	c := &Console{o: o, auth: newAuth(o.Token, o.TrustedHeader, o.Clock.Now, sessions, newThrottle(o.Clock.Now, o.Metrics)),
 		mux: http.NewServeMux(), pages: parsePages()}
 	if o.Ledger != nil {
 		c.accounts, c.tenants = pace.NewAccounts(o.Ledger.DB(), o.Clock), pace.NewTenants(o.Ledger.DB(), o.Clock)
@@ -249,6 +253,7 @@ func parsePages() map[string]*template.Template {
 		"join":  strings.Join,
 		"deref": func(p *int64) int64 { return *p },
 		"sub":   func(a, b int) int { return a - b },
+		"short": short,
 	}
 	names, err := fs.Glob(assets, "templates/*.html")
 	if err != nil {
