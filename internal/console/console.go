@@ -117,6 +117,7 @@ func New(o Options) *Console {
 	c.mux.HandleFunc("GET "+Prefix+"notifications", c.authed(c.notifications))
 	c.mux.HandleFunc("GET "+Prefix+"notifications/{id}", c.authed(c.notification))
 	c.mux.HandleFunc("POST "+Prefix+"notifications/{id}/payload", c.authed(c.revealPayload))
+	c.mux.HandleFunc("POST "+Prefix+"notifications/{id}/action", c.authed(c.notificationAction))
 	c.mux.HandleFunc("GET "+Prefix+"dead-letters", c.authed(c.deadLetters))
 	c.mux.HandleFunc("GET "+Prefix+"dead-letters/{id}", c.authed(c.deadLetter))
 	c.mux.HandleFunc("POST "+Prefix+"dead-letters/action", c.authed(c.deadLetterAction))
@@ -221,6 +222,14 @@ func (c *Console) show(w http.ResponseWriter, op operator, status int, name, tit
 		Error: errText, Data: data})
 }
 
+// dash is s, or "-" for nothing.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func parsePages() map[string]*template.Template {
 	funcs := template.FuncMap{
 		"stamp": func(t any) string {
@@ -244,12 +253,7 @@ func parsePages() map[string]*template.Template {
 			}
 			return d.Round(time.Millisecond).String()
 		},
-		"dash": func(s string) string {
-			if s == "" {
-				return "-"
-			}
-			return s
-		},
+		"dash":  dash,
 		"join":  strings.Join,
 		"deref": func(p *int64) int64 { return *p },
 		"sub":   func(a, b int) int { return a - b },

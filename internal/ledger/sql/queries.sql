@@ -202,6 +202,40 @@ UPDATE owed_notifications n
        updated_at = coalesce($4::timestamptz, now())
 {{subjectOpenRows}}
 
+-- An operator's change of one row (rowchange.go): the console's cancel,
+-- reschedule and send now on a notification's page. LockRow locks the row
+-- and reads what the decision needs; the caller refuses a settled row or
+-- one a live worker is sending (the rows subjectOpenRows leaves alone),
+-- then runs one of the three changes in the same transaction, so nothing
+-- moves the row between the decision and the change.
+
+-- name: LockRow
+-- LockRow locks row $1 in the caller's tenant scope and reads its state,
+-- times and whether a live worker is sending it, at $2 (now).
+SELECT state, due_at, expires_at, settled_at,
+       state = 'sending' AND lease_until > coalesce($2::timestamptz, now()) AND NOT claim_revocable,
+       coalesce($2::timestamptz, now())
+  FROM owed_notifications WHERE id = $1 FOR UPDATE
+
+-- name: CancelRow
+-- CancelRow settles row $1 cancelled at $2 (now), with the reason $3.
+UPDATE owed_notifications
+   SET state = 'cancelled', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL,
+       updated_at = coalesce($2::timestamptz, now()), last_error = $3
+ WHERE id = $1
+
+-- name: MoveRow
+-- MoveRow moves row $1 to the due time $3 and the expiry $4 (the caller's:
+-- Reschedule's shift, or the same expiry for a send now), pending under a
+-- new queue generation, as Reschedule moves a subject's rows: the new due
+-- time is a new idempotency key, a message published under the old one is
+-- stale, and the next sweep (or the owed_due wake-up, for a row due now)
+-- publishes a new one.
+UPDATE owed_notifications
+   SET due_at = $3, expires_at = $4, state = 'pending', lease_until = NULL, published_at = NULL,
+       queue_generation = queue_generation + 1, updated_at = coalesce($2::timestamptz, now())
+ WHERE id = $1
+
 -- The intents (schedule.go): a cancel or reschedule of a row a live
 -- worker is sending is recorded on the row and applied when the send ends
 -- (owed_apply_intent, sql/intents.sql).
