@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -14,24 +16,59 @@ import (
 	"github.com/owedhq/owed/internal/ops"
 )
 
-// findLimit is how many rows the find page lists.
-const findLimit = 100
+// listLimit is how many rows a page of the list shows.
+const listLimit = 50
 
 // maxReason bounds the reason an operator gives for an action.
 const maxReason = 500
 
 type findData struct {
-	Tenant, Recipient, Ref, Kind, ID string
-	Searched                         bool
-	Rows                             []ledger.Notification
+	Q        ops.ListQuery
+	ID       string
+	States   []ledger.State
+	Searched bool
+	Page     ops.ListPage
 }
 
-// notifications finds rows: by id across tenants, or a tenant's rows by
-// recipient, ref and kind (ops.FindNotifications, as owedctl's find).
+// Link is the list's address with its filter, for the page links; with
+// cursor, from that position. Every value is query-escaped, so the address
+// is safe as it is.
+func (d findData) Link(cursor string) template.URL {
+	q := d.Q
+	v := url.Values{}
+	for k, s := range map[string]string{"tenant": q.Tenant, "state": q.State, "kind": q.Kind, "channel": q.Channel,
+		"recipient": q.Recipient, "recipient_prefix": q.RecipientPrefix, "ref": q.Ref, "due_from": q.DueFrom,
+		"due_to": q.DueTo, "settled_from": q.SettledFrom, "settled_to": q.SettledTo, "cursor": cursor} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return template.URL(Prefix + "notifications?" + v.Encode())
+}
+
+// CountsOrdered are the page's counts in a row's life order, the states
+// with no row left out.
+func (d findData) CountsOrdered() []stateCount {
+	var out []stateCount
+	for _, st := range d.States {
+		if n := d.Page.Counts.ByState[st]; n > 0 {
+			out = append(out, stateCount{string(st), n})
+		}
+	}
+	return out
+}
+
+// notifications lists a tenant's rows by state, kind, channel, recipient
+// or its prefix, ref and due and settle time ranges, newest due first, a
+// page at a time (the API's keyset cursor), with the counts by state of
+// everything the filter matches (ops.ListNotifications, as owedctl
+// notifications list); an id finds a row of any tenant.
 func (c *Console) notifications(w http.ResponseWriter, r *http.Request, op operator) {
 	q := r.URL.Query()
-	d := findData{Tenant: q.Get("tenant"), Recipient: q.Get("recipient"), Ref: q.Get("ref"), Kind: q.Get("kind"),
-		ID: strings.TrimSpace(q.Get("id"))}
+	d := findData{ID: strings.TrimSpace(q.Get("id")), States: ops.ListStates(), Q: ops.ListQuery{Tenant: q.Get("tenant"),
+		State: q.Get("state"), Kind: q.Get("kind"), Channel: q.Get("channel"), Recipient: q.Get("recipient"),
+		RecipientPrefix: q.Get("recipient_prefix"), Ref: q.Get("ref"), DueFrom: q.Get("due_from"), DueTo: q.Get("due_to"),
+		SettledFrom: q.Get("settled_from"), SettledTo: q.Get("settled_to"), Cursor: q.Get("cursor")}}
 	if d.ID != "" {
 		id, err := ops.ParseID(d.ID)
 		if err != nil {
@@ -41,18 +78,18 @@ func (c *Console) notifications(w http.ResponseWriter, r *http.Request, op opera
 		http.Redirect(w, r, Prefix+"notifications/"+strconv.FormatInt(id, 10), http.StatusSeeOther)
 		return
 	}
-	if d.Tenant == "" {
+	if d.Q.Tenant == "" {
 		c.show(w, op, http.StatusOK, "find", "Notifications", d, "")
 		return
 	}
 	d.Searched = true
-	rows, err := ops.FindNotifications(r.Context(), c.o.Ledger, d.Tenant,
-		ledger.Filter{Recipient: d.Recipient, RefID: d.Ref, Kind: d.Kind, Limit: findLimit})
+	page, err := ops.ListNotifications(r.Context(), c.o.Ledger, d.Q, listLimit)
 	if err != nil {
+		d.Searched = false
 		c.show(w, op, http.StatusBadRequest, "find", "Notifications", d, err.Error())
 		return
 	}
-	d.Rows = rows
+	d.Page = page
 	c.show(w, op, http.StatusOK, "find", "Notifications", d, "")
 }
 
@@ -90,12 +127,12 @@ func newDetail(d ledger.Detail) detailData {
 func (c *Console) detail(w http.ResponseWriter, r *http.Request, op operator) (ledger.Detail, bool) {
 	id, err := ops.ParseID(r.PathValue("id"))
 	if err != nil {
-		c.show(w, op, http.StatusBadRequest, "find", "Notifications", findData{}, err.Error())
+		c.show(w, op, http.StatusBadRequest, "find", "Notifications", findData{States: ops.ListStates()}, err.Error())
 		return ledger.Detail{}, false
 	}
 	d, err := ops.ShowNotification(r.Context(), c.o.Ledger, id)
 	if err != nil {
-		c.show(w, op, http.StatusNotFound, "find", "Notifications", findData{ID: r.PathValue("id")}, err.Error())
+		c.show(w, op, http.StatusNotFound, "find", "Notifications", findData{ID: r.PathValue("id"), States: ops.ListStates()}, err.Error())
 		return d, false
 	}
 	return d, true
@@ -143,19 +180,8 @@ func (c *Console) revealPayload(w http.ResponseWriter, r *http.Request, op opera
 }
 
 // dueInputLayout is a datetime-local field's value; the console reads it as
-// UTC, and accepts RFC 3339 too.
+// UTC (ops.ParseTime).
 const dueInputLayout = "2006-01-02T15:04"
-
-// parseDue reads the new due time of a reschedule.
-func parseDue(s string) (time.Time, error) {
-	s = strings.TrimSpace(s)
-	for _, layout := range []string{time.RFC3339Nano, dueInputLayout, "2006-01-02T15:04:05", "2006-01-02 15:04"} {
-		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
-			return t.UTC(), nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("new due time %q is not a time like 2026-12-02T09:30 (UTC) or 2026-12-02T09:30:00+01:00", s)
-}
 
 // rowAction is a change of one row: its confirmation and its result.
 type rowAction struct {
@@ -215,7 +241,7 @@ func (c *Console) notificationAction(w http.ResponseWriter, r *http.Request, op 
 		Force: r.PostFormValue("force") == "yes"}
 	var due time.Time
 	if do == ops.ActionReschedule {
-		if due, err = parseDue(a.Due); err != nil {
+		if due, err = ops.ParseTime("new due time", a.Due); err != nil {
 			c.show(w, op, http.StatusBadRequest, "notification", title, data, err.Error())
 			return
 		}

@@ -39,20 +39,48 @@ SELECT attempt, provider, started_at, finished_at, outcome, provider_message_id,
 -- tenant's scope.
 SELECT {{notificationColumns}} FROM owed_notifications WHERE id = ANY($1)
 
--- name: FindPage
--- FindPage lists a tenant's rows for a recipient and/or subject (an empty
--- filter value matches every row), newest due first, from a position: rows
--- ordered after $5/$6 in (due_at DESC, id DESC). The first page passes 'infinity', which every due
--- time precedes. The index owed_notifications_tenant_due (tenant_id,
--- due_at, id) serves it read backwards; the +1 in the limit tells whether another page follows.
-SELECT {{notificationColumns}} FROM owed_notifications
+-- fragment: findFilter
+-- findFilter is a list's filter over a tenant's rows (ledger.Filter; an
+-- empty value matches every row): $1 tenant, $2 recipient, $3 ref_id, $4
+-- kind, $5 state, $6 channel, $7 a recipient prefix, $8 and $9 a due
+-- range [from, to) ('-infinity' and 'infinity' when open), $10 and $11 a
+-- settled range [from, to) (NULL when open). The tenant and the due range
+-- bound the index owed_notifications_tenant_due (tenant_id, due_at, id);
+-- the rest filter the rows it yields.
  WHERE tenant_id = $1
    AND ($2 = '' OR recipient = $2)
    AND ($3 = '' OR ref_id = $3)
    AND ($4 = '' OR kind = $4)
-   AND (due_at, id) < ($5::timestamptz, $6::bigint)
+   AND ($5 = '' OR state = $5)
+   AND ($6 = '' OR channel = $6)
+   AND ($7 = '' OR starts_with(recipient, $7))
+   AND due_at >= $8::timestamptz AND due_at < $9::timestamptz
+   AND ($10::timestamptz IS NULL OR settled_at >= $10::timestamptz)
+   AND ($11::timestamptz IS NULL OR settled_at < $11::timestamptz)
+
+-- name: FindPage
+-- FindPage lists a tenant's rows matching findFilter, newest due first,
+-- from a position: rows ordered after $12/$13 in (due_at DESC, id DESC).
+-- The first page passes 'infinity', which every due time precedes. The
+-- index owed_notifications_tenant_due (tenant_id, due_at, id) serves it
+-- read backwards, stopping at the page's last row; the +1 in the limit
+-- ($14) tells whether another page follows.
+SELECT {{notificationColumns}} FROM owed_notifications
+{{findFilter}}
+   AND (due_at, id) < ($12::timestamptz, $13::bigint)
  ORDER BY due_at DESC, id DESC
- LIMIT $7
+ LIMIT $14
+
+-- name: CountFind
+-- CountFind counts a tenant's rows matching findFilter by state, reading
+-- at most $12 of them (through the same index as FindPage), so a count over
+-- a large tenant costs a bounded read; the caller says "at least" when the
+-- counts add up to $12.
+SELECT state, count(*) FROM (
+    SELECT state FROM owed_notifications
+    {{findFilter}}
+     LIMIT $12) m
+ GROUP BY state
 
 -- name: Audit
 -- Audit summarises each of a tenant's rows with its sends.
