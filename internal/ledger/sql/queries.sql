@@ -803,3 +803,16 @@ SELECT id, at, operator, action, target, count, reason FROM owed_operator_audit
 -- graces $2 (NULL: none) and nothing else (owed_default_grace_set,
 -- sql/grace.sql).
 SELECT owed_default_grace_set($1::text[], $2::interval[])
+
+-- The operators' history (history.go, sql/history.sql).
+
+-- name: RecordHistory
+-- RecordHistory samples this minute across every tenant
+-- (owed_history_record: $1 now, $2 the dead-letter depth or NULL, $3 how
+-- many seconds of samples to keep) and answers the rows written.
+SELECT owed_history_record($1, $2, $3)
+
+-- name: History
+-- History reads the samples from the minute $1 on, oldest first, through
+-- owed_history's primary key.
+SELECT minute, series, label, value FROM owed_history WHERE minute >= $1 ORDER BY minute, series, label
