@@ -85,6 +85,7 @@ type Console struct {
 	accounts *pace.Accounts
 	tenants  *pace.Tenants
 	dash     *service.Cache[dashData]
+	hist     *service.Cache[[]ledger.Sample]
 }
 
 // New returns the console's handler, to be mounted at Prefix.
@@ -105,6 +106,7 @@ func New(o Options) *Console {
 		c.accounts, c.tenants = pace.NewAccounts(o.Ledger.DB(), o.Clock), pace.NewTenants(o.Ledger.DB(), o.Clock)
 	}
 	c.dash = &service.Cache[dashData]{Fetch: c.readDashboard, TTL: o.Refresh / 2, FetchTimeout: dashboardTimeout, Clock: o.Clock}
+	c.hist = &service.Cache[[]ledger.Sample]{Fetch: c.readHistory, TTL: historyTTL, FetchTimeout: dashboardTimeout, Clock: o.Clock}
 	if !c.Enabled() {
 		o.Log.Info().Msg(disabledMessage)
 	}
