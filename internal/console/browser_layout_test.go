@@ -199,31 +199,6 @@ func TestBrowserActsFiltersChartsAndFits(t *testing.T) {
 	act(later[2].ID, "send-now", "customer waiting on the phone")
 	s.waitState(t, "acme", later[2].ID, ledger.StateDelivered)
 
-	// The bounced row: a redrive is refused until forced.
-	run(t, b, "open the bounced row", chromedp.Navigate(fmt.Sprintf("%snotifications/%d", s.console, bounced.ID)),
-		chromedp.WaitVisible(chromedp.CSS(`#permanent`)),
-		chromedp.SendKeys(chromedp.CSS(`#act-why`), "try again"),
-		chromedp.Click(chromedp.CSS(`#act-redrive`)),
-		chromedp.WaitVisible(chromedp.CSS(`.error[role="alert"]`)))
-	if e := text(t, b, `.error[role="alert"]`); !strings.Contains(e, "failed permanently") {
-		t.Errorf("the unforced redrive says %q", e)
-	}
-	screenshot(t, b, dir, "notification-permanent")
-	if err := s.SandboxClient.SetFaults(ctx, sandbox.Faults{}); err != nil {
-		t.Fatal(err)
-	}
-	if got := act(bounced.ID, "redrive", "address corrected", chromedp.Click(chromedp.CSS(`#act-force`))); !strings.Contains(got, "now pending") {
-		t.Errorf("the forced redrive says %q", got)
-	}
-	s.waitState(t, "acme", bounced.ID, ledger.StateDelivered)
-	run(t, b, "open the audit trail", chromedp.Navigate(s.console+"audit"), chromedp.WaitVisible(chromedp.CSS(`#audit`)))
-	audit := text(t, b, "#audit")
-	for _, want := range []string{"notification_cancel", "notification_reschedule", "notification_send_now", "notification_redrive", "carol", "address corrected"} {
-		if !strings.Contains(audit, want) {
-			t.Errorf("the audit trail lacks %q: %s", want, audit)
-		}
-	}
-
 	// The history: the cron's first sample is in already.
 	run(t, b, "open the dashboard", chromedp.Navigate(s.console), chromedp.WaitVisible(chromedp.CSS(`#history`)))
 	for _, id := range []string{"hist-backlog", "hist-oldest", "hist-dlq"} {
@@ -237,7 +212,8 @@ func TestBrowserActsFiltersChartsAndFits(t *testing.T) {
 		t.Errorf("the day's history is titled %q", h)
 	}
 
-	// Every page at a phone's width and a desktop's, light and dark.
+	// Every page at a phone's width and a desktop's, light and dark; the
+	// bounced row still failed, its dead letter still listed.
 	pages := []struct{ name, path, wait string }{
 		{"dashboard", "", "#history"},
 		{"notifications", "notifications?tenant=acme", "#results"},
@@ -261,6 +237,34 @@ func TestBrowserActsFiltersChartsAndFits(t *testing.T) {
 					t.Errorf("the dead letter's reason is %v px wide at 390 px (%v): a word per line", w, err)
 				}
 			}
+		}
+	}
+
+	// The bounced row: a redrive is refused until forced.
+	run(t, b, "open the bounced row", viewport(1400, "light"), chromedp.Navigate(fmt.Sprintf("%snotifications/%d", s.console, bounced.ID)),
+		chromedp.WaitVisible(chromedp.CSS(`#permanent`)),
+		chromedp.SendKeys(chromedp.CSS(`#act-why`), "try again"),
+		chromedp.Click(chromedp.CSS(`#act-redrive`)),
+		chromedp.WaitVisible(chromedp.CSS(`.error[role="alert"]`)))
+	if e := text(t, b, `.error[role="alert"]`); !strings.Contains(e, "failed permanently") {
+		t.Errorf("the unforced redrive says %q", e)
+	}
+	if err := s.SandboxClient.SetFaults(ctx, sandbox.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := act(bounced.ID, "redrive", "address corrected", chromedp.Click(chromedp.CSS(`#act-force`))); !strings.Contains(got, "now pending") || !strings.Contains(got, "1 dead letter(s) removed") {
+		t.Errorf("the forced redrive says %q", got)
+	}
+	s.waitState(t, "acme", bounced.ID, ledger.StateDelivered)
+	s.waitFor(t, "the redriven row's dead letter removed", func() bool {
+		st, err := s.Queue.Stats(ctx)
+		return err == nil && st.DeadLetterDepth == 0
+	})
+	run(t, b, "open the audit trail", chromedp.Navigate(s.console+"audit"), chromedp.WaitVisible(chromedp.CSS(`#audit`)))
+	audit := text(t, b, "#audit")
+	for _, want := range []string{"notification_cancel", "notification_reschedule", "notification_send_now", "notification_redrive", "carol", "address corrected"} {
+		if !strings.Contains(audit, want) {
+			t.Errorf("the audit trail lacks %q: %s", want, audit)
 		}
 	}
 }

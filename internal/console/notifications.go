@@ -285,9 +285,17 @@ func (c *Console) notificationAction(w http.ResponseWriter, r *http.Request, op 
 	}
 	if actErr == nil {
 		data.Result = fmt.Sprintf("Notification %d: %s, was %s, now %s.", d.ID, rowActionTitle(do), res.Was, res.State)
+		if do == ops.ActionRedrive {
+			// Its dead letter is done with: the next sweep publishes afresh.
+			if n, err := ops.DropDeadLettersOf(ctx, c.o.Queue, d.ID); err != nil {
+				data.Audit = "the row is reopened, but its dead letters were not removed (remove them on the dead letters page): " + err.Error()
+			} else if n > 0 {
+				data.Result += fmt.Sprintf(" Its %d dead letter(s) removed.", n)
+			}
+		}
 		if err := ops.Record(ctx, c.o.Ledger, c.o.Log, ledger.OperatorAction{Operator: op.Name, Action: do.AuditName(),
 			Target: target, Count: 1, Reason: a.Reason}); err != nil {
-			data.Audit = "the audit row was not written (the log line was): " + err.Error()
+			data.Audit = strings.TrimPrefix(data.Audit+"; ", "; ") + "the audit row was not written (the log line was): " + err.Error()
 		}
 	}
 	c.show(w, op, status, "notification", title, data, errText)

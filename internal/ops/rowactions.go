@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/queue"
 )
 
 // The changes an operator makes to one notification (the console's
@@ -115,4 +117,22 @@ func redriveRow(ctx context.Context, l *ledger.Ledger, d ledger.Detail, force bo
 	}
 	c.State = res[0].State
 	return c, nil
+}
+
+// DropDeadLettersOf removes the dead letters whose envelope names row id,
+// once the row is reopened (a redrive from its page): the next sweep
+// publishes a fresh message, as RedriveDeadLetters removes the dead
+// letters of the rows it reopens. It answers how many it removed.
+func DropDeadLettersOf(ctx context.Context, q queue.Queue, id int64) (int, error) {
+	list, _, err := ListDeadLetters(ctx, q, DeadLetterPageMax, "", true)
+	if err != nil {
+		return 0, err
+	}
+	var drop []string
+	for _, d := range list {
+		if env, err := envelope.Decode(d.Body); err == nil && env.ID == id {
+			drop = append(drop, d.ID)
+		}
+	}
+	return DeleteDeadLetters(ctx, q, drop)
 }
