@@ -1,15 +1,18 @@
 // Package console is the operators' web console, served by the sweeper on
 // its operator listener (OWED_METRICS_ADDR) under /console/, never on the
 // public port: a live dashboard (backlog, lag, duplicates, dead letters,
-// the provider pace, sends per minute with the last hour's chart), finding
-// notifications and each one's timeline, the dead letters with filtered and
-// bulk redrive and delete, pausing sends per provider account or tenant,
+// the provider pace, sends per minute with the last hour's chart, and the
+// history charts of the last hour or day, history.go), a tenant's
+// notifications filtered and paged, each one's timeline and its actions
+// (cancel, reschedule, send now, redrive), the dead letters with filtered
+// and bulk redrive and delete, pausing sends per provider account or tenant,
 // and the operators' sessions (sessions.go: kept in owed_console_sessions,
 // shared by every replica, so logging out or revoking ends them everywhere
 // and a restart keeps them; wrong tokens are throttled, throttle.go).
 // Pages are rendered on the
-// server from embedded templates; the only script-like thing is the
-// dashboard's meta refresh.
+// server from embedded templates, light or dark as the system prefers, and
+// fit a 390 px phone; the only script-like thing is the dashboard's meta
+// refresh.
 //
 // Every action runs the code owedctl runs (internal/ops), asks for a
 // confirmation, passes the CSRF guard (auth.go) and writes an audit line
