@@ -364,7 +364,8 @@ func (l *Ledger) execAllTenants(ctx context.Context, query string, args ...any) 
 }
 
 // queryRowAllTenants runs one cross-tenant statement, a call of one of the
-// SECURITY DEFINER functions of sql/sweep.sql or sql/operator.sql (see the
+// SECURITY DEFINER functions of sql/sweep.sql, sql/operator.sql or
+// sql/history.sql (see the
 // package doc), as
 // a prepared statement of its own transaction: no scope is entered, since
 // the function's owner, not the caller's setting, is what sees every
