@@ -108,11 +108,12 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 		return nil, err
 	}
 	backlog := &service.Cache[ledger.Backlog]{Fetch: l.Backlog, Clock: clk}
+	vacuum := &service.Cache[[]ledger.TableVacuum]{Fetch: l.TableVacuum, Clock: clk}
 	stats := &service.Cache[queue.Stats]{Fetch: watch.Stats, Clock: clk}
 	watch.stats = stats.Get
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		NewBacklogCollector(backlog.Get), NewQueueCollector(stats.Get), watch, buildinfo.Collector())
+		NewBacklogCollector(backlog.Get), NewVacuumCollector(vacuum.Get), NewQueueCollector(stats.Get), watch, buildinfo.Collector())
 	s := &Server{cfg: cfg, clock: clk, ledger: l, queue: watch, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
 		cronSecret: service.NewBearer(cfg.CronSecret), log: log, stats: stats,
 		mux: http.NewServeMux(), ops: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise, clk)}

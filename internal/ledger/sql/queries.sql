@@ -741,3 +741,13 @@ SELECT id, at, operator, action, target, count, reason FROM owed_operator_audit
 -- graces $2 (NULL: none) and nothing else (owed_default_grace_set,
 -- sql/grace.sql).
 SELECT owed_default_grace_set($1::text[], $2::interval[])
+
+-- name: TableVacuum
+-- TableVacuum reads the vacuum statistics of owed's tables (each
+-- partition on its own): live and dead row versions, and when a vacuum,
+-- manual or automatic, last finished (NULL: never since the statistics
+-- were reset). The statistics views need no grant on the tables.
+SELECT relname, n_live_tup, n_dead_tup, greatest(last_vacuum, last_autovacuum)
+  FROM pg_stat_user_tables
+ WHERE schemaname = current_schema() AND relname LIKE 'owed\_%'
+ ORDER BY relname
