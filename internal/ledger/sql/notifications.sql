@@ -198,6 +198,11 @@ CREATE INDEX owed_notifications_tenant_due ON owed_notifications (tenant_id, due
 CREATE INDEX owed_notifications_materialised_owed ON owed_notifications (expires_at)
     WHERE materialised AND settled_at IS NULL;
 
+-- The rows pointing at a shared payload, so an erasure (ledger.Erase)
+-- removes a shared payload no other row points at without reading the
+-- tenant's whole ledger. Only rows of an event are in it.
+CREATE INDEX owed_notifications_payload ON owed_notifications (tenant_id, payload_id) WHERE payload_id IS NOT NULL;
+
 -- What the operators' aggregates read (owed_ledger_stats and
 -- owed_ledger_receipt_stats, operator.sql and receipts.sql): the rows
 -- settled since a time. Without it each call scanned the whole ledger (a
