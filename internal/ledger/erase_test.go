@@ -217,7 +217,7 @@ func TestEraseRemovesARecipientEverywhere(t *testing.T) {
 	}
 	for _, table := range []string{"owed_notifications", "owed_contacts", "owed_undeliverable", "owed_items"} {
 		var n int
-		if err := b.db.Owner.QueryRow(`SELECT count(*) FROM `+table+` t WHERE t.tenant_id = 'globex'
+		if err := b.db.Owner.QueryRow(`SELECT count(*) FROM ` + table + ` t WHERE t.tenant_id = 'globex'
 		    AND (strpos(t::text, 'alice-r') > 0 OR strpos(t::text, '+15550001') > 0)`).Scan(&n); err != nil || n != 1 {
 			t.Errorf("globex's %s: %d rows of its alice (%v), want 1", table, n, err)
 		}
