@@ -67,7 +67,7 @@ func notificationsShow(ctx context.Context, out io.Writer, args []string) error 
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	l, closeDB, err := openLedger(*dbURL)
+	l, closeDB, err := openLedger(readLogin.url(*dbURL))
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func notificationsFind(ctx context.Context, out io.Writer, args []string) error 
 	if *limit < 1 || *limit > ledger.MaxFindLimit {
 		return usageError{fmt.Sprintf("--limit=%d must be 1 to %d", *limit, ledger.MaxFindLimit)}
 	}
-	l, closeDB, err := openLedger(*dbURL)
+	l, closeDB, err := openLedger(readLogin.url(*dbURL))
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,13 @@ const dashboardTimeout = 15 * time.Second
 // Options are the console's parts and settings.
 type Options struct {
 	Ledger *ledger.Ledger
-	Queue  queue.Queue
+	// Reads is where the pages that only read (the dashboard, the
+	// notification pages) read from: a replica's ledger
+	// (OWED_READ_DATABASE_URL), so an operator's reads never load the
+	// primary that delivers. nil: Ledger. Actions and their audit lines
+	// always go to Ledger.
+	Reads *ledger.Ledger
+	Queue queue.Queue
 	// Token is the operator token (OWED_CONSOLE_TOKEN); TrustedHeader the
 	// reverse proxy's header naming the operator
 	// (OWED_CONSOLE_TRUSTED_HEADER). With neither, the console is off.
@@ -94,6 +100,9 @@ func New(o Options) *Console {
 	}
 	if o.Sessions == nil {
 		o.Sessions = NewMemorySessions()
+	}
+	if o.Reads == nil {
+		o.Reads = o.Ledger
 	}
 	c := &Console{o: o, auth: newAuth(o.Token, o.TrustedHeader, o.Clock.Now, o.Sessions, newThrottle(o.Clock.Now, o.Metrics)),
 		mux: http.NewServeMux(), pages: parsePages()}

@@ -43,7 +43,7 @@ func (c *Console) notifications(w http.ResponseWriter, r *http.Request, op opera
 		return
 	}
 	d.Searched = true
-	rows, err := ops.FindNotifications(r.Context(), c.o.Ledger, d.Tenant,
+	rows, err := ops.FindNotifications(r.Context(), c.o.Reads, d.Tenant,
 		ledger.Filter{Recipient: d.Recipient, RefID: d.Ref, Kind: d.Kind, Limit: findLimit})
 	if err != nil {
 		c.show(w, op, http.StatusBadRequest, "find", "Notifications", d, err.Error())
@@ -67,7 +67,7 @@ func (c *Console) detail(w http.ResponseWriter, r *http.Request, op operator) (l
 		c.show(w, op, http.StatusBadRequest, "find", "Notifications", findData{}, err.Error())
 		return ledger.Detail{}, false
 	}
-	d, err := ops.ShowNotification(r.Context(), c.o.Ledger, id)
+	d, err := ops.ShowNotification(r.Context(), c.o.Reads, id)
 	if err != nil {
 		c.show(w, op, http.StatusNotFound, "find", "Notifications", findData{ID: r.PathValue("id")}, err.Error())
 		return d, false
