@@ -23,7 +23,7 @@ func ledgerTable(rel string) bool {
 
 // seedSettledLedger fills b's database, as the owner, with 60 days of
 // settled rows (one a minute, delivered with an accepted attempt
-// and a receipt, a tenth expired), 500 owed rows, and analyzes the tables,
+// and a receipt, a tenth expired), 9,000 owed rows (a tenth, as a busy ledger holds), and analyzes the tables,
 // so the planner chooses as it would on a ledger in production rather than
 // on an empty one, where a sequential scan is cheapest.
 func seedSettledLedger(t *testing.T, b *bundle) {
@@ -46,7 +46,7 @@ func seedSettledLedger(t *testing.T, b *bundle) {
 			   FROM owed_notifications WHERE state = 'delivered'`,
 			`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload, created_at)
 			 SELECT 't' || (g % 20), 'owed' || g, 'sms', 'k', 'owed' || g, $1::timestamptz - g * interval '1 second', '{}', $1
-			   FROM generate_series(1, 500) g`,
+			   FROM generate_series(1, 9000) g`,
 		} {
 			var args []any
 			if strings.Contains(q, "$1") {
