@@ -227,7 +227,7 @@ func TestRestoreAppliesLaterErasures(t *testing.T) {
 	}
 	for _, table := range []string{"owed_notifications", "owed_notification_attempts"} {
 		var n int
-		if err := db.Owner.QueryRow(`SELECT count(*) FROM `+table+` t WHERE strpos(t::text, 'alice') > 0
+		if err := db.Owner.QueryRow(`SELECT count(*) FROM ` + table + ` t WHERE strpos(t::text, 'alice') > 0
 		    OR strpos(t::text, '+15550001') > 0`).Scan(&n); err != nil || n != 0 {
 			t.Errorf("%s holds alice in %d rows after the restore (%v)", table, n, err)
 		}
