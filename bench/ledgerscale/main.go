@@ -15,9 +15,10 @@
 //
 // and counts the sequential scans of the ledger's tables the measured
 // statements made (pg_stat_user_tables.seq_scan; target 0). Targets: every
-// figure at the largest size within 1.5× of the smallest. Retention's
-// month drop is not measured: the ledger is not partitioned yet
-// (docs/scale.md).
+// figure at the largest size within 1.5× of the smallest. It archives the
+// oldest month (owedctl archive write) and prints the throughput;
+// retention's detach and drop are not measured: the ledger is not
+// partitioned yet (docs/scale.md).
 //
 //	scripts/with-postgres.sh go run ./bench/ledgerscale [-sizes 1000000,20000000] [-runs 5]
 package main
@@ -30,6 +31,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +40,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/bench/internal/benchutil"
+	"github.com/owedhq/owed/internal/archive"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/ops"
 	"github.com/owedhq/owed/internal/queue/emulator"
@@ -260,6 +263,13 @@ func run() error {
 				Unit: "×", Target: "≤ 1.5", Pass: benchutil.Check(ratio <= 1.5)})
 		}
 	}
+	// Archive throughput: the oldest month of the largest ledger, as
+	// retention would archive it before dropping its partition.
+	arch, err := archiveMonth(ctx, db, sizes[len(sizes)-1])
+	if err != nil {
+		return err
+	}
+	rows = append(rows, arch...)
 	if out, err := exec.Command("uptime").Output(); err == nil {
 		fmt.Printf("load while measuring: %s", out)
 	}
@@ -402,4 +412,33 @@ func walLSN(ctx context.Context, db *benchutil.DB) (int64, error) {
 	var n int64
 	err := db.Owner.QueryRowContext(ctx, `SELECT pg_current_wal_lsn() - '0/0'::pg_lsn`).Scan(&n)
 	return n, err
+}
+
+// archiveMonth archives the ids of the oldest twelfth of the settled rows
+// (they follow the owed rows' ids) into a temporary folder and reports
+// the rows and compressed bytes written per second.
+func archiveMonth(ctx context.Context, db *benchutil.DB, size int) ([]benchutil.Row, error) {
+	dir, err := os.MkdirTemp("", "owed-ledgerscale-archive")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	from := int64(owedRows + 1)
+	to := from + int64(size/12)
+	start := time.Now()
+	m, err := archive.Write(ctx, db.Owner, from, to, filepath.Join(dir, "month"), start)
+	if err != nil {
+		return nil, err
+	}
+	secs := time.Since(start).Seconds()
+	var n, bytes int64
+	for _, f := range m.Files {
+		n, bytes = n+f.Rows, bytes+f.Bytes
+	}
+	label := fmt.Sprintf("archive of a month (%d rows and their attempts, gzipped JSON lines)", size/12)
+	return []benchutil.Row{
+		{Name: label + ", rows/s", Value: benchutil.One(float64(n) / secs), Unit: "rows/s"},
+		{Name: label + ", MB/s written", Value: benchutil.One(float64(bytes) / 1e6 / secs), Unit: "MB/s"},
+		{Name: label + ", bytes per ledger row", Value: benchutil.One(float64(bytes) / float64(size/12)), Unit: "bytes"},
+	}, nil
 }
