@@ -402,10 +402,14 @@ func addSettled(ctx context.Context, db *benchutil.DB, from, to int) error {
 }
 
 // seqScans sums the sequential scans of the ledger's tables so far. The
-// application role's idle sessions are closed first, so their backends
-// report their statistics as they exit, and the exits are given a moment.
+// idle sessions of both pools are closed first, so their backends report
+// their statistics as they exit (an idle backend reports them up to ten
+// seconds later, which would count a fixture's scan in the next window),
+// and the exits are given a moment.
 func seqScans(ctx context.Context, db *benchutil.DB) (int64, error) {
 	db.FlushApp()
+	db.Owner.SetMaxIdleConns(0)
+	db.Owner.SetMaxIdleConns(2)
 	time.Sleep(time.Second)
 	var n int64
 	err := db.Owner.QueryRowContext(ctx, `SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_user_tables
