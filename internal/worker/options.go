@@ -137,6 +137,15 @@ type Options struct {
 	// another worker) is returned for at most this long and looked at
 	// again.
 	QueueDelayMax time.Duration
+	// RequeueAfter is how long past the end of its wait a row whose message
+	// was returned to the queue may stay unsettled before the sweep takes
+	// the message for lost and publishes the row again
+	// (OWED_REQUEUE_AFTER, read by the sweeper too, which gives a published
+	// row the same window past its due time; sweep.RequeueAfterDefault when
+	// zero). One window for both: a queue that loses a returned message
+	// (a server that keeps its messages in memory, killed) costs the row no
+	// longer than one that loses a published one.
+	RequeueAfter time.Duration
 	// RecipientRates is each channel's per-recipient pace
 	// (OWED_RECIPIENT_RATE_<CHANNEL>): how often this process sends to one
 	// recipient of one provider account. A channel without one has none;
@@ -170,6 +179,7 @@ func (o *Options) defaults() {
 	orDefault(&o.Concurrency, ConcurrencyDefault)
 	orDefault(&o.AccountPause, pace.AccountPauseDefault)
 	orDefault(&o.QueueDelayMax, QueueDelayMaxDefault)
+	orDefault(&o.RequeueAfter, sweep.RequeueAfterDefault)
 	orDefault(&o.SendTimeout, SendTimeoutDefault)
 	orDefault(&o.VisibilityTimeout, VisibilityTimeoutDefault)
 	orDefault(&o.ShutdownTimeout, ShutdownTimeoutDefault)
