@@ -245,6 +245,11 @@ func run() error {
 		delivered := float64(*runs * batch)
 		rows = append(rows, benchutil.Row{Name: fmt.Sprintf("WAL per delivered row (made due, leased, claimed, settled, with its attempt), %d settled", size),
 			Value: benchutil.One(float64(walAfter-walBefore) / delivered), Unit: "bytes"})
+		if scans["lease of 500 due rows"] > 0 {
+			if err := explainLease(ctx, db, l); err != nil {
+				return err
+			}
+		}
 		for _, name := range measured {
 			f[name] = benchutil.Summarise(samples[name])
 			rows = append(rows, benchutil.Row{Name: fmt.Sprintf("%s, %d settled + %d owed", name, size, owedRows),
@@ -451,4 +456,36 @@ func archiveMonth(ctx context.Context, db *benchutil.DB, size int) ([]benchutil.
 		{Name: label + ", MB/s written", Value: benchutil.One(float64(bytes) / 1e6 / secs), Unit: "MB/s"},
 		{Name: label + ", bytes per ledger row", Value: benchutil.One(float64(bytes) / float64(size/12)), Unit: "bytes"},
 	}, nil
+}
+
+// explainLease prints on stderr the relations the lease statement reads
+// sequentially with 1,000 rows due, when the measured leases scanned a
+// ledger table: the plan says which part of the statement did.
+func explainLease(ctx context.Context, db *benchutil.DB, l *ledger.Ledger) error {
+	if err := makeDue(ctx, db, batch); err != nil {
+		return err
+	}
+	plan, _, err := l.ExplainLease(ctx, ledger.LeaseParams{Limit: 500, For: time.Minute, Ahead: time.Minute})
+	if err != nil {
+		return err
+	}
+	var doc []map[string]any
+	if err := json.Unmarshal([]byte(plan), &doc); err != nil || len(doc) == 0 {
+		return fmt.Errorf("EXPLAIN output: %v", err)
+	}
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if n["Node Type"] == "Seq Scan" {
+			fmt.Fprintf(os.Stderr, "bench/ledgerscale: the lease's plan reads %v sequentially (%v rows)\n",
+				n["Relation Name"], n["Actual Rows"])
+		}
+		kids, _ := n["Plans"].([]any)
+		for _, k := range kids {
+			if m, ok := k.(map[string]any); ok {
+				walk(m)
+			}
+		}
+	}
+	walk(doc[0]["Plan"].(map[string]any))
+	return nil
 }
