@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/queue"
+	"github.com/owedhq/owed/internal/stacktest"
 	"github.com/owedhq/owed/internal/testdb"
 )
 
@@ -47,5 +51,61 @@ func TestErase(t *testing.T) {
 	if err := db.Owner.QueryRow(`SELECT requested_by FROM owed_erasures WHERE tenant_id = 'acme'`).Scan(&by); err != nil ||
 		by != "owedctl:dana" {
 		t.Errorf("owed_erasures.requested_by %q (%v), want owedctl:dana", by, err)
+	}
+}
+
+// With a queue configured, erase deletes the dead letters of the rows it
+// made tombstones (their reason may quote the address) and leaves the
+// others. It sets the OWED_QUEUE_* variables, so it does not run in
+// parallel.
+func TestEraseDeletesTheRowsDeadLetters(t *testing.T) {
+	s := stacktest.New(t, stacktest.Options{})
+	t.Setenv("OWED_QUEUE_BACKEND", "rest")
+	t.Setenv("OWED_QUEUE_URL", s.QueueURL)
+	t.Setenv("OWED_QUEUE_TOKEN", stacktest.QueueToken)
+	t.Setenv("OWED_QUEUE_NAME", s.Queue.Name())
+	ctx := context.Background()
+	due := time.Now().Add(time.Hour)
+	rows := s.Schedule(t, "acme", 2, due, nil) // r0 and r1
+	var msgs []queue.Message
+	for _, r := range rows {
+		body, err := envelope.Encode(envelope.Envelope{Tenant: "acme", ID: r.ID, DueAt: due, Key: fmt.Sprint(r.ID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, queue.Message{Key: fmt.Sprint(r.ID), Body: body})
+	}
+	if _, err := s.Queue.Publish(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	var got []queue.Delivery
+	for deadline := time.Now().Add(30 * time.Second); len(got) < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d of 2 messages", len(got))
+		}
+		ds, err := s.Queue.Receive(ctx, 2, time.Second, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ds...)
+	}
+	for _, d := range got {
+		if err := s.Queue.DeadLetter(ctx, d, "the carrier refused +15550001"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := runCmd(t, func(ctx context.Context, w *bytes.Buffer) error {
+		return runErase(ctx, w, []string{"--tenant", "acme", "--recipient", "r0", "--reason", "request",
+			"--database-url", s.DB.AppURL})
+	})
+	if err != nil || !strings.Contains(out, "1 dead letters of the erased rows deleted") {
+		t.Fatalf("erase: %v\n%s", err, out)
+	}
+	left, _, err := s.Queue.DeadLetters(ctx, 10, "")
+	if err != nil || len(left) != 1 {
+		t.Fatalf("dead letters left: %d (%v), want r1's", len(left), err)
+	}
+	if env, err := envelope.Decode(left[0].Body); err != nil || env.ID != rows[1].ID {
+		t.Errorf("the dead letter left names %+v (%v), want row %d", env, err, rows[1].ID)
 	}
 }
