@@ -173,3 +173,48 @@ func TestOperatorReadsNeverScanTheLedger(t *testing.T) {
 		}
 	}
 }
+
+// An idle lease (rows owed, none due) never reads the ledger sequentially:
+// its guard (owed_sweep_lease_fair's check that anything is leasable,
+// sweep.sql) runs on every sweep, so a sequential scan there costs every
+// idle sweep the whole ledger. The count is the transaction's own
+// (pg_stat_xact_user_tables), read before the statistics are sent. Before
+// the guard was split by state, its OR over pending and expired leases
+// read the table sequentially.
+func TestIdleLeaseNeverScansTheLedger(t *testing.T) {
+	b := setup(t)
+	seedSettledLedger(t, b)
+	if _, err := b.db.Owner.Exec(`UPDATE owed_notifications SET due_at = $1::timestamptz + interval '1 hour'
+	    WHERE settled_at IS NULL`, b.now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Owner.Exec(`ANALYZE owed_notifications`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.db.App.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	p := LeaseParams{Limit: 500, For: time.Minute, Ahead: time.Minute}
+	rows, err := tx.QueryContext(ctx, qLeaseFair, p.args(b.now)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	var scans int64
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_xact_user_tables
+	    WHERE relname = 'owed_notifications'`).Scan(&scans); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 || scans != 0 {
+		t.Errorf("the idle lease answered %d rows and read owed_notifications sequentially %d times, want 0 and 0", n, scans)
+	}
+}
