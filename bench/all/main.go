@@ -53,6 +53,7 @@ func main() {
 		{"sweep", "-runs=11", "-sizes=10000,1000000", "-naive-max=1000000"},
 		{"queue", "-runs=3"},
 		{"pace"},
+		{"ledgerscale", "-runs=5", "-sizes=1000000,20000000"},
 	}
 	after := [][]string{{"lag", bin}, {"recovery", bin, "-runs=3"}, {"burst", bin}, {"limitedsweep", bin}, {"fairness", bin}}
 	if *quick {
@@ -60,6 +61,7 @@ func main() {
 			{"sweep", "-runs=5", "-sizes=10000,100000", "-naive-max=100000"},
 			{"queue", "-runs=1", "-messages=5000"},
 			{"pace", "-duration=10s"},
+			{"ledgerscale", "-runs=3", "-sizes=100000,1000000"},
 		}
 		after = [][]string{{"lag", bin, "-rows=500", "-window=1m"}, {"recovery", bin, "-runs=1"}, {"burst", bin, "-rows=20000"},
 			{"limitedsweep", bin, "-duration=1m"}, {"fairness", bin, "-rows=12000", "-nudges=400", "-paused=2000"}}

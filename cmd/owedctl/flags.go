@@ -130,6 +130,11 @@ var (
 	// tokenAdminLogin hands out a tenant's credentials (tokens, apps): the
 	// services' role may only look a token up.
 	tokenAdminLogin = login{"OWED_TOKEN_ADMIN_DATABASE_URL", "owed_token_admin", "owed_admin"}
+	// readLogin is where the commands that only read (stats,
+	// notifications find and show) go: a streaming replica, when one is
+	// named, so an operator's look-ups never load the primary; their
+	// answer is as old as the replica's lag (docs/scale.md).
+	readLogin = login{"OWED_READ_DATABASE_URL", "owed_runtime", "owed_app"}
 )
 
 // flag registers --database-url for a command that connects as l.

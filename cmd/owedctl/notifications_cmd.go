@@ -70,7 +70,7 @@ func notificationsShow(ctx context.Context, out io.Writer, args []string) error 
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	l, closeDB, err := openLedger(*dbURL)
+	l, closeDB, err := openLedger(readLogin.url(*dbURL))
 	if err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func notificationsList(ctx context.Context, out io.Writer, action string, args [
 	if _, _, err := q.Parse(); err != nil {
 		return usageError{err.Error()}
 	}
-	l, closeDB, err := openLedger(*dbURL)
+	l, closeDB, err := openLedger(readLogin.url(*dbURL))
 	if err != nil {
 		return err
 	}

@@ -210,3 +210,36 @@ func TestNotificationsUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// The commands that only read go to OWED_READ_DATABASE_URL (a replica)
+// when it is set, and to OWED_DATABASE_URL otherwise: here the two are
+// different databases, and find shows the rows of the one it read.
+func TestReadsGoToTheReadDatabase(t *testing.T) {
+	primary := testdb.New(t)
+	replica := testdb.New(t)
+	due := time.Now().Add(time.Hour)
+	for db, who := range map[*testdb.DB]string{primary: "on-primary", replica: "on-replica"} {
+		if _, err := ledger.New(db.App, nil).Schedule(context.Background(), "acme", []ledger.NewNotification{{
+			Recipient: who, Channel: "sms", Kind: "k", RefID: "R", DueAt: due, Payload: []byte(`{"text": "hi"}`)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	find := func() string {
+		t.Helper()
+		out, err := runCmd(t, func(ctx context.Context, w *bytes.Buffer) error {
+			return runNotifications(ctx, w, []string{"find", "--tenant", "acme"})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	t.Setenv("OWED_DATABASE_URL", primary.AppURL)
+	if out := find(); !strings.Contains(out, "on-primary") {
+		t.Errorf("without OWED_READ_DATABASE_URL find read:\n%s", out)
+	}
+	t.Setenv("OWED_READ_DATABASE_URL", replica.AppURL)
+	if out := find(); !strings.Contains(out, "on-replica") || strings.Contains(out, "on-primary") {
+		t.Errorf("with OWED_READ_DATABASE_URL find read:\n%s", out)
+	}
+}

@@ -30,7 +30,7 @@ func runStats(ctx context.Context, out io.Writer, args []string) error {
 	if *since <= 0 {
 		return usageError{fmt.Sprintf("--since=%s must be above zero, e.g. 1h", *since)}
 	}
-	l, closeDB, err := openLedger(*dbURL)
+	l, closeDB, err := openLedger(readLogin.url(*dbURL))
 	if err != nil {
 		return err
 	}

@@ -84,6 +84,16 @@ func run() error {
 		p.Log.Warn().Msg("console: OWED_OPERATOR_DATABASE_URL is not set: its holds, tenant pauses and audit lines " +
 			"are refused by the database, which lets only on-call's login (owed_operator) write them (docs/security.md)")
 	}
+	if cfg.ReadDatabaseURL != "" {
+		// The console's reads on a replica: as few connections as its own
+		// pool.
+		rd, err := service.OpenDatabase(p.Ctx, "OWED_READ_DATABASE_URL", cfg.ReadDatabaseURL, operatorMaxConns)
+		if err != nil {
+			return err
+		}
+		defer rd.Close()
+		opts = append(opts, sweeper.WithReads(ledger.New(rd, clk)))
+	}
 	srv, err := sweeper.New(cfg, ledger.New(p.DB, clk), q, p.Log, clk, opts...)
 	if err != nil {
 		return err

@@ -84,6 +84,7 @@ func New(o Options) http.Handler {
 	s.mux.HandleFunc("POST /v1/notifications/cancel", s.authed(s.cancel))
 	s.mux.HandleFunc("POST /v1/notifications/reschedule", s.authed(s.reschedule))
 	s.mux.HandleFunc("POST /v1/events", s.authed(s.event))
+	s.mux.HandleFunc("POST /v1/recipients/erase", s.authed(s.erase))
 	s.mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	return s
 }

@@ -99,6 +99,21 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request, p principal) {
 	writeData(w, http.StatusOK, res)
 }
 
+// erase forgets a recipient of the tenant (ledger.Erase).
+func (s *server) erase(w http.ResponseWriter, r *http.Request, p principal) {
+	_, req, ok := decoded(s, w, r, p, decodeErase)
+	if !ok {
+		return
+	}
+	res, err := s.ledger.Erase(r.Context(), req)
+	if err != nil {
+		s.fail(w, r, err, batchNamer("notifications"))
+		return
+	}
+	info(r).rows = len(res.Rows)
+	writeData(w, http.StatusOK, res)
+}
+
 func (s *server) reschedule(w http.ResponseWriter, r *http.Request, p principal) {
 	now := s.clock.Now()
 	tenant, req, ok := decoded(s, w, r, p, func(body []byte, p principal) (string, rescheduleTo, *apiError) {

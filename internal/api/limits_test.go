@@ -75,6 +75,7 @@ func TestTenantOverItsRequestRateIs429(t *testing.T) {
 		{"POST", "/v1/notifications/cancel", subject},
 		{"POST", "/v1/notifications/reschedule", map[string]any{"kind": "follow_up", "ref_id": "T-1", "delay_seconds": 60}},
 		{"POST", "/v1/events", event},
+		{"POST", "/v1/recipients/erase", map[string]any{"recipient": "+15550001", "reason": "r"}},
 	}
 	for _, c := range calls {
 		expectLimited(t, b.do(t, c.method, c.path, b.acme, c.body), "acme", 1)

@@ -178,6 +178,8 @@ func TestEveryRouteAnswers500WhenTheDatabaseIsGone(t *testing.T) {
 		{"POST", "/v1/events", serviceToken, map[string]any{"tenant_id": "acme", "kind": "shipment", "ref_id": "S-1",
 			"channel": "sms", "payload": map[string]any{"text": "hi"}, "occurred_at": due.Format(time.RFC3339),
 			"recipients": []map[string]any{{"recipient": "+15550001"}}}},
+		{"POST", "/v1/recipients/erase", serviceToken, map[string]any{"tenant_id": "acme", "recipient": "+15550001",
+			"reason": "r"}},
 		{"GET", "/v1/notifications", TokenPrefix + "not-a-real-token-but-well-formed-enough", nil},
 	} {
 		r := b.do(t, c.method, c.path, c.token, c.body)
@@ -192,7 +194,8 @@ func TestEveryRouteAnswers500WhenTheDatabaseIsGone(t *testing.T) {
 func TestWriteRoutesRefuseAlike(t *testing.T) {
 	b := setup(t)
 	big := `{"pad": "` + strings.Repeat("x", MaxBodyBytes) + `"}`
-	for _, path := range []string{"/v1/notifications", "/v1/notifications/cancel", "/v1/notifications/reschedule", "/v1/events"} {
+	for _, path := range []string{"/v1/notifications", "/v1/notifications/cancel", "/v1/notifications/reschedule", "/v1/events",
+		"/v1/recipients/erase"} {
 		if r := b.do(t, "POST", path, "", map[string]any{}); r.status != http.StatusUnauthorized || r.apiErr(t).Code != codeUnauthorized {
 			t.Errorf("%s without a token: %d %s", path, r.status, r.body)
 		}

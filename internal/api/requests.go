@@ -57,6 +57,14 @@ type subjectRequest struct {
 	RefID    string `json:"ref_id"`
 }
 
+// eraseRequest is POST /v1/recipients/erase's body.
+type eraseRequest struct {
+	TenantID  string `json:"tenant_id"`
+	Recipient string `json:"recipient"`
+	Channel   string `json:"channel"`
+	Reason    string `json:"reason"`
+}
+
 type rescheduleRequest struct {
 	subjectRequest
 	DueAt        string `json:"due_at"`
@@ -88,6 +96,7 @@ type scoped interface{ tenantID() string }
 func (r scheduleRequest) tenantID() string { return r.TenantID }
 func (r subjectRequest) tenantID() string  { return r.TenantID }
 func (r eventRequest) tenantID() string    { return r.TenantID }
+func (r eraseRequest) tenantID() string    { return r.TenantID }
 
 // decodeScoped decodes body into req (a pointer to a request struct) and
 // resolves the tenant the request acts in.
@@ -264,6 +273,26 @@ func decodeSubject(body []byte, p principal) (string, subjectRequest, *apiError)
 		return "", req, fromLedger(err, batchNamer("notifications"))
 	}
 	return tenant, req, nil
+}
+
+// decodeErase reads an erasure's body into the ledger's request; who
+// asked is the token's kind, since a token carries no person's name.
+func decodeErase(body []byte, p principal) (string, ledger.EraseRequest, *apiError) {
+	var req eraseRequest
+	tenant, e := decodeScoped(body, p, &req)
+	if e != nil {
+		return "", ledger.EraseRequest{}, e
+	}
+	by := "api:tenant token"
+	if p.service {
+		by = "api:service token"
+	}
+	er := ledger.EraseRequest{Tenant: tenant, Recipient: req.Recipient, Channel: req.Channel, RequestedBy: by,
+		Reason: req.Reason}
+	if err := er.Validate(); err != nil {
+		return "", er, fromLedger(err, batchNamer("notifications"))
+	}
+	return tenant, er, nil
 }
 
 // rescheduleTo is a reschedule body resolved: the subject and its new due

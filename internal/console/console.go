@@ -60,7 +60,13 @@ type Options struct {
 	// console's reads, actions and audit lines, and its sessions
 	// (owed_console_sessions), run as that login.
 	Ledger *ledger.Ledger
-	Queue  queue.Queue
+	// Reads is where the pages that only read (the dashboard, the
+	// notification pages) read from: a replica's ledger
+	// (OWED_READ_DATABASE_URL), so an operator's reads never load the
+	// primary that delivers. nil: Ledger. Actions and their audit lines
+	// always go to Ledger.
+	Reads *ledger.Ledger
+	Queue queue.Queue
 	// Token is the operator token (OWED_CONSOLE_TOKEN); TrustedHeader the
 	// reverse proxy's header naming the operator
 	// (OWED_CONSOLE_TRUSTED_HEADER). With neither, the console is off.
@@ -102,6 +108,9 @@ func New(o Options) *Console {
 	var sessions *session.Store
 	if o.Ledger != nil {
 		sessions = session.NewStore(o.Ledger.DB())
+	}
+	if o.Reads == nil {
+		o.Reads = o.Ledger
 	}
 	c := &Console{o: o, auth: newAuth(o.Token, o.TrustedHeader, o.Clock.Now, sessions, newThrottle(o.Clock.Now, o.Metrics)),
 		mux: http.NewServeMux(), pages: parsePages()}

@@ -23,6 +23,7 @@ import (
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/stacktest"
+	"github.com/owedhq/owed/internal/testdb"
 )
 
 const token = "console-test-token-0123456789"
@@ -390,5 +391,23 @@ func TestTenantPauseIsConfirmedAndAudited(t *testing.T) {
 	actions, err := b.stack.Ledger.OperatorActions(context.Background(), 10)
 	if err != nil || len(actions) != 1 || actions[0].Action != "tenant_pause" || actions[0].Target != "tenant=globex" || actions[0].Operator != "alice" {
 		t.Errorf("audit rows %+v (%v), want alice's tenant_pause", actions, err)
+	}
+}
+
+// With Reads set (OWED_READ_DATABASE_URL, a replica), the notification
+// pages read it, not the console's own ledger: here Reads is another
+// database, holding a row the stack's does not.
+func TestReadPagesGoToTheReadLedger(t *testing.T) {
+	t.Parallel()
+	replica := testdb.New(t)
+	reads := ledger.New(replica.App, nil)
+	if _, err := reads.Schedule(context.Background(), "acme", []ledger.NewNotification{{Recipient: "on-replica",
+		Channel: "sms", Kind: "k", RefID: "R", DueAt: time.Now().Add(time.Hour), Payload: []byte(`{"text": "hi"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, token, "", func(o *console.Options) { o.Reads = reads })
+	c := b.login(t, "alice")
+	if _, page := do(t, c, "GET", b.srv.URL+"/console/notifications?tenant=acme", nil, nil); !strings.Contains(page, "on-replica") {
+		t.Errorf("the notifications page did not read the read ledger:\n%s", page)
 	}
 }

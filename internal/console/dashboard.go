@@ -76,7 +76,7 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request, op operator)
 func (c *Console) readDashboard(ctx context.Context) (dashData, error) {
 	now := c.o.Clock.Now().UTC()
 	var d dashData
-	h, err := ops.ReadHealth(ctx, c.o.Ledger, now, DashboardWindow)
+	h, err := ops.ReadHealth(ctx, c.o.Reads, now, DashboardWindow)
 	if err != nil {
 		d.Problems = append(d.Problems, err.Error())
 	}
@@ -85,7 +85,7 @@ func (c *Console) readDashboard(ctx context.Context) (dashData, error) {
 	for _, s := range []ledger.State{ledger.StatePending, ledger.StateLeased, ledger.StateQueued, ledger.StateSending} {
 		d.States = append(d.States, stateCount{string(s), h.Backlog.ByState[s]})
 	}
-	minutes, err := c.o.Ledger.SendsPerMinute(ctx, now.Add(-DashboardWindow).Truncate(time.Minute))
+	minutes, err := c.o.Reads.SendsPerMinute(ctx, now.Add(-DashboardWindow).Truncate(time.Minute))
 	if err != nil {
 		d.Problems = append(d.Problems, "read the sends per minute: "+err.Error())
 	}

@@ -83,7 +83,7 @@ func (c *Console) notifications(w http.ResponseWriter, r *http.Request, op opera
 		return
 	}
 	d.Searched = true
-	page, err := ops.ListNotifications(r.Context(), c.o.Ledger, d.Q, listLimit)
+	page, err := ops.ListNotifications(r.Context(), c.o.Reads, d.Q, listLimit)
 	if err != nil {
 		d.Searched = false
 		c.show(w, op, http.StatusBadRequest, "find", "Notifications", d, err.Error())
@@ -130,7 +130,7 @@ func (c *Console) detail(w http.ResponseWriter, r *http.Request, op operator) (l
 		c.show(w, op, http.StatusBadRequest, "find", "Notifications", findData{States: ops.ListStates()}, err.Error())
 		return ledger.Detail{}, false
 	}
-	d, err := ops.ShowNotification(r.Context(), c.o.Ledger, id)
+	d, err := ops.ShowNotification(r.Context(), c.o.Reads, id)
 	if err != nil {
 		c.show(w, op, http.StatusNotFound, "find", "Notifications", findData{ID: r.PathValue("id"), States: ops.ListStates()}, err.Error())
 		return d, false

@@ -580,8 +580,9 @@ func TestLeaseUsesThePartialIndex(t *testing.T) {
 	}
 }
 
-// seqScans counts the nodes of an EXPLAIN (FORMAT JSON) plan that read
-// owed_notifications sequentially.
+// seqScans counts the nodes of an EXPLAIN (FORMAT JSON) plan that read a
+// ledger table (owed_notifications, owed_notification_attempts,
+// owed_receipts, or a partition of one) sequentially.
 func seqScans(t *testing.T, plan string) int {
 	t.Helper()
 	var doc []map[string]any
@@ -591,7 +592,7 @@ func seqScans(t *testing.T, plan string) int {
 	var walk func(n map[string]any) int
 	walk = func(n map[string]any) int {
 		c := 0
-		if n["Node Type"] == "Seq Scan" && n["Relation Name"] == "owed_notifications" {
+		if rel, _ := n["Relation Name"].(string); n["Node Type"] == "Seq Scan" && ledgerTable(rel) {
 			c++
 		}
 		kids, _ := n["Plans"].([]any)

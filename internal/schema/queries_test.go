@@ -9,6 +9,7 @@ import (
 
 	// Every package that keeps its queries in sql/queries.sql, so that
 	// sqlfile.All holds each file.
+	_ "github.com/owedhq/owed/internal/archive"
 	_ "github.com/owedhq/owed/internal/ledger"
 	_ "github.com/owedhq/owed/internal/materialise"
 	_ "github.com/owedhq/owed/internal/migrate"
@@ -21,6 +22,7 @@ import (
 // queryFiles are the files the blank imports above load; a package that
 // moves its queries into a file adds itself to both.
 var queryFiles = []string{
+	"internal/archive/sql/queries.sql",
 	"internal/ledger/sql/queries.sql",
 	"internal/materialise/sql/queries.sql",
 	"internal/migrate/sql/queries.sql",

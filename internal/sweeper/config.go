@@ -89,6 +89,11 @@ type Config struct {
 	// never the services'. Unset, the console's pages work and those
 	// actions are refused by the database.
 	OperatorDatabaseURL string `envconfig:"OPERATOR_DATABASE_URL"`
+	// ReadDatabaseURL is a streaming replica the console's pages that only
+	// read (the dashboard, the notification pages) query instead of the
+	// primary (OWED_READ_DATABASE_URL): what they show is as old as the
+	// replica's lag (docs/scale.md). Unset: the primary.
+	ReadDatabaseURL string `envconfig:"READ_DATABASE_URL"`
 
 	NotifyConfig
 	// Receipt configures the providers' status callbacks, OWED_RECEIPT_*

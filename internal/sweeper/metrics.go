@@ -64,6 +64,62 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, b.OldestOwedAge.Seconds())
 }
 
+// vacuumCollector reads the statistics collector's view of owed's tables
+// at scrape time: dead row versions that pile up when autovacuum falls
+// behind the ledger's churn make the lease step over settled rows' index
+// entries (internal/ledger/sql/notifications.sql), so OwedTableDeadTuplesHigh
+// watches them before the sweep slows.
+type vacuumCollector struct {
+	tables  func(context.Context) ([]ledger.TableVacuum, error)
+	timeout time.Duration
+	live    *prometheus.Desc
+	dead    *prometheus.Desc
+	last    *prometheus.Desc
+}
+
+// NewVacuumCollector returns a collector of owed_table_live_tuples{table},
+// owed_table_dead_tuples{table} and
+// owed_table_last_vacuum_timestamp_seconds{table} (absent for a table never
+// vacuumed), read from tables (the ledger's TableVacuum). A failed read
+// exports nothing: owed_backlog_scrape_success already says the ledger is
+// unreadable.
+func NewVacuumCollector(tables func(context.Context) ([]ledger.TableVacuum, error)) prometheus.Collector {
+	return &vacuumCollector{
+		tables:  tables,
+		timeout: 5 * time.Second,
+		live: prometheus.NewDesc("owed_table_live_tuples",
+			"Live row versions of an owed table or partition, as the statistics collector estimates them.",
+			[]string{"table"}, nil),
+		dead: prometheus.NewDesc("owed_table_dead_tuples",
+			"Dead row versions of an owed table or partition waiting for a vacuum.", []string{"table"}, nil),
+		last: prometheus.NewDesc("owed_table_last_vacuum_timestamp_seconds",
+			"When a vacuum of the table, automatic or manual, last finished.", []string{"table"}, nil),
+	}
+}
+
+func (c *vacuumCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.live
+	ch <- c.dead
+	ch <- c.last
+}
+
+func (c *vacuumCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	tables, err := c.tables(ctx)
+	if err != nil {
+		return
+	}
+	for _, t := range tables {
+		ch <- prometheus.MustNewConstMetric(c.live, prometheus.GaugeValue, float64(t.Live), t.Table)
+		ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(t.Dead), t.Table)
+		if t.LastVacuum != nil {
+			ch <- prometheus.MustNewConstMetric(c.last, prometheus.GaugeValue,
+				float64(t.LastVacuum.UnixNano())/1e9, t.Table)
+		}
+	}
+}
+
 // queueStatsTimeout bounds one scrape's call to the queue's stats endpoint,
 // so a slow queue makes the scrape report failure instead of hanging
 // Prometheus past its own scrape timeout.

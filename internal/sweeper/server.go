@@ -75,13 +75,18 @@ type Server struct {
 // Option is an optional part of the service.
 type Option func(*options)
 
-type options struct{ operator *ledger.Ledger }
+type options struct{ operator, reads *ledger.Ledger }
 
 // WithOperator gives the console the ledger over on-call's login (a member
 // of owed_operator, OWED_OPERATOR_DATABASE_URL): its holds, tenant pauses
 // and audit lines run as that login. Without it the console runs on l, the
 // services' login, which the database refuses them.
 func WithOperator(l *ledger.Ledger) Option { return func(o *options) { o.operator = l } }
+
+// WithReads gives the console the ledger on a read replica
+// (OWED_READ_DATABASE_URL) for its pages that only read; without it they
+// read the console's own ledger.
+func WithReads(l *ledger.Ledger) Option { return func(o *options) { o.reads = l } }
 
 // graceWriteTimeout bounds New's write of the default grace.
 const graceWriteTimeout = 10 * time.Second
@@ -115,11 +120,12 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 		return nil, err
 	}
 	backlog := &service.Cache[ledger.Backlog]{Fetch: l.Backlog, Clock: clk}
+	vacuum := &service.Cache[[]ledger.TableVacuum]{Fetch: l.TableVacuum, Clock: clk}
 	stats := &service.Cache[queue.Stats]{Fetch: watch.Stats, Clock: clk}
 	watch.stats = stats.Get
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		NewBacklogCollector(backlog.Get), NewQueueCollector(stats.Get), watch, buildinfo.Collector())
+		NewBacklogCollector(backlog.Get), NewVacuumCollector(vacuum.Get), NewQueueCollector(stats.Get), watch, buildinfo.Collector())
 	s := &Server{cfg: cfg, clock: clk, ledger: l, queue: watch, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
 		cronSecret: service.NewBearer(cfg.CronSecret), log: log, stats: stats,
 		mux: http.NewServeMux(), ops: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise, clk)}
@@ -139,7 +145,7 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	s.ops.HandleFunc("GET /healthz", service.Healthz)
 	s.ops.HandleFunc("GET /readyz", s.handleReady)
 	s.ops.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	s.ops.Handle(console.Prefix, console.New(console.Options{Ledger: o.operator, Queue: q, Token: cfg.ConsoleToken,
+	s.ops.Handle(console.Prefix, console.New(console.Options{Ledger: o.operator, Reads: o.reads, Queue: q, Token: cfg.ConsoleToken,
 		TrustedHeader: cfg.ConsoleTrustedHeader, Log: log, Clock: clk, Metrics: reg}))
 	return s, nil
 }

@@ -839,3 +839,96 @@ SELECT owed_history_record($1, $2, $3)
 -- History reads the samples from the minute $1 on, oldest first, through
 -- owed_history's primary key.
 SELECT minute, series, label, value FROM owed_history WHERE minute >= $1 ORDER BY minute, series, label
+
+-- name: TableVacuum
+-- TableVacuum reads the vacuum statistics of owed's tables (each
+-- partition on its own): live and dead row versions, and when a vacuum,
+-- manual or automatic, last finished (NULL: never since the statistics
+-- were reset). The statistics views need no grant on the tables.
+SELECT relname, n_live_tup, n_dead_tup, greatest(last_vacuum, last_autovacuum)
+  FROM pg_stat_user_tables
+ WHERE schemaname = current_schema() AND relname LIKE 'owed\_%'
+ ORDER BY relname
+
+-- Erasure (erase.go), in the caller's tenant scope.
+
+-- name: Erase
+-- Erase forgets recipient $2 of tenant $1 on channel $3 ('' every
+-- channel) in one statement, so a crash erases all of it or none: the
+-- recipient's ledger rows become tombstones (the recipient replaced by
+-- "erased:<id>", unique per row so the schedule key holds, the payload
+-- emptied, an error text that may quote the address replaced), and a
+-- row still owed is cancelled first, as Cancel would, so it is never
+-- sent to a tombstone. A row a worker is sending right now is left
+-- alone: its send's outcome comes first and erasing again takes it. The
+-- delivery facts stay: ids, kind, ref_id, times, states, attempts'
+-- outcomes and HTTP statuses, provider message ids, receipts. The
+-- attempts' error texts, the recipient's contacts and items, the
+-- undeliverable marks of its rows and addresses, and the shared
+-- payloads no other row points at are removed or replaced. The audit row
+-- (owed_erasures) says who asked and what was erased, never whom. $4 who
+-- asked, $5 why, $6 now. Every CTE sees the snapshot from before the
+-- statement: payloads' NOT EXISTS leaves the erased rows out by id.
+WITH target AS (
+    SELECT id, settled_at, payload_id,
+           (settled_at IS NULL AND state = 'sending' AND lease_until > coalesce($6::timestamptz, now())
+            AND NOT claim_revocable) AS in_flight
+      FROM owed_notifications
+     WHERE tenant_id = $1 AND recipient = $2 AND ($3 = '' OR channel = $3)
+     ORDER BY id FOR UPDATE
+), erased AS (
+    UPDATE owed_notifications n
+       SET recipient = 'erased:' || n.id, payload = '{}'::jsonb, payload_id = NULL,
+           last_error = CASE WHEN n.settled_at IS NULL THEN 'erased' WHEN n.last_error IS NOT NULL THEN 'erased' END,
+           state = CASE WHEN n.settled_at IS NULL THEN 'cancelled' ELSE n.state END,
+           settled_at = coalesce(n.settled_at, coalesce($6::timestamptz, now())),
+           lease_until = CASE WHEN n.settled_at IS NULL THEN NULL ELSE n.lease_until END,
+           updated_at = coalesce($6::timestamptz, now())
+      FROM target t
+     WHERE n.id = t.id AND NOT t.in_flight
+    RETURNING n.id, t.payload_id, t.settled_at IS NULL AS cancelled
+), attempts AS (
+    UPDATE owed_notification_attempts a SET error = 'erased'
+     WHERE a.notification_id IN (SELECT id FROM erased) AND a.error IS NOT NULL AND a.error <> 'erased'
+    RETURNING 1
+), contacts AS (
+    DELETE FROM owed_contacts
+     WHERE tenant_id = $1 AND recipient = $2 AND ($3 = '' OR channel = $3)
+    RETURNING channel, address
+), undeliverable AS (
+    DELETE FROM owed_undeliverable u
+     WHERE u.tenant_id = $1
+       AND (u.notification_id IN (SELECT id FROM erased)
+            OR (u.channel, u.address) IN (SELECT channel, address FROM contacts)
+            OR (u.address = $2 AND ($3 = '' OR u.channel = $3)))
+    RETURNING 1
+), items AS (
+    DELETE FROM owed_items
+     WHERE tenant_id = $1 AND recipient = $2 AND ($3 = '' OR channel = $3)
+    RETURNING 1
+), payloads AS (
+    DELETE FROM owed_event_payloads p
+     WHERE p.tenant_id = $1 AND p.id IN (SELECT payload_id FROM erased)
+       AND NOT EXISTS (SELECT 1 FROM owed_notifications o
+                        WHERE o.tenant_id = $1 AND o.payload_id = p.id
+                          AND o.id NOT IN (SELECT id FROM erased))
+    RETURNING 1
+), counts AS (
+    SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM erased), '{}'::bigint[]) AS ids,
+           (SELECT count(*) FROM erased WHERE cancelled)::int AS cancelled,
+           (SELECT count(*) FROM target WHERE in_flight)::int AS in_flight,
+           (SELECT count(*) FROM attempts)::int AS attempts,
+           (SELECT count(*) FROM contacts)::int AS contacts,
+           (SELECT count(*) FROM undeliverable)::int AS undeliverable,
+           (SELECT count(*) FROM items)::int AS items,
+           (SELECT count(*) FROM payloads)::int AS shared_payloads
+), audit AS (
+    INSERT INTO owed_erasures (tenant_id, channel, requested_by, reason, at, notification_ids, cancelled, in_flight,
+                               attempts, contacts, undeliverable, items, shared_payloads)
+    SELECT $1, nullif($3, ''), $4, $5, coalesce($6::timestamptz, now()), ids, cancelled, in_flight, attempts,
+           contacts, undeliverable, items, shared_payloads
+      FROM counts
+    RETURNING id
+)
+SELECT (SELECT id FROM audit), ids, cancelled, in_flight, attempts, contacts, undeliverable, items, shared_payloads
+  FROM counts

@@ -717,15 +717,30 @@ BEGIN
     -- Nothing to lease (the sweep's most frequent answer): a static
     -- statement, planned once per session, answers it without planning
     -- the slice's. The slice reads no more than this, so it would find
-    -- nothing either; no account's rows are counted.
-    IF NOT EXISTS (SELECT FROM owed_notifications o
-                    WHERE o.settled_at IS NULL
-                      AND o.due_at <= coalesce(p_now, now()) + make_interval(secs => p_ahead)
-                      AND ((p_slice IN (0, 1) AND o.state = 'pending')
-                           OR (p_slice IN (0, 2) AND o.state <> 'pending'
+    -- nothing either; no account's rows are counted. Pending rows and
+    -- rows whose lease ran out (or a hand-back whose not-before is near)
+    -- are asked apart, each through its own partial index: the earliest
+    -- pending due time, read from owed_notifications_owed_due in due
+    -- order (it steps over rows in flight only), and
+    -- owed_notifications_in_flight by the lease's end (an unsettled row
+    -- that is not pending is leased, queued or sending; a hand-back's
+    -- lease ends at its not-before). One EXISTS over both, joined by OR,
+    -- read the whole ledger sequentially on every idle sweep: the planner
+    -- expected settled rows' due times to match
+    -- (TestIdleLeaseNeverScansTheLedger).
+    IF NOT ((p_slice IN (0, 1)
+             AND coalesce((SELECT o.due_at FROM owed_notifications o
+                            WHERE o.settled_at IS NULL AND o.state = 'pending'
+                            ORDER BY o.due_at LIMIT 1)
+                          <= coalesce(p_now, now()) + make_interval(secs => p_ahead), false))
+            OR (p_slice IN (0, 2)
+                AND EXISTS (SELECT FROM owed_notifications o
+                             WHERE o.state IN ('leased', 'queued', 'sending')
+                               AND o.lease_until <= coalesce(p_now, now())
+                                                    + make_interval(secs => CASE WHEN p_not_before THEN p_ahead ELSE 0 END)
                                AND (o.lease_until <= coalesce(p_now, now())
-                                    OR (p_not_before AND owed_handed_back(o.state, o.lease_until, o.not_before)
-                                        AND o.lease_until <= coalesce(p_now, now()) + make_interval(secs => p_ahead)))))) THEN
+                                    OR (p_not_before AND owed_handed_back(o.state, o.lease_until, o.not_before)))
+                               AND o.due_at <= coalesce(p_now, now()) + make_interval(secs => p_ahead)))) THEN
         RETURN;
     END IF;
     BEGIN

@@ -1,0 +1,491 @@
+// Command ledgerscale measures what a large ledger costs the hot path and
+// the operators' reads (issue 28): at each size (default 1,000,000 and
+// 20,000,000 settled rows spread over the 12 months before now, written
+// with COPY as the owner (through a temporary table: COPY refuses a table
+// under row-level security), each delivered row with its accepted attempt,
+// plus 100,000 rows owed in an hour) it times
+//
+//   - an idle sweep (nothing due: expire, survey, lease, into the queue
+//     emulator),
+//   - a 500-row lease (1,000 owed rows made due, leased 500 at a time),
+//   - the worker's claim and settle of those 1,000 rows (one batch each),
+//   - owedctl stats (ops.ReadHealth over the last hour),
+//   - the console dashboard's reads (ReadHealth and the sends per minute),
+//   - GET /v1/notifications' first page (ledger.FindPage, 50 rows),
+//
+// and counts the sequential scans of the ledger's tables the measured
+// statements made (pg_stat_user_tables.seq_scan; target 0). Targets: every
+// figure at the largest size within 1.5× of the smallest. It archives the
+// oldest month (owedctl archive write) and prints the throughput;
+// retention's detach and drop are not measured: the ledger is not
+// partitioned yet (docs/scale.md).
+//
+//	scripts/with-postgres.sh go run ./bench/ledgerscale [-sizes 1000000,20000000] [-runs 5]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lib/pq"
+	"github.com/rs/zerolog"
+
+	"github.com/owedhq/owed/bench/internal/benchutil"
+	"github.com/owedhq/owed/internal/archive"
+	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/ops"
+	"github.com/owedhq/owed/internal/queue/emulator"
+	"github.com/owedhq/owed/internal/queue/rest"
+	"github.com/owedhq/owed/internal/sweep"
+)
+
+const (
+	tenants    = 50
+	owedRows   = 100000
+	queueToken = "bench-queue-token-0123456789"
+	batch      = 1000
+)
+
+func main() { benchutil.Main("bench/ledgerscale", run) }
+
+func run() error {
+	sizesFlag := flag.String("sizes", "1000000,20000000", "settled ledger sizes to measure at, ascending")
+	runs := flag.Int("runs", 5, "repetitions of each measurement per size")
+	flag.Parse()
+	var sizes []int
+	for _, s := range strings.Split(*sizesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 || (len(sizes) > 0 && n <= sizes[len(sizes)-1]) {
+			return fmt.Errorf("-sizes: %q is not an ascending list of row counts", *sizesFlag)
+		}
+		sizes = append(sizes, n)
+	}
+	ctx := context.Background()
+	db, err := benchutil.NewDB(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	l := ledger.New(db.App, nil)
+
+	ecfg := emulator.DefaultConfig()
+	ecfg.Token, ecfg.DatabaseURL = queueToken, db.OwnerURL
+	em, err := emulator.Open(ctx, ecfg, zerolog.Nop())
+	if err != nil {
+		return err
+	}
+	em.Start(ctx)
+	srv := httptest.NewServer(em)
+	defer func() { em.Drain(); srv.Close(); em.Stop() }()
+	q, err := rest.New(rest.Config{URL: srv.URL, Token: queueToken, Name: "bench"})
+	if err != nil {
+		return err
+	}
+	sw, err := sweep.New(l, q, sweep.Config{Batch: 500, Budget: 50 * time.Second, PublishAhead: time.Minute,
+		RequeueAfter: 10 * time.Minute, KeyPrefix: "owed-"}, zerolog.Nop())
+	if err != nil {
+		return err
+	}
+
+	walStart, err := walLSN(ctx, db)
+	if err != nil {
+		return err
+	}
+	if err := addOwed(ctx, l); err != nil {
+		return err
+	}
+	walOwed, err := walLSN(ctx, db)
+	if err != nil {
+		return err
+	}
+	type figures map[string]benchutil.Summary
+	rowsWAL := benchutil.Row{Name: fmt.Sprintf("WAL per row scheduled (%d rows through ledger.Schedule, 1,000 a batch)", owedRows),
+		Value: benchutil.One(float64(walOwed-walStart) / owedRows), Unit: "bytes"}
+	at := map[int]figures{}
+	rows := []benchutil.Row{rowsWAL}
+	have := 0
+	for _, size := range sizes {
+		fmt.Fprintf(os.Stderr, "bench/ledgerscale: growing the ledger to %d settled rows (COPY)…\n", size)
+		start := time.Now()
+		if err := addSettled(ctx, db, have, size); err != nil {
+			return err
+		}
+		load := time.Since(start)
+		have = size
+		var bytes int64
+		if err := db.Owner.QueryRowContext(ctx, `SELECT pg_total_relation_size('owed_notifications')
+		    + pg_total_relation_size('owed_notification_attempts')`).Scan(&bytes); err != nil {
+			return err
+		}
+		rows = append(rows,
+			benchutil.Row{Name: fmt.Sprintf("load %d settled rows with their attempts (COPY, indexes, VACUUM ANALYZE)", size),
+				Value: benchutil.One(load.Seconds()), Unit: "s"},
+			benchutil.Row{Name: fmt.Sprintf("ledger and attempts with indexes at %d settled rows", size),
+				Value: benchutil.One(float64(bytes) / (1 << 20)), Unit: "MiB"})
+
+		f := figures{}
+		samples := map[string][]float64{}
+		scans := map[string]int64{}
+		time1 := func(name string, fn func() error) error {
+			before, err := seqScans(ctx, db)
+			if err != nil {
+				return err
+			}
+			t0 := time.Now()
+			if err := fn(); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			samples[name] = append(samples[name], benchutil.Ms(time.Since(t0)))
+			after, err := seqScans(ctx, db)
+			scans[name] += after - before
+			return err
+		}
+		walBefore, err := walLSN(ctx, db)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < *runs; i++ {
+			if err := makeDue(ctx, db, batch); err != nil {
+				return err
+			}
+			var leased []ledger.Leased
+			if err := time1("lease of 500 due rows", func() error {
+				got, err := l.Lease(ctx, ledger.LeaseParams{Limit: 500, For: time.Minute, Ahead: time.Minute})
+				leased = append(leased, got...)
+				return err
+			}); err != nil {
+				return err
+			}
+			got, err := l.Lease(ctx, ledger.LeaseParams{Limit: 500, For: time.Minute, Ahead: time.Minute})
+			if err != nil {
+				return err
+			}
+			if leased = append(leased, got...); len(leased) != batch {
+				return fmt.Errorf("leased %d rows, want %d", len(leased), batch)
+			}
+			reqs := make([]ledger.ClaimRequest, len(leased))
+			for j, r := range leased {
+				reqs[j] = ledger.ClaimRequest{Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt}
+			}
+			var claims []ledger.Claim
+			if err := time1("claim + settle of 1,000 rows", func() error {
+				var errs []error
+				var err error
+				if claims, errs, err = l.ClaimForSendBatch(ctx, reqs, ledger.ClaimParams{LeaseFor: time.Minute,
+					EarlyTolerance: time.Hour}); err != nil {
+					return err
+				}
+				now := time.Now()
+				settle := make([]ledger.Delivered, 0, len(claims))
+				for j, c := range claims {
+					if errs[j] != nil || c.Outcome != ledger.ClaimSend {
+						return fmt.Errorf("claim of row %d: %v %v", reqs[j].ID, c.Outcome, errs[j])
+					}
+					settle = append(settle, ledger.Delivered{Hold: c.Hold, Attempt: ledger.Attempt{Attempt: 1,
+						Provider: "sandbox", StartedAt: now, FinishedAt: now, Outcome: ledger.AttemptAccepted,
+						ProviderMessageID: fmt.Sprintf("bench-%d", c.Hold.ID), HTTPStatus: 200}})
+				}
+				_, errs, err = l.SettleDeliveredBatch(ctx, settle)
+				for _, e := range errs {
+					if e != nil {
+						return e
+					}
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+			if err := time1("idle sweep (nothing due)", func() error {
+				res, err := sw.Run(ctx)
+				if err == nil && res.Published != 0 {
+					err = fmt.Errorf("published %d rows", res.Published)
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+			now := time.Now()
+			if err := time1("owedctl stats (ReadHealth, last hour)", func() error {
+				_, err := ops.ReadHealth(ctx, l, now, time.Hour)
+				return err
+			}); err != nil {
+				return err
+			}
+			if err := time1("console dashboard (ReadHealth + sends per minute)", func() error {
+				if _, err := ops.ReadHealth(ctx, l, now, time.Hour); err != nil {
+					return err
+				}
+				_, err := l.SendsPerMinute(ctx, now.Add(-time.Hour).Truncate(time.Minute))
+				return err
+			}); err != nil {
+				return err
+			}
+			if err := time1("GET /v1/notifications first page (50 rows)", func() error {
+				page, _, err := l.FindPage(ctx, "tenant-3", ledger.Filter{Limit: 50}, nil)
+				if err == nil && len(page) != 50 {
+					err = fmt.Errorf("first page has %d rows", len(page))
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+		walAfter, err := walLSN(ctx, db)
+		if err != nil {
+			return err
+		}
+		delivered := float64(*runs * batch)
+		rows = append(rows, benchutil.Row{Name: fmt.Sprintf("WAL per delivered row (made due, leased, claimed, settled, with its attempt), %d settled", size),
+			Value: benchutil.One(float64(walAfter-walBefore) / delivered), Unit: "bytes"})
+		if scans["lease of 500 due rows"] > 0 {
+			if err := explainLease(ctx, db, l); err != nil {
+				return err
+			}
+		}
+		for _, name := range measured {
+			f[name] = benchutil.Summarise(samples[name])
+			rows = append(rows, benchutil.Row{Name: fmt.Sprintf("%s, %d settled + %d owed", name, size, owedRows),
+				Value: f[name], Unit: "ms"},
+				benchutil.Row{Name: fmt.Sprintf("  its sequential scans of a ledger table, %d runs", *runs),
+					Value: benchutil.One(float64(scans[name])), Unit: "scans", Target: "0", Pass: benchutil.Check(scans[name] == 0)})
+		}
+		at[size] = f
+	}
+	if len(sizes) > 1 {
+		lo, hi := sizes[0], sizes[len(sizes)-1]
+		for _, name := range measured {
+			ratio := at[hi][name].Median / at[lo][name].Median
+			rows = append(rows, benchutil.Row{Name: fmt.Sprintf("%s, %d ÷ %d", name, hi, lo), Value: benchutil.One(ratio),
+				Unit: "×", Target: "≤ 1.5", Pass: benchutil.Check(ratio <= 1.5)})
+		}
+	}
+	// Archive throughput: the oldest month of the largest ledger, as
+	// retention would archive it before dropping its partition.
+	arch, err := archiveMonth(ctx, db, sizes[len(sizes)-1])
+	if err != nil {
+		return err
+	}
+	rows = append(rows, arch...)
+	// The machine's load beside the figures: a figure taken on a loaded
+	// machine says little about the ledger.
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			if load, err := strconv.ParseFloat(f[2], 64); err == nil {
+				rows = append(rows, benchutil.Row{Name: "load average over the last 15 minutes while measuring",
+					Value: benchutil.One(load), Unit: "load"})
+			}
+		}
+	}
+	benchutil.Report(rows)
+	return nil
+}
+
+// measured are the timed operations, in the order they are printed.
+var measured = []string{"idle sweep (nothing due)", "lease of 500 due rows", "claim + settle of 1,000 rows",
+	"owedctl stats (ReadHealth, last hour)", "console dashboard (ReadHealth + sends per minute)",
+	"GET /v1/notifications first page (50 rows)"}
+
+// The statements below are fixtures, run by the benchmark as the owner;
+// owed itself never runs them.
+
+// addOwed schedules the rows still owed, due in an hour, through the
+// ledger as an application would.
+func addOwed(ctx context.Context, l *ledger.Ledger) error {
+	due := time.Now().Add(time.Hour)
+	for start := 0; start < owedRows; start += ledger.MaxScheduleBatch {
+		var rows []ledger.NewNotification
+		for i := start; i < min(owedRows, start+ledger.MaxScheduleBatch); i++ {
+			rows = append(rows, ledger.NewNotification{Recipient: fmt.Sprintf("owed-r%d", i), Channel: "sms",
+				Kind: "reminder", RefID: fmt.Sprintf("owed-%d", i), DueAt: due, Payload: json.RawMessage(`{"text":"hi"}`)})
+		}
+		if _, err := l.Schedule(ctx, fmt.Sprintf("tenant-%d", (start/ledger.MaxScheduleBatch)%tenants), rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// makeDue makes n of the rows owed in an hour due a minute ago.
+func makeDue(ctx context.Context, db *benchutil.DB, n int) error {
+	_, err := db.Owner.ExecContext(ctx, `UPDATE owed_notifications SET due_at = now() - interval '1 minute'
+	    WHERE id IN (SELECT id FROM owed_notifications WHERE settled_at IS NULL AND state = 'pending'
+	                  AND ref_id LIKE 'owed-%' ORDER BY id LIMIT $1)`, n)
+	return err
+}
+
+// addSettled COPYs rows from..to-1 of the settled ledger: created evenly
+// over the 12 months before now, due an hour after, delivered two seconds
+// late (one in a hundred expired instead), then gives every delivered row
+// its accepted attempt and vacuums.
+func addSettled(ctx context.Context, db *benchutil.DB, from, to int) error {
+	const year = 365 * 24 * time.Hour
+	end := time.Now().Add(-2 * time.Hour)
+	begin := end.Add(-year)
+	total := float64(to)
+	for lo := from; lo < to; lo += 1000000 {
+		hi := min(to, lo+1000000)
+		tx, err := db.Owner.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		// COPY refuses a table under row-level security, so the rows go
+		// through a temporary table of the same shape.
+		if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE bench_copy ON COMMIT DROP AS
+		    SELECT tenant_id, recipient, channel, kind, ref_id, due_at, payload, state, attempts, delivered_at,
+		           settled_at, provider, provider_message_id, created_at, updated_at, last_error
+		      FROM owed_notifications WITH NO DATA`); err != nil {
+			tx.Rollback()
+			return err
+		}
+		stmt, err := tx.PrepareContext(ctx, pq.CopyIn("bench_copy", "tenant_id", "recipient", "channel", "kind",
+			"ref_id", "due_at", "payload", "state", "attempts", "delivered_at", "settled_at", "provider",
+			"provider_message_id", "created_at", "updated_at", "last_error"))
+		if err != nil {
+			tx.Rollback()
+			return err
+		}
+		for g := lo; g < hi; g++ {
+			// Rows are spread over the year in id order, as time would
+			// have written them, whatever the size the run stops at.
+			created := begin.Add(time.Duration(float64(year) * float64(g) / total))
+			due := created.Add(time.Hour)
+			state, delivered, errText := "delivered", any(due.Add(2*time.Second)), any(nil)
+			if g%100 == 0 {
+				state, delivered, errText = "expired", nil, "expired"
+			}
+			settled := due.Add(2 * time.Second)
+			if _, err := stmt.ExecContext(ctx, fmt.Sprintf("tenant-%d", g%tenants), fmt.Sprintf("settled-r%d", g),
+				"sms", "reminder", fmt.Sprintf("settled-%d", g), due, `{"text":"hi"}`, state, 1, delivered, settled,
+				"sandbox", fmt.Sprintf("m%d", g), created, settled, errText); err != nil {
+				tx.Rollback()
+				return err
+			}
+		}
+		if _, err := stmt.ExecContext(ctx); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := stmt.Close(); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id,
+		        due_at, payload, state, attempts, delivered_at, settled_at, provider, provider_message_id, created_at,
+		        updated_at, last_error)
+		    SELECT tenant_id, recipient, channel, kind, ref_id, due_at, payload, state, attempts, delivered_at,
+		           settled_at, provider, provider_message_id, created_at, updated_at, last_error FROM bench_copy`); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "bench/ledgerscale: %d rows written\n", hi)
+	}
+	if _, err := db.Owner.ExecContext(ctx, `INSERT INTO owed_notification_attempts (notification_id, tenant_id, attempt,
+	        provider, started_at, finished_at, outcome, provider_message_id, http_status)
+	    SELECT id, tenant_id, 1, provider, delivered_at, delivered_at, 'accepted', provider_message_id, 200
+	      FROM owed_notifications
+	     WHERE state = 'delivered' AND ref_id LIKE 'settled-%'
+	       AND id > coalesce((SELECT max(notification_id) FROM owed_notification_attempts), 0)`); err != nil {
+		return err
+	}
+	for _, t := range []string{"owed_notifications", "owed_notification_attempts"} {
+		if _, err := db.Owner.ExecContext(ctx, "VACUUM ANALYZE "+t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// seqScans sums the sequential scans of the ledger's tables so far. The
+// idle sessions of both pools are closed first, so their backends report
+// their statistics as they exit (an idle backend reports them up to ten
+// seconds later, which would count a fixture's scan in the next window),
+// and the exits are given a moment.
+func seqScans(ctx context.Context, db *benchutil.DB) (int64, error) {
+	db.FlushApp()
+	db.Owner.SetMaxIdleConns(0)
+	db.Owner.SetMaxIdleConns(2)
+	time.Sleep(time.Second)
+	var n int64
+	err := db.Owner.QueryRowContext(ctx, `SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_user_tables
+	    WHERE relname LIKE 'owed\_notification%' OR relname LIKE 'owed\_receipts%'`).Scan(&n)
+	return n, err
+}
+
+// walLSN is the server's current WAL position, in bytes.
+func walLSN(ctx context.Context, db *benchutil.DB) (int64, error) {
+	var n int64
+	err := db.Owner.QueryRowContext(ctx, `SELECT pg_current_wal_lsn() - '0/0'::pg_lsn`).Scan(&n)
+	return n, err
+}
+
+// archiveMonth archives the ids of the oldest twelfth of the settled rows
+// (they follow the owed rows' ids) into a temporary folder and reports
+// the rows and compressed bytes written per second.
+func archiveMonth(ctx context.Context, db *benchutil.DB, size int) ([]benchutil.Row, error) {
+	dir, err := os.MkdirTemp("", "owed-ledgerscale-archive")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	from := int64(owedRows + 1)
+	to := from + int64(size/12)
+	start := time.Now()
+	m, err := archive.Write(ctx, db.Owner, from, to, filepath.Join(dir, "month"), start)
+	if err != nil {
+		return nil, err
+	}
+	secs := time.Since(start).Seconds()
+	var n, bytes int64
+	for _, f := range m.Files {
+		n, bytes = n+f.Rows, bytes+f.Bytes
+	}
+	label := fmt.Sprintf("archive of a month (%d rows and their attempts, gzipped JSON lines)", size/12)
+	return []benchutil.Row{
+		{Name: label + ", rows/s", Value: benchutil.One(float64(n) / secs), Unit: "rows/s"},
+		{Name: label + ", MB/s written", Value: benchutil.One(float64(bytes) / 1e6 / secs), Unit: "MB/s"},
+		{Name: label + ", bytes per ledger row", Value: benchutil.One(float64(bytes) / float64(size/12)), Unit: "bytes"},
+	}, nil
+}
+
+// explainLease prints on stderr the relations the lease statement reads
+// sequentially with 1,000 rows due, when the measured leases scanned a
+// ledger table: the plan says which part of the statement did.
+func explainLease(ctx context.Context, db *benchutil.DB, l *ledger.Ledger) error {
+	if err := makeDue(ctx, db, batch); err != nil {
+		return err
+	}
+	plan, _, err := l.ExplainLease(ctx, ledger.LeaseParams{Limit: 500, For: time.Minute, Ahead: time.Minute})
+	if err != nil {
+		return err
+	}
+	var doc []map[string]any
+	if err := json.Unmarshal([]byte(plan), &doc); err != nil || len(doc) == 0 {
+		return fmt.Errorf("EXPLAIN output: %v", err)
+	}
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if n["Node Type"] == "Seq Scan" {
+			fmt.Fprintf(os.Stderr, "bench/ledgerscale: the lease's plan reads %v sequentially (%v rows)\n",
+				n["Relation Name"], n["Actual Rows"])
+		}
+		kids, _ := n["Plans"].([]any)
+		for _, k := range kids {
+			if m, ok := k.(map[string]any); ok {
+				walk(m)
+			}
+		}
+	}
+	walk(doc[0]["Plan"].(map[string]any))
+	return nil
+}

@@ -1,0 +1,106 @@
+-- Every statement internal/archive runs, by name (docs/sql.md). They run as
+-- the owner of the schema: an archive reads and restores every tenant's
+-- rows of an id range, which no runtime login may.
+
+-- name: Unsettled
+-- Unsettled counts the rows of the id range [$1, $2) still owed: an
+-- archive refuses a range with one, since an owed row is never dropped.
+-- The partial index of owed rows (owed_notifications_owed_due) holds
+-- exactly them.
+SELECT count(*) FROM owed_notifications WHERE settled_at IS NULL AND id >= $1 AND id < $2
+
+-- name: Notifications
+-- Notifications reads the rows of the id range [$1, $2) as JSON lines, by
+-- the primary key, oldest first.
+SELECT row_to_json(n)::text FROM owed_notifications n WHERE id >= $1 AND id < $2 ORDER BY id
+
+-- name: Attempts
+-- Attempts reads the sends of the rows of [$1, $2) as JSON lines, by
+-- owed_notification_attempts_notification.
+SELECT row_to_json(a)::text FROM owed_notification_attempts a
+ WHERE notification_id >= $1 AND notification_id < $2 ORDER BY notification_id, attempt
+
+-- name: Receipts
+-- Receipts reads the receipts of the rows of [$1, $2) as JSON lines, by
+-- owed_receipts_notification.
+SELECT row_to_json(r)::text FROM owed_receipts r
+ WHERE notification_id >= $1 AND notification_id < $2 ORDER BY notification_id, received_at, id
+
+-- name: EventPayloads
+-- EventPayloads reads the shared payloads the rows of [$1, $2) point at.
+SELECT row_to_json(p)::text FROM owed_event_payloads p
+ WHERE (p.tenant_id, p.id) IN (SELECT tenant_id, payload_id FROM owed_notifications
+                                WHERE id >= $1 AND id < $2 AND payload_id IS NOT NULL)
+ ORDER BY p.tenant_id, p.id
+
+-- name: RestoreNotifications
+-- RestoreNotifications inserts a batch of archived rows ($1, a JSON array
+-- of the lines Notifications wrote) with their own ids; a row already there
+-- (by id or schedule key) is left as it is, so a restore can run again.
+-- The default grace's trigger gives a row without an expiry one as it is
+-- inserted; RestoreExpiries takes it back.
+INSERT INTO owed_notifications OVERRIDING SYSTEM VALUE
+SELECT * FROM json_populate_recordset(NULL::owed_notifications, $1::json)
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: RestoreExpiries
+-- RestoreExpiries gives the restored rows ($1, the same JSON array) the
+-- expiry they were archived with: none, where the default grace's trigger
+-- gave them one on insert.
+UPDATE owed_notifications n SET expires_at = NULL
+  FROM json_populate_recordset(NULL::owed_notifications, $1::json) a
+ WHERE n.id = a.id AND a.expires_at IS NULL AND n.expires_at IS NOT NULL AND n.id = ANY($2)
+
+-- name: RestoreAttempts
+-- RestoreAttempts inserts a batch of archived attempts with their own ids.
+INSERT INTO owed_notification_attempts OVERRIDING SYSTEM VALUE
+SELECT * FROM json_populate_recordset(NULL::owed_notification_attempts, $1::json)
+ON CONFLICT DO NOTHING
+
+-- name: RestoreReceipts
+-- RestoreReceipts inserts a batch of archived receipts with their own ids.
+INSERT INTO owed_receipts OVERRIDING SYSTEM VALUE
+SELECT * FROM json_populate_recordset(NULL::owed_receipts, $1::json)
+ON CONFLICT DO NOTHING
+
+-- name: RestoreEventPayloads
+-- RestoreEventPayloads inserts a batch of archived shared payloads with
+-- their own ids.
+INSERT INTO owed_event_payloads OVERRIDING SYSTEM VALUE
+SELECT * FROM json_populate_recordset(NULL::owed_event_payloads, $1::json)
+ON CONFLICT DO NOTHING
+
+-- name: ReapplyErasures
+-- ReapplyErasures makes tombstones again of the restored rows of [$1, $2)
+-- an erasure named (owed_erasures.notification_ids), as ledger.Erase made
+-- them: an archive written before a recipient was erased still holds her,
+-- and restoring it must not bring her back. Their shared payloads are not
+-- restored (RestoreEventPayloads skips them: see the Go side), and their
+-- attempts' errors are erased below.
+WITH erased AS (
+    SELECT DISTINCT unnest(e.notification_ids) AS id FROM owed_erasures e
+), rows AS (
+    UPDATE owed_notifications n
+       SET recipient = 'erased:' || n.id, payload = '{}'::jsonb, payload_id = NULL,
+           last_error = CASE WHEN n.last_error IS NOT NULL THEN 'erased' END
+      FROM erased
+     WHERE n.id = erased.id AND n.id >= $1 AND n.id < $2 AND n.recipient <> 'erased:' || n.id
+    RETURNING n.id
+), attempts AS (
+    UPDATE owed_notification_attempts a SET error = 'erased'
+      FROM erased
+     WHERE a.notification_id = erased.id AND a.notification_id >= $1 AND a.notification_id < $2
+       AND a.error IS NOT NULL AND a.error <> 'erased'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM rows), (SELECT count(*) FROM attempts)
+
+-- name: DropOrphanPayloads
+-- DropOrphanPayloads removes the restored shared payloads ($1 tenants, $2
+-- ids, pairwise) no row points at once erasures are applied again: a
+-- payload only an erased recipient's rows shared was hers.
+DELETE FROM owed_event_payloads p
+ USING unnest($1::text[], $2::bigint[]) AS r(tenant_id, id)
+ WHERE p.tenant_id = r.tenant_id AND p.id = r.id
+   AND NOT EXISTS (SELECT 1 FROM owed_notifications n WHERE n.tenant_id = p.tenant_id AND n.payload_id = p.id)
