@@ -99,7 +99,6 @@ type actionData struct {
 	Done    bool
 	Changed int
 	Kept    []ops.KeptDeadLetter
-	Audit   string
 }
 
 // KeptPermanent says whether a redrive kept a row because its last attempt

@@ -63,7 +63,7 @@ type pauseAction struct {
 	// Do is hold-account, resume-account, pause-tenant or resume-tenant.
 	Do, Name, Reason string
 	Done             bool
-	Result, Audit    string
+	Result           string
 }
 
 func (a pauseAction) Verb() string { v, _, _ := strings.Cut(a.Do, "-"); return v }
