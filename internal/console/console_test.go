@@ -333,10 +333,11 @@ func TestRedriveAllMatchingIsConfirmedAndAudited(t *testing.T) {
 	}
 }
 
-// A dead letter whose row's last attempt failed permanently is kept by a
+// TestDeadLetterRedriveOfAPermanentFailureNeedsForce: a dead letter whose
+// row's last attempt failed permanently is kept by a
 // redrive, and the page says how to force it; forced without a reason it
 // is refused, and with one it is reopened.
-func TestRedriveOfAPermanentFailureNeedsForce(t *testing.T) {
+func TestDeadLetterRedriveOfAPermanentFailureNeedsForce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, token, "")
 	now := time.Now()

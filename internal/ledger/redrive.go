@@ -64,6 +64,13 @@ const ErrPermanentNeedsForce = "failed permanently"
 // Reopened=false and the Reason; an id not visible in tenant's scope is
 // reported with Reason "not found". Redriving a row twice reopens it once.
 func (l *Ledger) Redrive(ctx context.Context, tenant string, ids ...int64) ([]Redriven, error) {
+	return l.RedriveTenant(ctx, tenant, false, ids...)
+}
+
+// RedriveTenant is Redrive, forced when force is set: a row whose last
+// attempt failed permanently is reopened too (the console's redrive of one
+// notification, which writes its own audit line).
+func (l *Ledger) RedriveTenant(ctx context.Context, tenant string, force bool, ids ...int64) ([]Redriven, error) {
 	if err := ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
@@ -71,7 +78,7 @@ func (l *Ledger) Redrive(ctx context.Context, tenant string, ids ...int64) ([]Re
 		return nil, nil
 	}
 	found := make(map[int64]Redriven, len(ids))
-	err := l.withTenant(ctx, tenant, func(tx *txn) error { return l.redriveIn(tx, ids, false, found) })
+	err := l.withTenant(ctx, tenant, func(tx *txn) error { return l.redriveIn(tx, ids, force, found) })
 	if err != nil {
 		return nil, err
 	}
