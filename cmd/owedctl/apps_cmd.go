@@ -43,8 +43,7 @@ func runApps(ctx context.Context, out io.Writer, args []string) error {
 	fs := newFlags("apps "+action, "apps "+action+" [--login L] [--tenant T] [--operator NAME] [--reason TEXT] [--json] [--database-url URL]", appsExample)
 	login := fs.String("login", "", "the owed_apps login (a Postgres role name); list: only its bindings")
 	tenantID := fs.String("tenant", "", "bind, unbind: the tenant")
-	operator := fs.String("operator", "", "bind, unbind: who binds, as the audit trail records it (default the OS user)")
-	reason := fs.String("reason", "", "bind, unbind: why, for the audit trail")
+	audit := addAuditFlags(fs, "bind, unbind: why, for the audit trail (optional)")
 	asJSON := fs.Bool("json", false, "list: print JSON")
 	dbURL := tokenAdminLogin.flag(fs, "database holding owed_apps_logins; the services' role may not bind")
 	if err := parseOnlyFlags(fs, args[1:], ""); err != nil {
@@ -58,10 +57,10 @@ func runApps(ctx context.Context, out io.Writer, args []string) error {
 			return usageError{"--tenant: name the tenant"}
 		}
 	}
-	who := *operator
+	var who string
 	if action != "list" {
 		var err error
-		if who, err = osUserOr(*operator, "--operator"); err != nil {
+		if who, err = audit.operatorName(); err != nil {
 			return err
 		}
 	}
@@ -72,7 +71,7 @@ func runApps(ctx context.Context, out io.Writer, args []string) error {
 	defer done()
 	switch action {
 	case "bind":
-		added, err := bindings.Bind(ctx, *login, *tenantID, who, *reason)
+		added, err := bindings.Bind(ctx, *login, *tenantID, who, *audit.reason)
 		if err != nil {
 			return tokenAdminLogin.hint(err)
 		}
@@ -82,7 +81,7 @@ func runApps(ctx context.Context, out io.Writer, args []string) error {
 		}
 		fmt.Fprintf(out, "login %s may name tenant %s (bound by %s)\n", *login, *tenantID, who)
 	case "unbind":
-		had, err := bindings.Unbind(ctx, *login, *tenantID, who, *reason)
+		had, err := bindings.Unbind(ctx, *login, *tenantID, who, *audit.reason)
 		if err != nil {
 			return tokenAdminLogin.hint(err)
 		}

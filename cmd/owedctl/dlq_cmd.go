@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/ops"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/queue/backends"
@@ -125,7 +126,9 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 	cursor := fs.String("cursor", "", "list: start at this cursor (next_cursor of the previous page)")
 	allPages := fs.Bool("all-pages", false, "list: follow cursors to the end")
 	redriveAll := fs.Bool("all", false, "redrive: every dead letter of the queue")
-	dbURL := databaseFlag(fs, "redrive: the owed database, where the failed rows are reopened")
+	force := fs.Bool("force", false, "redrive: reopen rows whose last attempt failed permanently too (a bounced recipient, a refused message); needs --why")
+	audit := addAuditFlagsAs(fs, "why", "redrive, delete: why, for the audit trail (required with --force)")
+	dbURL := operatorLogin.flag(fs, "redrive, delete: the owed database, where the failed rows are reopened and the audit line written")
 	var ff ops.DeadLetterFilter
 	fs.StringVar(&ff.Tenant, "tenant", "", "redrive --all: only dead letters of this tenant's rows")
 	fs.StringVar(&ff.Kind, "kind", "", "redrive --all: only dead letters of rows of this kind")
@@ -140,6 +143,17 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 	}
 	if !ff.Empty() && (action != "redrive" || !*redriveAll) {
 		return usageError{"--tenant, --kind, --reason and --older-than narrow redrive --all"}
+	}
+	if *force && (action != "redrive" || *audit.reason == "") {
+		return usageError{"--force: redrive only, with --why saying what was fixed since the row failed permanently"}
+	}
+	var by ledger.OperatorAction
+	if action == "redrive" || action == "delete" {
+		who, err := audit.operatorName()
+		if err != nil {
+			return err
+		}
+		by = ledger.OperatorAction{Operator: who, Target: ops.DeadLetterTarget(pos, ff), Reason: *audit.reason}
 	}
 	q, target, err := qf.open(ctx)
 	if err != nil {
@@ -179,12 +193,12 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 		}
 		return printDeadLetter(out, list[i])
 	case "redrive":
-		l, closeDB, err := openLedger(*dbURL)
+		l, closeDB, err := openLedger(operatorLogin.url(*dbURL))
 		if err != nil {
 			return err
 		}
 		defer closeDB()
-		if err := checkWrites(ctx, *dbURL); err != nil {
+		if err := checkWrites(ctx, operatorLogin.url(*dbURL)); err != nil {
 			return err
 		}
 		// The filter is the console's (ops.FindDeadLetters); empty, it
@@ -194,9 +208,9 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 			return err
 		}
 		list, missing := ops.SelectDeadLetters(ops.Plain(found), pos, *redriveAll, target)
-		res, err := ops.RedriveDeadLetters(ctx, q, l, list)
+		res, err := ops.RedriveDeadLetters(ctx, q, l, list, by, *force)
 		if err != nil {
-			return err
+			return operatorLogin.hint(err)
 		}
 		res.Kept = append(res.Kept, missing...)
 		if *qf.json {
@@ -204,25 +218,51 @@ func runDLQ(ctx context.Context, out io.Writer, args []string) error {
 		}
 		fmt.Fprintf(out, "redrove %d dead letters of %s: their rows are pending again and the next sweep publishes them\n",
 			res.Redriven, target)
+		permanent := false
 		for _, k := range res.Kept {
 			fmt.Fprintf(out, "  kept %s: %s\n", k.DeadLetter, k.Reason)
+			permanent = permanent || k.Permanent
+		}
+		if permanent {
+			fmt.Fprintln(out, "a row that failed permanently fails the same way when sent again: fix the cause, then redrive it with --force --why TEXT")
 		}
 	case "delete":
-		n, err := ops.DeleteDeadLetters(ctx, q, pos)
+		l, closeDB, err := openLedger(operatorLogin.url(*dbURL))
 		if err != nil {
 			return err
 		}
+		defer closeDB()
+		if err := checkWrites(ctx, operatorLogin.url(*dbURL)); err != nil {
+			return err
+		}
+		all, _, err := ops.ListDeadLetters(ctx, q, ops.DeadLetterPageMax, "", true)
+		if err != nil {
+			return err
+		}
+		list, missing := ops.SelectDeadLetters(all, pos, false, target)
+		n, err := ops.DeleteDeadLetters(ctx, q, l, list, by)
+		if err != nil {
+			return operatorLogin.hint(err)
+		}
 		if *qf.json {
-			return printJSON(out, map[string]any{"deleted": n})
+			return printJSON(out, map[string]any{"deleted": n, "kept": missing})
 		}
 		fmt.Fprintf(out, "deleted %d of %d dead letters\n", n, len(pos))
+		for _, k := range missing {
+			fmt.Fprintf(out, "  kept %s: %s\n", k.DeadLetter, k.Reason)
+		}
 	}
 	return nil
 }
 
 // checkDLQArgs refuses a dlq command's wrong arguments before the queue is
-// opened.
+// opened: a dead-letter id must be in the form dlq list prints (dl_49).
 func checkDLQArgs(action string, pos []string, all bool, limit int) error {
+	for _, id := range pos {
+		if _, err := ops.ParseDeadLetterID(id); err != nil {
+			return usageError{err.Error()}
+		}
+	}
 	switch action {
 	case "depth", "list":
 		if len(pos) > 0 {

@@ -63,6 +63,14 @@ func setupStackDeadLetters(t *testing.T) (queue.Queue, []string, *stacktest.Stac
 		if err := q.DeadLetter(ctx, d, "provider answered 400 for "+d.Key); err != nil {
 			t.Fatal(err)
 		}
+		// The queue's id of the message is not its dead letter's; the
+		// list names the dead letters.
+	}
+	list, _, err := ops.ListDeadLetters(ctx, q, 10, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range list {
 		ids = append(ids, d.ID)
 	}
 	return q, ids, s
@@ -75,7 +83,7 @@ func dlq(t *testing.T, args ...string) (string, error) {
 
 func TestDLQOnTheRESTBackend(t *testing.T) {
 	q, ids, s := setupStackDeadLetters(t)
-	dbURL := s.DB.AppURL
+	dbURL := s.DB.OperatorURL
 	out, err := dlq(t, "depth")
 	if err != nil || !strings.Contains(out, ": 2 dead letters") {
 		t.Fatalf("dlq depth = %q, %v", out, err)
@@ -109,8 +117,16 @@ func TestDLQOnTheRESTBackend(t *testing.T) {
 		!strings.Contains(out, `"redriven": 0`) || !strings.Contains(out, "not an owed message") {
 		t.Fatalf("dlq redrive = %q, %v", out, err)
 	}
-	if out, err = dlq(t, "delete", ids[1]); err != nil || !strings.Contains(out, "deleted 1 of 1") {
+	if out, err = dlq(t, "delete", ids[1], "--database-url", dbURL, "--operator", "bob", "--why", "junk"); err != nil ||
+		!strings.Contains(out, "deleted 1 of 1") {
 		t.Fatalf("dlq delete = %q, %v", out, err)
+	}
+	// Both writes are on the audit trail, newest first.
+	actions, err := s.Ledger.OperatorActions(context.Background(), 10)
+	if err != nil || len(actions) != 2 || actions[0].Action != "dlq_delete" || actions[0].Operator != "bob" ||
+		actions[0].Reason != "junk" || actions[0].Count != 1 || actions[0].Target != "ids="+ids[1] ||
+		actions[1].Action != "dlq_redrive" || actions[1].Count != 0 || actions[1].Operator == "" {
+		t.Errorf("audit trail after redrive and delete: %+v (%v)", actions, err)
 	}
 	out, err = runCmd(t, func(ctx context.Context, w *bytes.Buffer) error { return runQueueStats(ctx, w, []string{"--json"}) })
 	if err != nil {
@@ -131,11 +147,17 @@ func TestDLQOnTheRESTBackend(t *testing.T) {
 
 func TestDLQRefusesWrongArgumentsBeforeOpeningTheQueue(t *testing.T) {
 	t.Setenv("OWED_QUEUE_BACKEND", "kafka")
-	for _, args := range [][]string{{"show"}, {"redrive"}, {"redrive", "1", "--all"}, {"delete"}, {"list", "x"}, {"purge"}} {
+	for _, args := range [][]string{{"show"}, {"redrive"}, {"redrive", "dl_1", "--all"}, {"delete"}, {"list", "x"}, {"purge"},
+		{"redrive", "dl_1", "--force"}, {"delete", "dl_1", "--force", "--why", "x"}} {
 		var ue usageError
 		if _, err := dlq(t, args...); !errors.As(err, &ue) {
 			t.Errorf("dlq %v = %v, want a usage error", args, err)
 		}
+	}
+	// A bare number is as likely a notification's id: refused, naming the
+	// form dlq list prints.
+	if _, err := dlq(t, "delete", "49"); err == nil || !strings.Contains(err.Error(), "dl_49") {
+		t.Errorf("dlq delete 49 = %v, want a refusal naming dl_49", err)
 	}
 	// The arguments are right: now the backend's name is checked.
 	if _, err := dlq(t, "depth"); err == nil || !strings.Contains(err.Error(), "OWED_QUEUE_BACKEND") {
@@ -197,7 +219,7 @@ func TestDLQRedriveReopensOnlyFailedRows(t *testing.T) {
 			n++
 		}
 	}
-	out, err := dlq(t, "redrive", "--all", "--json", "--database-url", s.DB.AppURL)
+	out, err := dlq(t, "redrive", "--all", "--json", "--database-url", s.DB.OperatorURL)
 	if err != nil {
 		t.Fatalf("dlq redrive --all: %v", err)
 	}
@@ -264,10 +286,10 @@ func TestDLQRedriveAllOfOneTenant(t *testing.T) {
 			}
 		}
 	}
-	if _, err := dlq(t, "redrive", "1", "--tenant", "acme", "--database-url", s.DB.AppURL); err == nil {
+	if _, err := dlq(t, "redrive", "dl_1", "--tenant", "acme", "--database-url", s.DB.OperatorURL); err == nil {
 		t.Error("--tenant without --all was accepted")
 	}
-	out, err := dlq(t, "redrive", "--all", "--tenant", "globex", "--json", "--database-url", s.DB.AppURL)
+	out, err := dlq(t, "redrive", "--all", "--tenant", "globex", "--json", "--database-url", s.DB.OperatorURL)
 	if err != nil || !strings.Contains(out, `"redriven": 1`) {
 		t.Fatalf("dlq redrive --all --tenant globex = %s, %v; want one redriven", out, err)
 	}
@@ -276,5 +298,85 @@ func TestDLQRedriveAllOfOneTenant(t *testing.T) {
 	}
 	if got, _ := s.Ledger.Get(ctx, "acme", rows["acme"].ID); got.State != ledger.StateFailed {
 		t.Errorf("acme's row is %s, want still failed: it is not the tenant asked for", got.State)
+	}
+}
+
+// deadLetterRows publishes each row's message, as the sweep would, and
+// dead-letters them all.
+func deadLetterRows(t *testing.T, q queue.Queue, tenant string, due time.Time, rows ...ledger.Scheduled) {
+	t.Helper()
+	ctx := context.Background()
+	var msgs []queue.Message
+	for _, r := range rows {
+		body, err := envelope.Encode(envelope.Envelope{Tenant: tenant, ID: r.ID, DueAt: due, Key: ledger.IdempotencyKey("owed-", r.ID, due)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, queue.Message{Key: fmt.Sprintf("row-%d", r.ID), Body: body})
+	}
+	if _, err := q.Publish(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	for n, deadline := 0, time.Now().Add(30*time.Second); n < len(rows); {
+		if time.Now().After(deadline) {
+			t.Fatalf("dead-lettered %d of %d row messages", n, len(rows))
+		}
+		ds, err := q.Receive(ctx, 10, time.Second, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if strings.HasPrefix(d.Key, "row-") {
+				if err := q.DeadLetter(ctx, d, "failed"); err != nil {
+					t.Fatal(err)
+				}
+				n++
+			}
+		}
+	}
+}
+
+// A row whose last attempt failed permanently (the recipient bounced) is
+// kept by a redrive, which says why and how to force it: sent again
+// unchanged it fails the same way. --force reopens it, and needs --why.
+func TestDLQRedriveOfAPermanentFailureNeedsForce(t *testing.T) {
+	q, _, s := setupStackDeadLetters(t)
+	ctx := context.Background()
+	due := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	r := s.Schedule(t, "acme", 1, due, nil)[0]
+	c, err := s.Ledger.ClaimForSend(ctx, "acme", r.ID, ledger.ClaimParams{DueAt: due, LeaseFor: time.Minute})
+	if err != nil || c.Outcome != ledger.ClaimSend {
+		t.Fatalf("claim: %v %v", c.Outcome, err)
+	}
+	now := time.Now()
+	if err := s.Ledger.SettleFailed(ctx, c.Hold, "permanent: 422 recipient bounced", &ledger.Attempt{Provider: "sandbox",
+		StartedAt: now, FinishedAt: now, Outcome: ledger.AttemptPermanent, HTTPStatus: 422, Error: "422 recipient bounced"}, false); err != nil {
+		t.Fatal(err)
+	}
+	deadLetterRows(t, q, "acme", due, r)
+	out, err := dlq(t, "redrive", "--all", "--database-url", s.DB.OperatorURL)
+	if err != nil || !strings.Contains(out, "redrove 0 dead letters") || !strings.Contains(out, "failed permanently (422 recipient bounced)") ||
+		!strings.Contains(out, "--force") {
+		t.Fatalf("dlq redrive of a permanent failure = %q, %v; want it kept, saying why and naming --force", out, err)
+	}
+	if got, _ := s.Ledger.Get(ctx, "acme", r.ID); got.State != ledger.StateFailed {
+		t.Fatalf("the row is %s after an unforced redrive, want failed", got.State)
+	}
+	var ue usageError
+	if _, err := dlq(t, "redrive", "--all", "--force", "--database-url", s.DB.OperatorURL); !errors.As(err, &ue) ||
+		!strings.Contains(err.Error(), "--why") {
+		t.Fatalf("--force without --why = %v, want a usage error naming --why", err)
+	}
+	out, err = dlq(t, "redrive", "--all", "--force", "--why", "address corrected", "--operator", "carol",
+		"--database-url", s.DB.OperatorURL)
+	if err != nil || !strings.Contains(out, "redrove 1 dead letters") {
+		t.Fatalf("dlq redrive --force = %q, %v; want the row reopened", out, err)
+	}
+	if got, _ := s.Ledger.Get(ctx, "acme", r.ID); got.State != ledger.StatePending {
+		t.Errorf("the row is %s after a forced redrive, want pending", got.State)
+	}
+	actions, err := s.Ledger.OperatorActions(ctx, 1)
+	if err != nil || len(actions) != 1 || actions[0].Operator != "carol" || actions[0].Reason != "address corrected" || actions[0].Count != 1 {
+		t.Errorf("the forced redrive's audit line: %+v (%v)", actions, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/owedhq/owed/internal/ledger"
@@ -111,10 +112,12 @@ func eraseDeadLetters(ctx context.Context, qf queueFlags, l *ledger.Ledger, tena
 	var ids []string
 	for _, d := range found {
 		if d.Row != nil && slices.Contains(rows, d.Row.ID) {
-			ids = append(ids, d.ID)
+			ids = append(ids, strings.TrimPrefix(d.ID, ops.DeadLetterIDPrefix))
 		}
 	}
-	n, err := ops.DeleteDeadLetters(ctx, q, ids)
+	// The erasure's own record (owed_erasures) accounts for these deletes:
+	// they are part of it, not an operator's dlq delete.
+	n, err := q.DeleteDeadLetters(ctx, ids...)
 	if err != nil {
 		return n, fmt.Errorf("the ledger is erased; deleting its dead letters: %w", err)
 	}

@@ -34,7 +34,7 @@ func (e usageError) Error() string { return e.msg }
 func commands() map[string]command {
 	return map[string]command{
 		"migrate":       {"apply, roll back or show database migrations", migrateCmd, migrateActions},
-		"queue":         {"run the local queue emulator (queue serve) or JetStream server; a queue's depths", queueCmd, queueActions},
+		"queue":         {"run the local queue emulator (queue serve) or JetStream server; a queue's depths; provision the configured queue (queue provision)", queueCmd, queueActions},
 		"provider":      {"run the local sandbox provider (provider serve); pause or resume a provider account (provider pause|resume)", providerCmd, providerActions},
 		"dlq":           {"dead-letter inspection and redrive", dlqCmd, dlqActions},
 		"dev":           {"run the whole system on this machine (make run)", devCmd, nil},

@@ -17,8 +17,8 @@ import (
 // worker sends on the account again at once instead of waiting for the
 // next probe. It connects as on-call's login, a member of owed_operator
 // (the services' role may not lift a hold), and resumes through
-// owed_provider_account_unhold and owed_provider_account_resume
-// (internal/pace/sql/account.sql); the rows the pause held
+// owed_provider_account_unhold (internal/pace/sql/account.sql), which
+// writes the audit line with --operator and --reason; the rows the pause held
 // back are still queued and come back within OWED_PROVIDER_ACCOUNT_PAUSE
 // (a minute after a hold).
 func providerResume(ctx context.Context, args []string) error {
@@ -27,15 +27,17 @@ func providerResume(ctx context.Context, args []string) error {
 
 // runProviderResume is providerResume writing to out.
 func runProviderResume(ctx context.Context, out io.Writer, args []string) error {
-	fs := newFlags("provider resume", "provider resume --account NAME [--database-url URL]",
+	fs := newFlags("provider resume", "provider resume --account NAME [--reason TEXT] [--operator NAME] [--database-url URL]",
 		"owedctl provider resume --account twilio")
 	account := fs.String("account", "", "the provider account to resume: the provider's name as the alert and the worker's log name it (e.g. twilio, sendgrid, webhook)")
+	audit := addAuditFlags(fs, "why, for the audit trail (optional)")
 	dbURL := operatorLogin.flag(fs, "database")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseOnlyFlags(fs, args, ""); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	who, err := audit.operatorName()
+	if err != nil {
+		return err
 	}
 	accounts, done, err := openAccounts(*account, *dbURL)
 	if err != nil {
@@ -49,7 +51,7 @@ func runProviderResume(ctx context.Context, out io.Writer, args []string) error 
 	if err != nil {
 		return err
 	}
-	was, err := accounts.Resume(ctx, *account)
+	was, err := accounts.Resume(ctx, *account, who, *audit.reason)
 	if err != nil {
 		return operatorLogin.hint(err)
 	}
@@ -74,27 +76,27 @@ func runProviderResume(ctx context.Context, out io.Writer, args []string) error 
 // on-call's hold of a provider account. No worker sends on it, nor probes
 // it, until `owedctl provider resume --account NAME`; the rows routed to it
 // go back to the queue without an attempt and come back every minute to
-// look again. The actor is the OS user unless --actor names another; the
-// database records the login beside it.
+// look again. The operator is the OS user unless --operator names
+// another; the database records the login beside it, and the hold's
+// function writes the audit line.
 func providerPause(ctx context.Context, args []string) error {
 	return runProviderPause(ctx, os.Stdout, args)
 }
 
 // runProviderPause is providerPause writing to out.
 func runProviderPause(ctx context.Context, out io.Writer, args []string) error {
-	fs := newFlags("provider pause", "provider pause --account NAME --reason TEXT [--actor NAME] [--database-url URL]",
+	fs := newFlags("provider pause", "provider pause --account NAME --reason TEXT [--operator NAME] [--database-url URL]",
 		`owedctl provider pause --account twilio --reason "carrier incident, ticket 4711"`)
 	account := fs.String("account", "", "the provider account to hold: the provider's name as the worker's metrics and log name it (e.g. twilio, sendgrid, webhook)")
-	reason := fs.String("reason", "", "why, for the other operators (shown by the rows' last error and resume)")
-	actor := actorFlag(fs)
+	audit := addAuditFlags(fs, "why, for the audit trail and the other operators (required; shown by the rows' last error and resume)")
 	dbURL := operatorLogin.flag(fs, "database")
 	if err := parseOnlyFlags(fs, args, ""); err != nil {
 		return err
 	}
-	if *reason == "" {
+	if *audit.reason == "" {
 		return usageError{"--reason: say why the account is held"}
 	}
-	who, err := actorName(*actor)
+	who, err := audit.operatorName()
 	if err != nil {
 		return err
 	}
@@ -106,7 +108,7 @@ func runProviderPause(ctx context.Context, out io.Writer, args []string) error {
 	if err := checkWrites(ctx, operatorLogin.url(*dbURL)); err != nil {
 		return err
 	}
-	if err := accounts.Hold(ctx, *account, *reason, who); err != nil {
+	if err := accounts.Hold(ctx, *account, *audit.reason, who); err != nil {
 		return operatorLogin.hint(err)
 	}
 	fmt.Fprintf(out, "provider account %s held by %s: no worker sends on it until `owedctl provider resume --account %s`\n",

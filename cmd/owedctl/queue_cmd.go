@@ -16,16 +16,18 @@ import (
 )
 
 // queueActions are queue's actions.
-var queueActions = []string{"serve", "serve-jetstream", "stats"}
+var queueActions = []string{"serve", "serve-jetstream", "stats", "provision"}
 
 // queueCmd runs the local queue emulator (queue serve) or a local
-// JetStream server (queue serve-jetstream), or prints a queue's depths
-// (queue stats).
+// JetStream server (queue serve-jetstream), prints a queue's depths
+// (queue stats), or provisions the configured backend (queue provision).
 func queueCmd(ctx context.Context, args []string) error {
-	if err := needAction(args, printUsage("usage: owedctl queue serve|serve-jetstream|stats [flags]\n\n"+
+	if err := needAction(args, printUsage("usage: owedctl queue serve|serve-jetstream|stats|provision [flags]\n\n"+
 		"  serve             run the local queue emulator (see 'owedctl queue serve --help')\n"+
 		"  serve-jetstream   run a local NATS server with JetStream (owedctl dev --queue jetstream runs it)\n"+
-		"  stats             print the configured queue's depths (OWED_QUEUE_BACKEND: rest, sqs or jetstream)\n\n"+
+		"  stats             print the configured queue's depths (OWED_QUEUE_BACKEND: rest, sqs or jetstream)\n"+
+		"  provision         create or update the configured backend's streams and consumer, or queues,\n"+
+		"                    as docs/queues.md lists (--replicas N for JetStream, --dry-run prints them)\n\n"+
 		"example:\n  OWED_QUEUE_URL=http://127.0.0.1:8181 OWED_QUEUE_TOKEN=dev-token owedctl queue stats\n"),
 		queueActions); err != nil {
 		return err
@@ -35,6 +37,8 @@ func queueCmd(ctx context.Context, args []string) error {
 		return queueServe(ctx, args[1:])
 	case "serve-jetstream":
 		return queueServeJetStream(ctx, args[1:])
+	case "provision":
+		return queueProvision(ctx, args[1:])
 	}
 	return runQueueStats(ctx, os.Stdout, args[1:])
 }

@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"database/sql"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/user"
 	"text/tabwriter"
 	"time"
 
@@ -25,14 +23,15 @@ const tenantsExample = `owedctl tenants pause --tenant acme --reason "runaway ca
 // its claimed rows back to the queue without an attempt, until it is
 // resumed. It connects as on-call's login, a member of owed_operator (the
 // services' role may not pause a tenant), and writes through
-// owed_tenant_pause and owed_tenant_resume, which record the login.
+// owed_tenant_pause and owed_tenant_resume, which record the login and
+// write the audit line.
 func tenantsCmd(ctx context.Context, args []string) error {
 	return runTenants(ctx, os.Stdout, args)
 }
 
 // runTenants is tenantsCmd writing to out.
 func runTenants(ctx context.Context, out io.Writer, args []string) error {
-	if err := needAction(args, printUsage("usage: owedctl tenants pause --tenant T --reason TEXT [--actor NAME] | resume --tenant T | list [--json]\n\n"+
+	if err := needAction(args, printUsage("usage: owedctl tenants pause --tenant T --reason TEXT [--operator NAME] | resume --tenant T [--reason TEXT] | list [--json]\n\n"+
 		"  pause   stop every send of the tenant until it is resumed\n"+
 		"  resume  send the tenant's rows again; they return from the queue within a minute\n"+
 		"  list    the paused tenants, longest paused first\n\n"+
@@ -41,10 +40,9 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 		return err
 	}
 	action := args[0]
-	fs := newFlags("tenants "+action, "tenants "+action+" [--tenant T] [--reason TEXT] [--actor NAME] [--json] [--database-url URL]", tenantsExample)
+	fs := newFlags("tenants "+action, "tenants "+action+" [--tenant T] [--reason TEXT] [--operator NAME] [--json] [--database-url URL]", tenantsExample)
 	tenantID := fs.String("tenant", "", "pause, resume: the tenant")
-	reason := fs.String("reason", "", "pause: why, for the other operators (shown by list and in the rows' last error)")
-	actor := actorFlag(fs)
+	audit := addAuditFlags(fs, "why, for the audit trail and the other operators (pause: required; shown by list and in the rows' last error)")
 	asJSON := fs.Bool("json", false, "list: print JSON")
 	dbURL := operatorLogin.flag(fs, "database")
 	if err := parseOnlyFlags(fs, args[1:], ""); err != nil {
@@ -53,10 +51,15 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 	switch {
 	case action != "list" && *tenantID == "":
 		return usageError{"--tenant: name the tenant"}
-	case action == "pause" && *reason == "":
+	case action == "pause" && *audit.reason == "":
 		return usageError{"--reason: say why the tenant is paused"}
 	}
+	var who string
 	if action != "list" {
+		var err error
+		if who, err = audit.operatorName(); err != nil {
+			return err
+		}
 		if err := checkWrites(ctx, operatorLogin.url(*dbURL)); err != nil {
 			return err
 		}
@@ -68,16 +71,12 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 	defer done()
 	switch action {
 	case "pause":
-		who, err := actorName(*actor)
-		if err != nil {
-			return err
-		}
-		if err := tenants.Pause(ctx, *tenantID, *reason, who); err != nil {
+		if err := tenants.Pause(ctx, *tenantID, *audit.reason, who); err != nil {
 			return operatorLogin.hint(err)
 		}
 		fmt.Fprintf(out, "tenant %s paused by %s: no worker sends its rows until `owedctl tenants resume --tenant %s`\n", *tenantID, who, *tenantID)
 	case "resume":
-		was, err := tenants.Resume(ctx, *tenantID)
+		was, err := tenants.Resume(ctx, *tenantID, who, *audit.reason)
 		if err != nil {
 			return operatorLogin.hint(err)
 		}
@@ -85,7 +84,7 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 			fmt.Fprintf(out, "tenant %s was not paused; nothing changed\n", *tenantID)
 			return nil
 		}
-		fmt.Fprintf(out, "tenant %s resumed; the rows its pause held back return from the queue within a minute\n", *tenantID)
+		fmt.Fprintf(out, "tenant %s resumed by %s; the rows its pause held back return from the queue within a minute\n", *tenantID, who)
 	default:
 		list, err := tenants.List(ctx)
 		if err != nil {
@@ -102,29 +101,6 @@ func runTenants(ctx context.Context, out io.Writer, args []string) error {
 		return tw.Flush()
 	}
 	return nil
-}
-
-// actorFlag registers --actor, who an operator pause names as its author.
-func actorFlag(fs *flag.FlagSet) *string {
-	return fs.String("actor", "", "who pauses, as the pause records it (default the OS user)")
-}
-
-// actorName is --actor, or the OS user's name when it is empty.
-func actorName(flagged string) (string, error) { return osUserOr(flagged, "--actor") }
-
-// osUserOr is flagged, or the OS user's name when it is empty; flag names
-// the flag that says who acts when the process has no user name.
-func osUserOr(flagged, flag string) (string, error) {
-	if flagged != "" {
-		return flagged, nil
-	}
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		return u.Username, nil
-	}
-	if name := os.Getenv("USER"); name != "" {
-		return name, nil
-	}
-	return "", usageError{flag + ": this process has no OS user name; say who acts"}
 }
 
 // nonNil makes an empty list print as [] rather than null.

@@ -29,6 +29,8 @@ func tokensCmd(ctx context.Context, args []string) error {
 		"  revoke ID | --token TOKEN|-     revoke by id, or by the token itself (- reads it from stdin)\n\n"+
 		"Each takes --database-url, else "+tokenAdminLogin.variable+", else OWED_DATABASE_URL: a login in\n"+
 		"owed_token_admin (owed_admin in the local stacks); the services' role may not touch tokens.\n"+
+		"create and revoke write a line of the operators' audit trail: --operator (default the OS\n"+
+		"user) and --reason.\n"+
 		"'owedctl tokens ACTION --help' lists an action's flags.\n\n"+
 		"example:\n  owedctl tokens create --tenant acme --name 'billing backend'\n"),
 		tokensActions); err != nil {
@@ -55,25 +57,43 @@ func openTokens(dbURL string) (*api.Tokens, func(), error) {
 	return openWith(tokenAdminLogin.url(dbURL), func(db *sql.DB) *api.Tokens { return api.NewTokens(db, nil) })
 }
 
-// openTenantTokens parses the flags of an action that takes flags alone, one
-// of them --tenant (required), and opens the token store.
-func openTenantTokens(fs *flag.FlagSet, args []string, tenant, dbURL *string) (*api.Tokens, func(), error) {
-	if err := parseOnlyFlags(fs, args, ""); err != nil {
+// auditedTokens opens the token store writing its audit lines as the
+// operator --operator names, with --reason.
+func auditedTokens(audit auditFlags, dbURL string) (*api.Tokens, func(), error) {
+	who, err := audit.operatorName()
+	if err != nil {
 		return nil, nil, err
 	}
-	if *tenant == "" {
-		return nil, nil, usageError{"--tenant is required"}
+	tokens, done, err := openTokens(dbURL)
+	if err != nil {
+		return nil, nil, err
 	}
-	return openTokens(*dbURL)
+	return tokens.As(who, *audit.reason), done, nil
+}
+
+// parseTenantFlags parses the flags of an action that takes flags alone,
+// one of them --tenant (required).
+func parseTenantFlags(fs *flag.FlagSet, args []string, tenant *string) error {
+	if err := parseOnlyFlags(fs, args, ""); err != nil {
+		return err
+	}
+	if *tenant == "" {
+		return usageError{"--tenant is required"}
+	}
+	return nil
 }
 
 func tokensCreate(ctx context.Context, args []string) error {
-	fs := newFlags("tokens create", "tokens create --tenant T [--name N] [--database-url URL]",
+	fs := newFlags("tokens create", "tokens create --tenant T [--name N] [--reason TEXT] [--operator NAME] [--database-url URL]",
 		"TOKEN=$(owedctl tokens create --tenant acme --name 'billing backend')")
 	tenant := fs.String("tenant", "", "tenant the token acts for (required)")
 	name := fs.String("name", "", "label saying who holds the token, shown by list")
+	audit := addAuditFlags(fs, "why, for the audit trail (optional)")
 	dbURL := tokensDatabaseFlag(fs)
-	tokens, done, err := openTenantTokens(fs, args, tenant, dbURL)
+	if err := parseTenantFlags(fs, args, tenant); err != nil {
+		return err
+	}
+	tokens, done, err := auditedTokens(audit, *dbURL)
 	if err != nil {
 		return err
 	}
@@ -94,7 +114,11 @@ func tokensList(ctx context.Context, args []string) error {
 	fs := newFlags("tokens list", "tokens list --tenant T [--database-url URL]",
 		"owedctl tokens list --tenant acme")
 	tenant := fs.String("tenant", "", "tenant whose tokens to list (required)")
-	tokens, done, err := openTenantTokens(fs, args, tenant, tokensDatabaseFlag(fs))
+	dbURL := tokensDatabaseFlag(fs)
+	if err := parseTenantFlags(fs, args, tenant); err != nil {
+		return err
+	}
+	tokens, done, err := openTokens(*dbURL)
 	if err != nil {
 		return err
 	}
@@ -120,10 +144,11 @@ func timeOrDash(t *time.Time) string {
 }
 
 func tokensRevoke(ctx context.Context, args []string) error {
-	fs := newFlags("tokens revoke", "tokens revoke ID | --token TOKEN|- [--database-url URL]",
+	fs := newFlags("tokens revoke", "tokens revoke ID | --token TOKEN|- [--reason TEXT] [--operator NAME] [--database-url URL]",
 		"owedctl tokens revoke 12   (or: echo \"$LEAKED\" | owedctl tokens revoke --token -)")
 	token := fs.String("token", "", "revoke by the token itself; - reads it from stdin, "+
 		"which keeps it out of the shell history and the process list")
+	audit := addAuditFlags(fs, "why, for the audit trail (optional)")
 	dbURL := tokensDatabaseFlag(fs)
 	// An id may come before or after the flags.
 	var idArg string
@@ -157,7 +182,7 @@ func tokensRevoke(ctx context.Context, args []string) error {
 		}
 		*token = strings.TrimSpace(line)
 	}
-	tokens, done, err := openTokens(*dbURL)
+	tokens, done, err := auditedTokens(audit, *dbURL)
 	if err != nil {
 		return err
 	}

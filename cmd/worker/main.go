@@ -20,8 +20,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/owedhq/owed/internal/buildinfo"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/owedhq/owed/internal/buildinfo"
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/ledger"
@@ -93,7 +94,9 @@ func run() error {
 	}
 	paces := worker.PacesFor(db, router.Rates(cfg.ProviderRate))
 	reg := worker.NewRegistry()
-	reg.MustRegister(buildinfo.Collector())
+	// The pool's statistics (open, in use, idle, waits), named by the
+	// role the pool logs in as.
+	reg.MustRegister(buildinfo.Collector(), collectors.NewDBStatsCollector(db, "runtime"))
 	o := cfg.Options()
 	clk := clock.Real()
 	o.Ledger, o.Queue, o.Route, o.Pace, o.Log, o.Clock = ledger.New(db, clk), q, router.For, paces, log, clk

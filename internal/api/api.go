@@ -21,6 +21,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/clock"
@@ -49,6 +51,9 @@ type Options struct {
 	// Limits bounds each tenant's requests and rows (OWED_API_TENANT_*);
 	// over a limit is 429 with Retry-After. Nil is no limit.
 	Limits *Limiter
+	// Metrics, when set, registers the requests' series: how many, and how
+	// long they took, by route and status code (never an id or a tenant).
+	Metrics prometheus.Registerer
 }
 
 type server struct {
@@ -78,15 +83,37 @@ func New(o Options) http.Handler {
 	if s.maxExpanded = o.MaxExpandedBytes; s.maxExpanded <= 0 {
 		s.maxExpanded = MaxExpandedBytesDefault
 	}
-	s.mux.HandleFunc("POST /v1/notifications", s.authed(s.schedule))
-	s.mux.HandleFunc("GET /v1/notifications", s.authed(s.find))
-	s.mux.HandleFunc("GET /v1/notifications/{id}", s.authed(s.get))
-	s.mux.HandleFunc("POST /v1/notifications/cancel", s.authed(s.cancel))
-	s.mux.HandleFunc("POST /v1/notifications/reschedule", s.authed(s.reschedule))
-	s.mux.HandleFunc("POST /v1/events", s.authed(s.event))
-	s.mux.HandleFunc("POST /v1/recipients/erase", s.authed(s.erase))
-	s.mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
+	route := instrument(o.Metrics)
+	route(s.mux, "POST /v1/notifications", s.authed(s.schedule))
+	route(s.mux, "GET /v1/notifications", s.authed(s.find))
+	route(s.mux, "GET /v1/notifications/{id}", s.authed(s.get))
+	route(s.mux, "POST /v1/notifications/cancel", s.authed(s.cancel))
+	route(s.mux, "POST /v1/notifications/reschedule", s.authed(s.reschedule))
+	route(s.mux, "POST /v1/events", s.authed(s.event))
+	route(s.mux, "POST /v1/recipients/erase", s.authed(s.erase))
+	route(s.mux, "GET /v1/openapi.json", serveOpenAPI)
 	return s
+}
+
+// instrument returns what mounts a route on a mux, counting and timing its
+// requests by route (the pattern, never the path: an id in a label would
+// make a series per row) and status code (promhttp's instrumentation). A
+// nil reg mounts the route alone.
+func instrument(reg prometheus.Registerer) func(mux *http.ServeMux, pattern string, h http.HandlerFunc) {
+	if reg == nil {
+		return func(mux *http.ServeMux, pattern string, h http.HandlerFunc) { mux.HandleFunc(pattern, h) }
+	}
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owed_api_requests_total",
+		Help: "/v1 requests answered, by route (method and pattern) and status code."}, []string{"route", "code"})
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "owed_api_request_duration_seconds",
+		Help:    "How long /v1 requests took to answer, by route (method and pattern) and status code.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"route", "code"})
+	reg.MustRegister(requests, duration)
+	return func(mux *http.ServeMux, pattern string, h http.HandlerFunc) {
+		route := prometheus.Labels{"route": pattern}
+		mux.Handle(pattern, promhttp.InstrumentHandlerCounter(requests.MustCurryWith(route),
+			promhttp.InstrumentHandlerDuration(duration.MustCurryWith(route), h)))
+	}
 }
 
 // openAPI is the contract of every /v1 route and the receipt endpoints,

@@ -60,9 +60,14 @@ type Token struct {
 // and tenant and nothing of any other token. Create, Revoke, RevokeToken
 // and List are owedctl tokens', as a member of owed_token_admin, the only
 // role that may insert or update tokens.
+//
+// Create and the revokes write their line of the operators' audit trail
+// (owed_operator_audit) in the same transaction as the token, naming the
+// operator and reason As gave (the database login when none was).
 type Tokens struct {
-	db    *sql.DB
-	clock clock.Clock
+	db               *sql.DB
+	clock            clock.Clock
+	operator, reason string
 }
 
 // NewTokens returns a token store over db: the runtime role to
@@ -73,6 +78,14 @@ func NewTokens(db *sql.DB, clk clock.Clock) *Tokens {
 		clk = clock.Real()
 	}
 	return &Tokens{db: db, clock: clk}
+}
+
+// As returns the store writing its audit lines as operator, with reason:
+// owedctl's --operator (or the OS user) and --reason.
+func (t *Tokens) As(operator, reason string) *Tokens {
+	c := *t
+	c.operator, c.reason = operator, reason
+	return &c
 }
 
 // Every statement's $now is the clock's NowOrNil: the database's clock in
@@ -98,7 +111,33 @@ RETURNING ` + tokenColumns
 	qTokenList = `SELECT ` + tokenColumns + ` FROM owed_api_tokens WHERE tenant_id = $1 ORDER BY id`
 
 	tokenColumns = `id, tenant_id, name, created_at, revoked_at, last_used_at`
+
+	// qTokenAudit writes a token change's audit line; without an operator
+	// named, the line names the database login (owed_operator_audit_record,
+	// internal/ledger/sql/operator.sql).
+	qTokenAudit = `SELECT owed_operator_audit_record($1, coalesce(nullif($2, ''), session_user), $3, $4, 1, $5)`
 )
+
+// audited runs write and the audit line its answer describes in one
+// transaction: neither commits without the other.
+func (t *Tokens) audited(ctx context.Context, write func(*sql.Tx) (action, target string, err error)) error {
+	if len(t.operator) > ledger.MaxAuditOperator || len(t.reason) > ledger.MaxAuditReason {
+		return fmt.Errorf("operator: at most %d bytes, reason: at most %d bytes", ledger.MaxAuditOperator, ledger.MaxAuditReason)
+	}
+	tx, err := t.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	action, target, err := write(tx)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, qTokenAudit, t.clock.NowOrNil(), t.operator, action, target, t.reason); err != nil {
+		return fmt.Errorf("record the audit line: %w", err)
+	}
+	return tx.Commit()
+}
 
 // hashToken is the stored form of a token.
 func hashToken(plaintext string) []byte {
@@ -121,9 +160,15 @@ func (t *Tokens) Create(ctx context.Context, tenant, name string) (string, int64
 	}
 	plaintext := TokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
 	var id int64
-	if err := t.db.QueryRowContext(ctx, qTokenCreate, tenant, hashToken(plaintext), name, t.clock.NowOrNil()).
-		Scan(&id); err != nil {
-		return "", 0, fmt.Errorf("store token: %w", err)
+	err := t.audited(ctx, func(tx *sql.Tx) (string, string, error) {
+		if err := tx.QueryRowContext(ctx, qTokenCreate, tenant, hashToken(plaintext), name, t.clock.NowOrNil()).
+			Scan(&id); err != nil {
+			return "", "", fmt.Errorf("store token: %w", err)
+		}
+		return "token_create", fmt.Sprintf("tenant=%s token=%d name=%q", tenant, id, name), nil
+	})
+	if err != nil {
+		return "", 0, err
 	}
 	return plaintext, id, nil
 }
@@ -168,7 +213,14 @@ func (t *Tokens) RevokeToken(ctx context.Context, plaintext string) (Token, erro
 }
 
 func (t *Tokens) revoke(ctx context.Context, query string, key any) (Token, error) {
-	tok, err := scanToken(t.db.QueryRowContext(ctx, query, key, t.clock.NowOrNil()))
+	var tok Token
+	err := t.audited(ctx, func(tx *sql.Tx) (string, string, error) {
+		var err error
+		if tok, err = scanToken(tx.QueryRowContext(ctx, query, key, t.clock.NowOrNil())); err != nil {
+			return "", "", err
+		}
+		return "token_revoke", fmt.Sprintf("tenant=%s token=%d", tok.Tenant, tok.ID), nil
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Token{}, ErrTokenNotFound
 	}

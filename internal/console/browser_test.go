@@ -316,7 +316,10 @@ func TestBrowserOnCall(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`button[value="redrive-selected"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm`)))
 	screenshot(t, b, dir, "confirm")
+	// The bounce was a permanent failure: redriven unchanged it would fail
+	// the same way, so the redrive is forced, saying what was fixed.
 	run(t, b, "confirm", chromedp.SendKeys(chromedp.CSS(`input[name="why"]`), "provider fixed"),
+		chromedp.Click(chromedp.CSS(`input[name="force"]`)),
 		chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`#result`)))
 	if got := text(t, b, "#result"); !strings.Contains(got, "Redrove 1") {
 		t.Errorf("the redrive says %q", got)

@@ -20,6 +20,7 @@ import (
 	"github.com/owedhq/owed/internal/devstack/devstacktest"
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/ops"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/stacktest"
@@ -197,6 +198,13 @@ func TestTrustedHeaderHonouredOnlyWhenConfigured(t *testing.T) {
 // letter's id.
 func setupDeadLetter(t *testing.T, s *stacktest.Stack, tenant string) (ledger.Scheduled, string) {
 	t.Helper()
+	return setupDeadLetterOf(t, s, tenant, nil)
+}
+
+// setupDeadLetterOf is setupDeadLetter whose row's failure records
+// attempt (none when nil).
+func setupDeadLetterOf(t *testing.T, s *stacktest.Stack, tenant string, attempt *ledger.Attempt) (ledger.Scheduled, string) {
+	t.Helper()
 	ctx := context.Background()
 	due := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
 	row := s.Schedule(t, tenant, 1, due, nil)[0]
@@ -204,7 +212,7 @@ func setupDeadLetter(t *testing.T, s *stacktest.Stack, tenant string) (ledger.Sc
 	if err != nil || c.Outcome != ledger.ClaimSend {
 		t.Fatalf("claim: %v %v", c.Outcome, err)
 	}
-	if err := s.Ledger.SettleFailed(ctx, c.Hold, "provider answered 422", nil, false); err != nil {
+	if err := s.Ledger.SettleFailed(ctx, c.Hold, "provider answered 422", attempt, false); err != nil {
 		t.Fatal(err)
 	}
 	body, err := envelope.Encode(envelope.Envelope{Tenant: tenant, ID: row.ID, DueAt: due, Key: ledger.IdempotencyKey("owed-", row.ID, due)})
@@ -231,7 +239,7 @@ func setupDeadLetter(t *testing.T, s *stacktest.Stack, tenant string) (ledger.Sc
 				}
 				for _, dl := range list {
 					if dl.Key == key {
-						return row, dl.ID
+						return row, ops.DeadLetterIDPrefix + dl.ID
 					}
 				}
 			}
@@ -323,6 +331,43 @@ func TestRedriveAllMatchingIsConfirmedAndAudited(t *testing.T) {
 	_, audit := do(t, c, "GET", b.srv.URL+"/console/audit", nil, nil)
 	if !strings.Contains(audit, "dlq_redrive") || !strings.Contains(audit, "filter: tenant=acme") {
 		t.Errorf("the audit page lacks the redrive: %s", audit)
+	}
+}
+
+// TestDeadLetterRedriveOfAPermanentFailureNeedsForce: a dead letter whose
+// row's last attempt failed permanently is kept by a
+// redrive, and the page says how to force it; forced without a reason it
+// is refused, and with one it is reopened.
+func TestDeadLetterRedriveOfAPermanentFailureNeedsForce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, token, "")
+	now := time.Now()
+	row, dl := setupDeadLetterOf(t, b.stack, "acme", &ledger.Attempt{Provider: "sandbox", StartedAt: now, FinishedAt: now,
+		Outcome: ledger.AttemptPermanent, HTTPStatus: 422, Error: "422 recipient bounced"})
+	if !strings.HasPrefix(dl, "dl_") {
+		t.Errorf("dead letter id %q, want it to begin dl_", dl)
+	}
+	c := b.login(t, "alice")
+	_, page := do(t, c, "GET", b.srv.URL+"/console/dead-letters", nil, nil)
+	if !strings.Contains(page, dl) {
+		t.Errorf("the dead-letter page does not show %s: %s", dl, page)
+	}
+	form := url.Values{"csrf": {csrfOf(t, page)}, "do": {"redrive-selected"}, "id": {dl}, "confirm": {"yes"}}
+	_, done := do(t, c, "POST", b.srv.URL+"/console/dead-letters/action", form, nil)
+	if !strings.Contains(done, "Redrove 0") || !strings.Contains(done, "failed permanently (422 recipient bounced)") ||
+		!strings.Contains(done, `id="kept-permanent"`) {
+		t.Fatalf("an unforced redrive of a permanent failure: %s", done)
+	}
+	form.Set("force", "yes")
+	if resp, _ := do(t, c, "POST", b.srv.URL+"/console/dead-letters/action", form, nil); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a forced redrive without a reason answered %d, want 400", resp.StatusCode)
+	}
+	form.Set("why", "address corrected")
+	if _, done := do(t, c, "POST", b.srv.URL+"/console/dead-letters/action", form, nil); !strings.Contains(done, "Redrove 1") {
+		t.Fatalf("a forced redrive: %s", done)
+	}
+	if got, _ := b.stack.Ledger.Get(context.Background(), "acme", row.ID); got.State != ledger.StatePending {
+		t.Errorf("the row after the forced redrive is %s, want pending", got.State)
 	}
 }
 

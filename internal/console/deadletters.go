@@ -99,7 +99,17 @@ type actionData struct {
 	Done    bool
 	Changed int
 	Kept    []ops.KeptDeadLetter
-	Audit   string
+}
+
+// KeptPermanent says whether a redrive kept a row because its last attempt
+// failed permanently, so the page says how to force it.
+func (a actionData) KeptPermanent() bool {
+	for _, k := range a.Kept {
+		if k.Permanent {
+			return true
+		}
+	}
+	return false
 }
 
 // deadLetterAction redrives or deletes the chosen dead letters, or every one
@@ -143,30 +153,39 @@ func (c *Console) deadLetterAction(w http.ResponseWriter, r *http.Request, op op
 		c.show(w, op, http.StatusOK, "confirm", "Confirm: "+verb, a, "")
 		return
 	}
-	target := "ids=" + strings.Join(a.IDs, ",")
+	target := ops.DeadLetterTarget(a.IDs, f)
 	if scope == "matching" {
-		target = "filter: " + f.String()
+		target = ops.DeadLetterTarget(nil, f)
 	}
 	// "reason" is the filter's; the operator's own is "why".
 	reason := strings.TrimSpace(r.PostFormValue("why"))
 	if len(reason) > maxReason {
 		reason = reason[:maxReason]
 	}
+	// A row whose last attempt failed permanently is reopened only when the
+	// operator says the cause is fixed (ledger.RedriveAny's force).
+	force := verb == "redrive" && r.PostFormValue("force") == "yes"
+	if force && reason == "" {
+		c.show(w, op, http.StatusBadRequest, "confirm", "Confirm: "+verb, a,
+			"say why (what was fixed) to redrive rows that failed permanently")
+		return
+	}
 	a.Done = true
+	// The audit line is written with the change: by the ledger's redrive
+	// transaction, or before the queue removes what a delete names.
+	by := ledger.OperatorAction{Operator: op.Name, Target: target, Reason: reason}
 	var actErr error
 	switch verb {
 	case "redrive":
 		var res ops.RedriveResult
-		res, actErr = ops.RedriveDeadLetters(ctx, c.o.Queue, c.o.Ledger, list)
+		res, actErr = ops.RedriveDeadLetters(ctx, c.o.Queue, c.o.Ledger, list, by, force)
 		a.Changed, a.Kept = res.Redriven, append(res.Kept, missing...)
 	case "delete":
-		a.Changed, actErr = ops.DeleteDeadLetters(ctx, c.o.Queue, a.IDs)
+		a.Changed, actErr = ops.DeleteDeadLetters(ctx, c.o.Queue, c.o.Ledger, list, by)
 		a.Kept = missing
 	}
-	if err := ops.Record(ctx, c.o.Ledger, c.o.Log, ledger.OperatorAction{Operator: op.Name, Action: "dlq_" + verb,
-		Target: target, Count: a.Changed, Reason: reason}); err != nil {
-		a.Audit = "the audit row was not written (the log line was): " + err.Error()
-	}
+	by.Action, by.Count = "dlq_"+verb, a.Changed
+	ops.Log(c.o.Log, by)
 	status, errText := http.StatusOK, ""
 	if actErr != nil {
 		status, errText = http.StatusServiceUnavailable, actErr.Error()

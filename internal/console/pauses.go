@@ -63,14 +63,15 @@ type pauseAction struct {
 	// Do is hold-account, resume-account, pause-tenant or resume-tenant.
 	Do, Name, Reason string
 	Done             bool
-	Result, Audit    string
+	Result           string
 }
 
 func (a pauseAction) Verb() string { v, _, _ := strings.Cut(a.Do, "-"); return v }
 func (a pauseAction) Kind() string { _, k, _ := strings.Cut(a.Do, "-"); return k }
 
 // pauseAct holds or resumes a provider account, or pauses or resumes a
-// tenant, after a confirmation, with an audit line.
+// tenant, after a confirmation; the pace's functions write the audit line
+// in the same statement as the change.
 func (c *Console) pauseAct(w http.ResponseWriter, r *http.Request, op operator) {
 	ctx := r.Context()
 	a := pauseAction{Do: r.PostFormValue("do"), Name: strings.TrimSpace(r.PostFormValue("name")),
@@ -102,7 +103,7 @@ func (c *Console) pauseAct(w http.ResponseWriter, r *http.Request, op operator) 
 		a.Result = "Provider account " + a.Name + " is held: no worker sends on it until it is resumed."
 	case "resume-account":
 		var was bool
-		was, err = c.accounts.Resume(ctx, a.Name)
+		was, err = c.accounts.Resume(ctx, a.Name, op.Name, a.Reason)
 		a.Result = "Provider account " + a.Name + " resumed: the rows it held back return from the queue within a minute."
 		if !was {
 			changed, a.Result = 0, "Provider account "+a.Name+" was not paused; nothing changed."
@@ -112,7 +113,7 @@ func (c *Console) pauseAct(w http.ResponseWriter, r *http.Request, op operator) 
 		a.Result = "Tenant " + a.Name + " is paused: no worker sends its rows until it is resumed."
 	case "resume-tenant":
 		var was bool
-		was, err = c.tenants.Resume(ctx, a.Name)
+		was, err = c.tenants.Resume(ctx, a.Name, op.Name, a.Reason)
 		a.Result = "Tenant " + a.Name + " resumed: the rows its pause held back return from the queue within a minute."
 		if !was {
 			changed, a.Result = 0, "Tenant "+a.Name+" was not paused; nothing changed."
@@ -123,9 +124,8 @@ func (c *Console) pauseAct(w http.ResponseWriter, r *http.Request, op operator) 
 		return
 	}
 	a.Done = true
-	if err := ops.Record(ctx, c.o.Ledger, c.o.Log, ledger.OperatorAction{Operator: op.Name,
-		Action: a.Kind() + "_" + a.Verb(), Target: a.Kind() + "=" + a.Name, Count: changed, Reason: a.Reason}); err != nil {
-		a.Audit = "the audit row was not written (the log line was): " + err.Error()
-	}
+	// The pace's function wrote the audit line with the change itself.
+	ops.Log(c.o.Log, ledger.OperatorAction{Operator: op.Name,
+		Action: a.Kind() + "_" + a.Verb(), Target: a.Kind() + "=" + a.Name, Count: changed, Reason: a.Reason})
 	c.show(w, op, http.StatusOK, "pauseconfirm", "Pause sends", a, "")
 }

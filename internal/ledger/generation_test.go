@@ -129,13 +129,21 @@ func TestFailedRowIsClaimableOnlyAfterRedrive(t *testing.T) {
 		t.Fatalf("after the stray copy: %s settled=%v, want failed and settled", d.State, d.SettledAt)
 	}
 
+	// Its last attempt failed permanently: a plain redrive keeps it failed
+	// and says why; on-call's forced redrive reopens it.
 	res, err := b.l.Redrive(ctx, "acme", id)
+	if err != nil || len(res) != 1 || res[0].Reopened || !res[0].Permanent || res[0].State != StateFailed ||
+		!strings.HasPrefix(res[0].Reason, ErrPermanentNeedsForce+" (bad number)") || !strings.Contains(res[0].Reason, "force") {
+		t.Fatalf("redrive of a permanent failure: %+v %v, want it kept, saying why and how to force it", res, err)
+	}
+	res, err = New(b.db.Operator, b.clk).RedriveAny(ctx, OperatorAction{Operator: "alice", Target: "test",
+		Reason: "number corrected"}, true, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Redriven{ID: id, Tenant: "acme", Reopened: true, State: StatePending, QueueGeneration: 1}
+	want := Redriven{ID: id, Tenant: "acme", Reopened: true, State: StatePending, QueueGeneration: 1, Permanent: true}
 	if len(res) != 1 || res[0] != want {
-		t.Fatalf("redrive: %+v, want %+v", res, want)
+		t.Fatalf("forced redrive: %+v, want %+v", res, want)
 	}
 	d, err := b.l.Get(ctx, "acme", id)
 	if err != nil {
@@ -227,9 +235,19 @@ func TestRedriveOfARowNotFailedChangesNothing(t *testing.T) {
 	if d, _ := b.l.GetAny(ctx, other); d.State != StateFailed {
 		t.Errorf("another tenant's row is %s after a redrive outside its scope", d.State)
 	}
-	// The operator's cross-tenant redrive reaches it.
-	if res, err := b.l.RedriveAny(ctx, other); err != nil || len(res) != 1 || !res[0].Reopened || res[0].Tenant != "globex" {
+	// The operator's cross-tenant redrive reaches it, as on-call's login,
+	// and writes its audit line.
+	oncall := New(b.db.Operator, b.clk)
+	by := OperatorAction{Operator: "alice", Action: "dlq_redrive", Target: "test", Reason: "fixed"}
+	if _, err := b.l.RedriveAny(ctx, by, false, other); err == nil || !strings.Contains(err.Error(), "audit") {
+		t.Errorf("RedriveAny as the services' role: %v, want the audit line refused", err)
+	}
+	if res, err := oncall.RedriveAny(ctx, by, false, other); err != nil || len(res) != 1 || !res[0].Reopened || res[0].Tenant != "globex" {
 		t.Errorf("RedriveAny: %+v %v, want globex's row reopened", res, err)
+	}
+	if got, err := oncall.OperatorActions(ctx, 1); err != nil || len(got) != 1 || got[0].Action != "dlq_redrive" ||
+		got[0].Operator != "alice" || got[0].Count != 1 || got[0].Reason != "fixed" {
+		t.Errorf("the audit trail after RedriveAny: %+v %v", got, err)
 	}
 	if res, err := b.l.Redrive(ctx, "acme"); err != nil || res != nil {
 		t.Errorf("redrive of nothing: %+v %v", res, err)

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"time"
 
@@ -100,20 +101,34 @@ type OperatorAction struct {
 // (sql/operator.sql); RecordOperatorAction
 // cuts longer values rather than lose the line.
 const (
-	maxAuditOperator = 256
+	MaxAuditOperator = 256
 	maxAuditAction   = 64
 	maxAuditTarget   = 4096
-	maxAuditReason   = 1024
+	MaxAuditReason   = 1024
 )
 
 // RecordOperatorAction appends a to the audit trail; its ID and At are the
 // database's.
 func (l *Ledger) RecordOperatorAction(ctx context.Context, a OperatorAction) (int64, error) {
 	var id int64
-	err := l.queryRowAllTenants(ctx, qRecordAction, l.now(), cutBytes(a.Operator, maxAuditOperator),
-		cutBytes(a.Action, maxAuditAction), cutBytes(a.Target, maxAuditTarget), max(a.Count, 0),
-		cutBytes(a.Reason, maxAuditReason)).Scan(&id)
+	err := l.queryRowAllTenants(ctx, qRecordAction, l.auditArgs(a)...).Scan(&id)
 	return id, err
+}
+
+// recordAction appends a to the audit trail through queryRow: a
+// transaction's, so the line commits with the write it describes.
+func (l *Ledger) recordAction(queryRow func(string, ...any) scanner, a OperatorAction) error {
+	var id int64
+	if err := queryRow(qRecordAction, l.auditArgs(a)...).Scan(&id); err != nil {
+		return fmt.Errorf("record the audit line: %w", err)
+	}
+	return nil
+}
+
+// auditArgs are qRecordAction's arguments for a, cut to the trail's bounds.
+func (l *Ledger) auditArgs(a OperatorAction) []any {
+	return []any{l.now(), cutBytes(a.Operator, MaxAuditOperator), cutBytes(a.Action, maxAuditAction),
+		cutBytes(a.Target, maxAuditTarget), max(a.Count, 0), cutBytes(a.Reason, MaxAuditReason)}
 }
 
 // OperatorActions reads the latest limit lines of the audit trail, newest

@@ -18,14 +18,46 @@ import (
 // limit.
 const DeadLetterPageMax = 1000
 
+// DeadLetterIDPrefix begins every dead letter's id as operators see it
+// (dl_49): the queue's own ids are small integers on some backends, and
+// "dead letter 49" beside "row 52" was mistaken for a notification's id.
+// The prefix is added when the dead letters are read (ListDeadLetters) and
+// taken off before the queue is asked to remove one, so the console and
+// owedctl only ever show and accept the prefixed form.
+const DeadLetterIDPrefix = "dl_"
+
+// ParseDeadLetterID checks that s is a dead letter's id as operators see
+// it. A bare id is refused, naming the form to use, since it is as likely
+// a notification's.
+func ParseDeadLetterID(s string) (string, error) {
+	if rest, ok := strings.CutPrefix(s, DeadLetterIDPrefix); ok && rest != "" {
+		return s, nil
+	}
+	return "", fmt.Errorf("%q is not a dead-letter id: dead-letter ids begin %s (%s%s, as dlq list prints them); a notification's id is not one",
+		s, DeadLetterIDPrefix, DeadLetterIDPrefix, s)
+}
+
+// queueIDs are ids without the prefix, as the queue names its dead letters.
+func queueIDs(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = strings.TrimPrefix(id, DeadLetterIDPrefix)
+	}
+	return out
+}
+
 // ListDeadLetters reads one page of up to limit dead letters from cursor,
-// or with allPages every page from there on.
+// or with allPages every page from there on; each id carries
+// DeadLetterIDPrefix.
 func ListDeadLetters(ctx context.Context, q queue.Queue, limit int, cursor string, allPages bool) ([]queue.DeadLetter, string, error) {
 	var list []queue.DeadLetter
 	for {
 		page, next, err := q.DeadLetters(ctx, limit, cursor)
 		if err != nil {
 			return nil, "", err
+		}
+		for i := range page {
+			page[i].ID = DeadLetterIDPrefix + page[i].ID
 		}
 		list, cursor = append(list, page...), next
 		if !allPages || next == "" {
@@ -135,6 +167,15 @@ func (f DeadLetterFilter) String() string {
 	return strings.Join(parts, " ")
 }
 
+// DeadLetterTarget is what a redrive or delete names, as the audit trail
+// records it: the dead letters' ids when it names some, else its filter.
+func DeadLetterTarget(ids []string, f DeadLetterFilter) string {
+	if len(ids) > 0 {
+		return "ids=" + strings.Join(ids, ",")
+	}
+	return "filter: " + f.String()
+}
+
 // Match says whether d passes the filter at now.
 func (f DeadLetterFilter) Match(d Described, now time.Time) bool {
 	if (f.Tenant != "" || f.Kind != "") && d.Row == nil {
@@ -205,24 +246,30 @@ type RedriveResult struct {
 type KeptDeadLetter struct {
 	DeadLetter string `json:"dead_letter"`
 	Reason     string `json:"reason"`
+	// Permanent is set when its row's last attempt failed permanently: a
+	// forced redrive reopens it (ledger.Redriven.Permanent).
+	Permanent bool `json:"permanent,omitempty"`
 }
 
 // RedriveDeadLetters is the operator's redrive: a ledger transition, not a
-// queue move. Each dead letter's envelope names its row; the ledger reopens
+// queue move. The ledger writes by's audit line (Count: the rows reopened)
+// in the transaction that reopens the rows; force reopens rows whose last
+// attempt failed permanently too (ledger.RedriveAny). Each dead letter's envelope names its row; the ledger reopens
 // the rows that failed (and only those), giving each a new queue
 // generation, and the dead letters of reopened rows are deleted because the
 // next sweep publishes fresh messages for them. Moving the old message back
 // instead would be refused by the worker (the row is still failed until
 // reopened), and a dead letter whose row is not failed is kept for the
 // operator to look at.
-func RedriveDeadLetters(ctx context.Context, q queue.Queue, l *ledger.Ledger, list []queue.DeadLetter) (RedriveResult, error) {
+func RedriveDeadLetters(ctx context.Context, q queue.Queue, l *ledger.Ledger, list []queue.DeadLetter,
+	by ledger.OperatorAction, force bool) (RedriveResult, error) {
 	var res RedriveResult
 	byRow := map[int64][]string{}
 	var rows []int64
 	for _, d := range list {
 		env, err := envelope.Decode(d.Body)
 		if err != nil {
-			res.Kept = append(res.Kept, KeptDeadLetter{d.ID, fmt.Sprintf("not an owed message (%v); inspect it with dlq show, remove it with dlq delete", err)})
+			res.Kept = append(res.Kept, KeptDeadLetter{DeadLetter: d.ID, Reason: fmt.Sprintf("not an owed message (%v); inspect it with dlq show, remove it with dlq delete", err)})
 			continue
 		}
 		if _, seen := byRow[env.ID]; !seen {
@@ -230,10 +277,13 @@ func RedriveDeadLetters(ctx context.Context, q queue.Queue, l *ledger.Ledger, li
 		}
 		byRow[env.ID] = append(byRow[env.ID], d.ID)
 	}
+	by.Action = "dlq_redrive"
 	if len(rows) == 0 {
-		return res, nil
+		// Nothing to reopen is still an operator's write asked for.
+		_, err := l.RecordOperatorAction(ctx, by)
+		return res, err
 	}
-	answers, err := l.RedriveAny(ctx, rows...)
+	answers, err := l.RedriveAny(ctx, by, force, rows...)
 	if err != nil {
 		return res, fmt.Errorf("reopen the rows: %w", err)
 	}
@@ -242,7 +292,7 @@ func RedriveDeadLetters(ctx context.Context, q queue.Queue, l *ledger.Ledger, li
 	for _, a := range answers {
 		if !a.Reopened {
 			for _, id := range byRow[a.ID] {
-				res.Kept = append(res.Kept, KeptDeadLetter{id, fmt.Sprintf("row %d: %s", a.ID, a.Reason)})
+				res.Kept = append(res.Kept, KeptDeadLetter{id, fmt.Sprintf("row %d: %s", a.ID, a.Reason), a.Permanent && !a.Reopened})
 			}
 			continue
 		}
@@ -252,7 +302,7 @@ func RedriveDeadLetters(ctx context.Context, q queue.Queue, l *ledger.Ledger, li
 		// A dead letter that outlives this call (the delete failed) is
 		// harmless: if it is ever moved back, the ledger's claim still
 		// decides, so of it and the sweep's fresh message one sends.
-		if _, err := q.DeleteDeadLetters(ctx, drop...); err != nil {
+		if _, err := q.DeleteDeadLetters(ctx, queueIDs(drop)...); err != nil {
 			return res, fmt.Errorf("rows reopened, but removing their dead letters failed (remove them with dlq delete): %w", err)
 		}
 	}
@@ -260,11 +310,22 @@ func RedriveDeadLetters(ctx context.Context, q queue.Queue, l *ledger.Ledger, li
 	return res, nil
 }
 
-// DeleteDeadLetters removes the dead letters ids for good and answers how
-// many the queue removed.
-func DeleteDeadLetters(ctx context.Context, q queue.Queue, ids []string) (int, error) {
-	if len(ids) == 0 {
+// DeleteDeadLetters removes the dead letters of list for good and answers
+// how many the queue removed. by's audit line (Count: len(list)) is
+// written first, and nothing is removed when it cannot be: the queue is
+// not the database, so the two cannot commit together, and a line for a
+// removal that then failed is the lesser wrong than a removal without one.
+func DeleteDeadLetters(ctx context.Context, q queue.Queue, l *ledger.Ledger, list []queue.DeadLetter, by ledger.OperatorAction) (int, error) {
+	if len(list) == 0 {
 		return 0, nil
 	}
-	return q.DeleteDeadLetters(ctx, ids...)
+	ids := make([]string, len(list))
+	for i, d := range list {
+		ids[i] = d.ID
+	}
+	by.Action, by.Count = "dlq_delete", len(list)
+	if _, err := l.RecordOperatorAction(ctx, by); err != nil {
+		return 0, fmt.Errorf("record the audit line (nothing was deleted): %w", err)
+	}
+	return q.DeleteDeadLetters(ctx, queueIDs(ids)...)
 }

@@ -104,7 +104,7 @@ func redriveRow(ctx context.Context, l *ledger.Ledger, d ledger.Detail, force bo
 	if err := CheckRedrive(d); err != nil && !force {
 		return c, err
 	}
-	res, err := l.Redrive(ctx, d.Tenant, d.ID)
+	res, err := l.RedriveTenant(ctx, d.Tenant, force, d.ID)
 	if err != nil {
 		return c, err
 	}
@@ -122,7 +122,8 @@ func redriveRow(ctx context.Context, l *ledger.Ledger, d ledger.Detail, force bo
 // DropDeadLettersOf removes the dead letters whose envelope names row id,
 // once the row is reopened (a redrive from its page): the next sweep
 // publishes a fresh message, as RedriveDeadLetters removes the dead
-// letters of the rows it reopens. It answers how many it removed.
+// letters of the rows it reopens. It answers how many it removed. The
+// row's redrive wrote the audit line; this is its consequence.
 func DropDeadLettersOf(ctx context.Context, q queue.Queue, id int64) (int, error) {
 	list, _, err := ListDeadLetters(ctx, q, DeadLetterPageMax, "", true)
 	if err != nil {
@@ -134,5 +135,8 @@ func DropDeadLettersOf(ctx context.Context, q queue.Queue, id int64) (int, error
 			drop = append(drop, d.ID)
 		}
 	}
-	return DeleteDeadLetters(ctx, q, drop)
+	if len(drop) == 0 {
+		return 0, nil
+	}
+	return q.DeleteDeadLetters(ctx, queueIDs(drop)...)
 }

@@ -3,6 +3,7 @@ package pace
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -158,15 +159,18 @@ func (a *Accounts) Trip(ctx context.Context, account string, pause time.Duration
 }
 
 // Resume is on-call's: it lifts the account's hold (Hold), closes its
-// circuit and lifts its pause; it reports whether the account was held or
-// its circuit open.
-func (a *Accounts) Resume(ctx context.Context, account string) (bool, error) {
-	var held bool
-	if err := a.db.QueryRowContext(ctx, qAccountUnhold, account, a.clock.NowOrNil()).Scan(&held); err != nil {
-		return false, fmt.Errorf("pace: lift the hold of account %q: %w", account, err)
+// circuit and lifts its pause, in one statement that writes the audit
+// line naming operator and reason (which may be empty); it reports whether
+// the account was held or its circuit open.
+func (a *Accounts) Resume(ctx context.Context, account, operator, reason string) (bool, error) {
+	if err := errors.Join(checkAccount(account), checkOperator(operator, reason)); err != nil {
+		return false, err
 	}
-	open, err := a.Close(ctx, account)
-	return held || open, err
+	var was bool
+	if err := a.db.QueryRowContext(ctx, qAccountUnhold, account, operator, reason, a.clock.NowOrNil()).Scan(&was); err != nil {
+		return false, fmt.Errorf("pace: resume account %q: %w", account, err)
+	}
+	return was, nil
 }
 
 // Close is a good probe's: it closes account's circuit and lifts its pause,

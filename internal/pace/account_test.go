@@ -48,7 +48,7 @@ func TestAccountTripProbeResume(t *testing.T) {
 		t.Fatalf("%d callers took the probe, want exactly 1", probes.Load())
 	}
 
-	if was, err := oncall.Resume(ctx, "twilio"); err != nil || !was {
+	if was, err := oncall.Resume(ctx, "twilio", "alice", ""); err != nil || !was {
 		t.Fatalf("Resume = %v, %v; want the circuit to have been open", was, err)
 	}
 	if a, err := accounts.Admit(ctx, "twilio", time.Minute); err != nil || a.Open() || a.Wait != 0 || a.Probe {
@@ -57,7 +57,7 @@ func TestAccountTripProbeResume(t *testing.T) {
 	if r := mustReserve(t, limited, 0); !r.Granted {
 		t.Fatalf("reservation after the resume = %+v, want granted", r)
 	}
-	if was, err := oncall.Resume(ctx, "twilio"); err != nil || was {
+	if was, err := oncall.Resume(ctx, "twilio", "alice", ""); err != nil || was {
 		t.Fatalf("second Resume = %v, %v; want nothing to resume", was, err)
 	}
 	if a, err := accounts.Admit(ctx, "sendgrid", time.Minute); err != nil || a.Open() || a.Wait != 0 {

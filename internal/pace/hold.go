@@ -19,7 +19,9 @@ import (
 // worker's answer lifts either: a held account is never probed. Workers read
 // both through Pauses, one statement for every hold and tenant pause, and
 // give a claimed row of a held account or a paused tenant back to the queue
-// without an attempt.
+// without an attempt. Each hold, pause and resume writes its line of the
+// operators' audit trail in the same statement (the SQL functions do), so
+// the console and owedctl cannot leave one unrecorded.
 
 // Bounds of an operator pause's texts (bytes), as the tables check them.
 const (
@@ -51,6 +53,18 @@ func checkPause(reason, actor string) error {
 		return fmt.Errorf("pace: a pause needs a reason of 1 to %d bytes", MaxPauseReason)
 	case actor == "" || len(actor) > MaxPauseActor:
 		return fmt.Errorf("pace: a pause needs an actor (who pauses) of 1 to %d bytes", MaxPauseActor)
+	}
+	return nil
+}
+
+// checkOperator refuses a resume that names no operator, or an operator or
+// a reason beyond its bound; a resume's reason may be empty.
+func checkOperator(operator, reason string) error {
+	switch {
+	case operator == "" || len(operator) > MaxPauseActor:
+		return fmt.Errorf("pace: a resume needs an operator (who resumes) of 1 to %d bytes", MaxPauseActor)
+	case len(reason) > MaxPauseReason:
+		return fmt.Errorf("pace: a reason is at most %d bytes", MaxPauseReason)
 	}
 	return nil
 }
@@ -103,13 +117,14 @@ func (t *Tenants) Pause(ctx context.Context, tenantID, reason, actor string) err
 	return nil
 }
 
-// Resume lifts the tenant's pause and reports whether it was paused.
-func (t *Tenants) Resume(ctx context.Context, tenantID string) (bool, error) {
-	if err := tenant.Validate(tenantID); err != nil {
+// Resume lifts the tenant's pause and reports whether it was paused; the
+// audit line names operator and reason (which may be empty).
+func (t *Tenants) Resume(ctx context.Context, tenantID, operator, reason string) (bool, error) {
+	if err := errors.Join(tenant.Validate(tenantID), checkOperator(operator, reason)); err != nil {
 		return false, err
 	}
 	var was bool
-	if err := t.db.QueryRowContext(ctx, qTenantResume, tenantID).Scan(&was); err != nil {
+	if err := t.db.QueryRowContext(ctx, qTenantResume, tenantID, operator, reason, t.clock.NowOrNil()).Scan(&was); err != nil {
 		return false, fmt.Errorf("pace: resume tenant %q: %w", tenantID, err)
 	}
 	return was, nil

@@ -42,13 +42,13 @@ func TestAccountHoldOutlastsTheProbe(t *testing.T) {
 	if st, err := accounts.State(ctx, "twilio"); err != nil || !st.Held() || st.Open() {
 		t.Fatalf("after a good probe: %+v, %v; want still held, circuit closed", st, err)
 	}
-	if was, err := oncall.Resume(ctx, "twilio"); err != nil || !was {
+	if was, err := oncall.Resume(ctx, "twilio", "alice", ""); err != nil || !was {
 		t.Fatalf("Resume = %v, %v; want it to have been held", was, err)
 	}
 	if st, err := accounts.State(ctx, "twilio"); err != nil || st.Held() {
 		t.Fatalf("after Resume: %+v, %v; want not held", st, err)
 	}
-	if was, err := oncall.Resume(ctx, "twilio"); err != nil || was {
+	if was, err := oncall.Resume(ctx, "twilio", "alice", ""); err != nil || was {
 		t.Fatalf("second Resume = %v, %v; want nothing to resume", was, err)
 	}
 	// A hold on an account that never sent creates its row.
@@ -83,10 +83,10 @@ func TestTenantPauseAndResume(t *testing.T) {
 		list[0].Reason != "still running" || !list[0].Since.Equal(b.clk.Now().Add(-time.Minute)) || list[1].Tenant != "globex" {
 		t.Fatalf("List = %+v, %v; want acme (by carol, paused a minute ago) then globex", list, err)
 	}
-	if was, err := tenants.Resume(ctx, "acme"); err != nil || !was {
+	if was, err := tenants.Resume(ctx, "acme", "alice", ""); err != nil || !was {
 		t.Fatalf("Resume = %v, %v", was, err)
 	}
-	if was, err := tenants.Resume(ctx, "acme"); err != nil || was {
+	if was, err := tenants.Resume(ctx, "acme", "alice", ""); err != nil || was {
 		t.Fatalf("second Resume = %v, %v; want nothing to resume", was, err)
 	}
 	if list, err := tenants.List(ctx); err != nil || len(list) != 1 || list[0].Tenant != "globex" {

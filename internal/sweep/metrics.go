@@ -27,7 +27,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "owed_sweep_rows_total",
 			Help: "Ledger rows handled by sweeps, by what happened: leased, requeued (leased because their lease ran out), published, republished, expired, released, set_aside (settled failed: no message could be built; counted for notify runs too).",
-		}, []string{"result"}),
+		}, []string{"outcome"}),
 		slices: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "owed_sweep_slices_total",
 			Help: "Lease statements of sweep runs that leased rows (each at most OWED_SWEEP_BATCH).",

@@ -120,7 +120,7 @@ func TestUnencodableRowIsSetAsideAndTheRestPublished(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	NewMetrics(reg).Observe(res, b.clk.Now())
 	if n := setAsideCount(t, reg); n != 1 {
-		t.Errorf("owed_sweep_rows_total{result=set_aside} = %v, want 1", n)
+		t.Errorf("owed_sweep_rows_total{outcome=set_aside} = %v, want 1", n)
 	}
 	if got := len(b.consumeAll(t)); got != 3 {
 		t.Errorf("queue holds %d messages, want 3", got)
@@ -140,7 +140,7 @@ func TestUnencodableRowIsSetAsideAndTheRestPublished(t *testing.T) {
 	}
 }
 
-// setAsideCount reads owed_sweep_rows_total{result="set_aside"} from reg.
+// setAsideCount reads owed_sweep_rows_total{outcome="set_aside"} from reg.
 func setAsideCount(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
 	fams, err := reg.Gather()
@@ -154,6 +154,6 @@ func setAsideCount(t *testing.T, reg *prometheus.Registry) float64 {
 			}
 		}
 	}
-	t.Fatal("no owed_sweep_rows_total{result=set_aside} on the registry")
+	t.Fatal("no owed_sweep_rows_total{outcome=set_aside} on the registry")
 	return 0
 }

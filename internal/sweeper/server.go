@@ -125,7 +125,14 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	watch.stats = stats.Get
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		NewBacklogCollector(backlog.Get), NewVacuumCollector(vacuum.Get), NewQueueCollector(stats.Get), watch, buildinfo.Collector())
+		NewBacklogCollector(backlog.Get), NewVacuumCollector(vacuum.Get), NewQueueCollector(stats.Get), watch, buildinfo.Collector(),
+		// Each pool's statistics (open, in use, idle, waits), named by the
+		// role it logs in as: the runtime role's, and on-call's when the
+		// console has its own login.
+		collectors.NewDBStatsCollector(l.DB(), "runtime"))
+	if o.operator != l {
+		reg.MustRegister(collectors.NewDBStatsCollector(o.operator.DB(), "operator"))
+	}
 	s := &Server{cfg: cfg, clock: clk, ledger: l, queue: watch, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
 		cronSecret: service.NewBearer(cfg.CronSecret), log: log, stats: stats,
 		mux: http.NewServeMux(), ops: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise, clk)}
@@ -135,7 +142,7 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	limits := api.NewLimiter(cfg.APILimits(), cfg.APITenantLimits)
 	reg.MustRegister(limits)
 	s.mux.Handle("/v1/", api.New(api.Options{Ledger: l, Tokens: api.NewTokens(l.DB(), clk), ServiceToken: cfg.APIToken,
-		Log: log, Clock: clk, MaxExpandedBytes: cfg.APIMaxExpandedBytes, Limits: limits}))
+		Log: log, Clock: clk, MaxExpandedBytes: cfg.APIMaxExpandedBytes, Limits: limits, Metrics: reg}))
 	receipts, err := receipt.New(cfg.Receipt, l, clk, log)
 	if err != nil {
 		return nil, err

@@ -117,7 +117,7 @@ func TestSweepReportsCounts(t *testing.T) {
 		t.Errorf("sweep body: %s", w.Body)
 	}
 	m := do(ops, http.MethodGet, "/metrics", "")
-	for _, want := range []string{`owed_sweep_runs_total{outcome="ok"} 1`, `owed_sweep_rows_total{result="published"} 7`, "owed_sweep_slices_total 1",
+	for _, want := range []string{`owed_sweep_runs_total{outcome="ok"} 1`, `owed_sweep_rows_total{outcome="published"} 7`, "owed_sweep_slices_total 1",
 		`owed_backlog_rows{state="queued"} 7`, "owed_oldest_owed_age_seconds", "owed_queue_dead_letter_depth 0", `owed_build_info{goversion="`,
 		`owed_table_dead_tuples{table="owed_notifications"}`, `owed_table_live_tuples{table="owed_notification_attempts"}`} {
 		if !strings.Contains(m.Body.String(), want) {

@@ -89,7 +89,7 @@ func TestExpiredCredentialPausesTheAccountAndFailsNoRow(t *testing.T) {
 	}
 
 	sender.broken.Store(false)
-	if was, err := pace.NewAccounts(b.DB.Operator, nil).Resume(bg, "sandbox"); err != nil || !was {
+	if was, err := pace.NewAccounts(b.DB.Operator, nil).Resume(bg, "sandbox", "alice", ""); err != nil || !was {
 		t.Fatalf("resume: %v, %v; want the account to have been paused", was, err)
 	}
 	// The rows the workers received while the account was paused wait in

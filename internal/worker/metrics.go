@@ -38,8 +38,8 @@ var messageOutcomes = []string{"delivered", "skipped", "failed", "expired", "sta
 	"held", "early", "retried", "rate_limited", "paced", "poison", "claim_lost", "account_paused", "unrouted",
 	"tenant_paused", "account_held", "recipient_limited"}
 
-// sendResults are the values of owed_worker_send_attempts_total{result} and
-// owed_provider_send_duration_seconds{outcome}: how a provider answered a
+// sendResults are the values of owed_worker_send_attempts_total{outcome}
+// and owed_provider_send_duration_seconds{outcome}: how a provider answered a
 // send (expired: the adapter sent nothing, too little of the row's
 // validity was left).
 var sendResults = []string{"accepted", "transient", "permanent", "rate_limited", "account", "expired"}
@@ -49,7 +49,7 @@ var sendResults = []string{"accepted", "transient", "permanent", "rate_limited",
 // (15 s) and beyond.
 var sendBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15, 30}
 
-// failureCauses are the values of owed_worker_failed_total{cause}: a
+// failureCauses are the values of owed_worker_failed_total{reason}: a
 // recipient's permanent failure (recorded, not dead-lettered, not paged),
 // another permanent failure, attempts exhausted, an unreadable payload.
 var failureCauses = []string{"recipient", "permanent", "exhausted", "payload"}
@@ -61,10 +61,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		messages: counterVec("owed_worker_messages_total", "Queue messages handled, by outcome.",
 			"outcome", messageOutcomes...),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owed_worker_send_attempts_total",
-			Help: "Provider sends tried, by provider account, channel and result: accepted, transient, permanent, rate_limited and account (neither counted on the row), expired (nothing sent)."},
-			sendLabels("result")),
+			Help: "Provider sends tried, by provider account, channel and outcome: accepted, transient, permanent, rate_limited and account (neither counted on the row), expired (nothing sent)."},
+			sendLabels("outcome")),
 		sendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "owed_provider_send_duration_seconds",
-			Help:    "How long a provider took to answer a send, by provider account, channel and outcome (the result of owed_worker_send_attempts_total).",
+			Help:    "How long a provider took to answer a send, by provider account, channel and outcome (as owed_worker_send_attempts_total's).",
 			Buckets: sendBuckets}, sendLabels("outcome")),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "owed_delivery_lag_seconds",
@@ -84,8 +84,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Messages sent to the dead letters, by reason: malformed, invalid (the ledger refuses it), not_found, failed.",
 			"reason", "malformed", "invalid", "not_found", "failed"),
 		failed: counterVec("owed_worker_failed_total",
-			"Rows settled failed, by cause: recipient (the provider's permanent answer about the recipient; not dead-lettered), permanent, exhausted, payload.",
-			"cause", failureCauses...),
+			"Rows settled failed, by reason: recipient (the provider's permanent answer about the recipient; not dead-lettered), permanent, exhausted, payload.",
+			"reason", failureCauses...),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "owed_worker_sends_in_flight",
 			Help: "Provider sends under way in this process, by provider account and channel.",
@@ -136,7 +136,7 @@ func (m *Metrics) account(s pace.AccountState) {
 // Sender's Name(), as the pace and the circuit name it: one per configured
 // provider) and the channel (payload.Channels()), then extra. No tenant or
 // recipient: the series stay as few as the providers configured.
-func sendLabels(extra ...string) []string { return append([]string{"provider", "channel"}, extra...) }
+func sendLabels(extra ...string) []string { return append([]string{"account", "channel"}, extra...) }
 
 // route creates the send series of a provider account on a channel at
 // zero, so a dashboard sees them before the first send.

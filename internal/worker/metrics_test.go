@@ -21,10 +21,10 @@ func TestSendMetricsByProviderAndChannel(t *testing.T) {
 	b.start(t, func(o *worker.Options) { o.Metrics = worker.NewMetrics(reg) })
 	b.waitSettled(t, 30*time.Second)
 	name := b.Sender.Name()
-	if v, _ := sample(t, reg, "owed_worker_send_attempts_total", "provider", name, "channel", "sms", "result", "accepted"); v != 3 {
+	if v, _ := sample(t, reg, "owed_worker_send_attempts_total", "account", name, "channel", "sms", "outcome", "accepted"); v != 3 {
 		t.Errorf("accepted sends of %s on sms = %v, want 3", name, v)
 	}
-	if _, n := sample(t, reg, "owed_provider_send_duration_seconds", "provider", name, "channel", "sms", "outcome", "accepted"); n != 3 {
+	if _, n := sample(t, reg, "owed_provider_send_duration_seconds", "account", name, "channel", "sms", "outcome", "accepted"); n != 3 {
 		t.Errorf("send durations of %s on sms observed %d times, want 3", name, n)
 	}
 	mfs, err := reg.Gather()
@@ -41,7 +41,7 @@ func TestSendMetricsByProviderAndChannel(t *testing.T) {
 			for _, lp := range m.GetLabel() {
 				labels[lp.GetName()] = lp.GetValue()
 			}
-			if labels["channel"] == "email" && labels["result"] == "permanent" && labels["provider"] == name {
+			if labels["channel"] == "email" && labels["outcome"] == "permanent" && labels["account"] == name {
 				found = true
 			}
 			if len(labels) != 3 {

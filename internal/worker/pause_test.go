@@ -122,7 +122,7 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 		t.Errorf("held accounts gauge = %v, want 1", g)
 	}
 
-	if was, err := accounts.Resume(bg, "held"); err != nil || !was {
+	if was, err := accounts.Resume(bg, "held", "alice", ""); err != nil || !was {
 		t.Fatalf("resume the account: %v, %v", was, err)
 	}
 	// The pauses are looked at again when the rows' leases run out, about a
@@ -145,7 +145,7 @@ func TestOperatorPausesHoldRowsBackWithoutAnAttempt(t *testing.T) {
 		}
 	}
 
-	if was, err := tenants.Resume(bg, "globex"); err != nil || !was {
+	if was, err := tenants.Resume(bg, "globex", "alice", ""); err != nil || !was {
 		t.Fatalf("resume the tenant: %v, %v", was, err)
 	}
 	waitFor(t, "globex's held-back messages were acked and the worker read the resume", func() bool {
@@ -183,7 +183,7 @@ func TestAHeldAccountsBacklogStaysInTheQueue(t *testing.T) {
 	if n := q.received.Load(); n != 0 {
 		t.Fatalf("the worker received %d messages while its only account was held", n)
 	}
-	if was, err := accounts.Resume(bg, "sandbox"); err != nil || !was {
+	if was, err := accounts.Resume(bg, "sandbox", "alice", ""); err != nil || !was {
 		t.Fatalf("resume: %v, %v", was, err)
 	}
 	b.waitSettled(t, time.Minute)

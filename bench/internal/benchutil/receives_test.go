@@ -12,7 +12,7 @@ const workerMetrics = `# HELP owed_worker_messages_total Queue messages handled,
 owed_worker_messages_total{outcome="delivered"} 40
 owed_worker_messages_total{outcome="paced"} 12
 owed_worker_messages_total{outcome="rate_limited"} 2
-owed_worker_send_attempts_total{result="accepted"} 40
+owed_worker_send_attempts_total{outcome="accepted"} 40
 `
 
 func TestParseReceivesAddsEveryOutcome(t *testing.T) {

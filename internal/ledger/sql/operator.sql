@@ -74,8 +74,9 @@ REVOKE EXECUTE ON FUNCTION owed_ledger_sends_per_minute(timestamptz) FROM PUBLIC
 GRANT EXECUTE ON FUNCTION owed_ledger_sends_per_minute(timestamptz) TO owed_runtime;
 
 -- The operators' audit trail (internal/console, internal/ops): one row per
--- operator action (a dead-letter redrive or delete, a pause, reading a
--- tenant's payload, binding an owed_apps login) with who, what, the filter
+-- operator action (a dead-letter redrive or delete, a hold, a pause or
+-- its resume, a token created or revoked, reading a tenant's payload,
+-- binding an owed_apps login) with who, what, the filter
 -- or ids it named, how many things it touched and the reason given. It is
 -- not a tenant's data, so it has no row-level security.
 --
@@ -112,3 +113,6 @@ $$;
 ALTER FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) TO owed_operator;
+-- The token administrator writes its line beside each token it creates or
+-- revokes, in the same transaction (internal/api, tokens.go).
+GRANT EXECUTE ON FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) TO owed_token_admin;

@@ -596,14 +596,24 @@ RETURNING attempt
 -- it: set only when the last send's outcome was unknown or a send was
 -- already recorded as a possible duplicate, since an earlier send that
 -- may have reached the provider still may have. A row past its expiry
--- stays failed: a redrive never sends a late nudge.
+-- stays failed: a redrive never sends a late nudge. A row whose last
+-- attempt failed permanently (the provider refused this message or this
+-- recipient) stays failed unless $3 forces it: sent again unchanged, it
+-- fails the same way in the same second.
 --
 -- The rows are locked in id order first (see MarkQueued). The final
 -- select reads the rows as they were before the update, so it takes the
 -- reopened rows' new state and generation from the update's RETURNING;
--- its instant comes back with each row, for the caller's reasons.
+-- its instant comes back with each row, for the caller's reasons, and so
+-- does the last attempt's error when it was permanent.
 WITH target AS (
-    SELECT id FROM owed_notifications WHERE id = ANY($1) ORDER BY id FOR UPDATE
+    SELECT n.id, last.outcome = 'permanent' AS permanent, last.error
+      FROM owed_notifications n
+      LEFT JOIN LATERAL (
+          SELECT a.outcome, a.error FROM owed_notification_attempts a
+           WHERE a.notification_id = n.id ORDER BY a.attempt DESC LIMIT 1
+      ) last ON true
+     WHERE n.id = ANY($1) ORDER BY n.id FOR UPDATE OF n
 ), reopened AS (
     UPDATE owed_notifications n
        SET state = 'pending', settled_at = NULL, lease_until = NULL, published_at = NULL,
@@ -613,10 +623,12 @@ WITH target AS (
       FROM target t
      WHERE n.id = t.id AND n.state = 'failed'
        AND (n.expires_at IS NULL OR n.expires_at > coalesce($2::timestamptz, now()))
+       AND ($3::boolean OR NOT coalesce(t.permanent, false))
     RETURNING n.id, n.state, n.queue_generation
 )
 SELECT n.id, n.tenant_id, coalesce(r.state, n.state), coalesce(r.queue_generation, n.queue_generation),
-       r.id IS NOT NULL, n.expires_at, coalesce($2::timestamptz, now())
+       r.id IS NOT NULL, n.expires_at, coalesce($2::timestamptz, now()),
+       CASE WHEN coalesce(t.permanent, false) THEN coalesce(t.error, n.last_error, '') END
   FROM owed_notifications n
   JOIN target t ON t.id = n.id
   LEFT JOIN reopened r ON r.id = n.id

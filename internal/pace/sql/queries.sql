@@ -114,20 +114,25 @@ SELECT owed_provider_account_resume($1, $2)
 
 -- name: AccountHold
 -- AccountHold holds the account for on-call: $2 the reason, $3 the
--- actor (owed_provider_account_hold, sql/account.sql).
+-- actor; the function writes the audit line (owed_provider_account_hold,
+-- sql/account.sql).
 SELECT owed_provider_account_hold($1, $2, $3, $4)
 
 -- name: AccountUnhold
--- AccountUnhold lifts the hold (owed_provider_account_unhold).
-SELECT owed_provider_account_unhold($1, $2)
+-- AccountUnhold lifts the hold and closes the circuit for on-call, $2
+-- the operator and $3 the reason of the audit line
+-- (owed_provider_account_unhold).
+SELECT owed_provider_account_unhold($1, $2, $3, $4)
 
 -- name: TenantPause
--- TenantPause pauses the tenant $1 for on-call (owed_tenant_pause).
+-- TenantPause pauses the tenant $1 for on-call, with its audit line
+-- (owed_tenant_pause).
 SELECT owed_tenant_pause($1, $2, $3, $4)
 
 -- name: TenantResume
--- TenantResume lifts the tenant's pause (owed_tenant_resume).
-SELECT owed_tenant_resume($1)
+-- TenantResume lifts the tenant's pause, $2 the operator and $3 the
+-- reason of the audit line (owed_tenant_resume).
+SELECT owed_tenant_resume($1, $2, $3, $4)
 
 -- name: Pauses
 -- Pauses reads every operator pause, held accounts and paused tenants

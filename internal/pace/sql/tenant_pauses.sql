@@ -20,25 +20,48 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON owed_tenant_pauses TO owed_definer;
 
 -- owed_tenant_pause pauses every send of the tenant; pausing a paused
 -- tenant again replaces the reason, the actor and the login and keeps
--- paused_at.
+-- paused_at. The operators' audit trail (owed_operator_audit,
+-- internal/ledger/sql/operator.sql) gets its line in the same statement,
+-- so no pause goes unrecorded, whichever tool asked for it.
 CREATE FUNCTION owed_tenant_pause(p_tenant text, p_reason text, p_actor text, p_now timestamptz) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-INSERT INTO owed_tenant_pauses AS t (tenant_id, reason, actor, paused_at, login)
-VALUES ($1, $2, $3, coalesce($4, clock_timestamp()), session_user)
-ON CONFLICT (tenant_id) DO UPDATE SET reason = $2, actor = $3, login = session_user
+WITH paused AS (
+    INSERT INTO owed_tenant_pauses AS t (tenant_id, reason, actor, paused_at, login)
+    VALUES ($1, $2, $3, coalesce($4, clock_timestamp()), session_user)
+    ON CONFLICT (tenant_id) DO UPDATE SET reason = $2, actor = $3, login = session_user
+)
+INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
+VALUES (coalesce($4, now()), $3, 'tenant_pause', 'tenant=' || $1, 1, $2, session_user)
 $$;
 ALTER FUNCTION owed_tenant_pause(text, text, text, timestamptz) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_tenant_pause(text, text, text, timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION owed_tenant_pause(text, text, text, timestamptz) TO owed_operator;
 
 -- owed_tenant_resume lifts the tenant's pause and answers whether there was
--- one.
-CREATE FUNCTION owed_tenant_resume(p_tenant text) RETURNS boolean
+-- one, with its line of the audit trail (count 1 when it lifted a pause, 0
+-- when there was none) naming p_operator and p_reason.
+CREATE FUNCTION owed_tenant_resume(p_tenant text, p_operator text, p_reason text, p_now timestamptz) RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH lifted AS (
     DELETE FROM owed_tenant_pauses WHERE tenant_id = $1 RETURNING 1
+), audited AS (
+    INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
+    SELECT coalesce($4, now()), $2, 'tenant_resume', 'tenant=' || $1, count(*), coalesce($3, ''), session_user
+      FROM lifted
+    RETURNING count
 )
-SELECT count(*) > 0 FROM lifted
+SELECT count > 0 FROM audited
+$$;
+ALTER FUNCTION owed_tenant_resume(text, text, text, timestamptz) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_tenant_resume(text, text, text, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_tenant_resume(text, text, text, timestamptz) TO owed_operator;
+
+-- owed_tenant_resume(p_tenant) is the previous release's, kept while it
+-- runs on this schema (docs/upgrade.md): its console and owedctl name no
+-- operator, so the line names the database login.
+CREATE FUNCTION owed_tenant_resume(p_tenant text) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+SELECT owed_tenant_resume($1, session_user::text, '', NULL)
 $$;
 ALTER FUNCTION owed_tenant_resume(text) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_tenant_resume(text) FROM PUBLIC;

@@ -24,12 +24,12 @@ const (
 	// ledger decides dead letters: the policy is a safety net that pace
 	// waits and 429s must never reach.
 	MinMaxReceiveCount = 100
-	// DefaultMaxReceiveCount is the redrive policy CreateQueues sets.
+	// DefaultMaxReceiveCount is the redrive policy Provision sets.
 	DefaultMaxReceiveCount = 1000
-	// DefaultVisibility is the queue's visibility timeout CreateQueues sets:
+	// DefaultVisibility is the queue's visibility timeout Provision sets:
 	// the visibility of a receive that names none.
 	DefaultVisibility = 30 * time.Second
-	// RetentionPeriod is how long CreateQueues keeps messages: SQS's
+	// RetentionPeriod is how long Provision keeps messages: SQS's
 	// maximum, 14 days, on both queues.
 	RetentionPeriod = 14 * 24 * time.Hour
 	// PeekVisibility hides the dead letters a listing, a redrive or a

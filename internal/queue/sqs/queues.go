@@ -3,8 +3,10 @@ package sqs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -95,49 +97,93 @@ func trimQuotes(b []byte) []byte {
 	return b
 }
 
-// CreateQueues creates (or finds) the standard queues name and
-// name-dead-letters with the settings docs/queues.md documents, and returns
-// cfg with their URLs: for local SQS servers and development stacks.
-// Production queues belong to the team's infrastructure code.
+// CreateQueues creates the standard queues name and name-dead-letters, or
+// updates them, with the settings docs/queues.md documents (Provision),
+// and returns cfg with their URLs: for local SQS servers and development
+// stacks.
 func CreateQueues(ctx context.Context, cfg Config, name string) (Config, error) {
+	return provision(ctx, cfg, name, name+"-dead-letters")
+}
+
+// Provision creates the queues cfg's URLs name (their last path segment),
+// or updates their settings to docs/queues.md's: what `owedctl queue
+// provision` runs. It is idempotent: run at every install and upgrade,
+// it changes only a setting that differs.
+func Provision(ctx context.Context, cfg Config) (Config, error) {
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return provision(ctx, cfg, queueName(cfg.QueueURL), queueName(cfg.DeadLetterQueueURL))
+}
+
+// Settings are the queues' attributes Provision sets, the main queue's
+// redrive policy naming the dead-letter queue by deadLetterARN.
+func Settings(deadLetterARN string) (main, dead map[string]string) {
+	retention := strconv.Itoa(int(RetentionPeriod.Seconds()))
+	// The keys are written in full, json.Marshal cannot fail on strings.
+	policy, _ := json.Marshal(map[string]string{
+		"deadLetterTargetArn": deadLetterARN,
+		"maxReceiveCount":     strconv.Itoa(DefaultMaxReceiveCount),
+	})
+	main = map[string]string{
+		string(types.QueueAttributeNameVisibilityTimeout):             strconv.Itoa(int(DefaultVisibility.Seconds())),
+		string(types.QueueAttributeNameMessageRetentionPeriod):        retention,
+		string(types.QueueAttributeNameRedrivePolicy):                 string(policy),
+		string(types.QueueAttributeNameReceiveMessageWaitTimeSeconds): "0",
+	}
+	dead = map[string]string{string(types.QueueAttributeNameMessageRetentionPeriod): retention}
+	return main, dead
+}
+
+// queueName is a queue URL's last path segment, the queue's name.
+func queueName(queueURL string) string {
+	return queueURL[strings.LastIndex(queueURL, "/")+1:]
+}
+
+func provision(ctx context.Context, cfg Config, name, deadName string) (Config, error) {
 	api, err := newAPI(ctx, cfg)
 	if err != nil {
 		return cfg, err
 	}
-	retention := strconv.Itoa(int(RetentionPeriod.Seconds()))
-	dlq, err := api.CreateQueue(ctx, &awssqs.CreateQueueInput{
-		QueueName:  aws.String(name + "-dead-letters"),
-		Attributes: map[string]string{string(types.QueueAttributeNameMessageRetentionPeriod): retention},
-	})
+	_, deadAttrs := Settings("")
+	deadURL, err := ensureQueue(ctx, api, deadName, deadAttrs)
 	if err != nil {
-		return cfg, fmt.Errorf("sqs: create queue %s-dead-letters: %w", name, err)
+		return cfg, err
 	}
 	arn, err := api.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
-		QueueUrl:       dlq.QueueUrl,
+		QueueUrl:       aws.String(deadURL),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
 	})
 	if err != nil {
 		return cfg, fmt.Errorf("sqs: read the dead-letter queue's ARN: %w", err)
 	}
-	policy, err := json.Marshal(map[string]string{
-		"deadLetterTargetArn": arn.Attributes[string(types.QueueAttributeNameQueueArn)],
-		"maxReceiveCount":     strconv.Itoa(DefaultMaxReceiveCount),
-	})
+	mainAttrs, _ := Settings(arn.Attributes[string(types.QueueAttributeNameQueueArn)])
+	mainURL, err := ensureQueue(ctx, api, name, mainAttrs)
 	if err != nil {
 		return cfg, err
 	}
-	main, err := api.CreateQueue(ctx, &awssqs.CreateQueueInput{
-		QueueName: aws.String(name),
-		Attributes: map[string]string{
-			string(types.QueueAttributeNameVisibilityTimeout):             strconv.Itoa(int(DefaultVisibility.Seconds())),
-			string(types.QueueAttributeNameMessageRetentionPeriod):        retention,
-			string(types.QueueAttributeNameRedrivePolicy):                 string(policy),
-			string(types.QueueAttributeNameReceiveMessageWaitTimeSeconds): "0",
-		},
-	})
-	if err != nil {
-		return cfg, fmt.Errorf("sqs: create queue %s: %w", name, err)
-	}
-	cfg.QueueURL, cfg.DeadLetterQueueURL = aws.ToString(main.QueueUrl), aws.ToString(dlq.QueueUrl)
+	cfg.QueueURL, cfg.DeadLetterQueueURL = mainURL, deadURL
 	return cfg, nil
+}
+
+// ensureQueue creates the queue name with attrs or, when it exists, sets
+// attrs on it (CreateQueue refuses an existing name with other settings),
+// and returns its URL.
+func ensureQueue(ctx context.Context, api *awssqs.Client, name string, attrs map[string]string) (string, error) {
+	got, err := api.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(name)})
+	var missing *types.QueueDoesNotExist
+	switch {
+	case errors.As(err, &missing):
+		made, err := api.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
+		if err != nil {
+			return "", fmt.Errorf("sqs: create queue %s: %w", name, err)
+		}
+		return aws.ToString(made.QueueUrl), nil
+	case err != nil:
+		return "", fmt.Errorf("sqs: look up queue %s: %w", name, err)
+	}
+	if _, err := api.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: got.QueueUrl, Attributes: attrs}); err != nil {
+		return "", fmt.Errorf("sqs: update queue %s: %w", name, err)
+	}
+	return aws.ToString(got.QueueUrl), nil
 }

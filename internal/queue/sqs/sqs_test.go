@@ -211,3 +211,58 @@ func TestAFairQueueCarriesEachTenantAsItsGroup(t *testing.T) {
 		}
 	}
 }
+
+// Provision creates the queues the configured URLs name with
+// docs/queues.md's settings, and run again puts back a setting someone
+// changed, changing nothing else: what `owedctl queue provision` runs.
+func TestProvisionCreatesOrUpdatesTheQueues(t *testing.T) {
+	endpoint := startServer(t)
+	ctx := context.Background()
+	name := fmt.Sprintf("owed-p%d", queues.Add(1))
+	made, err := CreateQueues(ctx, localConfig(endpoint), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := newAPI(ctx, made)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(made.QueueURL),
+		Attributes: map[string]string{string(types.QueueAttributeNameVisibilityTimeout): "5"}}); err != nil {
+		t.Fatal(err)
+	}
+	for run := 1; run <= 2; run++ {
+		got, err := Provision(ctx, made)
+		if err != nil {
+			t.Fatalf("Provision, run %d: %v", run, err)
+		}
+		if got.QueueURL != made.QueueURL || got.DeadLetterQueueURL != made.DeadLetterQueueURL {
+			t.Errorf("Provision, run %d, answered %s and %s, want %s and %s", run, got.QueueURL, got.DeadLetterQueueURL,
+				made.QueueURL, made.DeadLetterQueueURL)
+		}
+		attrs, err := api.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(made.QueueURL),
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, want := range map[string]string{"VisibilityTimeout": "30", "MessageRetentionPeriod": "1209600",
+			"ReceiveMessageWaitTimeSeconds": "0"} {
+			if attrs.Attributes[k] != want {
+				t.Errorf("run %d: %s = %q, want %q", run, k, attrs.Attributes[k], want)
+			}
+		}
+		if !strings.Contains(attrs.Attributes["RedrivePolicy"], name+"-dead-letters") {
+			t.Errorf("run %d: redrive policy %q does not name the dead-letter queue", run, attrs.Attributes["RedrivePolicy"])
+		}
+	}
+	// A queue that does not exist yet is created under the URL's name.
+	fresh := made
+	fresh.QueueURL, fresh.DeadLetterQueueURL = made.QueueURL+"-new", made.QueueURL+"-new-dl"
+	got, err := Provision(ctx, fresh)
+	if err != nil || !strings.HasSuffix(got.QueueURL, name+"-new") || !strings.HasSuffix(got.DeadLetterQueueURL, name+"-new-dl") {
+		t.Fatalf("Provision of new queues: %+v, %v", got, err)
+	}
+	if _, err := New(ctx, got); err != nil {
+		t.Errorf("New on the provisioned queues: %v", err)
+	}
+}
