@@ -52,6 +52,19 @@ func TestEveryCall(t *testing.T) {
 		t.Fatalf("Get: %+v, %v", d, err)
 	}
 
+	// The same row in the recipient's local time: due 09:00 in Berlin the
+	// day after the clocks went forward.
+	local := sms("+15551001", calls+"-LOCAL", time.Time{})
+	local.DueLocal, local.TimeZone = "2027-03-29T09:00", "Europe/Berlin"
+	s, err = c.Schedule(ctx, local)
+	if err != nil || !s.Created {
+		t.Fatalf("Schedule in local time: %+v, %v", s, err)
+	}
+	if d, err = c.Get(ctx, s.ID); err != nil || d.DueAt.UTC().Format(time.RFC3339) != "2027-03-29T07:00:00Z" ||
+		d.TimeZone != "Europe/Berlin" || d.DueLocal != "2027-03-29T09:00:00" {
+		t.Fatalf("Get of a local-time row: %+v, %v", d, err)
+	}
+
 	var many []client.Notification
 	for i := range 7 {
 		many = append(many, sms(fmt.Sprintf("+1555110%d", i), pagesRef, at.Add(time.Duration(i%3)*time.Minute)))

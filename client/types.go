@@ -24,13 +24,27 @@ type Payload struct {
 type Notification struct {
 	Recipient string `json:"recipient"`
 	// Channel is email, sms, telegram, slack or webhook.
-	Channel string    `json:"channel"`
-	Kind    string    `json:"kind"`
-	RefID   string    `json:"ref_id"`
-	DueAt   time.Time `json:"-"`
+	Channel string `json:"channel"`
+	Kind    string `json:"kind"`
+	RefID   string `json:"ref_id"`
+	// DueAt is the instant the row is due; or leave it zero and give
+	// DueLocal.
+	DueAt time.Time `json:"-"`
 	// ExpiresAt, when set, is when the row stops being worth sending.
 	ExpiresAt *time.Time `json:"-"`
 	Payload   Payload    `json:"payload"`
+	// DueLocal and ExpiresLocal give the times as the recipient's wall
+	// clock shows them, without an offset ("2027-03-28T09:00"), in
+	// TimeZone, or in the recipient's contact's zone when TimeZone is
+	// empty (docs/api.md, "Local time").
+	DueLocal     string `json:"due_local,omitempty"`
+	ExpiresLocal string `json:"expires_local,omitempty"`
+	// TimeZone is the recipient's IANA time zone (Europe/Berlin).
+	TimeZone string `json:"time_zone,omitempty"`
+	// Disambiguation chooses the instant of a local time a daylight-saving
+	// change skips or repeats: compatible (the default), earlier, later or
+	// reject.
+	Disambiguation string `json:"disambiguation,omitempty"`
 }
 
 // MarshalJSON writes the times as RFC 3339 strings, as the API reads them.
@@ -38,9 +52,12 @@ func (n Notification) MarshalJSON() ([]byte, error) {
 	type plain Notification
 	out := struct {
 		plain
-		DueAt     string `json:"due_at"`
+		DueAt     string `json:"due_at,omitempty"`
 		ExpiresAt string `json:"expires_at,omitempty"`
-	}{plain: plain(n), DueAt: n.DueAt.UTC().Format(time.RFC3339Nano)}
+	}{plain: plain(n)}
+	if !n.DueAt.IsZero() {
+		out.DueAt = n.DueAt.UTC().Format(time.RFC3339Nano)
+	}
 	if n.ExpiresAt != nil {
 		out.ExpiresAt = n.ExpiresAt.UTC().Format(time.RFC3339Nano)
 	}
@@ -101,14 +118,18 @@ type ChangeResult struct {
 
 // Row is a scheduled notification as the API reports it.
 type Row struct {
-	ID                int64      `json:"id"`
-	TenantID          string     `json:"tenant_id"`
-	Recipient         string     `json:"recipient"`
-	Channel           string     `json:"channel"`
-	Kind              string     `json:"kind"`
-	RefID             string     `json:"ref_id"`
-	DueAt             time.Time  `json:"due_at"`
-	ExpiresAt         *time.Time `json:"expires_at,omitempty"`
+	ID        int64      `json:"id"`
+	TenantID  string     `json:"tenant_id"`
+	Recipient string     `json:"recipient"`
+	Channel   string     `json:"channel"`
+	Kind      string     `json:"kind"`
+	RefID     string     `json:"ref_id"`
+	DueAt     time.Time  `json:"due_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// TimeZone and DueLocal are the zone and the local time the row was
+	// scheduled in, when it was.
+	TimeZone          string     `json:"time_zone,omitempty"`
+	DueLocal          string     `json:"due_local,omitempty"`
 	Payload           Payload    `json:"payload"`
 	State             string     `json:"state"`
 	Attempts          int        `json:"attempts"`

@@ -86,6 +86,7 @@ import (
 	"time"
 
 	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/localtime"
 	"github.com/owedhq/owed/internal/tenant"
 )
 
@@ -306,6 +307,22 @@ func scanNotification(s scanner, extra ...any) (Notification, error) {
 	n.Provider, n.ProviderMessageID, n.LastError = provider.String, providerMsg.String, lastErr.String
 	n.DueAt = n.DueAt.UTC()
 	n.CreatedAt, n.UpdatedAt = n.CreatedAt.UTC(), n.UpdatedAt.UTC()
+	return n, nil
+}
+
+// scanRow reads the columns of notificationColumns and localColumns, as
+// the reads that answer callers select them, then extra.
+func scanRow(s scanner, extra ...any) (Notification, error) {
+	var zone sql.NullString
+	var local sql.NullTime
+	n, err := scanNotification(s, append([]any{&zone, &local}, extra...)...)
+	if err != nil {
+		return n, err
+	}
+	n.TimeZone = zone.String
+	if local.Valid {
+		n.DueLocal = localtime.FormatCivil(local.Time)
+	}
 	return n, nil
 }
 

@@ -20,6 +20,29 @@ type NewNotification struct {
 	DueAt     time.Time       `json:"due_at"`
 	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
 	Payload   json.RawMessage `json:"payload"`
+	// TimeZone is the recipient's IANA time zone, when the row was
+	// scheduled in one (given, or the recipient's contact's default).
+	TimeZone string `json:"time_zone,omitempty"`
+	// DueLocal is the wall-clock time in TimeZone the row was scheduled
+	// for, as asked (localtime.Layout); DueAt is the instant it resolved
+	// to. Empty when the due time was given as an instant.
+	DueLocal string `json:"due_local,omitempty"`
+	// Local, on input, gives the due time or the expiry as wall-clock
+	// times in TimeZone, or when TimeZone is empty in the zone of the
+	// recipient's contact (owed_contacts.time_zone). Schedule resolves it
+	// into DueAt, ExpiresAt and DueLocal; each time is given one way only.
+	Local *Local `json:"-"`
+}
+
+// Local is a row's times as the recipient's wall clock shows them
+// (internal/localtime).
+type Local struct {
+	// Due and Expires are local dates and times (localtime.ParseCivil);
+	// either may be empty, its instant then given as DueAt or ExpiresAt.
+	Due, Expires string
+	// Disambiguation chooses the instant of a local time the zone skips or
+	// repeats (localtime.ParseDisambiguation); empty is compatible.
+	Disambiguation string
 }
 
 // Scheduled reports what Schedule did with one input row, in input order.
@@ -111,6 +134,10 @@ func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotifica
 	out := make([]Scheduled, len(rows))
 	in := make([]scheduleInput, len(rows))
 	err = l.withTenant(ctx, tenant, func(tx *txn) error {
+		rows, err := resolveRows(tx, tenant, rows)
+		if err != nil {
+			return err
+		}
 		ids := make([]int64, len(shared))
 		for k, p := range shared {
 			if err := tx.QueryRow(qInsertSharedPayload, tenant, string(p), l.now()).Scan(&ids[k]); err != nil {
@@ -185,6 +212,63 @@ func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotifica
 	}
 	return out, nil
 }
+
+// resolveRows returns rows with every local time resolved to its instant
+// (resolveLocal), reading the zone of a row that names none from the
+// recipient's contacts, and checks the times resolved. Rows without a
+// local time are returned as given.
+func resolveRows(tx *txn, tenant string, rows []NewNotification) ([]NewNotification, error) {
+	if !anyLocal(rows) {
+		return rows, nil
+	}
+	var recipients, channels []string
+	var asked []int
+	for i, r := range rows {
+		if r.Local != nil && r.TimeZone == "" {
+			recipients, channels, asked = append(recipients, r.Recipient), append(channels, r.Channel), append(asked, i)
+		}
+	}
+	zones := make(map[int]string, len(asked))
+	if len(asked) > 0 {
+		res, err := tx.Query(qContactZones, tenant, pq.Array(recipients), pq.Array(channels))
+		if err != nil {
+			return nil, fmt.Errorf("read the contacts' time zones: %w", err)
+		}
+		defer res.Close()
+		for res.Next() {
+			var k int
+			var zone string
+			if err := res.Scan(&k, &zone); err != nil {
+				return nil, err
+			}
+			zones[asked[k-1]] = zone
+		}
+		if err := res.Err(); err != nil {
+			return nil, err
+		}
+	}
+	v := &ValidationError{}
+	out := resolveLocal(v, rows, func(i int) (string, bool) { return zones[i], true })
+	for i := range out {
+		checkRowTimes(v, i, out[i])
+	}
+	if len(v.Fields) > 0 {
+		return nil, v
+	}
+	return out, nil
+}
+
+func anyLocal(rows []NewNotification) bool {
+	for _, r := range rows {
+		if r.Local != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// The statement that reads the recipients' default zones, beside its caller.
+var qContactZones = queries.Get("ContactZones")
 
 // scheduleChunk encodes in[start:end] as qSchedule's JSON array, ending the
 // chunk at scheduleChunkRows rows or before scheduleChunkBytes (one row is

@@ -77,9 +77,9 @@ BEGIN
         -- send that ends with a reschedule waiting.
         BEGIN
             INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
-                                            payload, payload_id, created_at, updated_at)
+                                            payload, payload_id, created_at, updated_at, time_zone)
             VALUES (OLD.tenant_id, OLD.recipient, OLD.channel, OLD.kind, OLD.ref_id, OLD.intent_due_at,
-                    OLD.intent_expires_at, OLD.payload, OLD.payload_id, ended_at, ended_at)
+                    OLD.intent_expires_at, OLD.payload, OLD.payload_id, ended_at, ended_at, OLD.time_zone)
             ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING;
             NEW.intent_outcome := 'new_row';
         EXCEPTION WHEN data_exception OR integrity_constraint_violation OR plpgsql_error
@@ -108,6 +108,7 @@ BEGIN
         -- stays as the release left it, so a send that may have reached the
         -- provider still marks the next one a possible duplicate.
         NEW.due_at := OLD.intent_due_at;
+        NEW.due_local := NULL;
         NEW.expires_at := OLD.intent_expires_at;
         NEW.published_at := NULL;
         NEW.queue_generation := greatest(NEW.queue_generation, OLD.queue_generation + 1);

@@ -112,6 +112,18 @@ CREATE TABLE owed_notifications (
     -- change waits on the send as an intent (intents.sql). Meaningless in
     -- any other state: every claim sets it.
     claim_revocable     boolean     NOT NULL DEFAULT false,
+    -- The recipient's IANA time zone, when the row was scheduled in one
+    -- (internal/localtime): the zone due_local is read in. The bound is
+    -- localtime.MaxZoneLen; the name itself is checked in Go, against the
+    -- tz database the ledger resolves with, which the database's own may
+    -- not match.
+    time_zone           text        CHECK (time_zone <> '' AND octet_length(time_zone) <= 64),
+    -- The wall-clock time in time_zone the row was scheduled for, as the
+    -- caller asked it; due_at is the instant it resolved to (the two differ
+    -- from a naive reading only in a daylight-saving gap). A move by
+    -- instant (a reschedule, an intent applied) clears it, since the
+    -- local time asked no longer says when the row is due.
+    due_local           timestamp,
     -- Scheduling the same thing twice is one row.
     CONSTRAINT owed_notifications_schedule_key UNIQUE (tenant_id, recipient, kind, ref_id, due_at),
     -- settled_at is set exactly when the state is final, so the partial
@@ -153,7 +165,9 @@ CREATE TABLE owed_notifications (
     -- An intent still waiting sits on a row being sent: the trigger
     -- resolves it on every way out of sending.
     CONSTRAINT owed_notifications_intent_waits_on_send
-        CHECK (intent IS NULL OR intent_outcome IS NOT NULL OR state = 'sending')
+        CHECK (intent IS NULL OR intent_outcome IS NOT NULL OR state = 'sending'),
+    -- A local time is read in a zone.
+    CONSTRAINT owed_notifications_due_local_zone CHECK (due_local IS NULL OR time_zone IS NOT NULL)
 );
 
 -- What the sweep's lease reads: owed rows, oldest first. Settled rows leave
@@ -233,9 +247,9 @@ GRANT SELECT, INSERT, UPDATE ON owed_notifications TO owed_runtime, owed_definer
 -- touch a row the sweep or a worker holds: a change of those goes through
 -- the API, which records an intent on a row being sent.
 GRANT SELECT ON owed_notifications TO owed_apps;
-GRANT INSERT (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at, payload)
+GRANT INSERT (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at, payload, time_zone, due_local)
     ON owed_notifications TO owed_apps;
-GRANT UPDATE (due_at, expires_at, payload, state, settled_at, last_error, updated_at)
+GRANT UPDATE (due_at, expires_at, payload, state, settled_at, last_error, updated_at, time_zone, due_local)
     ON owed_notifications TO owed_apps;
 CREATE POLICY owed_notifications_apps_pending ON owed_notifications AS RESTRICTIVE FOR UPDATE TO owed_apps
     USING (state = 'pending')

@@ -24,9 +24,15 @@ id, tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
        state, attempts, lease_until, claimed_at, published_at, delivered_at, settled_at,
        provider, provider_message_id, last_error, created_at, updated_at, queue_generation, claim_seq
 
+-- fragment: localColumns
+-- localColumns are the row's local-time columns, which the reads that
+-- answer callers add after notificationColumns (ledger.scanRow); the
+-- worker's claim leaves them out.
+time_zone, due_local
+
 -- name: Get
 -- Get reads one row in the caller's tenant scope.
-SELECT {{notificationColumns}} FROM owed_notifications WHERE id = $1
+SELECT {{notificationColumns}}, {{localColumns}} FROM owed_notifications WHERE id = $1
 
 -- name: Attempts
 -- Attempts lists a row's sends, first first.
@@ -37,7 +43,7 @@ SELECT attempt, provider, started_at, finished_at, outcome, provider_message_id,
 -- name: RowsIn
 -- RowsIn reads the rows of one tenant among the ids $1, in that
 -- tenant's scope.
-SELECT {{notificationColumns}} FROM owed_notifications WHERE id = ANY($1)
+SELECT {{notificationColumns}}, {{localColumns}} FROM owed_notifications WHERE id = ANY($1)
 
 -- name: FindPage
 -- FindPage lists a tenant's rows for a recipient and/or subject (an empty
@@ -45,7 +51,7 @@ SELECT {{notificationColumns}} FROM owed_notifications WHERE id = ANY($1)
 -- ordered after $5/$6 in (due_at DESC, id DESC). The first page passes 'infinity', which every due
 -- time precedes. The index owed_notifications_tenant_due (tenant_id,
 -- due_at, id) serves it read backwards; the +1 in the limit tells whether another page follows.
-SELECT {{notificationColumns}} FROM owed_notifications
+SELECT {{notificationColumns}}, {{localColumns}} FROM owed_notifications
  WHERE tenant_id = $1
    AND ($2 = '' OR recipient = $2)
    AND ($3 = '' OR ref_id = $3)
@@ -74,12 +80,13 @@ SELECT n.id, n.state, n.expires_at, n.settled_at,
 WITH input AS (
     SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
         idx int, recipient text, channel text, kind text, ref_id text,
-        due_at timestamptz, expires_at timestamptz, payload jsonb, payload_id bigint)
+        due_at timestamptz, expires_at timestamptz, payload jsonb, payload_id bigint,
+        time_zone text, due_local timestamp)
 ), ins AS (
     INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
-                               payload, payload_id, created_at, updated_at)
+                               payload, payload_id, created_at, updated_at, time_zone, due_local)
     SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload, payload_id,
-           coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now())
+           coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now()), time_zone, due_local
       FROM input ORDER BY idx
     ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING
     RETURNING id, recipient, kind, ref_id, due_at, state
@@ -90,6 +97,18 @@ SELECT i.idx, coalesce(ins.id, n.id), ins.id IS NOT NULL, coalesce(ins.state, n.
   LEFT JOIN owed_notifications n ON n.tenant_id = $2
        AND (n.recipient, n.kind, n.ref_id, n.due_at) = (i.recipient, i.kind, i.ref_id, i.due_at)
  ORDER BY i.idx
+
+-- name: ContactZones
+-- ContactZones reads the default time zone of each (recipient $2[i],
+-- channel $3[i]) from the recipient's contacts (owed_contacts,
+-- internal/resolve/sql/contacts.sql): the contact on the row's channel
+-- first, else the recipient's contact on another channel that names one.
+-- A recipient without one is left out.
+SELECT w.i, c.time_zone
+  FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS w(recipient, channel, i)
+ CROSS JOIN LATERAL (SELECT time_zone FROM owed_contacts c
+                      WHERE c.tenant_id = $1 AND c.recipient = w.recipient AND c.time_zone IS NOT NULL
+                      ORDER BY c.channel <> w.channel, c.channel LIMIT 1) c
 
 -- name: FindScheduled
 -- FindScheduled looks up rows a concurrent scheduler inserted after
@@ -190,13 +209,15 @@ SELECT count(*) FILTER (WHERE {{movedExpiry}} > {{maxTime}}),
 -- snooze and un-snooze back to a due time already published must not
 -- reuse that message's queue key, or a queue that deduplicates would
 -- drop the new message as a copy of the old one, which the worker
--- acked as stale. claimed_at stays: on a row re-opened after a claim
+-- acked as stale. due_local is cleared: the row is now due at an instant,
+-- not at the local time it was scheduled for (sql/notifications.sql).
+-- claimed_at stays: on a row re-opened after a claim
 -- that lapsed mid-send (or released with an uncertain outcome) it marks
 -- that the provider may have the row already, so the send at the new
 -- time is recorded as a possible duplicate; a claim revoked before its
 -- send never stamped it.
 UPDATE owed_notifications n
-   SET due_at = $5, expires_at = {{shiftedExpiry}},
+   SET due_at = $5, expires_at = {{shiftedExpiry}}, due_local = NULL,
        state = 'pending', lease_until = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($4::timestamptz, now())
