@@ -65,6 +65,20 @@ func TestEveryCall(t *testing.T) {
 		t.Fatalf("Get of a local-time row: %+v, %v", d, err)
 	}
 
+	// Update: by id, then by key, to a new text and a new time.
+	u, err := c.Update(ctx, s.ID, client.Update{Payload: &client.Payload{Text: "updated"}})
+	if err != nil || !u.Certain || u.ID != s.ID {
+		t.Fatalf("Update: %+v, %v", u, err)
+	}
+	moved := at.Add(2 * time.Hour)
+	if u, err = c.UpdateByKey(ctx, "+15551001", "follow_up", calls+"-LOCAL", d.DueAt, client.Update{DueAt: moved}); err != nil ||
+		!u.Certain {
+		t.Fatalf("UpdateByKey: %+v, %v", u, err)
+	}
+	if d, err = c.Get(ctx, s.ID); err != nil || d.Payload.Text != "updated" || !d.DueAt.Equal(moved) {
+		t.Fatalf("Get after the updates: %+v, %v", d, err)
+	}
+
 	var many []client.Notification
 	for i := range 7 {
 		many = append(many, sms(fmt.Sprintf("+1555110%d", i), pagesRef, at.Add(time.Duration(i%3)*time.Minute)))

@@ -116,6 +116,49 @@ type ChangeResult struct {
 	Intents  int64 `json:"intents"`
 }
 
+// Update is what Client.Update replaces; a zero field keeps the row's.
+type Update struct {
+	Payload   *Payload
+	DueAt     time.Time
+	ExpiresAt *time.Time
+	// DueLocal and ExpiresLocal are local times in TimeZone, else in the
+	// row's own zone; Disambiguation as for Notification.
+	DueLocal, ExpiresLocal, TimeZone, Disambiguation string
+}
+
+func (u Update) body() map[string]any {
+	b := map[string]any{}
+	if u.Payload != nil {
+		b["payload"] = u.Payload
+	}
+	if !u.DueAt.IsZero() {
+		b["due_at"] = u.DueAt.UTC().Format(time.RFC3339Nano)
+	}
+	if u.ExpiresAt != nil {
+		b["expires_at"] = u.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	for k, v := range map[string]string{"due_local": u.DueLocal, "expires_local": u.ExpiresLocal,
+		"time_zone": u.TimeZone, "disambiguation": u.Disambiguation} {
+		if v != "" {
+			b[k] = v
+		}
+	}
+	return b
+}
+
+// UpdateResult is what an update did.
+type UpdateResult struct {
+	ID    int64  `json:"id"`
+	State string `json:"state"`
+	// Changed: the row took the change now. InFlight: a worker is sending
+	// it; Intent: the change waits on that send, applied if it is handed
+	// back, too late if it delivers. Certain is Changed.
+	Changed  bool `json:"changed"`
+	InFlight bool `json:"in_flight"`
+	Intent   bool `json:"intent"`
+	Certain  bool `json:"certain"`
+}
+
 // Row is a scheduled notification as the API reports it.
 type Row struct {
 	ID        int64      `json:"id"`

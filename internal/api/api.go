@@ -83,6 +83,8 @@ func New(o Options) http.Handler {
 	s.mux.HandleFunc("GET /v1/notifications/{id}", s.authed(s.get))
 	s.mux.HandleFunc("POST /v1/notifications/cancel", s.authed(s.cancel))
 	s.mux.HandleFunc("POST /v1/notifications/reschedule", s.authed(s.reschedule))
+	s.mux.HandleFunc("PATCH /v1/notifications", s.authed(s.update))
+	s.mux.HandleFunc("PATCH /v1/notifications/{id}", s.authed(s.update))
 	s.mux.HandleFunc("POST /v1/events", s.authed(s.event))
 	s.mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	return s

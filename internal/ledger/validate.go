@@ -185,21 +185,26 @@ func validate(tenant string, rows []NewNotification) ([][]byte, error) {
 		}
 		canon[i] = p.canon
 		if p.err != nil {
-			// payload.Parse names the field (channel, payload, subject, text…).
-			field, msg, ok := strings.Cut(p.err.Error(), ": ")
-			if !ok {
-				field, msg = "payload", p.err.Error()
-			}
-			if field != "channel" {
-				field = "payload." + field
-				if strings.HasPrefix(field, "payload.payload") {
-					field = "payload"
-				}
-			}
-			v.add(i, field, "%s", msg)
+			addPayloadError(v, i, p.err)
 		}
 	}
 	return canon, v.orNil()
+}
+
+// addPayloadError adds payload.ParseCanonical's err to v under the field
+// it names (channel, payload, subject, text…), as the row's JSON spells it.
+func addPayloadError(v *ValidationError, i int, err error) {
+	field, msg, ok := strings.Cut(err.Error(), ": ")
+	if !ok {
+		field, msg = "payload", err.Error()
+	}
+	if field != "channel" {
+		field = "payload." + field
+		if strings.HasPrefix(field, "payload.payload") {
+			field = "payload"
+		}
+	}
+	v.add(i, field, "%s", msg)
 }
 
 // checkRowTimes checks a row's due time and expiry, once resolved.

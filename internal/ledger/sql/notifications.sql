@@ -124,6 +124,12 @@ CREATE TABLE owed_notifications (
     -- instant (a reschedule, an intent applied) clears it, since the
     -- local time asked no longer says when the row is due.
     due_local           timestamp,
+    -- An update waiting on a send (intent 'update', intents.sql): the new
+    -- payload, in the stored form, or NULL when the update keeps the
+    -- payload; and the local time of its due time, when it was given as
+    -- one.
+    intent_payload      jsonb       CHECK (octet_length(intent_payload::text) <= 65536),
+    intent_due_local    timestamp,
     -- Scheduling the same thing twice is one row.
     CONSTRAINT owed_notifications_schedule_key UNIQUE (tenant_id, recipient, kind, ref_id, due_at),
     -- settled_at is set exactly when the state is final, so the partial
@@ -133,7 +139,7 @@ CREATE TABLE owed_notifications (
     -- A delivered row always says when.
     CONSTRAINT owed_notifications_delivered_at CHECK (state <> 'delivered' OR delivered_at IS NOT NULL),
     CONSTRAINT owed_notifications_payload_present CHECK (payload IS NOT NULL OR payload_id IS NOT NULL),
-    CONSTRAINT owed_notifications_intent_kind CHECK (intent IN ('cancel', 'reschedule')),
+    CONSTRAINT owed_notifications_intent_kind CHECK (intent IN ('cancel', 'reschedule', 'update')),
     -- refused: an intent the ledger could not apply (it named a time the
     -- ledger cannot hold, written before these bounds existed, or applying
     -- it failed); the send's own outcome stands and last_error says why.

@@ -236,11 +236,12 @@ SELECT n.id, n.recipient FROM owed_notifications n
 
 -- name: RecordCancel
 -- RecordCancel records a cancel on the subject's rows in flight,
--- replacing a reschedule still waiting there: the cancel is the later
--- word.
+-- replacing a reschedule or an update still waiting there: the cancel is
+-- the later word.
 WITH recorded AS (
     UPDATE owed_notifications n
-       SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL,
+       SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL, intent_payload = NULL,
+           intent_due_local = NULL,
            intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
            updated_at = coalesce($4::timestamptz, now())
       FROM ({{subjectInFlight}}) t
@@ -259,7 +260,8 @@ SELECT count(*), false FROM recorded
 -- Reschedule a moment ago included), or two rows in flight of one
 -- recipient on one key: the clash Reschedule meets as a unique
 -- violation, met here before the intent is applied, so a release never
--- fails on it.
+-- fails on it. An update still waiting keeps its payload and stays an
+-- update, now to the new due time.
 WITH target AS (
     SELECT t.id, t.recipient FROM ({{subjectInFlight}}) t
       JOIN owed_notifications n ON n.id = t.id
@@ -272,7 +274,9 @@ WITH target AS (
         OR (SELECT count(*) FROM target u WHERE u.recipient = t.recipient) > 1
 ), recorded AS (
     UPDATE owed_notifications n
-       SET intent = 'reschedule', intent_due_at = $5, intent_expires_at = {{shiftedExpiry}},
+       SET intent = CASE WHEN n.intent = 'update' AND n.intent_outcome IS NULL THEN 'update' ELSE 'reschedule' END,
+           intent_payload = CASE WHEN n.intent = 'update' AND n.intent_outcome IS NULL THEN n.intent_payload END,
+           intent_due_local = NULL, intent_due_at = $5, intent_expires_at = {{shiftedExpiry}},
            intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
            updated_at = coalesce($4::timestamptz, now())
       FROM target t
@@ -280,6 +284,95 @@ WITH target AS (
     RETURNING n.id
 )
 SELECT count(*), EXISTS (SELECT 1 FROM clash) FROM recorded
+
+-- Updating one row (update.go): ledger.Update locks the row, decides, and
+-- changes it in place or records the change as an intent.
+
+-- fragment: updateColumns
+-- updateColumns are what ledger.Update reads of the row it changes.
+-- in_flight is the rows a live worker is sending, whose send has started
+-- (subjectInFlight's rule); $2 is now.
+id, recipient, kind, ref_id, channel, state, due_at, expires_at, due_local, time_zone,
+       intent IS NOT NULL AND intent_outcome IS NULL AND intent = 'cancel',
+       CASE WHEN intent IN ('reschedule', 'update') AND intent_outcome IS NULL THEN intent_due_at END,
+       CASE WHEN intent IN ('reschedule', 'update') AND intent_outcome IS NULL THEN intent_expires_at END,
+       CASE WHEN intent = 'update' AND intent_outcome IS NULL THEN intent_payload END,
+       state = 'sending' AND lease_until > coalesce($2::timestamptz, now()) AND NOT claim_revocable
+
+-- name: LockRowByID
+-- LockRowByID locks one unsettled row ($1 id) for ledger.Update, in the
+-- caller's tenant scope; $2 is now.
+SELECT {{updateColumns}} FROM owed_notifications WHERE id = $1 AND settled_at IS NULL FOR UPDATE
+
+-- name: LockRowByKey
+-- LockRowByKey locks the unsettled row of one schedule key ($3
+-- recipient, $4 kind, $5 ref_id, $6 due_at) in tenant $1 for
+-- ledger.Update; $2 is now.
+SELECT {{updateColumns}} FROM owed_notifications
+ WHERE tenant_id = $1 AND recipient = $3 AND kind = $4 AND ref_id = $5 AND due_at = $6 AND settled_at IS NULL
+ FOR UPDATE
+
+-- name: RowState
+-- RowState reads a row's state ($1 id), to say why Update found no
+-- unsettled row.
+SELECT state FROM owed_notifications WHERE id = $1
+
+-- name: RowStateByKey
+-- RowStateByKey is RowState by schedule key ($1 tenant, $2 recipient, $3
+-- kind, $4 ref_id, $5 due_at).
+SELECT id, state FROM owed_notifications
+ WHERE tenant_id = $1 AND recipient = $2 AND kind = $3 AND ref_id = $4 AND due_at = $5
+
+-- name: HandBackLapsed
+-- HandBackLapsed hands back a row ($1) whose claim ran out with an intent
+-- waiting, as owed_claim does (claim.sql), so owed_apply_intent applies
+-- the earlier word before an update is decided; $2 is now.
+UPDATE owed_notifications n
+   SET state = 'queued', lease_until = coalesce($2::timestamptz, now()), updated_at = coalesce($2::timestamptz, now())
+ WHERE n.id = $1 AND n.state = 'sending' AND n.lease_until <= coalesce($2::timestamptz, now())
+   AND n.intent IS NOT NULL AND n.intent_outcome IS NULL
+
+-- name: UpdateOpen
+-- UpdateOpen applies an update to an open row ($1 id; $2 now; $3 the new
+-- payload or NULL to keep it; $4 due_at, $5 expires_at, $6 due_local, $7
+-- time_zone, the row's new values). A new due time moves the row as
+-- Reschedule moves it (pending, unpublished, a new queue generation); a
+-- row whose worker holds a revocable claim, or one that ran out, is taken
+-- back from it (queued, its lease ended, as owed_claim hands back a lapsed
+-- claim), so the worker's check before the send finds the claim gone and
+-- never sends the old content, and the sweep republishes the row.
+UPDATE owed_notifications n
+   SET payload = coalesce($3::jsonb, n.payload),
+       payload_id = CASE WHEN $3::jsonb IS NULL THEN n.payload_id END,
+       due_at = $4, expires_at = $5, due_local = $6, time_zone = $7,
+       state = CASE WHEN n.due_at <> $4 THEN 'pending'
+                    WHEN n.state = 'sending' THEN 'queued' ELSE n.state END,
+       lease_until = CASE WHEN n.due_at <> $4 THEN NULL
+                          WHEN n.state = 'sending' THEN least(n.lease_until, coalesce($2::timestamptz, now()))
+                          ELSE n.lease_until END,
+       published_at = CASE WHEN n.due_at <> $4 THEN NULL ELSE n.published_at END,
+       queue_generation = n.queue_generation + CASE WHEN n.due_at <> $4 THEN 1 ELSE 0 END,
+       updated_at = coalesce($2::timestamptz, now())
+ WHERE n.id = $1 AND n.settled_at IS NULL
+
+-- name: RecordUpdate
+-- RecordUpdate records an update on a row a live worker is sending ($1
+-- id; $2 now; $3 the new payload or NULL to keep it; $4 due_at, $5
+-- expires_at, $6 due_local: the row's values once the update applies),
+-- replacing a reschedule or update waiting there (ledger.Update folded it
+-- into these values). owed_apply_intent applies it when the send ends.
+UPDATE owed_notifications n
+   SET intent = 'update', intent_payload = $3::jsonb, intent_due_at = $4, intent_expires_at = $5,
+       intent_due_local = $6, intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
+       updated_at = coalesce($2::timestamptz, now())
+ WHERE n.id = $1 AND n.state = 'sending'
+
+-- name: KeyTaken
+-- KeyTaken says whether another row ($2 is the row's id) holds the
+-- schedule key a move would give it ($1 tenant, $3 recipient, $4 kind, $5
+-- ref_id, $6 due_at).
+SELECT EXISTS (SELECT 1 FROM owed_notifications
+                WHERE tenant_id = $1 AND recipient = $3 AND kind = $4 AND ref_id = $5 AND due_at = $6 AND id <> $2)
 
 -- The sweeper's statements here cross tenants, so each is a SECURITY
 -- DEFINER function owned by owed_definer (sql/sweep.sql), the only
