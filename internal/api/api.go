@@ -86,6 +86,7 @@ func New(o Options) http.Handler {
 	s.mux.HandleFunc("PATCH /v1/notifications", s.authed(s.update))
 	s.mux.HandleFunc("PATCH /v1/notifications/{id}", s.authed(s.update))
 	s.mux.HandleFunc("POST /v1/events", s.authed(s.event))
+	s.mux.HandleFunc("PUT /v1/quiet-hours", s.authed(s.quietHours))
 	s.mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	return s
 }

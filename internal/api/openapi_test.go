@@ -176,6 +176,8 @@ func TestEveryRouteAnswers500WhenTheDatabaseIsGone(t *testing.T) {
 		{"POST", "/v1/notifications/reschedule", serviceToken, map[string]any{"tenant_id": "acme", "kind": "follow_up",
 			"ref_id": "T-1", "delay_seconds": 60}},
 		{"PATCH", "/v1/notifications/1", serviceToken, map[string]any{"tenant_id": "acme", "payload": map[string]any{"text": "hi"}}},
+		{"PUT", "/v1/quiet-hours", serviceToken, map[string]any{"tenant_id": "acme", "scope": "tenant",
+			"windows": []string{"mon-fri 08:00-20:00"}}},
 		{"PATCH", "/v1/notifications", serviceToken, map[string]any{"tenant_id": "acme", "key": map[string]any{
 			"recipient": "+15550001", "kind": "follow_up", "ref_id": "T-1", "due_at": due.Format(time.RFC3339)},
 			"payload": map[string]any{"text": "hi"}}},
@@ -198,7 +200,7 @@ func TestWriteRoutesRefuseAlike(t *testing.T) {
 	big := `{"pad": "` + strings.Repeat("x", MaxBodyBytes) + `"}`
 	for _, route := range []struct{ method, path string }{{"POST", "/v1/notifications"},
 		{"POST", "/v1/notifications/cancel"}, {"POST", "/v1/notifications/reschedule"}, {"POST", "/v1/events"},
-		{"PATCH", "/v1/notifications/1"}, {"PATCH", "/v1/notifications"}} {
+		{"PATCH", "/v1/notifications/1"}, {"PATCH", "/v1/notifications"}, {"PUT", "/v1/quiet-hours"}} {
 		method, path := route.method, route.path
 		if r := b.do(t, method, path, "", map[string]any{}); r.status != http.StatusUnauthorized || r.apiErr(t).Code != codeUnauthorized {
 			t.Errorf("%s without a token: %d %s", path, r.status, r.body)

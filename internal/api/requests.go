@@ -55,6 +55,8 @@ type notificationInput struct {
 	ExpiresLocal   string `json:"expires_local"`
 	TimeZone       string `json:"time_zone"`
 	Disambiguation string `json:"disambiguation"`
+	// Urgent rows are never held for quiet hours.
+	Urgent bool `json:"urgent"`
 }
 
 type subjectRequest struct {
@@ -238,7 +240,7 @@ func decodeSchedule(body []byte, p principal, maxExpanded int64) (string, []ledg
 			bad = append(bad, *fe)
 		}
 		rows[i] = ledger.NewNotification{Recipient: n.Recipient, Channel: n.Channel, Kind: n.Kind,
-			RefID: n.RefID, DueAt: due, Payload: n.Payload, TimeZone: n.TimeZone}
+			RefID: n.RefID, DueAt: due, Payload: n.Payload, TimeZone: n.TimeZone, Urgent: n.Urgent}
 		if n.DueLocal != "" || n.ExpiresLocal != "" || n.Disambiguation != "" {
 			rows[i].Local = &ledger.Local{Due: n.DueLocal, Expires: n.ExpiresLocal, Disambiguation: n.Disambiguation}
 		}

@@ -233,6 +233,12 @@ func (l *Ledger) update(ctx context.Context, tenant string, c Change, lock func(
 			return err
 		}
 		res.Changed, res.Certain = true, true
+		if !next.due.Equal(r.due) {
+			// The row takes the quiet hours in force at its new time.
+			if _, err := l.rehold(tx, tenant, r.id, "", ""); err != nil {
+				return err
+			}
+		}
 		return tx.QueryRow(qRowState, r.id).Scan(&res.State)
 	})
 	var pqErr *pq.Error

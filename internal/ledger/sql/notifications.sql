@@ -130,6 +130,12 @@ CREATE TABLE owed_notifications (
     -- one.
     intent_payload      jsonb       CHECK (octet_length(intent_payload::text) <= 65536),
     intent_due_local    timestamp,
+    -- A row held for quiet hours (quiet_hours.sql): the due time it was
+    -- asked for, due_at being the window's opening it waits for. NULL for
+    -- a row not held.
+    held_from           timestamptz CHECK (owed_time_in_range(held_from)),
+    -- An urgent row is never held.
+    urgent              boolean     NOT NULL DEFAULT false,
     -- Scheduling the same thing twice is one row.
     CONSTRAINT owed_notifications_schedule_key UNIQUE (tenant_id, recipient, kind, ref_id, due_at),
     -- settled_at is set exactly when the state is final, so the partial

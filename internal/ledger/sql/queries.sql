@@ -25,10 +25,10 @@ id, tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
        provider, provider_message_id, last_error, created_at, updated_at, queue_generation, claim_seq
 
 -- fragment: localColumns
--- localColumns are the row's local-time columns, which the reads that
--- answer callers add after notificationColumns (ledger.scanRow); the
--- worker's claim leaves them out.
-time_zone, due_local
+-- localColumns are the row's local-time and quiet-hours columns, which
+-- the reads that answer callers add after notificationColumns
+-- (ledger.scanRow); the worker's claim leaves them out.
+time_zone, due_local, held_from, urgent
 
 -- name: Get
 -- Get reads one row in the caller's tenant scope.
@@ -81,12 +81,14 @@ WITH input AS (
     SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
         idx int, recipient text, channel text, kind text, ref_id text,
         due_at timestamptz, expires_at timestamptz, payload jsonb, payload_id bigint,
-        time_zone text, due_local timestamp)
+        time_zone text, due_local timestamp, held_from timestamptz, urgent boolean)
 ), ins AS (
     INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
-                               payload, payload_id, created_at, updated_at, time_zone, due_local)
+                               payload, payload_id, created_at, updated_at, time_zone, due_local, held_from,
+                               urgent)
     SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload, payload_id,
-           coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now()), time_zone, due_local
+           coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now()), time_zone, due_local, held_from,
+           coalesce(urgent, false)
       FROM input ORDER BY idx
     ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING
     RETURNING id, recipient, kind, ref_id, due_at, state
@@ -217,7 +219,7 @@ SELECT count(*) FILTER (WHERE {{movedExpiry}} > {{maxTime}}),
 -- time is recorded as a possible duplicate; a claim revoked before its
 -- send never stamped it.
 UPDATE owed_notifications n
-   SET due_at = $5, expires_at = {{shiftedExpiry}}, due_local = NULL,
+   SET due_at = $5, expires_at = {{shiftedExpiry}}, due_local = NULL, held_from = NULL,
        state = 'pending', lease_until = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($4::timestamptz, now())
@@ -345,6 +347,7 @@ UPDATE owed_notifications n
    SET payload = coalesce($3::jsonb, n.payload),
        payload_id = CASE WHEN $3::jsonb IS NULL THEN n.payload_id END,
        due_at = $4, expires_at = $5, due_local = $6, time_zone = $7,
+       held_from = CASE WHEN n.due_at <> $4 THEN NULL ELSE n.held_from END,
        state = CASE WHEN n.due_at <> $4 THEN 'pending'
                     WHEN n.state = 'sending' THEN 'queued' ELSE n.state END,
        lease_until = CASE WHEN n.due_at <> $4 THEN NULL
@@ -855,3 +858,55 @@ SELECT id, at, operator, action, target, count, reason FROM owed_operator_audit
 -- graces $2 (NULL: none) and nothing else (owed_default_grace_set,
 -- sql/grace.sql).
 SELECT owed_default_grace_set($1::text[], $2::interval[])
+
+-- Quiet hours (quiet.go): the tenant's send windows, and the holds they
+-- put on its pending rows (sql/quiet_hours.sql).
+
+-- name: QuietHours
+-- QuietHours reads every scope of one tenant's send windows ($1).
+SELECT scope, windows, coalesce(time_zone, '') FROM owed_quiet_hours WHERE tenant_id = $1
+
+-- name: UpsertQuietHours
+-- UpsertQuietHours writes one scope's windows ($1 tenant, $2 scope, $3
+-- windows, $4 zone or NULL, $5 now).
+INSERT INTO owed_quiet_hours (tenant_id, scope, windows, time_zone, updated_at)
+VALUES ($1, $2, $3, $4, coalesce($5::timestamptz, now()))
+ON CONFLICT (tenant_id, scope) DO UPDATE
+   SET windows = EXCLUDED.windows, time_zone = EXCLUDED.time_zone, updated_at = EXCLUDED.updated_at
+
+-- name: DeleteQuietHours
+-- DeleteQuietHours removes one scope's windows ($1 tenant, $2 scope).
+DELETE FROM owed_quiet_hours WHERE tenant_id = $1 AND scope = $2
+
+-- name: PendingToHold
+-- PendingToHold reads the tenant's ($1) pending rows a hold applies to
+-- (not urgent), with the due time each was asked for: every one for
+-- SetQuietHours, or those of one row ($2) or one subject ($3 kind, $4
+-- ref_id) for a move.
+SELECT id, recipient, channel, kind, ref_id, coalesce(held_from, due_at), held_from IS NOT NULL, due_at,
+       expires_at, coalesce(time_zone, '')
+  FROM owed_notifications
+ WHERE tenant_id = $1 AND state = 'pending' AND NOT urgent
+   AND ($2::bigint = 0 OR id = $2) AND ($3 = '' OR (kind = $3 AND ref_id = $4))
+
+-- name: MoveHolds
+-- MoveHolds moves pending rows ($2 ids) to their effective due times ($3)
+-- with the due time asked for ($4, NULL when the row is no longer held).
+-- A row whose new schedule key another row holds is left alone and not
+-- returned: SetQuietHours settles it, that row being the send.
+UPDATE owed_notifications n
+   SET due_at = x.due, held_from = x.held, updated_at = coalesce($5::timestamptz, now())
+  FROM unnest($2::bigint[], $3::timestamptz[], $4::timestamptz[]) AS x(id, due, held)
+ WHERE n.id = x.id AND n.tenant_id = $1 AND n.state = 'pending'
+   AND NOT EXISTS (SELECT 1 FROM owed_notifications o
+                    WHERE o.tenant_id = $1 AND o.recipient = n.recipient AND o.kind = n.kind
+                      AND o.ref_id = n.ref_id AND o.due_at = x.due AND o.id <> n.id)
+RETURNING n.id
+
+-- name: SettleHeld
+-- SettleHeld settles pending rows ($2 ids) a hold ends ($3 state, expired
+-- or cancelled, $4 the reason, $5 now).
+UPDATE owed_notifications n
+   SET state = $3, settled_at = coalesce($5::timestamptz, now()), lease_until = NULL, last_error = $4,
+       updated_at = coalesce($5::timestamptz, now())
+ WHERE n.tenant_id = $1 AND n.id = ANY($2) AND n.state = 'pending'
