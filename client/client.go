@@ -186,6 +186,25 @@ func (c *Client) UpdateByKey(ctx context.Context, recipient, kind, refID string,
 	return out, err
 }
 
+// SetQuietHours sets one scope of the tenant's send windows (PUT
+// /v1/quiet-hours) and moves the pending rows to the new rule.
+func (c *Client) SetQuietHours(ctx context.Context, q QuietHours) (HoldResult, error) {
+	body := map[string]any{"scope": q.Scope, "windows": q.Windows}
+	if q.TimeZone != "" {
+		body["time_zone"] = q.TimeZone
+	}
+	if c.tenant != "" {
+		body["tenant_id"] = c.tenant
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return HoldResult{}, err
+	}
+	var out HoldResult
+	err = c.do(ctx, http.MethodPut, "/v1/quiet-hours", b, true, &out)
+	return out, err
+}
+
 // patch sends a PATCH. An update is retried like the other writes: applied
 // twice it leaves the row as applied once.
 func (c *Client) patch(ctx context.Context, path string, body map[string]any, out any) error {

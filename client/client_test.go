@@ -79,6 +79,22 @@ func TestEveryCall(t *testing.T) {
 		t.Fatalf("Get after the updates: %+v, %v", d, err)
 	}
 
+	// Quiet hours for one recipient only (the tests share the tenant): a
+	// row due outside 03:00-03:01 UTC waits for 03:00.
+	quiet := "+1555199" + at.Format("20060102")
+	if hr, err := c.SetQuietHours(ctx, client.QuietHours{Scope: "recipient:" + quiet,
+		Windows: []string{"daily 03:00-03:01"}}); err != nil || hr != (client.HoldResult{}) {
+		t.Fatalf("SetQuietHours: %+v, %v", hr, err)
+	}
+	s, err = c.Schedule(ctx, sms(quiet, calls+"-QUIET", at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err = c.Get(ctx, s.ID); err != nil || d.DueAt.UTC().Hour() != 3 || d.DueAt.UTC().Minute() != 0 ||
+		d.DueAt.Before(at) {
+		t.Fatalf("Get of a row in quiet hours: %+v, %v; want it due at the next 03:00 UTC", d, err)
+	}
+
 	var many []client.Notification
 	for i := range 7 {
 		many = append(many, sms(fmt.Sprintf("+1555110%d", i), pagesRef, at.Add(time.Duration(i%3)*time.Minute)))

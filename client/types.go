@@ -45,6 +45,26 @@ type Notification struct {
 	// change skips or repeats: compatible (the default), earlier, later or
 	// reject.
 	Disambiguation string `json:"disambiguation,omitempty"`
+	// Urgent rows are never held for quiet hours.
+	Urgent bool `json:"urgent,omitempty"`
+}
+
+// QuietHours is one scope of the tenant's send windows: "tenant",
+// "kind:<kind>" or "recipient:<recipient>", windows like "mon-fri
+// 08:00-20:00" on the recipient's clock (none removes the scope), and the
+// zone of a recipient whose row and contact name none.
+type QuietHours struct {
+	Scope    string   `json:"scope"`
+	Windows  []string `json:"windows"`
+	TimeZone string   `json:"time_zone,omitempty"`
+}
+
+// HoldResult counts what a change of quiet hours did to pending rows.
+type HoldResult struct {
+	Held     int `json:"held"`
+	Released int `json:"released"`
+	Expired  int `json:"expired"`
+	Merged   int `json:"merged"`
 }
 
 // MarshalJSON writes the times as RFC 3339 strings, as the API reads them.
@@ -171,8 +191,13 @@ type Row struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// TimeZone and DueLocal are the zone and the local time the row was
 	// scheduled in, when it was.
-	TimeZone          string     `json:"time_zone,omitempty"`
-	DueLocal          string     `json:"due_local,omitempty"`
+	TimeZone string `json:"time_zone,omitempty"`
+	DueLocal string `json:"due_local,omitempty"`
+	// HeldFrom and Hold say, while quiet hours hold the row, the time it
+	// was asked for and until when it is held (DueAt).
+	HeldFrom          *time.Time `json:"held_from,omitempty"`
+	Hold              string     `json:"hold,omitempty"`
+	Urgent            bool       `json:"urgent,omitempty"`
 	Payload           Payload    `json:"payload"`
 	State             string     `json:"state"`
 	Attempts          int        `json:"attempts"`
