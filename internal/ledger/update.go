@@ -137,8 +137,8 @@ func ValidateKey(tenant string, k Key) error {
 	return v.orNil()
 }
 
-// lockedRow is what update reads of the row it changes (updateColumns).
-type lockedRow struct {
+// updateRow is what update reads of the row it changes (updateColumns).
+type updateRow struct {
 	id                            int64
 	recipient, kind, ref, channel string
 	state                         State
@@ -180,8 +180,8 @@ func (l *Ledger) update(ctx context.Context, tenant string, c Change, lock func(
 	var res UpdateResult
 	now := l.now()
 	err := l.withTenant(ctx, tenant, func(tx *txn) error {
-		read := func() (lockedRow, error) {
-			var r lockedRow
+		read := func() (updateRow, error) {
+			var r updateRow
 			err := lock(tx, now).Scan(&r.id, &r.recipient, &r.kind, &r.ref, &r.channel, &r.state, &r.due, &r.expires,
 				&r.dueLocal, &r.zone, &r.cancelWaiting, &r.waitingDue, &r.waitingExpires, &r.waitingPayload, &r.inFlight)
 			return r, err
@@ -263,7 +263,7 @@ type rowValues struct {
 // apply works out r's values after c: the change on top of the row, or on
 // top of the reschedule or update already waiting on its send. The errors
 // are *ValidationErrors naming the request's fields.
-func (r lockedRow) apply(c Change) (rowValues, error) {
+func (r updateRow) apply(c Change) (rowValues, error) {
 	v := &ValidationError{}
 	due, expires := r.due, timePtr(r.expires)
 	var dueLocal any
