@@ -164,6 +164,60 @@ func (c *Client) Snooze(ctx context.Context, kind, refID string, d time.Duration
 	return out, err
 }
 
+// Update replaces the payload, expiry or due time of the unsettled row id
+// (PATCH /v1/notifications/{id}); a zero field of u keeps the row's. A row
+// a worker is sending takes the change as an intent: UpdateResult.Certain
+// says whether the row will send what u says. A settled row is an *Error
+// with code conflict.
+func (c *Client) Update(ctx context.Context, id int64, u Update) (UpdateResult, error) {
+	var out UpdateResult
+	err := c.patch(ctx, fmt.Sprintf("/v1/notifications/%d", id), u.body(), &out)
+	return out, err
+}
+
+// UpdateByKey is Update of the row scheduled under (recipient, kind,
+// refID, due), its idempotency tuple (PATCH /v1/notifications).
+func (c *Client) UpdateByKey(ctx context.Context, recipient, kind, refID string, due time.Time, u Update) (UpdateResult, error) {
+	body := u.body()
+	body["key"] = map[string]any{"recipient": recipient, "kind": kind, "ref_id": refID,
+		"due_at": due.UTC().Format(time.RFC3339Nano)}
+	var out UpdateResult
+	err := c.patch(ctx, "/v1/notifications", body, &out)
+	return out, err
+}
+
+// SetQuietHours sets one scope of the tenant's send windows (PUT
+// /v1/quiet-hours) and moves the pending rows to the new rule.
+func (c *Client) SetQuietHours(ctx context.Context, q QuietHours) (HoldResult, error) {
+	body := map[string]any{"scope": q.Scope, "windows": q.Windows}
+	if q.TimeZone != "" {
+		body["time_zone"] = q.TimeZone
+	}
+	if c.tenant != "" {
+		body["tenant_id"] = c.tenant
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return HoldResult{}, err
+	}
+	var out HoldResult
+	err = c.do(ctx, http.MethodPut, "/v1/quiet-hours", b, true, &out)
+	return out, err
+}
+
+// patch sends a PATCH. An update is retried like the other writes: applied
+// twice it leaves the row as applied once.
+func (c *Client) patch(ctx context.Context, path string, body map[string]any, out any) error {
+	if c.tenant != "" {
+		body["tenant_id"] = c.tenant
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodPatch, path, b, true, out)
+}
+
 // Get returns one row with its sends and receipts; IsNotFound(err) when the
 // tenant has no such row.
 func (c *Client) Get(ctx context.Context, id int64) (Detail, error) {

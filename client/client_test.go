@@ -52,6 +52,49 @@ func TestEveryCall(t *testing.T) {
 		t.Fatalf("Get: %+v, %v", d, err)
 	}
 
+	// The same row in the recipient's local time: due 09:00 in Berlin the
+	// day after the clocks went forward.
+	local := sms("+15551001", calls+"-LOCAL", time.Time{})
+	local.DueLocal, local.TimeZone = "2027-03-29T09:00", "Europe/Berlin"
+	s, err = c.Schedule(ctx, local)
+	if err != nil || !s.Created {
+		t.Fatalf("Schedule in local time: %+v, %v", s, err)
+	}
+	if d, err = c.Get(ctx, s.ID); err != nil || d.DueAt.UTC().Format(time.RFC3339) != "2027-03-29T07:00:00Z" ||
+		d.TimeZone != "Europe/Berlin" || d.DueLocal != "2027-03-29T09:00:00" {
+		t.Fatalf("Get of a local-time row: %+v, %v", d, err)
+	}
+
+	// Update: by id, then by key, to a new text and a new time.
+	u, err := c.Update(ctx, s.ID, client.Update{Payload: &client.Payload{Text: "updated"}})
+	if err != nil || !u.Certain || u.ID != s.ID {
+		t.Fatalf("Update: %+v, %v", u, err)
+	}
+	moved := at.Add(2 * time.Hour)
+	if u, err = c.UpdateByKey(ctx, "+15551001", "follow_up", calls+"-LOCAL", d.DueAt, client.Update{DueAt: moved}); err != nil ||
+		!u.Certain {
+		t.Fatalf("UpdateByKey: %+v, %v", u, err)
+	}
+	if d, err = c.Get(ctx, s.ID); err != nil || d.Payload.Text != "updated" || !d.DueAt.Equal(moved) {
+		t.Fatalf("Get after the updates: %+v, %v", d, err)
+	}
+
+	// Quiet hours for one recipient only (the tests share the tenant): a
+	// row due outside 03:00-03:01 UTC waits for 03:00.
+	quiet := "+1555199" + at.Format("20060102")
+	if hr, err := c.SetQuietHours(ctx, client.QuietHours{Scope: "recipient:" + quiet,
+		Windows: []string{"daily 03:00-03:01"}}); err != nil || hr != (client.HoldResult{}) {
+		t.Fatalf("SetQuietHours: %+v, %v", hr, err)
+	}
+	s, err = c.Schedule(ctx, sms(quiet, calls+"-QUIET", at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err = c.Get(ctx, s.ID); err != nil || d.DueAt.UTC().Hour() != 3 || d.DueAt.UTC().Minute() != 0 ||
+		d.DueAt.Before(at) {
+		t.Fatalf("Get of a row in quiet hours: %+v, %v; want it due at the next 03:00 UTC", d, err)
+	}
+
 	var many []client.Notification
 	for i := range 7 {
 		many = append(many, sms(fmt.Sprintf("+1555110%d", i), pagesRef, at.Add(time.Duration(i%3)*time.Minute)))

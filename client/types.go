@@ -24,13 +24,47 @@ type Payload struct {
 type Notification struct {
 	Recipient string `json:"recipient"`
 	// Channel is email, sms, telegram, slack or webhook.
-	Channel string    `json:"channel"`
-	Kind    string    `json:"kind"`
-	RefID   string    `json:"ref_id"`
-	DueAt   time.Time `json:"-"`
+	Channel string `json:"channel"`
+	Kind    string `json:"kind"`
+	RefID   string `json:"ref_id"`
+	// DueAt is the instant the row is due; or leave it zero and give
+	// DueLocal.
+	DueAt time.Time `json:"-"`
 	// ExpiresAt, when set, is when the row stops being worth sending.
 	ExpiresAt *time.Time `json:"-"`
 	Payload   Payload    `json:"payload"`
+	// DueLocal and ExpiresLocal give the times as the recipient's wall
+	// clock shows them, without an offset ("2027-03-28T09:00"), in
+	// TimeZone, or in the recipient's contact's zone when TimeZone is
+	// empty (docs/api.md, "Local time").
+	DueLocal     string `json:"due_local,omitempty"`
+	ExpiresLocal string `json:"expires_local,omitempty"`
+	// TimeZone is the recipient's IANA time zone (Europe/Berlin).
+	TimeZone string `json:"time_zone,omitempty"`
+	// Disambiguation chooses the instant of a local time a daylight-saving
+	// change skips or repeats: compatible (the default), earlier, later or
+	// reject.
+	Disambiguation string `json:"disambiguation,omitempty"`
+	// Urgent rows are never held for quiet hours.
+	Urgent bool `json:"urgent,omitempty"`
+}
+
+// QuietHours is one scope of the tenant's send windows: "tenant",
+// "kind:<kind>" or "recipient:<recipient>", windows like "mon-fri
+// 08:00-20:00" on the recipient's clock (none removes the scope), and the
+// zone of a recipient whose row and contact name none.
+type QuietHours struct {
+	Scope    string   `json:"scope"`
+	Windows  []string `json:"windows"`
+	TimeZone string   `json:"time_zone,omitempty"`
+}
+
+// HoldResult counts what a change of quiet hours did to pending rows.
+type HoldResult struct {
+	Held     int `json:"held"`
+	Released int `json:"released"`
+	Expired  int `json:"expired"`
+	Merged   int `json:"merged"`
 }
 
 // MarshalJSON writes the times as RFC 3339 strings, as the API reads them.
@@ -38,9 +72,12 @@ func (n Notification) MarshalJSON() ([]byte, error) {
 	type plain Notification
 	out := struct {
 		plain
-		DueAt     string `json:"due_at"`
+		DueAt     string `json:"due_at,omitempty"`
 		ExpiresAt string `json:"expires_at,omitempty"`
-	}{plain: plain(n), DueAt: n.DueAt.UTC().Format(time.RFC3339Nano)}
+	}{plain: plain(n)}
+	if !n.DueAt.IsZero() {
+		out.DueAt = n.DueAt.UTC().Format(time.RFC3339Nano)
+	}
 	if n.ExpiresAt != nil {
 		out.ExpiresAt = n.ExpiresAt.UTC().Format(time.RFC3339Nano)
 	}
@@ -99,16 +136,68 @@ type ChangeResult struct {
 	Intents  int64 `json:"intents"`
 }
 
+// Update is what Client.Update replaces; a zero field keeps the row's.
+type Update struct {
+	Payload   *Payload
+	DueAt     time.Time
+	ExpiresAt *time.Time
+	// DueLocal and ExpiresLocal are local times in TimeZone, else in the
+	// row's own zone; Disambiguation as for Notification.
+	DueLocal, ExpiresLocal, TimeZone, Disambiguation string
+}
+
+func (u Update) body() map[string]any {
+	b := map[string]any{}
+	if u.Payload != nil {
+		b["payload"] = u.Payload
+	}
+	if !u.DueAt.IsZero() {
+		b["due_at"] = u.DueAt.UTC().Format(time.RFC3339Nano)
+	}
+	if u.ExpiresAt != nil {
+		b["expires_at"] = u.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	for k, v := range map[string]string{"due_local": u.DueLocal, "expires_local": u.ExpiresLocal,
+		"time_zone": u.TimeZone, "disambiguation": u.Disambiguation} {
+		if v != "" {
+			b[k] = v
+		}
+	}
+	return b
+}
+
+// UpdateResult is what an update did.
+type UpdateResult struct {
+	ID    int64  `json:"id"`
+	State string `json:"state"`
+	// Changed: the row took the change now. InFlight: a worker is sending
+	// it; Intent: the change waits on that send, applied if it is handed
+	// back, too late if it delivers. Certain is Changed.
+	Changed  bool `json:"changed"`
+	InFlight bool `json:"in_flight"`
+	Intent   bool `json:"intent"`
+	Certain  bool `json:"certain"`
+}
+
 // Row is a scheduled notification as the API reports it.
 type Row struct {
-	ID                int64      `json:"id"`
-	TenantID          string     `json:"tenant_id"`
-	Recipient         string     `json:"recipient"`
-	Channel           string     `json:"channel"`
-	Kind              string     `json:"kind"`
-	RefID             string     `json:"ref_id"`
-	DueAt             time.Time  `json:"due_at"`
-	ExpiresAt         *time.Time `json:"expires_at,omitempty"`
+	ID        int64      `json:"id"`
+	TenantID  string     `json:"tenant_id"`
+	Recipient string     `json:"recipient"`
+	Channel   string     `json:"channel"`
+	Kind      string     `json:"kind"`
+	RefID     string     `json:"ref_id"`
+	DueAt     time.Time  `json:"due_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// TimeZone and DueLocal are the zone and the local time the row was
+	// scheduled in, when it was.
+	TimeZone string `json:"time_zone,omitempty"`
+	DueLocal string `json:"due_local,omitempty"`
+	// HeldFrom and Hold say, while quiet hours hold the row, the time it
+	// was asked for and until when it is held (DueAt).
+	HeldFrom          *time.Time `json:"held_from,omitempty"`
+	Hold              string     `json:"hold,omitempty"`
+	Urgent            bool       `json:"urgent,omitempty"`
 	Payload           Payload    `json:"payload"`
 	State             string     `json:"state"`
 	Attempts          int        `json:"attempts"`

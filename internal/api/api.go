@@ -89,8 +89,11 @@ func New(o Options) http.Handler {
 	route(s.mux, "GET /v1/notifications/{id}", s.authed(s.get))
 	route(s.mux, "POST /v1/notifications/cancel", s.authed(s.cancel))
 	route(s.mux, "POST /v1/notifications/reschedule", s.authed(s.reschedule))
+	route(s.mux, "PATCH /v1/notifications", s.authed(s.update))
+	route(s.mux, "PATCH /v1/notifications/{id}", s.authed(s.update))
 	route(s.mux, "POST /v1/events", s.authed(s.event))
 	route(s.mux, "POST /v1/recipients/erase", s.authed(s.erase))
+	route(s.mux, "PUT /v1/quiet-hours", s.authed(s.quietHours))
 	route(s.mux, "GET /v1/openapi.json", serveOpenAPI)
 	return s
 }

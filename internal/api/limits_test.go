@@ -76,6 +76,10 @@ func TestTenantOverItsRequestRateIs429(t *testing.T) {
 		{"POST", "/v1/notifications/reschedule", map[string]any{"kind": "follow_up", "ref_id": "T-1", "delay_seconds": 60}},
 		{"POST", "/v1/events", event},
 		{"POST", "/v1/recipients/erase", map[string]any{"recipient": "+15550001", "reason": "r"}},
+		{"PATCH", "/v1/notifications/1", map[string]any{"payload": map[string]any{"text": "hi"}}},
+		{"PUT", "/v1/quiet-hours", map[string]any{"scope": "tenant", "windows": []string{"mon-fri 08:00-20:00"}}},
+		{"PATCH", "/v1/notifications", map[string]any{"key": map[string]any{"recipient": "+15550001", "kind": "follow_up",
+			"ref_id": "T-1", "due_at": due.Format(time.RFC3339)}, "payload": map[string]any{"text": "hi"}}},
 	}
 	for _, c := range calls {
 		expectLimited(t, b.do(t, c.method, c.path, b.acme, c.body), "acme", 1)

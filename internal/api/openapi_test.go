@@ -175,6 +175,12 @@ func TestEveryRouteAnswers500WhenTheDatabaseIsGone(t *testing.T) {
 		{"POST", "/v1/notifications/cancel", serviceToken, map[string]any{"tenant_id": "acme", "kind": "follow_up", "ref_id": "T-1"}},
 		{"POST", "/v1/notifications/reschedule", serviceToken, map[string]any{"tenant_id": "acme", "kind": "follow_up",
 			"ref_id": "T-1", "delay_seconds": 60}},
+		{"PATCH", "/v1/notifications/1", serviceToken, map[string]any{"tenant_id": "acme", "payload": map[string]any{"text": "hi"}}},
+		{"PUT", "/v1/quiet-hours", serviceToken, map[string]any{"tenant_id": "acme", "scope": "tenant",
+			"windows": []string{"mon-fri 08:00-20:00"}}},
+		{"PATCH", "/v1/notifications", serviceToken, map[string]any{"tenant_id": "acme", "key": map[string]any{
+			"recipient": "+15550001", "kind": "follow_up", "ref_id": "T-1", "due_at": due.Format(time.RFC3339)},
+			"payload": map[string]any{"text": "hi"}}},
 		{"POST", "/v1/events", serviceToken, map[string]any{"tenant_id": "acme", "kind": "shipment", "ref_id": "S-1",
 			"channel": "sms", "payload": map[string]any{"text": "hi"}, "occurred_at": due.Format(time.RFC3339),
 			"recipients": []map[string]any{{"recipient": "+15550001"}}}},
@@ -194,17 +200,19 @@ func TestEveryRouteAnswers500WhenTheDatabaseIsGone(t *testing.T) {
 func TestWriteRoutesRefuseAlike(t *testing.T) {
 	b := setup(t)
 	big := `{"pad": "` + strings.Repeat("x", MaxBodyBytes) + `"}`
-	for _, path := range []string{"/v1/notifications", "/v1/notifications/cancel", "/v1/notifications/reschedule", "/v1/events",
-		"/v1/recipients/erase"} {
-		if r := b.do(t, "POST", path, "", map[string]any{}); r.status != http.StatusUnauthorized || r.apiErr(t).Code != codeUnauthorized {
+	for _, route := range []struct{ method, path string }{{"POST", "/v1/notifications"},
+		{"POST", "/v1/notifications/cancel"}, {"POST", "/v1/notifications/reschedule"}, {"POST", "/v1/events"},
+		{"PATCH", "/v1/notifications/1"}, {"PATCH", "/v1/notifications"}, {"PUT", "/v1/quiet-hours"}, {"POST", "/v1/recipients/erase"}} {
+		method, path := route.method, route.path
+		if r := b.do(t, method, path, "", map[string]any{}); r.status != http.StatusUnauthorized || r.apiErr(t).Code != codeUnauthorized {
 			t.Errorf("%s without a token: %d %s", path, r.status, r.body)
 		}
-		if r := b.do(t, "POST", path, b.acme, big); r.status != http.StatusRequestEntityTooLarge || r.apiErr(t).Code != codeTooLarge {
+		if r := b.do(t, method, path, b.acme, big); r.status != http.StatusRequestEntityTooLarge || r.apiErr(t).Code != codeTooLarge {
 			t.Errorf("%s over 1 MiB: %d %s", path, r.status, r.body)
 		}
-		expectField(t, b.do(t, "POST", path, b.acme, map[string]any{"tenant_id": "globex"}), http.StatusForbidden, "tenant_id")
-		expectField(t, b.do(t, "POST", path, b.acme, map[string]any{"nope": 1}), http.StatusBadRequest, "nope")
-		req := httptest.NewRequest("POST", path, strings.NewReader(`{}`))
+		expectField(t, b.do(t, method, path, b.acme, map[string]any{"tenant_id": "globex"}), http.StatusForbidden, "tenant_id")
+		expectField(t, b.do(t, method, path, b.acme, map[string]any{"nope": 1}), http.StatusBadRequest, "nope")
+		req := httptest.NewRequest(method, path, strings.NewReader(`{}`))
 		req.Header.Set("Authorization", "Bearer "+b.acme)
 		req.Header.Set("Content-Type", "text/plain")
 		rec := httptest.NewRecorder()

@@ -49,6 +49,14 @@ type notificationInput struct {
 	DueAt     string          `json:"due_at"`
 	ExpiresAt string          `json:"expires_at"`
 	Payload   json.RawMessage `json:"payload"`
+	// The local-time form of the times (docs/api.md, "Local time"): wall
+	// clock times in time_zone, or in the recipient's contact's zone.
+	DueLocal       string `json:"due_local"`
+	ExpiresLocal   string `json:"expires_local"`
+	TimeZone       string `json:"time_zone"`
+	Disambiguation string `json:"disambiguation"`
+	// Urgent rows are never held for quiet hours.
+	Urgent bool `json:"urgent"`
 }
 
 type subjectRequest struct {
@@ -241,7 +249,10 @@ func decodeSchedule(body []byte, p principal, maxExpanded int64) (string, []ledg
 			bad = append(bad, *fe)
 		}
 		rows[i] = ledger.NewNotification{Recipient: n.Recipient, Channel: n.Channel, Kind: n.Kind,
-			RefID: n.RefID, DueAt: due, Payload: n.Payload}
+			RefID: n.RefID, DueAt: due, Payload: n.Payload, TimeZone: n.TimeZone, Urgent: n.Urgent}
+		if n.DueLocal != "" || n.ExpiresLocal != "" || n.Disambiguation != "" {
+			rows[i].Local = &ledger.Local{Due: n.DueLocal, Expires: n.ExpiresLocal, Disambiguation: n.Disambiguation}
+		}
 		if n.ExpiresAt != "" {
 			exp, fe := parseTime(prefix+"expires_at", n.ExpiresAt)
 			if fe != nil {

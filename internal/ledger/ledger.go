@@ -86,6 +86,7 @@ import (
 	"time"
 
 	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/localtime"
 	"github.com/owedhq/owed/internal/tenant"
 )
 
@@ -283,6 +284,9 @@ type Notification struct {
 	// ClaimSeq counts the worker claims that took the row; the latest is
 	// the token of the claim that holds it now (Hold).
 	ClaimSeq int64 `json:"claim_seq"`
+	// Hold says, while quiet hours hold the row, until when: "held for
+	// quiet hours until 2027-03-29T08:00:00+02:00", in the row's zone.
+	Hold string `json:"hold,omitempty"`
 }
 
 type scanner interface{ Scan(...any) error }
@@ -306,6 +310,30 @@ func scanNotification(s scanner, extra ...any) (Notification, error) {
 	n.Provider, n.ProviderMessageID, n.LastError = provider.String, providerMsg.String, lastErr.String
 	n.DueAt = n.DueAt.UTC()
 	n.CreatedAt, n.UpdatedAt = n.CreatedAt.UTC(), n.UpdatedAt.UTC()
+	return n, nil
+}
+
+// scanRow reads the columns of notificationColumns and localColumns, as
+// the reads that answer callers select them, then extra.
+func scanRow(s scanner, extra ...any) (Notification, error) {
+	var zone sql.NullString
+	var local, held sql.NullTime
+	var urgent bool
+	n, err := scanNotification(s, append([]any{&zone, &local, &held, &urgent}, extra...)...)
+	if err != nil {
+		return n, err
+	}
+	n.TimeZone, n.Urgent = zone.String, urgent
+	if local.Valid {
+		n.DueLocal = localtime.FormatCivil(local.Time)
+	}
+	if n.HeldFrom = timePtr(held); n.HeldFrom != nil && n.SettledAt == nil {
+		until := n.DueAt
+		if loc, err := localtime.LoadZone(n.TimeZone); err == nil {
+			until = until.In(loc)
+		}
+		n.Hold = "held for quiet hours until " + until.Format(time.RFC3339)
+	}
 	return n, nil
 }
 

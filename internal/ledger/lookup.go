@@ -57,7 +57,7 @@ func (l *Ledger) tenantsOf(ctx context.Context, ids []int64) (map[int64]string, 
 }
 
 func getDetail(tx *txn, id int64, d *Detail) error {
-	n, err := scanNotification(tx.QueryRow(qGet, id))
+	n, err := scanRow(tx.QueryRow(qGet, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return ErrNotFound
 	}

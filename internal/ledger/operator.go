@@ -67,7 +67,7 @@ func (l *Ledger) RowsAny(ctx context.Context, ids []int64) (map[int64]Notificati
 			}
 			defer rows.Close()
 			for rows.Next() {
-				n, err := scanNotification(rows)
+				n, err := scanRow(rows)
 				if err != nil {
 					return err
 				}

@@ -42,7 +42,7 @@ func (l *Ledger) FindPage(ctx context.Context, tenant string, f Filter, from *Po
 		}
 		defer rs.Close()
 		for rs.Next() {
-			n, err := scanNotification(rs)
+			n, err := scanRow(rs)
 			if err != nil {
 				return err
 			}

@@ -20,6 +20,34 @@ type NewNotification struct {
 	DueAt     time.Time       `json:"due_at"`
 	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
 	Payload   json.RawMessage `json:"payload"`
+	// TimeZone is the recipient's IANA time zone, when the row was
+	// scheduled in one (given, or the recipient's contact's default).
+	TimeZone string `json:"time_zone,omitempty"`
+	// DueLocal is the wall-clock time in TimeZone the row was scheduled
+	// for, as asked (localtime.Layout); DueAt is the instant it resolved
+	// to. Empty when the due time was given as an instant.
+	DueLocal string `json:"due_local,omitempty"`
+	// Local, on input, gives the due time or the expiry as wall-clock
+	// times in TimeZone, or when TimeZone is empty in the zone of the
+	// recipient's contact (owed_contacts.time_zone). Schedule resolves it
+	// into DueAt, ExpiresAt and DueLocal; each time is given one way only.
+	Local *Local `json:"-"`
+	// Urgent rows are never held for quiet hours.
+	Urgent bool `json:"urgent,omitempty"`
+	// HeldFrom is the due time asked for, when quiet hours hold the row:
+	// DueAt is then the window's opening (sql/quiet_hours.sql).
+	HeldFrom *time.Time `json:"held_from,omitempty"`
+}
+
+// Local is a row's times as the recipient's wall clock shows them
+// (internal/localtime).
+type Local struct {
+	// Due and Expires are local dates and times (localtime.ParseCivil);
+	// either may be empty, its instant then given as DueAt or ExpiresAt.
+	Due, Expires string
+	// Disambiguation chooses the instant of a local time the zone skips or
+	// repeats (localtime.ParseDisambiguation); empty is compatible.
+	Disambiguation string
 }
 
 // Scheduled reports what Schedule did with one input row, in input order.
@@ -111,6 +139,14 @@ func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotifica
 	out := make([]Scheduled, len(rows))
 	in := make([]scheduleInput, len(rows))
 	err = l.withTenant(ctx, tenant, func(tx *txn) error {
+		rows, err := resolveRows(tx, tenant, rows)
+		if err != nil {
+			return err
+		}
+		rows, expire, err := holdRows(tx, tenant, rows)
+		if err != nil {
+			return err
+		}
 		ids := make([]int64, len(shared))
 		for k, p := range shared {
 			if err := tx.QueryRow(qInsertSharedPayload, tenant, string(p), l.now()).Scan(&ids[k]); err != nil {
@@ -146,6 +182,20 @@ func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotifica
 			if err := tx.QueryRow(qFindScheduled, tenant, r.Recipient, r.Kind, r.RefID, r.DueAt).
 				Scan(&out[i].ID, &out[i].State); err != nil {
 				return fmt.Errorf("find row scheduled concurrently: %w", err)
+			}
+		}
+		// A row whose expiry falls inside its hold is written, so its
+		// replay finds it, and settled expired: it is never sent.
+		var expired []int64
+		for _, i := range expire {
+			if out[i].Created {
+				expired = append(expired, out[i].ID)
+				out[i].State = StateExpired
+			}
+		}
+		if len(expired) > 0 {
+			if _, err := tx.Exec(qSettleHeld, tenant, pq.Array(expired), StateExpired, expiredInHold, l.now()); err != nil {
+				return err
 			}
 		}
 		// A replayed event creates no row: its shared payload is not kept.
@@ -185,6 +235,63 @@ func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotifica
 	}
 	return out, nil
 }
+
+// resolveRows returns rows with every local time resolved to its instant
+// (resolveLocal), reading the zone of a row that names none from the
+// recipient's contacts, and checks the times resolved. Rows without a
+// local time are returned as given.
+func resolveRows(tx *txn, tenant string, rows []NewNotification) ([]NewNotification, error) {
+	if !anyLocal(rows) {
+		return rows, nil
+	}
+	var recipients, channels []string
+	var asked []int
+	for i, r := range rows {
+		if r.Local != nil && r.TimeZone == "" {
+			recipients, channels, asked = append(recipients, r.Recipient), append(channels, r.Channel), append(asked, i)
+		}
+	}
+	zones := make(map[int]string, len(asked))
+	if len(asked) > 0 {
+		res, err := tx.Query(qContactZones, tenant, pq.Array(recipients), pq.Array(channels))
+		if err != nil {
+			return nil, fmt.Errorf("read the contacts' time zones: %w", err)
+		}
+		defer res.Close()
+		for res.Next() {
+			var k int
+			var zone string
+			if err := res.Scan(&k, &zone); err != nil {
+				return nil, err
+			}
+			zones[asked[k-1]] = zone
+		}
+		if err := res.Err(); err != nil {
+			return nil, err
+		}
+	}
+	v := &ValidationError{}
+	out := resolveLocal(v, rows, func(i int) (string, bool) { return zones[i], true })
+	for i := range out {
+		checkRowTimes(v, i, out[i])
+	}
+	if len(v.Fields) > 0 {
+		return nil, v
+	}
+	return out, nil
+}
+
+func anyLocal(rows []NewNotification) bool {
+	for _, r := range rows {
+		if r.Local != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// The statement that reads the recipients' default zones, beside its caller.
+var qContactZones = queries.Get("ContactZones")
 
 // scheduleChunk encodes in[start:end] as qSchedule's JSON array, ending the
 // chunk at scheduleChunkRows rows or before scheduleChunkBytes (one row is
@@ -257,7 +364,7 @@ func (l *Ledger) Cancel(ctx context.Context, tenant, kind, ref string) (ChangeRe
 	if err := ValidateCancel(tenant, kind, ref); err != nil {
 		return ChangeResult{}, err
 	}
-	return l.changeSubject(ctx, tenant, kind, ref, nil, qCancel, qRecordCancel)
+	return l.changeSubject(ctx, tenant, kind, ref, nil, nil, qCancel, qRecordCancel)
 }
 
 // ErrConflict is returned when a reschedule would collide with a row already
@@ -277,7 +384,12 @@ func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDu
 		return ChangeResult{}, err
 	}
 	due := newDue.UTC().Truncate(time.Microsecond)
-	res, err := l.changeSubject(ctx, tenant, kind, ref, expiryGuard(due), qReschedule, qRecordReschedule, due)
+	// The moved rows take the quiet hours in force at their new time.
+	rehold := func(tx *txn) error {
+		_, err := l.rehold(tx, tenant, 0, kind, ref)
+		return err
+	}
+	res, err := l.changeSubject(ctx, tenant, kind, ref, expiryGuard(due), rehold, qReschedule, qRecordReschedule, due)
 	var pqErr *pq.Error
 	switch {
 	case errors.As(err, &pqErr) && pqErr.Code == "23505":
@@ -317,7 +429,7 @@ func expiryGuard(due time.Time) func(*txn, []any) error {
 }
 
 // changeSubject runs guard (nil for none; a refusal it returns ends the
-// change), then change (qCancel or qReschedule: $1 to $3 name the subject,
+// change), then change (and after it, when not nil, after) (qCancel or qReschedule: $1 to $3 name the subject,
 // $4 is now, extra follow) on the open rows, then intent (its qRecord…
 // statement, same arguments) on the rows in flight, and counts what is in
 // flight, all at the one instant of its transaction. change locks every
@@ -325,7 +437,7 @@ func expiryGuard(due time.Time) func(*txn, []any) error {
 // slips between the two statements. A clash the intent statement reports
 // rolls the whole change back as ErrConflict.
 func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref string, guard func(*txn, []any) error,
-	change, intent string, extra ...any) (ChangeResult, error) {
+	after func(*txn) error, change, intent string, extra ...any) (ChangeResult, error) {
 	var res ChangeResult
 	now := l.now()
 	args := append([]any{tenant, kind, ref, now}, extra...)
@@ -341,6 +453,11 @@ func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref string, gu
 		}
 		if res.Changed, err = r.RowsAffected(); err != nil {
 			return err
+		}
+		if after != nil {
+			if err := after(tx); err != nil {
+				return err
+			}
 		}
 		var clash bool
 		if err := tx.QueryRow(intent, args...).Scan(&res.Intents, &clash); err != nil {

@@ -7,6 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/owedhq/owed/internal/localtime"
 	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/tenant"
 )
@@ -158,21 +159,15 @@ func validate(tenant string, rows []NewNotification) ([][]byte, error) {
 	}
 	seen := map[string]map[string]parsed{}
 	canon := make([][]byte, len(rows))
+	resolved := resolveLocal(v, rows, func(int) (string, bool) { return "", false })
 	for i, r := range rows {
 		checkText(v, i, "recipient", r.Recipient, maxRecipientLen)
 		checkText(v, i, "kind", r.Kind, maxKindLen)
 		checkText(v, i, "ref_id", r.RefID, maxRefLen)
-		if r.DueAt.IsZero() {
-			v.add(i, "due_at", "required (RFC 3339 time)")
-		} else {
-			checkTime(v, i, "due_at", r.DueAt)
-		}
-		if r.ExpiresAt != nil {
-			checkTime(v, i, "expires_at", *r.ExpiresAt)
-			if !r.ExpiresAt.After(r.DueAt) {
-				v.add(i, "expires_at", "%s is not after due_at %s", r.ExpiresAt.UTC().Format(time.RFC3339),
-					r.DueAt.UTC().Format(time.RFC3339))
-			}
+		// A row whose zone is its contact's is resolved, and its times
+		// checked, when Schedule has read the contact (resolveRows).
+		if r := resolved[i]; r.Local == nil || r.TimeZone != "" {
+			checkRowTimes(v, i, r)
 		}
 		if strings.TrimSpace(r.Channel) == "" {
 			v.add(i, "channel", "required: one of %s", strings.Join(payload.Channels(), ", "))
@@ -190,21 +185,135 @@ func validate(tenant string, rows []NewNotification) ([][]byte, error) {
 		}
 		canon[i] = p.canon
 		if p.err != nil {
-			// payload.Parse names the field (channel, payload, subject, text…).
-			field, msg, ok := strings.Cut(p.err.Error(), ": ")
-			if !ok {
-				field, msg = "payload", p.err.Error()
-			}
-			if field != "channel" {
-				field = "payload." + field
-				if strings.HasPrefix(field, "payload.payload") {
-					field = "payload"
-				}
-			}
-			v.add(i, field, "%s", msg)
+			addPayloadError(v, i, p.err)
 		}
 	}
 	return canon, v.orNil()
+}
+
+// addPayloadError adds payload.ParseCanonical's err to v under the field
+// it names (channel, payload, subject, text…), as the row's JSON spells it.
+func addPayloadError(v *ValidationError, i int, err error) {
+	field, msg, ok := strings.Cut(err.Error(), ": ")
+	if !ok {
+		field, msg = "payload", err.Error()
+	}
+	if field != "channel" {
+		field = "payload." + field
+		if strings.HasPrefix(field, "payload.payload") {
+			field = "payload"
+		}
+	}
+	v.add(i, field, "%s", msg)
+}
+
+// checkRowTimes checks a row's due time and expiry, once resolved.
+func checkRowTimes(v *ValidationError, i int, r NewNotification) {
+	due, expires := "due_at", "expires_at"
+	if r.Local != nil && r.Local.Due != "" {
+		due = "due_local"
+	}
+	if r.Local != nil && r.Local.Expires != "" {
+		expires = "expires_local"
+	}
+	if r.DueAt.IsZero() {
+		if r.Local == nil || r.Local.Due == "" {
+			v.add(i, "due_at", "required (RFC 3339 time), or due_local with a time_zone")
+		}
+		return
+	}
+	checkTime(v, i, due, r.DueAt)
+	if r.ExpiresAt != nil {
+		checkTime(v, i, expires, *r.ExpiresAt)
+		if !r.ExpiresAt.After(r.DueAt) {
+			v.add(i, expires, "%s is not after the due time %s", r.ExpiresAt.UTC().Format(time.RFC3339),
+				r.DueAt.UTC().Format(time.RFC3339))
+		}
+	}
+}
+
+// resolveLocal returns rows with each local time resolved
+// (localtime.Resolve) into DueAt or ExpiresAt and the local due time
+// recorded in DueLocal: a copy, rows itself is left alone. A row without a
+// TimeZone of its own takes contactZone(i) when that is known; a row whose
+// zone is not known yet (Validate, before the contacts are read) is left
+// unresolved. Every field in error is added to v.
+func resolveLocal(v *ValidationError, rows []NewNotification, contactZone func(i int) (string, bool)) []NewNotification {
+	out, copied := rows, false
+	for i, r := range rows {
+		if r.Local == nil {
+			if r.TimeZone != "" {
+				if _, err := localtime.LoadZone(r.TimeZone); err != nil {
+					v.add(i, "time_zone", "%v", err)
+				}
+			}
+			continue
+		}
+		if !copied {
+			out, copied = append([]NewNotification(nil), rows...), true
+		}
+		l := *r.Local
+		d, err := localtime.ParseDisambiguation(l.Disambiguation)
+		if err != nil {
+			v.add(i, "disambiguation", "%v", err)
+		}
+		var due, expires time.Time
+		hasDue, hasExpires := false, false
+		switch {
+		case l.Due == "" && l.Expires == "":
+			v.add(i, "due_local", "required with disambiguation: the local time to resolve")
+		case l.Due != "" && !r.DueAt.IsZero():
+			v.add(i, "due_local", "give due_at or due_local, not both")
+		case l.Expires != "" && r.ExpiresAt != nil:
+			v.add(i, "expires_local", "give expires_at or expires_local, not both")
+		}
+		if l.Due != "" {
+			if due, err = localtime.ParseCivil(l.Due); err != nil {
+				v.add(i, "due_local", "%v", err)
+			}
+			hasDue = err == nil
+		}
+		if l.Expires != "" {
+			if expires, err = localtime.ParseCivil(l.Expires); err != nil {
+				v.add(i, "expires_local", "%v", err)
+			}
+			hasExpires = err == nil
+		}
+		zone, whose := r.TimeZone, ""
+		if zone == "" {
+			var known bool
+			if zone, known = contactZone(i); !known {
+				continue
+			}
+			if zone == "" {
+				v.add(i, "time_zone", "required with a local time: name the recipient's IANA zone (like "+
+					"Europe/Berlin), or set time_zone on the recipient's contact")
+				continue
+			}
+			whose = "the recipient's contact's zone "
+		}
+		loc, err := localtime.LoadZone(zone)
+		if err != nil {
+			v.add(i, "time_zone", "%s%v", whose, err)
+			continue
+		}
+		n := &out[i]
+		n.TimeZone = zone
+		if hasDue {
+			if n.DueAt, err = localtime.Resolve(due, loc, d); err != nil {
+				v.add(i, "due_local", "%v", err)
+			}
+			n.DueLocal = localtime.FormatCivil(due)
+		}
+		if hasExpires {
+			at, err := localtime.Resolve(expires, loc, d)
+			if err != nil {
+				v.add(i, "expires_local", "%v", err)
+			}
+			n.ExpiresAt = &at
+		}
+	}
+	return out
 }
 
 func validateSubject(tenant, kind, ref string) *ValidationError {

@@ -1,7 +1,9 @@
--- Intents: a cancel or a reschedule (snooze) that lands while a worker
--- holds a row's claim (state sending) is recorded on the row by
--- ledger.Cancel or ledger.Reschedule (intent, intent_due_at and
--- intent_expires_at for a reschedule, intent_at) and applied here when the
+-- Intents: a cancel, a reschedule (snooze) or an update (a new payload,
+-- expiry or due time) that lands while a worker holds a row's claim (state
+-- sending) is recorded on the row by ledger.Cancel, ledger.Reschedule or
+-- ledger.Update (intent, intent_due_at and intent_expires_at for a
+-- reschedule or an update, intent_payload for an update's new payload,
+-- intent_at) and applied here when the
 -- row leaves sending, whoever moves it: the worker's release or settle, the
 -- sweep's lease or expiry of a row whose claim ran out, a direct cancel or
 -- reschedule after that, or owed_claim handing back a lapsed claim. A later
@@ -10,9 +12,12 @@
 --
 --   applied     the row took it: cancelled, or moved to intent_due_at as a
 --               reschedule moves an open row (pending, a new queue
---               generation, never published under the new due time);
+--               generation, never published under the new due time), or
+--               updated (its payload, expiry and due time replaced, moved
+--               as a reschedule moves it when the due time changed);
 --   too_late    a cancel of a send that ended delivered (or skipped or
---               expired: nothing was sent, nothing will be);
+--               expired: nothing was sent, nothing will be), or an update
+--               of one: what was sent was the old content;
 --   new_row     a reschedule of a send that settled: the outcome stands and
 --               a new row for the same recipient, channel and payload is
 --               scheduled at intent_due_at (or the one already there kept);
@@ -43,6 +48,46 @@ BEGIN
     -- batch that sets the row aside because the intent cannot be applied
     -- (refused).
     IF NEW.intent_outcome IS NOT NULL THEN
+        RETURN NEW;
+    END IF;
+    IF OLD.intent = 'update' THEN
+        IF NEW.state IN ('delivered', 'skipped', 'expired') THEN
+            NEW.intent_outcome := 'too_late';
+            RETURN NEW;
+        ELSIF NEW.state IN ('pending', 'cancelled') THEN
+            NEW.intent_outcome := 'superseded';
+            RETURN NEW;
+        END IF;
+        -- Handed back, taken back by the sweep, or failed (a redrive then
+        -- sends the new content): the row takes the update.
+        IF OLD.intent_payload IS NOT NULL THEN
+            NEW.payload := OLD.intent_payload;
+            NEW.payload_id := NULL;
+        END IF;
+        NEW.expires_at := OLD.intent_expires_at;
+        IF OLD.intent_due_at IS DISTINCT FROM OLD.due_at THEN
+            IF EXISTS (SELECT 1 FROM owed_notifications o
+                        WHERE o.tenant_id = OLD.tenant_id AND o.recipient = OLD.recipient AND o.kind = OLD.kind
+                          AND o.ref_id = OLD.ref_id AND o.due_at = OLD.intent_due_at AND o.id <> OLD.id) THEN
+                -- As for a reschedule: a row scheduled at the new time
+                -- since is the send the update asked for.
+                NEW.state := 'cancelled';
+                NEW.settled_at := ended_at;
+                NEW.lease_until := NULL;
+                NEW.last_error := 'updated onto a row already scheduled at that due time';
+                NEW.intent_outcome := 'new_row';
+                RETURN NEW;
+            END IF;
+            NEW.due_at := OLD.intent_due_at;
+            NEW.due_local := OLD.intent_due_local;
+            NEW.published_at := NULL;
+            NEW.queue_generation := greatest(NEW.queue_generation, OLD.queue_generation + 1);
+            IF NEW.state NOT IN ('leased', 'failed') THEN
+                NEW.state := 'pending';
+                NEW.lease_until := NULL;
+            END IF;
+        END IF;
+        NEW.intent_outcome := 'applied';
         RETURN NEW;
     END IF;
     IF OLD.intent = 'cancel' THEN
@@ -77,9 +122,9 @@ BEGIN
         -- send that ends with a reschedule waiting.
         BEGIN
             INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
-                                            payload, payload_id, created_at, updated_at)
+                                            payload, payload_id, created_at, updated_at, time_zone)
             VALUES (OLD.tenant_id, OLD.recipient, OLD.channel, OLD.kind, OLD.ref_id, OLD.intent_due_at,
-                    OLD.intent_expires_at, OLD.payload, OLD.payload_id, ended_at, ended_at)
+                    OLD.intent_expires_at, OLD.payload, OLD.payload_id, ended_at, ended_at, OLD.time_zone)
             ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING;
             NEW.intent_outcome := 'new_row';
         EXCEPTION WHEN data_exception OR integrity_constraint_violation OR plpgsql_error
@@ -108,6 +153,7 @@ BEGIN
         -- stays as the release left it, so a send that may have reached the
         -- provider still marks the next one a possible duplicate.
         NEW.due_at := OLD.intent_due_at;
+        NEW.due_local := NULL;
         NEW.expires_at := OLD.intent_expires_at;
         NEW.published_at := NULL;
         NEW.queue_generation := greatest(NEW.queue_generation, OLD.queue_generation + 1);

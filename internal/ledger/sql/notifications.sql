@@ -133,6 +133,30 @@ CREATE TABLE owed_notifications (
     -- published to surface at it (owed_sweep_fair_lease_sql). A row leased
     -- from pending has none.
     not_before          timestamptz,
+    -- The recipient's IANA time zone, when the row was scheduled in one
+    -- (internal/localtime): the zone due_local is read in. The bound is
+    -- localtime.MaxZoneLen; the name itself is checked in Go, against the
+    -- tz database the ledger resolves with, which the database's own may
+    -- not match.
+    time_zone           text        CHECK (time_zone <> '' AND octet_length(time_zone) <= 64),
+    -- The wall-clock time in time_zone the row was scheduled for, as the
+    -- caller asked it; due_at is the instant it resolved to (the two differ
+    -- from a naive reading only in a daylight-saving gap). A move by
+    -- instant (a reschedule, an intent applied) clears it, since the
+    -- local time asked no longer says when the row is due.
+    due_local           timestamp,
+    -- An update waiting on a send (intent 'update', intents.sql): the new
+    -- payload, in the stored form, or NULL when the update keeps the
+    -- payload; and the local time of its due time, when it was given as
+    -- one.
+    intent_payload      jsonb       CHECK (octet_length(intent_payload::text) <= 65536),
+    intent_due_local    timestamp,
+    -- A row held for quiet hours (quiet_hours.sql): the due time it was
+    -- asked for, due_at being the window's opening it waits for. NULL for
+    -- a row not held.
+    held_from           timestamptz CHECK (owed_time_in_range(held_from)),
+    -- An urgent row is never held.
+    urgent              boolean     NOT NULL DEFAULT false,
     -- Scheduling the same thing twice is one row.
     CONSTRAINT owed_notifications_schedule_key UNIQUE (tenant_id, recipient, kind, ref_id, due_at),
     -- settled_at is set exactly when the state is final, so the partial
@@ -142,7 +166,7 @@ CREATE TABLE owed_notifications (
     -- A delivered row always says when.
     CONSTRAINT owed_notifications_delivered_at CHECK (state <> 'delivered' OR delivered_at IS NOT NULL),
     CONSTRAINT owed_notifications_payload_present CHECK (payload IS NOT NULL OR payload_id IS NOT NULL),
-    CONSTRAINT owed_notifications_intent_kind CHECK (intent IN ('cancel', 'reschedule')),
+    CONSTRAINT owed_notifications_intent_kind CHECK (intent IN ('cancel', 'reschedule', 'update')),
     -- refused: an intent the ledger could not apply (it named a time the
     -- ledger cannot hold, written before these bounds existed, or applying
     -- it failed); the send's own outcome stands and last_error says why.
@@ -175,7 +199,9 @@ CREATE TABLE owed_notifications (
     -- An intent still waiting sits on a row being sent: the trigger
     -- resolves it on every way out of sending.
     CONSTRAINT owed_notifications_intent_waits_on_send
-        CHECK (intent IS NULL OR intent_outcome IS NOT NULL OR state = 'sending')
+        CHECK (intent IS NULL OR intent_outcome IS NOT NULL OR state = 'sending'),
+    -- A local time is read in a zone.
+    CONSTRAINT owed_notifications_due_local_zone CHECK (due_local IS NULL OR time_zone IS NOT NULL)
 );
 
 -- What the sweep's lease reads: owed rows, oldest first. Settled rows leave
@@ -285,9 +311,9 @@ GRANT SELECT, INSERT, UPDATE ON owed_notifications TO owed_runtime, owed_definer
 -- touch a row the sweep or a worker holds: a change of those goes through
 -- the API, which records an intent on a row being sent.
 GRANT SELECT ON owed_notifications TO owed_apps;
-GRANT INSERT (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at, payload)
+GRANT INSERT (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at, payload, time_zone, due_local)
     ON owed_notifications TO owed_apps;
-GRANT UPDATE (due_at, expires_at, payload, state, settled_at, last_error, updated_at)
+GRANT UPDATE (due_at, expires_at, payload, state, settled_at, last_error, updated_at, time_zone, due_local)
     ON owed_notifications TO owed_apps;
 CREATE POLICY owed_notifications_apps_pending ON owed_notifications AS RESTRICTIVE FOR UPDATE TO owed_apps
     USING (state = 'pending')

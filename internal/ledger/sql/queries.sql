@@ -24,9 +24,15 @@ id, tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
        state, attempts, lease_until, claimed_at, published_at, delivered_at, settled_at,
        provider, provider_message_id, last_error, created_at, updated_at, queue_generation, claim_seq
 
+-- fragment: localColumns
+-- localColumns are the row's local-time and quiet-hours columns, which
+-- the reads that answer callers add after notificationColumns
+-- (ledger.scanRow); the worker's claim leaves them out.
+time_zone, due_local, held_from, urgent
+
 -- name: Get
 -- Get reads one row in the caller's tenant scope.
-SELECT {{notificationColumns}} FROM owed_notifications WHERE id = $1
+SELECT {{notificationColumns}}, {{localColumns}} FROM owed_notifications WHERE id = $1
 
 -- name: Attempts
 -- Attempts lists a row's sends, first first.
@@ -37,7 +43,7 @@ SELECT attempt, provider, started_at, finished_at, outcome, provider_message_id,
 -- name: RowsIn
 -- RowsIn reads the rows of one tenant among the ids $1, in that
 -- tenant's scope.
-SELECT {{notificationColumns}} FROM owed_notifications WHERE id = ANY($1)
+SELECT {{notificationColumns}}, {{localColumns}} FROM owed_notifications WHERE id = ANY($1)
 
 -- fragment: findFilter
 -- findFilter is a list's filter over a tenant's rows (ledger.Filter; an
@@ -65,7 +71,7 @@ SELECT {{notificationColumns}} FROM owed_notifications WHERE id = ANY($1)
 -- index owed_notifications_tenant_due (tenant_id, due_at, id) serves it
 -- read backwards, stopping at the page's last row; the +1 in the limit
 -- ($14) tells whether another page follows.
-SELECT {{notificationColumns}} FROM owed_notifications
+SELECT {{notificationColumns}}, {{localColumns}} FROM owed_notifications
 {{findFilter}}
    AND (due_at, id) < ($12::timestamptz, $13::bigint)
  ORDER BY due_at DESC, id DESC
@@ -102,12 +108,15 @@ SELECT n.id, n.state, n.expires_at, n.settled_at,
 WITH input AS (
     SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
         idx int, recipient text, channel text, kind text, ref_id text,
-        due_at timestamptz, expires_at timestamptz, payload jsonb, payload_id bigint)
+        due_at timestamptz, expires_at timestamptz, payload jsonb, payload_id bigint,
+        time_zone text, due_local timestamp, held_from timestamptz, urgent boolean)
 ), ins AS (
     INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
-                               payload, payload_id, created_at, updated_at)
+                               payload, payload_id, created_at, updated_at, time_zone, due_local, held_from,
+                               urgent)
     SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload, payload_id,
-           coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now())
+           coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now()), time_zone, due_local, held_from,
+           coalesce(urgent, false)
       FROM input ORDER BY idx
     ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING
     RETURNING id, recipient, kind, ref_id, due_at, state
@@ -118,6 +127,18 @@ SELECT i.idx, coalesce(ins.id, n.id), ins.id IS NOT NULL, coalesce(ins.state, n.
   LEFT JOIN owed_notifications n ON n.tenant_id = $2
        AND (n.recipient, n.kind, n.ref_id, n.due_at) = (i.recipient, i.kind, i.ref_id, i.due_at)
  ORDER BY i.idx
+
+-- name: ContactZones
+-- ContactZones reads the default time zone of each (recipient $2[i],
+-- channel $3[i]) from the recipient's contacts (owed_contacts,
+-- internal/resolve/sql/contacts.sql): the contact on the row's channel
+-- first, else the recipient's contact on another channel that names one.
+-- A recipient without one is left out.
+SELECT w.i, c.time_zone
+  FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS w(recipient, channel, i)
+ CROSS JOIN LATERAL (SELECT time_zone FROM owed_contacts c
+                      WHERE c.tenant_id = $1 AND c.recipient = w.recipient AND c.time_zone IS NOT NULL
+                      ORDER BY c.channel <> w.channel, c.channel LIMIT 1) c
 
 -- name: FindScheduled
 -- FindScheduled looks up rows a concurrent scheduler inserted after
@@ -218,13 +239,15 @@ SELECT count(*) FILTER (WHERE {{movedExpiry}} > {{maxTime}}),
 -- snooze and un-snooze back to a due time already published must not
 -- reuse that message's queue key, or a queue that deduplicates would
 -- drop the new message as a copy of the old one, which the worker
--- acked as stale. claimed_at stays: on a row re-opened after a claim
+-- acked as stale. due_local is cleared: the row is now due at an instant,
+-- not at the local time it was scheduled for (sql/notifications.sql).
+-- claimed_at stays: on a row re-opened after a claim
 -- that lapsed mid-send (or released with an uncertain outcome) it marks
 -- that the provider may have the row already, so the send at the new
 -- time is recorded as a possible duplicate; a claim revoked before its
 -- send never stamped it.
 UPDATE owed_notifications n
-   SET due_at = $5, expires_at = {{shiftedExpiry}},
+   SET due_at = $5, expires_at = {{shiftedExpiry}}, due_local = NULL, held_from = NULL,
        state = 'pending', lease_until = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($4::timestamptz, now())
@@ -258,9 +281,11 @@ UPDATE owed_notifications
 -- new queue generation, as Reschedule moves a subject's rows: the new due
 -- time is a new idempotency key, a message published under the old one is
 -- stale, and the next sweep (or the owed_due wake-up, for a row due now)
--- publishes a new one.
+-- publishes a new one. The move is by instant and an operator's word, so
+-- it clears the local time asked and any hold for quiet hours.
 UPDATE owed_notifications
    SET due_at = $3, expires_at = $4, state = 'pending', lease_until = NULL, published_at = NULL,
+       due_local = NULL, held_from = NULL,
        queue_generation = queue_generation + 1, updated_at = coalesce($2::timestamptz, now())
  WHERE id = $1
 
@@ -277,11 +302,12 @@ SELECT n.id, n.recipient FROM owed_notifications n
 
 -- name: RecordCancel
 -- RecordCancel records a cancel on the subject's rows in flight,
--- replacing a reschedule still waiting there: the cancel is the later
--- word.
+-- replacing a reschedule or an update still waiting there: the cancel is
+-- the later word.
 WITH recorded AS (
     UPDATE owed_notifications n
-       SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL,
+       SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL, intent_payload = NULL,
+           intent_due_local = NULL,
            intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
            updated_at = coalesce($4::timestamptz, now())
       FROM ({{subjectInFlight}}) t
@@ -300,7 +326,8 @@ SELECT count(*), false FROM recorded
 -- Reschedule a moment ago included), or two rows in flight of one
 -- recipient on one key: the clash Reschedule meets as a unique
 -- violation, met here before the intent is applied, so a release never
--- fails on it.
+-- fails on it. An update still waiting keeps its payload and stays an
+-- update, now to the new due time.
 WITH target AS (
     SELECT t.id, t.recipient FROM ({{subjectInFlight}}) t
       JOIN owed_notifications n ON n.id = t.id
@@ -313,7 +340,9 @@ WITH target AS (
         OR (SELECT count(*) FROM target u WHERE u.recipient = t.recipient) > 1
 ), recorded AS (
     UPDATE owed_notifications n
-       SET intent = 'reschedule', intent_due_at = $5, intent_expires_at = {{shiftedExpiry}},
+       SET intent = CASE WHEN n.intent = 'update' AND n.intent_outcome IS NULL THEN 'update' ELSE 'reschedule' END,
+           intent_payload = CASE WHEN n.intent = 'update' AND n.intent_outcome IS NULL THEN n.intent_payload END,
+           intent_due_local = NULL, intent_due_at = $5, intent_expires_at = {{shiftedExpiry}},
            intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
            updated_at = coalesce($4::timestamptz, now())
       FROM target t
@@ -321,6 +350,96 @@ WITH target AS (
     RETURNING n.id
 )
 SELECT count(*), EXISTS (SELECT 1 FROM clash) FROM recorded
+
+-- Updating one row (update.go): ledger.Update locks the row, decides, and
+-- changes it in place or records the change as an intent.
+
+-- fragment: updateColumns
+-- updateColumns are what ledger.Update reads of the row it changes.
+-- in_flight is the rows a live worker is sending, whose send has started
+-- (subjectInFlight's rule); $2 is now.
+id, recipient, kind, ref_id, channel, state, due_at, expires_at, due_local, time_zone,
+       intent IS NOT NULL AND intent_outcome IS NULL AND intent = 'cancel',
+       CASE WHEN intent IN ('reschedule', 'update') AND intent_outcome IS NULL THEN intent_due_at END,
+       CASE WHEN intent IN ('reschedule', 'update') AND intent_outcome IS NULL THEN intent_expires_at END,
+       CASE WHEN intent = 'update' AND intent_outcome IS NULL THEN intent_payload END,
+       state = 'sending' AND lease_until > coalesce($2::timestamptz, now()) AND NOT claim_revocable
+
+-- name: LockRowByID
+-- LockRowByID locks one unsettled row ($1 id) for ledger.Update, in the
+-- caller's tenant scope; $2 is now.
+SELECT {{updateColumns}} FROM owed_notifications WHERE id = $1 AND settled_at IS NULL FOR UPDATE
+
+-- name: LockRowByKey
+-- LockRowByKey locks the unsettled row of one schedule key ($3
+-- recipient, $4 kind, $5 ref_id, $6 due_at) in tenant $1 for
+-- ledger.Update; $2 is now.
+SELECT {{updateColumns}} FROM owed_notifications
+ WHERE tenant_id = $1 AND recipient = $3 AND kind = $4 AND ref_id = $5 AND due_at = $6 AND settled_at IS NULL
+ FOR UPDATE
+
+-- name: RowState
+-- RowState reads a row's state ($1 id), to say why Update found no
+-- unsettled row.
+SELECT state FROM owed_notifications WHERE id = $1
+
+-- name: RowStateByKey
+-- RowStateByKey is RowState by schedule key ($1 tenant, $2 recipient, $3
+-- kind, $4 ref_id, $5 due_at).
+SELECT id, state FROM owed_notifications
+ WHERE tenant_id = $1 AND recipient = $2 AND kind = $3 AND ref_id = $4 AND due_at = $5
+
+-- name: HandBackLapsed
+-- HandBackLapsed hands back a row ($1) whose claim ran out with an intent
+-- waiting, as owed_claim does (claim.sql), so owed_apply_intent applies
+-- the earlier word before an update is decided; $2 is now.
+UPDATE owed_notifications n
+   SET state = 'queued', lease_until = coalesce($2::timestamptz, now()), updated_at = coalesce($2::timestamptz, now())
+ WHERE n.id = $1 AND n.state = 'sending' AND n.lease_until <= coalesce($2::timestamptz, now())
+   AND n.intent IS NOT NULL AND n.intent_outcome IS NULL
+
+-- name: UpdateOpen
+-- UpdateOpen applies an update to an open row ($1 id; $2 now; $3 the new
+-- payload or NULL to keep it; $4 due_at, $5 expires_at, $6 due_local, $7
+-- time_zone, the row's new values). A new due time moves the row as
+-- Reschedule moves it (pending, unpublished, a new queue generation); a
+-- row whose worker holds a revocable claim, or one that ran out, is taken
+-- back from it (queued, its lease ended, as owed_claim hands back a lapsed
+-- claim), so the worker's check before the send finds the claim gone and
+-- never sends the old content, and the sweep republishes the row.
+UPDATE owed_notifications n
+   SET payload = coalesce($3::jsonb, n.payload),
+       payload_id = CASE WHEN $3::jsonb IS NULL THEN n.payload_id END,
+       due_at = $4, expires_at = $5, due_local = $6, time_zone = $7,
+       held_from = CASE WHEN n.due_at <> $4 THEN NULL ELSE n.held_from END,
+       state = CASE WHEN n.due_at <> $4 THEN 'pending'
+                    WHEN n.state = 'sending' THEN 'queued' ELSE n.state END,
+       lease_until = CASE WHEN n.due_at <> $4 THEN NULL
+                          WHEN n.state = 'sending' THEN least(n.lease_until, coalesce($2::timestamptz, now()))
+                          ELSE n.lease_until END,
+       published_at = CASE WHEN n.due_at <> $4 THEN NULL ELSE n.published_at END,
+       queue_generation = n.queue_generation + CASE WHEN n.due_at <> $4 THEN 1 ELSE 0 END,
+       updated_at = coalesce($2::timestamptz, now())
+ WHERE n.id = $1 AND n.settled_at IS NULL
+
+-- name: RecordUpdate
+-- RecordUpdate records an update on a row a live worker is sending ($1
+-- id; $2 now; $3 the new payload or NULL to keep it; $4 due_at, $5
+-- expires_at, $6 due_local: the row's values once the update applies),
+-- replacing a reschedule or update waiting there (ledger.Update folded it
+-- into these values). owed_apply_intent applies it when the send ends.
+UPDATE owed_notifications n
+   SET intent = 'update', intent_payload = $3::jsonb, intent_due_at = $4, intent_expires_at = $5,
+       intent_due_local = $6, intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
+       updated_at = coalesce($2::timestamptz, now())
+ WHERE n.id = $1 AND n.state = 'sending'
+
+-- name: KeyTaken
+-- KeyTaken says whether another row ($2 is the row's id) holds the
+-- schedule key a move would give it ($1 tenant, $3 recipient, $4 kind, $5
+-- ref_id, $6 due_at).
+SELECT EXISTS (SELECT 1 FROM owed_notifications
+                WHERE tenant_id = $1 AND recipient = $3 AND kind = $4 AND ref_id = $5 AND due_at = $6 AND id <> $2)
 
 -- The sweeper's statements here cross tenants, so each is a SECURITY
 -- DEFINER function owned by owed_definer (sql/sweep.sql), the only
@@ -838,6 +957,58 @@ SELECT id, at, operator, action, target, count, reason FROM owed_operator_audit
 -- graces $2 (NULL: none) and nothing else (owed_default_grace_set,
 -- sql/grace.sql).
 SELECT owed_default_grace_set($1::text[], $2::interval[])
+
+-- Quiet hours (quiet.go): the tenant's send windows, and the holds they
+-- put on its pending rows (sql/quiet_hours.sql).
+
+-- name: QuietHours
+-- QuietHours reads every scope of one tenant's send windows ($1).
+SELECT scope, windows, coalesce(time_zone, '') FROM owed_quiet_hours WHERE tenant_id = $1
+
+-- name: UpsertQuietHours
+-- UpsertQuietHours writes one scope's windows ($1 tenant, $2 scope, $3
+-- windows, $4 zone or NULL, $5 now).
+INSERT INTO owed_quiet_hours (tenant_id, scope, windows, time_zone, updated_at)
+VALUES ($1, $2, $3, $4, coalesce($5::timestamptz, now()))
+ON CONFLICT (tenant_id, scope) DO UPDATE
+   SET windows = EXCLUDED.windows, time_zone = EXCLUDED.time_zone, updated_at = EXCLUDED.updated_at
+
+-- name: DeleteQuietHours
+-- DeleteQuietHours removes one scope's windows ($1 tenant, $2 scope).
+DELETE FROM owed_quiet_hours WHERE tenant_id = $1 AND scope = $2
+
+-- name: PendingToHold
+-- PendingToHold reads the tenant's ($1) pending rows a hold applies to
+-- (not urgent), with the due time each was asked for: every one for
+-- SetQuietHours, or those of one row ($2) or one subject ($3 kind, $4
+-- ref_id) for a move.
+SELECT id, recipient, channel, kind, ref_id, coalesce(held_from, due_at), held_from IS NOT NULL, due_at,
+       expires_at, coalesce(time_zone, '')
+  FROM owed_notifications
+ WHERE tenant_id = $1 AND state = 'pending' AND NOT urgent
+   AND ($2::bigint = 0 OR id = $2) AND ($3 = '' OR (kind = $3 AND ref_id = $4))
+
+-- name: MoveHolds
+-- MoveHolds moves pending rows ($2 ids) to their effective due times ($3)
+-- with the due time asked for ($4, NULL when the row is no longer held).
+-- A row whose new schedule key another row holds is left alone and not
+-- returned: SetQuietHours settles it, that row being the send.
+UPDATE owed_notifications n
+   SET due_at = x.due, held_from = x.held, updated_at = coalesce($5::timestamptz, now())
+  FROM unnest($2::bigint[], $3::timestamptz[], $4::timestamptz[]) AS x(id, due, held)
+ WHERE n.id = x.id AND n.tenant_id = $1 AND n.state = 'pending'
+   AND NOT EXISTS (SELECT 1 FROM owed_notifications o
+                    WHERE o.tenant_id = $1 AND o.recipient = n.recipient AND o.kind = n.kind
+                      AND o.ref_id = n.ref_id AND o.due_at = x.due AND o.id <> n.id)
+RETURNING n.id
+
+-- name: SettleHeld
+-- SettleHeld settles pending rows ($2 ids) a hold ends ($3 state, expired
+-- or cancelled, $4 the reason, $5 now).
+UPDATE owed_notifications n
+   SET state = $3, settled_at = coalesce($5::timestamptz, now()), lease_until = NULL, last_error = $4,
+       updated_at = coalesce($5::timestamptz, now())
+ WHERE n.tenant_id = $1 AND n.id = ANY($2) AND n.state = 'pending'
 
 -- The operators' history (history.go, sql/history.sql).
 

@@ -11,6 +11,11 @@ CREATE TABLE owed_contacts (
     address    text        NOT NULL CHECK (address <> '' AND octet_length(address) <= 512),
     opted_out  boolean     NOT NULL DEFAULT false,
     updated_at timestamptz NOT NULL DEFAULT now(),
+    -- The recipient's IANA time zone, the default for a row scheduled in
+    -- local time without one (ledger.Schedule reads the contact of the
+    -- row's channel first, then any of the recipient's). The name is
+    -- checked when a row uses it; the bound is localtime.MaxZoneLen.
+    time_zone  text        CHECK (time_zone <> '' AND octet_length(time_zone) <= 64),
     PRIMARY KEY (tenant_id, recipient, channel)
 );
 

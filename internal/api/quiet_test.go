@@ -1,0 +1,61 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/owedhq/owed/internal/ledger"
+)
+
+// PUT /v1/quiet-hours holds the tenant's rows due outside its windows
+// until the next opening; an urgent row is not held; GET shows the hold.
+func TestQuietHoursThroughTheAPI(t *testing.T) {
+	b := setup(t)
+	now := b.clk.Now() // Sunday, 12:00 UTC
+	r := b.do(t, "POST", "/v1/notifications", b.acme, batch(note("+15550001", "T-1", now)))
+	expect(t, r, http.StatusOK)
+	var sched scheduleResult
+	r.data(t, &sched)
+
+	r = b.do(t, "PUT", "/v1/quiet-hours", b.acme, map[string]any{"scope": "tenant",
+		"windows": []string{"mon-fri 08:00-20:00"}, "time_zone": "Europe/Berlin"})
+	expect(t, r, http.StatusOK)
+	var res ledger.HoldResult
+	r.data(t, &res)
+	if res != (ledger.HoldResult{Held: 1}) {
+		t.Fatalf("answer %+v, want one row held", res)
+	}
+	urgent := note("+15550002", "T-1", now)
+	urgent["urgent"] = true
+	expect(t, b.do(t, "POST", "/v1/notifications", b.acme, batch(urgent)), http.StatusOK)
+
+	r = b.do(t, "GET", fmt.Sprintf("/v1/notifications/%d", sched.Notifications[0].ID), b.acme, nil)
+	var d detailResponse
+	r.data(t, &d)
+	if d.DueAt.Format(time.RFC3339) != "2026-03-02T07:00:00Z" || d.Hold != "held for quiet hours until 2026-03-02T07:00:00Z" {
+		t.Errorf("held row: due %s hold %q; want Monday 08:00 in Berlin", d.DueAt, d.Hold)
+	}
+	r = b.do(t, "GET", "/v1/notifications?recipient=%2B15550002", b.acme, nil)
+	var list listPage
+	r.data(t, &list)
+	if len(list.Notifications) != 1 || !list.Notifications[0].DueAt.Equal(now) || !list.Notifications[0].Urgent {
+		t.Errorf("urgent row: %+v, want due now", list.Notifications)
+	}
+
+	for _, bad := range []struct {
+		body  map[string]any
+		field string
+	}{
+		{map[string]any{"scope": "team", "windows": []string{"mon-fri 08:00-20:00"}}, "scope"},
+		{map[string]any{"scope": "tenant", "windows": []string{"weekdays 9-5"}}, "windows[0]"},
+		{map[string]any{"scope": "tenant", "windows": []string{"daily 08:00-20:00"}, "time_zone": "Berlin"}, "time_zone"},
+	} {
+		expectField(t, b.do(t, "PUT", "/v1/quiet-hours", b.acme, bad.body), http.StatusBadRequest, bad.field)
+	}
+	if r := b.do(t, "PUT", "/v1/quiet-hours", b.acme, `{"scope":`); r.status != http.StatusBadRequest ||
+		r.apiErr(t).Code != codeMalformedJSON {
+		t.Errorf("malformed: %d %s", r.status, r.body)
+	}
+}
