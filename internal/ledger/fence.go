@@ -42,23 +42,30 @@ var ErrClaimLost = errors.New("ledger: the claim was superseded: the row is no l
 // row's, a *ValidationError for a hold the ledger can never take; the error
 // return is for the batch as a whole.
 func (l *Ledger) ExtendClaims(ctx context.Context, holds []Hold, leaseFor time.Duration) ([]error, error) {
-	return l.extendClaims(ctx, holds, leaseFor, false)
+	return l.extendClaims(ctx, holds, leaseFor, leaseFor, false)
 }
 
 // StartSends is the check right before the sends of many held claims (see
-// ExtendClaims, which it is besides): each row's lease is extended, its
-// claim stops being revocable (ClaimParams.Revocable), so a cancel or
-// reschedule from now on waits on the send as an intent, and claimed_at
-// marks that the send may reach the provider. It answers ErrClaimLost for
-// a claim that is no longer the row's, a revocable one a cancel or
-// reschedule took back included: that row must not be sent. It is always a
-// ledger statement, never an answer from memory, because the change that
-// revokes a claim is another process's write.
-func (l *Ledger) StartSends(ctx context.Context, holds []Hold, leaseFor time.Duration) ([]error, error) {
-	return l.extendClaims(ctx, holds, leaseFor, true)
+// ExtendClaims, which it is besides): each claim stops being revocable
+// (ClaimParams.Revocable), so a cancel or reschedule from now on waits on
+// the send as an intent, and claimed_at marks that the send may reach the
+// provider. A row's lease is left as it is when at least keep of it is
+// left by the ledger's now, and extended to leaseFor from then otherwise,
+// so on success the caller holds at least keep from its request: the check
+// right after a claim then changes no indexed column, and its update can be
+// HOT (owed_extend_many). It answers ErrClaimLost for a claim that is no
+// longer the row's, a revocable one a cancel or reschedule took back
+// included: that row must not be sent. It is always a ledger statement,
+// never an answer from memory, because the change that revokes a claim is
+// another process's write.
+func (l *Ledger) StartSends(ctx context.Context, holds []Hold, leaseFor, keep time.Duration) ([]error, error) {
+	if keep <= 0 || keep > leaseFor {
+		return nil, fmt.Errorf("ledger: the lease a send keeps must be above zero and at most the claim lease %s, got %s", leaseFor, keep)
+	}
+	return l.extendClaims(ctx, holds, leaseFor, keep, true)
 }
 
-func (l *Ledger) extendClaims(ctx context.Context, holds []Hold, leaseFor time.Duration, start bool) ([]error, error) {
+func (l *Ledger) extendClaims(ctx context.Context, holds []Hold, leaseFor, keep time.Duration, start bool) ([]error, error) {
 	if leaseFor <= 0 {
 		return nil, fmt.Errorf("ledger: claim lease must be above zero, got %s", leaseFor)
 	}
@@ -75,7 +82,7 @@ func (l *Ledger) extendClaims(ctx context.Context, holds []Hold, leaseFor time.D
 		return errs, nil
 	}
 	res, err := l.queryMany(ctx, qExtendMany, in.idxArg(), pq.Array(in.tenant), pq.Array(in.id), pq.Array(seqs),
-		start, l.now(), seconds(leaseFor))
+		start, l.now(), seconds(leaseFor), seconds(keep))
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ func TestBatchesOfManyTenantsKeepEachRowToItsTenant(t *testing.T) {
 		t.Fatalf("globex's row named as acme's is now %s under claim %d (err %v), want it untouched", d.State, d.ClaimSeq, err)
 	}
 	holds := []Hold{claims[0].Hold, claims[1].Hold, {Tenant: "acme", ID: g[1].ID, Seq: 0}}
-	started, err := b.l.StartSends(ctx, holds, time.Minute)
+	started, err := b.l.StartSends(ctx, holds, time.Minute, time.Minute)
 	if err != nil || started[0] != nil || started[1] != nil || !errors.Is(started[2], ErrClaimLost) {
 		t.Fatalf("start sends: %v (err %v), want the two claims held and the misnamed row not", started, err)
 	}
@@ -84,5 +84,35 @@ func TestBatchNamingOneRowTwiceAnswersInTurn(t *testing.T) {
 	}
 	if d := mustGet(t, b, id); d.State != StateDelivered || len(d.History) != 2 || d.Attempts != 2 {
 		t.Fatalf("row: %s with %d attempts recorded (%d counted), want delivered with both", d.State, len(d.History), d.Attempts)
+	}
+}
+
+// The check before the send leaves a lease that still has the send's keep
+// left as it is, so right after a claim it changes no indexed column (its
+// update can be HOT), and extends a shorter one to the full lease, by the
+// ledger's clock either way.
+func TestStartSendsExtendsOnlyALeaseShorterThanItKeeps(t *testing.T) {
+	b := setup(t)
+	id := mustSchedule(t, b, "acme", row("a", "T-1", b.now))[0].ID
+	h := mustClaim(t, b, "acme", id, ClaimParams{DueAt: b.now, LeaseFor: time.Minute, Revocable: true})
+	claimed := b.now
+	b.advance(10 * time.Second)
+	if errs, err := b.l.StartSends(ctx, []Hold{h}, time.Minute, 30*time.Second); err != nil || errs[0] != nil {
+		t.Fatalf("start: %v %v", errs, err)
+	}
+	d := mustGet(t, b, id)
+	if d.LeaseUntil == nil || !d.LeaseUntil.Equal(claimed.Add(time.Minute)) || d.ClaimedAt == nil || !d.ClaimedAt.Equal(b.now) {
+		t.Fatalf("after the check 10 s into a 1 min claim: lease until %v, claimed at %v; want the claim's lease kept and the send's mark stamped now",
+			d.LeaseUntil, d.ClaimedAt)
+	}
+	b.advance(40 * time.Second)
+	if errs, err := b.l.StartSends(ctx, []Hold{h}, time.Minute, 30*time.Second); err != nil || errs[0] != nil {
+		t.Fatalf("second start: %v %v", errs, err)
+	}
+	if d := mustGet(t, b, id); d.LeaseUntil == nil || !d.LeaseUntil.Equal(b.now.Add(time.Minute)) {
+		t.Fatalf("with 10 s of the lease left and 30 s to keep: lease until %v, want a full minute from now", d.LeaseUntil)
+	}
+	if _, err := b.l.StartSends(ctx, []Hold{h}, time.Minute, 2*time.Minute); err == nil {
+		t.Fatal("a keep longer than the lease was accepted")
 	}
 }

@@ -454,8 +454,16 @@ $$;
 -- each claim is held, as owed_extend_claim says it. A batch naming one row
 -- twice, or a row the statement cannot apply, runs through
 -- owed_extend_claims instead, which answers such a row not held.
+--
+-- A lease that already runs to p_keep_until is left as it is; only a
+-- shorter one moves to p_lease_until. The check before the send passes the
+-- lease its send needs as p_keep_until, so the check right after a claim,
+-- the common case, changes no indexed column (lease_until is in
+-- owed_notifications_in_flight) and its update can be HOT; the heartbeat
+-- passes p_lease_until and always extends.
 CREATE FUNCTION owed_extend_many(p_idx integer[], p_tenant text[], p_id bigint[], p_claim_seq bigint[],
-                                 p_start_send boolean, p_now timestamptz, p_lease_until timestamptz)
+                                 p_start_send boolean, p_now timestamptz, p_lease_until timestamptz,
+                                 p_keep_until timestamptz)
 RETURNS TABLE (idx integer, held boolean)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -476,7 +484,8 @@ BEGIN
                    FOR UPDATE OF n
             ), extended AS (
                 UPDATE owed_notifications n
-                   SET lease_until = greatest(n.lease_until, p_lease_until),
+                   SET lease_until = CASE WHEN n.lease_until >= p_keep_until THEN n.lease_until
+                                          ELSE greatest(n.lease_until, p_lease_until) END,
                        claim_revocable = n.claim_revocable AND NOT p_start_send,
                        claimed_at = CASE WHEN p_start_send AND n.claim_revocable THEN p_now ELSE n.claimed_at END,
                        updated_at = CASE WHEN p_start_send THEN p_now ELSE n.updated_at END

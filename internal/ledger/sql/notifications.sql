@@ -172,6 +172,14 @@ CREATE TABLE owed_notifications (
     -- resolves it on every way out of sending.
     CONSTRAINT owed_notifications_intent_waits_on_send
         CHECK (intent IS NULL OR intent_outcome IS NOT NULL OR state = 'sending')
+) WITH (
+    -- A row is updated four to five times on its way (lease, queued mark,
+    -- claim, the check before the send, settle) and inserted densely: the
+    -- room each page keeps lets an update whose indexed columns stay as
+    -- they were (the check right after a claim, owed_extend_many) be HOT,
+    -- a new version on the same page and no new index entries, and lets
+    -- the others' new versions land beside the old.
+    fillfactor = 80
 );
 
 -- What the sweep's lease reads: owed rows, oldest first. Settled rows leave

@@ -389,10 +389,12 @@ SELECT c.*, t.now
 -- lease to $7 seconds from now, if the row ($1 idx, $2 tenant, $3 id) is
 -- still sending under the token named ($4), and says whether it was; with
 -- $5 the claim stops being revocable and claimed_at marks that the send
--- may reach the provider.
+-- may reach the provider. A lease with $8 seconds or more left is left as
+-- it is (the heartbeat passes $7, so it always extends).
 SELECT idx, held
   FROM owed_extend_many($1::integer[], $2::text[], $3::bigint[], $4::bigint[], $5::boolean,
-                        coalesce($6::timestamptz, now()), coalesce($6::timestamptz, now()) + make_interval(secs => $7))
+                        coalesce($6::timestamptz, now()), coalesce($6::timestamptz, now()) + make_interval(secs => $7),
+                        coalesce($6::timestamptz, now()) + make_interval(secs => $8))
 
 -- name: SettleDeliveredMany
 -- SettleDeliveredMany records accepted sends and settles their rows in
