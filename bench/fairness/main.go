@@ -125,7 +125,7 @@ func run() error {
 	defer st.Stop()
 
 	// Tenant C, paused before its rows are written.
-	if _, err := db.App.ExecContext(ctx, `SELECT owed_tenant_pause($1, 'bench/fairness: paused tenant', 'bench', NULL)`, tenantC); err != nil {
+	if _, err := db.Operator.ExecContext(ctx, `SELECT owed_tenant_pause($1, 'bench/fairness: paused tenant', 'bench', NULL)`, tenantC); err != nil {
 		return err
 	}
 	l := ledger.New(db.App, nil)

@@ -17,12 +17,13 @@ import (
 )
 
 // notificationsActions are notifications' actions.
-var notificationsActions = []string{"show", "find"}
+var notificationsActions = []string{"show", "list", "find"}
 
-const notificationsExample = "owedctl notifications find --tenant acme --recipient user-42 --kind reminder"
+const notificationsExample = "owedctl notifications list --tenant acme --state failed --channel sms --due-from 2026-12-01"
 
 // notificationsCmd answers "was this customer notified, and when" from the
-// ledger: one row with every attempt (show), or a tenant's rows (find).
+// ledger: one row with every attempt (show), or a tenant's rows (list, and
+// its older name find).
 func notificationsCmd(ctx context.Context, args []string) error {
 	return runNotifications(ctx, os.Stdout, args)
 }
@@ -30,9 +31,11 @@ func notificationsCmd(ctx context.Context, args []string) error {
 // runNotifications is notificationsCmd writing to out, so tests read what an
 // operator would see.
 func runNotifications(ctx context.Context, out io.Writer, args []string) error {
-	if err := needAction(args, printUsage("usage: owedctl notifications show ID|find --tenant T [flags]\n\n"+
+	if err := needAction(args, printUsage("usage: owedctl notifications show ID|list --tenant T [flags]\n\n"+
 		"  show ID   one row of any tenant, with every send attempt and its outcome\n"+
-		"  find      a tenant's rows, newest due first (--recipient, --ref, --kind, --limit)\n\n"+
+		"  list      a tenant's rows, newest due first, a page at a time, with the counts by state (--state, --kind,\n"+
+		"            --channel, --recipient, --recipient-prefix, --ref, --due-from, --due-to, --settled-from,\n"+
+		"            --settled-to, --limit, --cursor); find is its older name\n\n"+
 		"The database is --database-url or OWED_DATABASE_URL.\n\nexample:\n  "+notificationsExample+"\n"),
 		notificationsActions); err != nil {
 		return err
@@ -40,7 +43,7 @@ func runNotifications(ctx context.Context, out io.Writer, args []string) error {
 	if args[0] == "show" {
 		return notificationsShow(ctx, out, args[1:])
 	}
-	return notificationsFind(ctx, out, args[1:])
+	return notificationsList(ctx, out, args[0], args[1:])
 }
 
 func ledgerDatabaseFlag(fs *flag.FlagSet) *string {
@@ -83,49 +86,76 @@ func notificationsShow(ctx context.Context, out io.Writer, args []string) error 
 	return nil
 }
 
-func notificationsFind(ctx context.Context, out io.Writer, args []string) error {
-	fs := newFlags("notifications find",
-		"notifications find --tenant T [--recipient R] [--ref X] [--kind K] [--limit N] [--json] [--database-url URL]",
+func notificationsList(ctx context.Context, out io.Writer, action string, args []string) error {
+	fs := newFlags("notifications "+action,
+		"notifications "+action+" --tenant T [--state S] [--kind K] [--channel C] [--recipient R] [--recipient-prefix P] [--ref X]\n"+
+			"    [--due-from T] [--due-to T] [--settled-from T] [--settled-to T] [--limit N] [--cursor C] [--json] [--database-url URL]",
 		notificationsExample)
-	tenant := fs.String("tenant", "", "tenant whose rows to list (required)")
-	recipient := fs.String("recipient", "", "only this recipient")
-	ref := fs.String("ref", "", "only rows about this subject reference (ref_id)")
-	kind := fs.String("kind", "", "only this kind, e.g. reminder")
+	var q ops.ListQuery
+	fs.StringVar(&q.Tenant, "tenant", "", "tenant whose rows to list (required)")
+	fs.StringVar(&q.State, "state", "", "only rows in this state: "+ops.ListStateNames())
+	fs.StringVar(&q.Kind, "kind", "", "only this kind, e.g. reminder")
+	fs.StringVar(&q.Channel, "channel", "", "only this channel, e.g. sms")
+	fs.StringVar(&q.Recipient, "recipient", "", "only this recipient")
+	fs.StringVar(&q.RecipientPrefix, "recipient-prefix", "", "only recipients starting with this, e.g. +4420")
+	fs.StringVar(&q.Ref, "ref", "", "only rows about this subject reference (ref_id)")
+	fs.StringVar(&q.DueFrom, "due-from", "", "only rows due at or after this time (RFC 3339, or 2026-12-02T09:30 or 2026-12-02 in UTC)")
+	fs.StringVar(&q.DueTo, "due-to", "", "only rows due before this time (as --due-from)")
+	fs.StringVar(&q.SettledFrom, "settled-from", "", "only rows settled at or after this time (as --due-from)")
+	fs.StringVar(&q.SettledTo, "settled-to", "", "only rows settled before this time (as --due-from)")
+	fs.StringVar(&q.Cursor, "cursor", "", "start after this position: the next_cursor a previous page printed")
 	limit := fs.Int("limit", 50, fmt.Sprintf("at most this many rows, newest due first (up to %d)", ledger.MaxFindLimit))
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	dbURL := ledgerDatabaseFlag(fs)
-	if err := parseOnlyFlags(fs, args, ": find takes only flags"); err != nil {
+	if err := parseOnlyFlags(fs, args, ": "+action+" takes only flags"); err != nil {
 		return err
-	}
-	if *tenant == "" {
-		return usageError{"--tenant is required: rows are only ever listed within one tenant"}
 	}
 	if *limit < 1 || *limit > ledger.MaxFindLimit {
 		return usageError{fmt.Sprintf("--limit=%d must be 1 to %d", *limit, ledger.MaxFindLimit)}
+	}
+	if _, _, err := q.Parse(); err != nil {
+		return usageError{err.Error()}
 	}
 	l, closeDB, err := openLedger(*dbURL)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	rows, err := ops.FindNotifications(ctx, l, *tenant, ledger.Filter{Recipient: *recipient, RefID: *ref, Kind: *kind, Limit: *limit})
+	page, err := ops.ListNotifications(ctx, l, q, *limit)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		return printJSON(out, map[string]any{"notifications": rows})
+		return printJSON(out, page)
 	}
-	if len(rows) == 0 {
-		fmt.Fprintf(out, "no notifications of tenant %q match\n", *tenant)
+	counts := []string{}
+	for _, st := range ops.ListStates() {
+		if n := page.Counts.ByState[st]; n > 0 {
+			counts = append(counts, fmt.Sprintf("%s %d", st, n))
+		}
+	}
+	atLeast := ""
+	if page.Counts.AtLeast {
+		atLeast = "at least "
+	}
+	if len(page.Rows) == 0 {
+		fmt.Fprintf(out, "no notifications of tenant %q match\n", q.Tenant)
 		return nil
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tSTATE\tDUE\tDELIVERED\tRECIPIENT\tCHANNEL\tKIND\tREF\tATTEMPTS\tPROVIDER\tPROVIDER MESSAGE ID")
-	for _, n := range rows {
+	fmt.Fprintln(w, "ID\tSTATE\tDUE\tSETTLED\tRECIPIENT\tCHANNEL\tKIND\tREF\tATTEMPTS\tPROVIDER\tPROVIDER MESSAGE ID")
+	for _, n := range page.Rows {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, n.State, stamp(&n.DueAt),
-			stamp(n.DeliveredAt), n.Recipient, n.Channel, n.Kind, n.RefID, n.Attempts, dash(n.Provider), dash(n.ProviderMessageID))
+			stamp(n.SettledAt), n.Recipient, n.Channel, n.Kind, n.RefID, n.Attempts, dash(n.Provider), dash(n.ProviderMessageID))
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\n%s%d match: %s\n", atLeast, page.Counts.Total, strings.Join(counts, ", "))
+	if page.Next != "" {
+		fmt.Fprintf(out, "next page: --cursor %s\n", page.Next)
+	}
+	return nil
 }
 
 // printDetail prints one row as a field list, then its attempts as a table.

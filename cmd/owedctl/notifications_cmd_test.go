@@ -148,6 +148,48 @@ func TestNotificationsFindStaysInTheTenantAndFilters(t *testing.T) {
 	}
 }
 
+// list takes the console's filters (state, channel, recipient prefix, due
+// and settled ranges), prints the counts by state, and pages with
+// --cursor.
+func TestNotificationsListFiltersCountsAndPages(t *testing.T) {
+	t.Parallel()
+	f := setupLookup(t)
+	list := func(args ...string) string {
+		t.Helper()
+		out, err := runCmd(t, func(ctx context.Context, w *bytes.Buffer) error {
+			return runNotifications(ctx, w, append([]string{"list", "--database-url", f.dbURL, "--tenant", "acme"}, args...))
+		})
+		if err != nil {
+			t.Fatalf("list %v: %v", args, err)
+		}
+		return out
+	}
+	out := list("--state", "delivered", "--channel", "email", "--recipient-prefix", "user-")
+	if !strings.Contains(out, "user-1") || strings.Contains(out, "user-2") || !strings.Contains(out, "1 match: delivered 1") {
+		t.Errorf("list --state delivered:\n%s", out)
+	}
+	hour := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	if out := list("--settled-from", hour); !strings.Contains(out, "user-1") || strings.Contains(out, "user-2") {
+		t.Errorf("list --settled-from:\n%s", out)
+	}
+	if out := list("--due-to", hour); !strings.Contains(out, "no notifications") {
+		t.Errorf("list --due-to an hour ago:\n%s", out)
+	}
+	out = list("--limit", "1")
+	if !strings.Contains(out, "2 match: pending 1, delivered 1") || !strings.Contains(out, "next page: --cursor ") {
+		t.Fatalf("list --limit 1 lacks the counts or the cursor:\n%s", out)
+	}
+	cursor := strings.TrimSpace(out[strings.Index(out, "--cursor ")+len("--cursor "):])
+	var page struct {
+		Notifications []ledger.Notification
+		Next          string `json:"next_cursor"`
+	}
+	if err := json.Unmarshal([]byte(list("--limit", "1", "--cursor", cursor, "--json")), &page); err != nil ||
+		len(page.Notifications) != 1 || page.Next != "" {
+		t.Errorf("the second page: %+v, %v; want one row and no cursor", page, err)
+	}
+}
+
 func TestNotificationsUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
@@ -157,6 +199,9 @@ func TestNotificationsUsageErrors(t *testing.T) {
 		{"show", "abc", "--database-url", "postgres://x@127.0.0.1:1/none"},
 		{"find", "--database-url", "postgres://x@127.0.0.1:1/none"},
 		{"find", "--tenant", "acme", "--limit", "0", "--database-url", "postgres://x@127.0.0.1:1/none"},
+		{"list", "--tenant", "acme", "--state", "lost", "--database-url", "postgres://x@127.0.0.1:1/none"},
+		{"list", "--tenant", "acme", "--due-from", "yesterday", "--database-url", "postgres://x@127.0.0.1:1/none"},
+		{"list", "--tenant", "acme", "--cursor", "abc", "--database-url", "postgres://x@127.0.0.1:1/none"},
 	} {
 		_, err := runCmd(t, func(ctx context.Context, w *bytes.Buffer) error { return runNotifications(ctx, w, args) })
 		var ue usageError

@@ -161,7 +161,7 @@ func (s *server) find(w http.ResponseWriter, r *http.Request, p principal) {
 	}
 	page := listPage{Notifications: rows, Limit: effectiveLimit(q.filter.Limit)}
 	if next != nil {
-		page.NextCursor = encodeCursor(*next)
+		page.NextCursor = next.Cursor()
 	}
 	writeData(w, http.StatusOK, page)
 }

@@ -58,7 +58,7 @@ func decodeFind(q url.Values, p principal) (findQuery, *apiError) {
 		out.filter.Limit = n
 	}
 	if _, ok := q["cursor"]; ok {
-		from, err := decodeCursor(q.Get("cursor"))
+		from, err := ledger.ParseCursor(q.Get("cursor"))
 		if err != nil {
 			return out, badField("cursor", "%v: pass the next_cursor of the previous page unchanged, "+
 				"with the same filters", err)

@@ -13,6 +13,7 @@ import (
 	"unicode"
 
 	"github.com/owedhq/owed/internal/service"
+	"github.com/owedhq/owed/internal/session"
 )
 
 // Who may use the console, and how a browser proves it:
@@ -23,7 +24,8 @@ import (
 //     reachable only through that proxy.
 //   - The operator token (Options.Token): "Authorization: Bearer <token>"
 //     on each request (scripts), or the login form, which starts a session
-//     (sessions.go) and sets its cookie: HttpOnly, SameSite=Strict, the
+//     (sessions.go: in owed_console_sessions, shared by every replica)
+//     and sets its cookie: HttpOnly, SameSite=Strict, the
 //     session's id and a MAC of it keyed on the token, so changing the
 //     token ends every session. Logging out revokes the session on the
 //     server. Wrong tokens are throttled (throttle.go).
@@ -63,11 +65,11 @@ type auth struct {
 	// sessions; random per process otherwise.
 	key      []byte
 	now      func() time.Time
-	sessions SessionStore
+	sessions *session.Store
 	throttle *throttle
 }
 
-func newAuth(token, header string, now func() time.Time, sessions SessionStore, th *throttle) auth {
+func newAuth(token, header string, now func() time.Time, sessions *session.Store, th *throttle) auth {
 	a := auth{token: service.NewBearer(token), header: header, now: now, sessions: sessions, throttle: th}
 	if token != "" {
 		m := hmac.New(sha256.New, []byte(token))
@@ -124,11 +126,11 @@ func (a auth) identify(r *http.Request) (op operator, ok bool, why refusal) {
 		if !valid {
 			return operator{}, false, refusal{bad: true}
 		}
-		s, found, err := a.sessions.Get(r.Context(), id)
+		s, found, err := a.sessions.Check(r.Context(), id, a.now())
 		if err != nil {
 			return operator{}, false, refusal{err: err}
 		}
-		if !found || !s.Active(a.now()) {
+		if !found {
 			return operator{}, false, refusal{bad: true}
 		}
 		return operator{Name: s.Operator, Via: "session", Session: id}, true, refusal{}
@@ -137,13 +139,17 @@ func (a auth) identify(r *http.Request) (op operator, ok bool, why refusal) {
 }
 
 // startSession records a session for name and sets its cookie.
-func (a auth) startSession(w http.ResponseWriter, r *http.Request, name string) (Session, error) {
+func (a auth) startSession(w http.ResponseWriter, r *http.Request, name string) (session.Session, error) {
 	now := a.now()
-	s := Session{ID: newSessionID(), Operator: name, Source: peer(r), Created: now, Expires: now.Add(SessionTTL)}
-	if err := a.sessions.Create(r.Context(), s); err != nil {
-		return Session{}, err
+	id, err := session.NewID()
+	if err != nil {
+		return session.Session{}, err
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: a.cookieValue(s.ID), Path: Prefix,
+	s, err := a.sessions.Create(r.Context(), id, name, peer(r), now, now.Add(SessionTTL))
+	if err != nil {
+		return session.Session{}, err
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: a.cookieValue(id), Path: Prefix,
 		MaxAge: int(SessionTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
 	return s, nil
 }

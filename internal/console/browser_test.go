@@ -284,7 +284,7 @@ func TestBrowserOnCall(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`input[name="tenant"]`)),
 		chromedp.SendKeys(chromedp.CSS(`input[name="tenant"]`), "acme"),
 		chromedp.SendKeys(chromedp.CSS(`input[name="recipient"]`), "r3"),
-		chromedp.Click(chromedp.CSS(`form.filters button`)),
+		chromedp.Click(chromedp.CSS(`#find`)),
 		chromedp.WaitVisible(chromedp.CSS(`#results`)))
 	screenshot(t, b, dir, "find")
 	run(t, b, "open the row", chromedp.Click(chromedp.CSS(`#results tbody a`)), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))

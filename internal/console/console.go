@@ -1,14 +1,18 @@
 // Package console is the operators' web console, served by the sweeper on
 // its operator listener (OWED_METRICS_ADDR) under /console/, never on the
 // public port: a live dashboard (backlog, lag, duplicates, dead letters,
-// the provider pace, sends per minute with the last hour's chart), finding
-// notifications and each one's timeline, the dead letters with filtered and
-// bulk redrive and delete, pausing sends per provider account or tenant,
-// and the operators' sessions (sessions.go: kept on the server, so logging
-// out or revoking ends them; wrong tokens are throttled, throttle.go).
+// the provider pace, sends per minute with the last hour's chart, and the
+// history charts of the last hour or day, history.go), a tenant's
+// notifications filtered and paged, each one's timeline and its actions
+// (cancel, reschedule, send now, redrive), the dead letters with filtered
+// and bulk redrive and delete, pausing sends per provider account or tenant,
+// and the operators' sessions (sessions.go: kept in owed_console_sessions,
+// shared by every replica, so logging out or revoking ends them everywhere
+// and a restart keeps them; wrong tokens are throttled, throttle.go).
 // Pages are rendered on the
-// server from embedded templates; the only script-like thing is the
-// dashboard's meta refresh.
+// server from embedded templates, light or dark as the system prefers, and
+// fit a 390 px phone; the only script-like thing is the dashboard's meta
+// refresh.
 //
 // Every action runs the code owedctl runs (internal/ops), asks for a
 // confirmation, passes the CSRF guard (auth.go) and writes an audit line
@@ -36,6 +40,7 @@ import (
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/service"
+	"github.com/owedhq/owed/internal/session"
 )
 
 // Prefix is where the console is mounted.
@@ -51,6 +56,9 @@ const dashboardTimeout = 15 * time.Second
 
 // Options are the console's parts and settings.
 type Options struct {
+	// Ledger is the ledger over on-call's login (owed_operator): the
+	// console's reads, actions and audit lines, and its sessions
+	// (owed_console_sessions), run as that login.
 	Ledger *ledger.Ledger
 	Queue  queue.Queue
 	// Token is the operator token (OWED_CONSOLE_TOKEN); TrustedHeader the
@@ -61,8 +69,6 @@ type Options struct {
 	Clock                clock.Clock
 	// Refresh is the dashboard's reload interval (RefreshDefault when 0).
 	Refresh time.Duration
-	// Sessions keeps the logins (a new MemorySessions when nil).
-	Sessions SessionStore
 	// Metrics, when set, registers the console's series: the wrong tokens
 	// and the refusals of the login throttle.
 	Metrics prometheus.Registerer
@@ -82,6 +88,7 @@ type Console struct {
 	accounts *pace.Accounts
 	tenants  *pace.Tenants
 	dash     *service.Cache[dashData]
+	hist     *service.Cache[[]ledger.Sample]
 }
 
 // New returns the console's handler, to be mounted at Prefix.
@@ -92,15 +99,17 @@ func New(o Options) *Console {
 	if o.Refresh <= 0 {
 		o.Refresh = RefreshDefault
 	}
-	if o.Sessions == nil {
-		o.Sessions = NewMemorySessions()
+	var sessions *session.Store
+	if o.Ledger != nil {
+		sessions = session.NewStore(o.Ledger.DB())
 	}
-	c := &Console{o: o, auth: newAuth(o.Token, o.TrustedHeader, o.Clock.Now, o.Sessions, newThrottle(o.Clock.Now, o.Metrics)),
+	c := &Console{o: o, auth: newAuth(o.Token, o.TrustedHeader, o.Clock.Now, sessions, newThrottle(o.Clock.Now, o.Metrics)),
 		mux: http.NewServeMux(), pages: parsePages()}
 	if o.Ledger != nil {
 		c.accounts, c.tenants = pace.NewAccounts(o.Ledger.DB(), o.Clock), pace.NewTenants(o.Ledger.DB(), o.Clock)
 	}
 	c.dash = &service.Cache[dashData]{Fetch: c.readDashboard, TTL: o.Refresh / 2, FetchTimeout: dashboardTimeout, Clock: o.Clock}
+	c.hist = &service.Cache[[]ledger.Sample]{Fetch: c.readHistory, TTL: historyTTL, FetchTimeout: dashboardTimeout, Clock: o.Clock}
 	if !c.Enabled() {
 		o.Log.Info().Msg(disabledMessage)
 	}
@@ -113,6 +122,7 @@ func New(o Options) *Console {
 	c.mux.HandleFunc("GET "+Prefix+"notifications", c.authed(c.notifications))
 	c.mux.HandleFunc("GET "+Prefix+"notifications/{id}", c.authed(c.notification))
 	c.mux.HandleFunc("POST "+Prefix+"notifications/{id}/payload", c.authed(c.revealPayload))
+	c.mux.HandleFunc("POST "+Prefix+"notifications/{id}/action", c.authed(c.notificationAction))
 	c.mux.HandleFunc("GET "+Prefix+"dead-letters", c.authed(c.deadLetters))
 	c.mux.HandleFunc("GET "+Prefix+"dead-letters/{id}", c.authed(c.deadLetter))
 	c.mux.HandleFunc("POST "+Prefix+"dead-letters/action", c.authed(c.deadLetterAction))
@@ -217,6 +227,14 @@ func (c *Console) show(w http.ResponseWriter, op operator, status int, name, tit
 		Error: errText, Data: data})
 }
 
+// dash is s, or "-" for nothing.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func parsePages() map[string]*template.Template {
 	funcs := template.FuncMap{
 		"stamp": func(t any) string {
@@ -240,15 +258,11 @@ func parsePages() map[string]*template.Template {
 			}
 			return d.Round(time.Millisecond).String()
 		},
-		"dash": func(s string) string {
-			if s == "" {
-				return "-"
-			}
-			return s
-		},
+		"dash":  dash,
 		"join":  strings.Join,
 		"deref": func(p *int64) int64 { return *p },
 		"sub":   func(a, b int) int { return a - b },
+		"short": short,
 	}
 	names, err := fs.Glob(assets, "templates/*.html")
 	if err != nil {

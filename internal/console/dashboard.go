@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -40,8 +41,11 @@ type chart struct {
 }
 
 type dashData struct {
-	Health ops.Health
-	States []stateCount
+	// History is the charts of the range the page asked for; it is not
+	// part of the shared reading (it has its own, Console.hist).
+	History historyView
+	Health  ops.Health
+	States  []stateCount
 	// LastMinute is the accepted sends of the last whole minute.
 	LastMinute int64
 	Chart      chart
@@ -54,6 +58,13 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request, op operator)
 	if err != nil {
 		d.Problems = append(d.Problems, err.Error())
 	}
+	// The shared reading's slice is copied before a problem is added.
+	d.Problems = slices.Clone(d.Problems)
+	samples, err := c.hist.Get(r.Context())
+	if err != nil {
+		d.Problems = append(d.Problems, "read the history: "+err.Error())
+	}
+	d.History = buildHistory(samples, rangeNamed(r.URL.Query().Get("range")), c.o.Clock.Now())
 	p := page{Title: "Dashboard", Operator: op, CSRF: c.auth.csrf(op), Now: c.o.Clock.Now().UTC(),
 		Refresh: int(c.o.Refresh / time.Second), Data: d}
 	c.render(w, http.StatusOK, "dashboard", p)

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/owedhq/owed/internal/session"
 )
 
 type loginData struct {
@@ -64,7 +66,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusServiceUnavailable, "the session could not be recorded: "+err.Error())
 		return
 	}
-	c.o.Log.Info().Str("operator", name).Str("remote", r.RemoteAddr).Str("session", s.Short()).Msg("console: login")
+	c.o.Log.Info().Str("operator", name).Str("remote", r.RemoteAddr).Str("session", short(s.Handle)).Msg("console: login")
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
@@ -77,15 +79,15 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	}
 	if ck, err := r.Cookie(CookieName); err == nil {
 		if id, ok := c.auth.sessionID(ck.Value); ok {
-			s, _, _ := c.auth.sessions.Get(r.Context(), id)
-			revoked, err := c.auth.sessions.Revoke(r.Context(), id, c.o.Clock.Now())
+			s, _, _ := c.auth.sessions.Check(r.Context(), id, c.o.Clock.Now())
+			revoked, err := c.auth.sessions.Revoke(r.Context(), session.Handle(id), c.o.Clock.Now())
 			if err != nil {
 				c.o.Log.Error().Err(err).Str("operator", s.Operator).Msg("console: logout: the session was not revoked")
 				http.Error(w, "the session could not be revoked: "+err.Error()+"; try again", http.StatusServiceUnavailable)
 				return
 			}
 			if revoked {
-				c.o.Log.Info().Str("operator", s.Operator).Str("session", s.Short()).Msg("console: logout")
+				c.o.Log.Info().Str("operator", s.Operator).Str("session", short(session.Handle(id))).Msg("console: logout")
 			}
 		}
 	}

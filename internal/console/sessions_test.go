@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/console"
 )
@@ -227,5 +229,39 @@ func TestSessionsAreListedAndRevoked(t *testing.T) {
 	// A session is revoked once.
 	if resp, _ := do(t, alice, "POST", b.srv.URL+"/console/sessions/revoke", form, nil); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("revoking the revoked session again answered %d, want 404", resp.StatusCode)
+	}
+}
+
+// Sessions are kept in the database: a login on one console is honoured by
+// a second console process over the same database (another replica, or
+// this one restarted), and a logout on the second refuses the cookie on the
+// first.
+func TestSessionsAreSharedBetweenConsoles(t *testing.T) {
+	t.Parallel()
+	b := setup(t, token, "")
+	c := b.login(t, "alice")
+	ck := sessionCookie(t, c, b.srv.URL)
+	second := console.New(console.Options{Ledger: b.stack.Operator, Queue: b.stack.Queue, Token: token, Log: zerolog.Nop()})
+	mux := http.NewServeMux()
+	mux.Handle(console.Prefix, second)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	other := &bundle{stack: b.stack, console: second, srv: srv}
+	if resp := withCookie(t, other, "/console/", ck); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the first console's session cookie on the second answered %d, want 200", resp.StatusCode)
+	}
+	_, page := do(t, c, "GET", b.srv.URL+"/console/sessions", nil, nil)
+	if !strings.Contains(page, "alice") || !strings.Contains(page, "(this one)") {
+		t.Errorf("the sessions page lacks alice's own session: %s", page)
+	}
+	// Log out through the second console: the first refuses the cookie.
+	jar := c.Jar
+	u, _ := url.Parse(srv.URL + console.Prefix)
+	jar.SetCookies(u, []*http.Cookie{{Name: ck.Name, Value: ck.Value, Path: console.Prefix}})
+	if resp, _ := do(t, c, "POST", srv.URL+"/console/logout", url.Values{}, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("logout on the second console answered %d, want 303", resp.StatusCode)
+	}
+	if resp := withCookie(t, b, "/console/", ck); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("the cookie on the first console after a logout on the second answered %d, want 303 to the login", resp.StatusCode)
 	}
 }

@@ -83,6 +83,9 @@ type Result struct {
 	Total                              time.Duration
 
 	Violations []string
+	// StuckRows describes the rows still owed when the drill gave up
+	// draining (stuckRows), so a run that did not drain says why.
+	StuckRows []string
 }
 
 // ledgerRow is what the checks read of one ledger row.
@@ -103,6 +106,74 @@ func countOwed(ctx context.Context, db *sql.DB) (n int, err error) {
 		return tx.QueryRowContext(ctx, `SELECT count(*) FROM owed_notifications WHERE settled_at IS NULL`).Scan(&n)
 	})
 	return n, err
+}
+
+// stuckRowsShown bounds the rows stuckRows describes.
+const stuckRowsShown = 20
+
+// stuckRows describes the rows still owed, oldest lease first, up to
+// stuckRowsShown of them, one line each with what decides when the row
+// moves again: its state and how far its lease_until is from the
+// database's now, its attempts, its last error, its account (channel and
+// provider) and any intent waiting on it. A drill that did not drain says
+// why with these lines, so a failure explains itself.
+func stuckRows(ctx context.Context, db *sql.DB) ([]string, error) {
+	var out []string
+	err := inTenant(ctx, db, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM owed_notifications WHERE settled_at IS NULL`).Scan(&n); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `
+SELECT id, state, attempts, channel, coalesce(provider, ''), coalesce(last_error, ''), coalesce(intent, ''),
+       extract(epoch FROM due_at - now())::float8,
+       extract(epoch FROM lease_until - now())::float8,
+       extract(epoch FROM expires_at - now())::float8,
+       extract(epoch FROM claimed_at - now())::float8,
+       extract(epoch FROM published_at - now())::float8,
+       extract(epoch FROM updated_at - now())::float8,
+       queue_generation, claim_seq
+  FROM owed_notifications
+ WHERE settled_at IS NULL
+ ORDER BY lease_until NULLS FIRST, id
+ LIMIT $1`, stuckRowsShown)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		out = append(out, fmt.Sprintf("%d rows still owed; the first %d by lease_until (times in seconds from the database's now):", n, min(n, stuckRowsShown)))
+		for rows.Next() {
+			var (
+				id, gen, seq                                 int64
+				attempts                                     int
+				state, channel, prov, lastErr, intent        string
+				due, lease, expires, claimed, published, upd sql.NullFloat64
+			)
+			if err := rows.Scan(&id, &state, &attempts, &channel, &prov, &lastErr, &intent, &due, &lease, &expires,
+				&claimed, &published, &upd, &gen, &seq); err != nil {
+				return err
+			}
+			line := fmt.Sprintf("row %d %s lease_until=%s attempts=%d due_at=%s expires_at=%s claimed_at=%s published_at=%s updated_at=%s generation=%d claims=%d account=%s/%s",
+				id, state, secs(lease), attempts, secs(due), secs(expires), secs(claimed), secs(published), secs(upd), gen, seq, channel, prov)
+			if intent != "" {
+				line += " intent=" + intent
+			}
+			if lastErr != "" {
+				line += fmt.Sprintf(" last_error=%q", lastErr)
+			}
+			out = append(out, line)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// secs writes a number of seconds from now, or "-" for a NULL time.
+func secs(v sql.NullFloat64) string {
+	if !v.Valid {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1fs", v.Float64)
 }
 
 func readLedger(ctx context.Context, db *sql.DB) (map[int64]ledgerRow, error) {
@@ -212,6 +283,11 @@ func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, lostB
 	addIDs(v, lostUnsent, "lost: delivered in the ledger but never accepted by the provider")
 	if res.StillOwed > 0 {
 		*v = append(*v, fmt.Sprintf("%d rows still owed after the drain limit (raise --duration-limit, or look at the oldest: owedctl notifications find)", res.StillOwed))
+		stuck, err := stuckRows(ctx, db)
+		if err != nil {
+			return fmt.Errorf("describe the rows still owed: %w", err)
+		}
+		res.StuckRows = stuck
 	}
 	if line := dups.violation(); line != "" {
 		*v = append(*v, line)
@@ -355,6 +431,9 @@ func (r *Result) Table(w io.Writer) {
 	fmt.Fprintf(w, "invariants: %d broken\n", len(r.Violations))
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "  - %s\n", v)
+	}
+	for _, l := range r.StuckRows {
+		fmt.Fprintf(w, "    %s\n", l)
 	}
 	fmt.Fprintf(w, "logs: %s\n", r.LogDir)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"time"
 
 	_ "github.com/lib/pq" // the postgres driver
@@ -32,17 +33,26 @@ var (
 		// its retries are the old short backoff.
 		"OWED_RETRY_SCHEDULE":         "1s,2s,4s,8s",
 		"OWED_RETRY_SCHEDULE_WEBHOOK": "1s,2s,4s,8s",
+		// The sweeper's requeue window, which the worker gives a row whose
+		// message it returned to the queue: a queue restart that loses the
+		// message (SQS) heals in 30 s, as a lost published message does.
+		"OWED_REQUEUE_AFTER": requeueAfter,
 	}
 	drillSweeperEnv = map[string]string{
 		// The sweeper's lease is its budget plus 10 s: a sweeper killed
 		// between publish and mark leaves its rows for 20 s.
 		"OWED_SWEEP_BUDGET":  "10s",
-		"OWED_REQUEUE_AFTER": "30s",
+		"OWED_REQUEUE_AFTER": requeueAfter,
 		// Large batches keep a sweep publishing chunk after chunk, so a
 		// kill lands between a publish and its queued mark more often.
 		"OWED_SWEEP_BATCH": "2000",
 	}
 )
+
+// requeueAfter is OWED_REQUEUE_AFTER of the drill's sweepers and workers
+// (10m in production): how long a row whose message was lost waits before
+// it is published again.
+const requeueAfter = "30s"
 
 // drillWorkerConcurrency keeps many sends in flight per worker, widening the
 // window between the provider's accept and the ledger write that a kill can
@@ -61,6 +71,9 @@ const (
 	quiesceLimit         = 20 * time.Second
 	apiTimeout           = time.Minute
 	childRestartAttempts = 10
+	// stuckAfter is how long the owed count may stay put while draining
+	// before the drill describes the rows (stuckRows).
+	stuckAfter = 30 * time.Second
 )
 
 // Run runs one drill: it starts the stack in cfg.Dir (wiping it), schedules
@@ -200,6 +213,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 // reports whether everything settled.
 func drain(ctx context.Context, db *sql.DB, s *devstack.Stack, deadline time.Time, cfg Config) (bool, error) {
 	last := time.Time{}
+	// flat is when the count last changed; a count that stays put for
+	// stuckAfter has its rows described once, while they are stuck.
+	flat, prev, described := time.Now(), -1, false
 	for {
 		owed, err := countOwed(ctx, db)
 		if err != nil {
@@ -208,9 +224,20 @@ func drain(ctx context.Context, db *sql.DB, s *devstack.Stack, deadline time.Tim
 		if owed == 0 {
 			return true, nil
 		}
+		if owed != prev {
+			flat, prev, described = time.Now(), owed, false
+		}
 		if time.Since(last) > 10*time.Second {
 			fmt.Fprintf(cfg.Out, "drill: %d rows still owed\n", owed)
 			last = time.Now()
+		}
+		if !described && time.Since(flat) > stuckAfter {
+			described = true
+			lines, err := stuckRows(ctx, db)
+			if err != nil {
+				return false, fmt.Errorf("describe the rows still owed: %w", err)
+			}
+			fmt.Fprintf(cfg.Out, "drill: no row settled for %s:\n  %s\n", stuckAfter, strings.Join(lines, "\n  "))
 		}
 		if time.Now().After(deadline) {
 			return false, nil

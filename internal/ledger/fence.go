@@ -183,6 +183,19 @@ func (l *Ledger) ReleaseClaim(ctx context.Context, h Hold, retryAfter, requeueAf
 		seconds(max(retryAfter, 0)+max(requeueAfter, 0)), nullString(reason), uncertain)
 }
 
+// HandBack hands a held row back to the ledger until notBefore from the
+// ledger's now: a wait the queue should not hold a message through (a
+// retry's step, a 429's Retry-After, a paused account or tenant). The row
+// waits in the ledger, counted against no account's cap, and the sweep
+// publishes it again to surface at its not-before (a new queue
+// generation); the caller acks the message once HandBack returns nil. A
+// transient failure passes its attempt, and uncertain marks the next send
+// a possible duplicate, as for ReleaseClaim.
+func (l *Ledger) HandBack(ctx context.Context, h Hold, notBefore time.Duration, reason string, a *Attempt,
+	uncertain bool) error {
+	return l.heldWrite(ctx, h, a, qHandBackClaim, seconds(max(notBefore, 0)), nullString(reason), uncertain)
+}
+
 // SettleDelivered is SettleDeliveredBatch for one row: it records the
 // accepted send made under h and settles the row delivered with the
 // provider's message id, in one transaction. It reports false when the row

@@ -94,7 +94,29 @@ type Filter struct {
 	Recipient string
 	RefID     string
 	Kind      string
-	Limit     int // default and cap: MaxFindLimit
+	State     State
+	Channel   string
+	// RecipientPrefix matches the recipients that start with it.
+	RecipientPrefix string
+	// DueFrom and DueTo bound the due time, [from, to); SettledFrom and
+	// SettledTo the settle time. A zero time leaves its side open.
+	DueFrom, DueTo         time.Time
+	SettledFrom, SettledTo time.Time
+	Limit                  int // default and cap: MaxFindLimit
+}
+
+// args are f's parameters of the findFilter fragment (sql/queries.sql).
+func (f Filter) args(tenant string) []any {
+	from, to := "-infinity", "infinity"
+	if !f.DueFrom.IsZero() {
+		from = f.DueFrom.UTC().Format(time.RFC3339Nano)
+	}
+	if !f.DueTo.IsZero() {
+		to = f.DueTo.UTC().Format(time.RFC3339Nano)
+	}
+	open := func(t time.Time) sql.NullTime { return sql.NullTime{Time: t.UTC(), Valid: !t.IsZero()} }
+	return []any{tenant, f.Recipient, f.RefID, f.Kind, string(f.State), f.Channel, f.RecipientPrefix, from, to,
+		open(f.SettledFrom), open(f.SettledTo)}
 }
 
 // MaxFindLimit caps how many rows Find returns.

@@ -14,7 +14,10 @@ type Position struct {
 	ID    int64
 }
 
-var qFindPage = queries.Get("FindPage")
+var (
+	qFindPage  = queries.Get("FindPage")
+	qCountFind = queries.Get("CountFind")
+)
 
 // FindPage lists one page of tenant's rows matching f, newest due first,
 // starting after from (nil: the first page). next is the position to ask
@@ -33,7 +36,7 @@ func (l *Ledger) FindPage(ctx context.Context, tenant string, f Filter, from *Po
 	}
 	rows = []Notification{}
 	err = l.withTenant(ctx, tenant, func(tx *txn) error {
-		rs, err := tx.Query(qFindPage, tenant, f.Recipient, f.RefID, f.Kind, due, id, f.Limit+1)
+		rs, err := tx.Query(qFindPage, append(f.args(tenant), due, id, f.Limit+1)...)
 		if err != nil {
 			return err
 		}
@@ -56,4 +59,44 @@ func (l *Ledger) FindPage(ctx context.Context, tenant string, f Filter, from *Po
 		next = &Position{DueAt: last.DueAt, ID: last.ID}
 	}
 	return rows, next, nil
+}
+
+// MaxCount bounds how many rows Count reads.
+const MaxCount = 10000
+
+// Counts are how many of a tenant's rows match a filter, by state.
+type Counts struct {
+	ByState map[State]int64 `json:"by_state"`
+	Total   int64           `json:"total"`
+	// AtLeast is set when the count stopped at MaxCount rows: there may be
+	// more.
+	AtLeast bool `json:"at_least"`
+}
+
+// Count counts tenant's rows matching f by state (f.Limit is ignored),
+// reading at most MaxCount of them.
+func (l *Ledger) Count(ctx context.Context, tenant string, f Filter) (Counts, error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return Counts{}, err
+	}
+	c := Counts{ByState: map[State]int64{}}
+	err := l.withTenant(ctx, tenant, func(tx *txn) error {
+		rs, err := tx.Query(qCountFind, append(f.args(tenant), MaxCount)...)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var st State
+			var n int64
+			if err := rs.Scan(&st, &n); err != nil {
+				return err
+			}
+			c.ByState[st] = n
+			c.Total += n
+		}
+		return rs.Err()
+	})
+	c.AtLeast = c.Total >= MaxCount
+	return c, err
 }

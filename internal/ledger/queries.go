@@ -35,6 +35,7 @@ var (
 	qSettleSkipped       = queries.Get("SettleSkipped")
 	qSettleFailed        = queries.Get("SettleFailed")
 	qReleaseClaim        = queries.Get("ReleaseClaim")
+	qHandBackClaim       = queries.Get("HandBackClaim")
 	qRedrive             = queries.Get("Redrive")
 	qRecordAttempt       = queries.Get("RecordAttempt")
 	qGet                 = queries.Get("Get")

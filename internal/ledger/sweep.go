@@ -29,6 +29,10 @@ type Leased struct {
 	// Requeue says the row's lease ran out (leased, queued or sending),
 	// where the others were pending.
 	Requeue bool
+	// NotBefore is when a row a worker handed back to the ledger
+	// (HandBack) may be sent, zero for any other row: its message is
+	// published to surface at the later of it and DueAt.
+	NotBefore time.Time
 }
 
 // Slice says which owed rows one Lease takes.
@@ -42,8 +46,9 @@ const (
 	SlicePending
 	// SliceRequeue takes only rows whose lease ran out (leased, queued or
 	// sending): a sweep that died before its mark, a lost message, a worker
-	// that died, a wait handed to the ledger that is over. A run gives them
-	// a slice of their own so they never starve pending rows.
+	// that died; and the waits handed to the ledger (HandBack) whose
+	// not-before falls within the publish-ahead window. A run gives them a
+	// slice of their own so they never starve pending rows.
 	SliceRequeue
 )
 
@@ -198,8 +203,10 @@ func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
 }
 
 // LeaseSlice claims up to p.Limit owed rows of p.Slice in one statement
-// (owed_sweep_lease_fair, internal/ledger/sql/sweep.sql): rows that are
-// pending, or whose lease (leased, queued or sending) ran out, shared
+// (owed_sweep_lease_fair_not_before, internal/ledger/sql/sweep.sql): rows
+// that are pending, or whose lease (leased, queued or sending) ran out, or
+// that a worker handed back (HandBack) with a not-before within p.Ahead
+// (answered in Leased.NotBefore), shared
 // between p.Accounts by each one's room under its cap and, within an
 // account, round-robin between the tenants with rows waiting, each
 // tenant's rows oldest owed first (owed since greatest(due_at,
@@ -215,13 +222,13 @@ func (l *Ledger) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, er
 		var (
 			id, gen, inFlight, room, held sql.NullInt64
 			ten, state                    sql.NullString
-			due                           sql.NullTime
+			due, notBefore                sql.NullTime
 			republish, more, requeue      sql.NullBool
 			account                       int
 			ord                           sql.NullInt64
 		)
 		if err := rows.Scan(&id, &ten, &due, &republish, &gen, &account, &state, &ord, &requeue, &inFlight, &room,
-			&held, &more, &res.Now); err != nil {
+			&held, &more, &res.Now, &notBefore); err != nil {
 			return err
 		}
 		if account < 1 || account > len(res.Accounts) {
@@ -235,6 +242,9 @@ func (l *Ledger) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, er
 		case state.String == string(StateLeased):
 			res.Rows = append(res.Rows, Leased{ID: id.Int64, Tenant: ten.String, DueAt: due.Time.UTC(),
 				Republish: republish.Bool, QueueGeneration: int(gen.Int64), Account: account - 1, Requeue: requeue.Bool})
+			if notBefore.Valid {
+				res.Rows[len(res.Rows)-1].NotBefore = notBefore.Time.UTC()
+			}
 		case state.String == string(StateFailed):
 			res.SetAside = append(res.SetAside, id.Int64)
 		}
@@ -354,7 +364,8 @@ func (l *Ledger) execAllTenants(ctx context.Context, query string, args ...any) 
 }
 
 // queryRowAllTenants runs one cross-tenant statement, a call of one of the
-// SECURITY DEFINER functions of sql/sweep.sql or sql/operator.sql (see the
+// SECURITY DEFINER functions of sql/sweep.sql, sql/operator.sql or
+// sql/history.sql (see the
 // package doc), as
 // a prepared statement of its own transaction: no scope is entered, since
 // the function's owner, not the caller's setting, is what sees every

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/lib/pq"
 )
 
 // A fan-out of 2,000 rows of one due time is leased slice by slice, each
@@ -304,5 +306,96 @@ func TestAParkedLeaseHoldsNoRoom(t *testing.T) {
 	r, err := b.l.LeaseSlice(ctx, LeaseParams{Limit: 10, For: time.Minute, Slice: SlicePending, Sharing: sh})
 	if err != nil || len(r.Rows) != 1 || r.Accounts[0].InFlight != 0 {
 		t.Fatalf("leased %d (%v), answers %+v; want acme's row, the 200 parked rows in flight nowhere", len(r.Rows), err, r.Accounts)
+	}
+}
+
+// A row a worker hands back to the ledger (HandBack: a retry's step, a
+// 429's Retry-After) waits there until its not-before, holding none of its
+// account's capacity: with a cap of one, the account's next row is leased
+// at once beside it (before, the hand-back counted as a row in flight until
+// its lease ran out, and held that row back). It is leased again at its
+// not-before and not before; within the publish-ahead window it is leased
+// ahead, answered with its not-before, which its message is published to
+// surface at.
+func TestAHandBackWaitsInTheLedgerUntilItsNotBefore(t *testing.T) {
+	b := setup(t)
+	s := mustSchedule(t, b, "acme", row("a", "H-1", b.now), row("b", "H-2", b.now))
+	one := Sharing{Accounts: []Account{{Name: "sandbox", Cap: 1}}}
+	first, err := b.l.Lease(ctx, LeaseParams{Limit: 10, For: time.Minute, Sharing: one})
+	if err != nil || len(first) != 1 || first[0].ID != s[0].ID {
+		t.Fatalf("first lease: %+v (%v), want row %d alone under the cap of one", first, err, s[0].ID)
+	}
+	if _, err := b.l.MarkQueued(ctx, []int64{s[0].ID}, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	h := mustClaim(t, b, "acme", s[0].ID, ClaimParams{DueAt: b.now, LeaseFor: time.Minute})
+	if err := b.l.HandBack(ctx, h, 3*time.Second, "rate limited by the provider", nil, false); err != nil {
+		t.Fatalf("hand back: %v", err)
+	}
+	handedBack := b.now
+
+	r, err := b.l.LeaseSlice(ctx, LeaseParams{Limit: 10, For: time.Minute, Sharing: one})
+	if err != nil || len(r.Rows) != 1 || r.Rows[0].ID != s[1].ID || r.Accounts[0].InFlight != 0 {
+		t.Fatalf("beside the hand-back: leased %+v (%v), answers %+v; want row %d, the hand-back in flight nowhere",
+			r.Rows, err, r.Accounts, s[1].ID)
+	}
+
+	room := Sharing{Accounts: []Account{{Name: "sandbox", Cap: 10}}}
+	b.advance(2900 * time.Millisecond)
+	if got, err := b.l.Lease(ctx, LeaseParams{Limit: 10, For: time.Minute, Sharing: room}); err != nil || len(got) != 0 {
+		t.Fatalf("2.9 s after the hand-back: leased %+v (%v), want nothing before its not-before", got, err)
+	}
+	b.advance(100 * time.Millisecond)
+	got, err := b.l.Lease(ctx, LeaseParams{Limit: 10, For: time.Minute, Sharing: room})
+	if err != nil || len(got) != 1 || got[0].ID != s[0].ID || !got[0].Requeue || !got[0].Republish ||
+		!got[0].NotBefore.Equal(handedBack.Add(3*time.Second)) {
+		t.Fatalf("3 s after the hand-back: leased %+v (%v), want row %d again, not before %s", got, err, s[0].ID,
+			handedBack.Add(3*time.Second))
+	}
+
+	// Within the publish-ahead window a hand-back is leased ahead, with its
+	// not-before, and counts as published ahead until then.
+	if _, err := b.l.MarkQueued(ctx, []int64{s[0].ID}, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	h = mustClaim(t, b, "acme", s[0].ID, ClaimParams{DueAt: handedBack, LeaseFor: time.Minute})
+	if err := b.l.HandBack(ctx, h, 30*time.Second, "retry", nil, false); err != nil {
+		t.Fatalf("hand back: %v", err)
+	}
+	r, err = b.l.LeaseSlice(ctx, LeaseParams{Limit: 10, For: time.Minute, Ahead: time.Minute, Sharing: room})
+	if err != nil || len(r.Rows) != 1 || !r.Rows[0].NotBefore.Equal(b.now.Add(30*time.Second)) {
+		t.Fatalf("a hand-back 30 s away, a minute ahead: leased %+v (%v), want it, not before %s", r.Rows, err,
+			b.now.Add(30*time.Second))
+	}
+	if sv, err := b.l.Survey(ctx, time.Minute, room, 100); err != nil || sv.InFlight[0] != 2 {
+		t.Fatalf("survey after the lease ahead: %+v (%v), want both rows in flight by the horizon", sv, err)
+	}
+}
+
+// A hand-back whose not-before is within a minute wakes the sweeper
+// (owed_due, due_notify.sql), so its message is published to surface at its
+// time, not at the next cron call after it.
+func TestAHandBackWithinAMinuteWakesTheSweeper(t *testing.T) {
+	b := setup(t)
+	id := mustSchedule(t, b, "acme", row("a", "W-1", b.now))[0].ID
+	if _, err := b.l.Lease(ctx, LeaseParams{Limit: 1, For: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.l.MarkQueued(ctx, []int64{id}, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	h := mustClaim(t, b, "acme", id, ClaimParams{DueAt: b.now, LeaseFor: time.Minute})
+	l := pq.NewListener(b.db.AppURL, 10*time.Millisecond, time.Second, nil)
+	t.Cleanup(func() { l.Close() })
+	if err := l.Listen("owed_due"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.l.HandBack(ctx, h, 30*time.Second, "retry", nil, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Notify:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no owed_due notification after a hand-back 30 s away")
 	}
 }

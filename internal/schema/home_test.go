@@ -44,6 +44,8 @@ var homeFiles = []string{
 	"internal/pace/sql/tenant_pauses.sql",
 	// The sweep's functions read the pace and the tenants' pauses.
 	"internal/ledger/sql/sweep.sql",
+	// The history reads the pace's 429 minutes.
+	"internal/ledger/sql/history.sql",
 }
 
 // root is the repository's root, from this package's folder.

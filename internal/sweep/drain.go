@@ -205,7 +205,14 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, now time.T
 		// send lands at the due time rather than up to a second late. A row
 		// due beyond the longest delay surfaces early and the worker returns
 		// it until it is due.
-		if wait := r.DueAt.Sub(now).Truncate(time.Second); wait > 0 {
+		wait := r.DueAt.Sub(now).Truncate(time.Second)
+		// A row a worker handed back to the ledger surfaces at its
+		// not-before, never before it: the worker waits out a due time,
+		// not a not-before, so that delay rounds up.
+		if nb := r.NotBefore.Sub(now); nb > wait {
+			wait = (nb + time.Second - 1).Truncate(time.Second)
+		}
+		if wait > 0 {
 			msgs[i].Delay = min(wait, queue.MaxDelay)
 		}
 	}

@@ -59,12 +59,13 @@ const (
 	// scheduled (every account's, since the accounts share one queue). The
 	// sweeper tops the queue up while rows wait (TopUpEvery), so the depth
 	// need only outlast a top-up and the workers' own reach: a worker of one
-	// paced account takes its slots up to worker.PaceMaxWaitDefault (2 s)
-	// ahead and receives a message for each, so a shallower queue leaves
-	// slots unused. Measured (docs/fairness.md): at 50/s on one account, 1 s
-	// kept the provider 88 % busy and 2 s 100 %; at 100/s shared with an
-	// unpaced account, another tenant's lag was a third shorter at 1 s.
-	QueueDepthDefault = 2 * time.Second
+	// paced account takes its slots up to worker.PaceMaxWaitDefault (500 ms)
+	// ahead and receives a message for each, so a queue shallower than that
+	// leaves slots unused. Measured (docs/fairness.md): with the workers'
+	// former 2 s reach, 1 s kept one account at 50/s 88 % busy; with 500 ms,
+	// 1 s keeps it busy, and another account's rows, which wait behind this
+	// depth in the one queue, wait half as long as behind 2 s.
+	QueueDepthDefault = time.Second
 	// topUpEveryMax bounds TopUpEvery: a deep queue is still topped up
 	// twice a second.
 	topUpEveryMax = 500 * time.Millisecond

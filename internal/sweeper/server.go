@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,6 +64,12 @@ type Server struct {
 	// topUp asks for a top-up run after a cron run left rows to lease
 	// (sweep.Sweeper.LeftRows; DueListener); nil without one.
 	topUp func()
+	// history is the minute the cron last sampled for the console's
+	// history (recordHistory).
+	history struct {
+		sync.Mutex
+		minute time.Time
+	}
 }
 
 // Option is an optional part of the service.
@@ -190,6 +197,7 @@ func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) {
 	ctx, perr := withPublishErr(r.Context())
 	res, _ := s.sweeper.Run(ctx)
 	s.metrics.Observe(res, s.clock.Now())
+	s.recordHistory(r.Context())
 	if s.sweeper.LeftRows(res) && s.topUp != nil {
 		s.topUp()
 	}
@@ -205,6 +213,37 @@ func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) {
 			"); the rows stay owed and a later sweep publishes them"
 	}
 	writeJSON(w, status, ans)
+}
+
+// historyTimeout bounds one sample of the history, so a slow database
+// delays the cron's answer by at most this much.
+const historyTimeout = 10 * time.Second
+
+// recordHistory takes the console's per-minute sample (ledger.RecordHistory)
+// once a minute, on the first cron call of each: the cron is the minute's
+// heartbeat, so a paused cron leaves a visible gap rather than a made-up
+// sample. Several replicas may each try a minute; the first sample stands.
+// A failure is logged and never fails the sweep.
+func (s *Server) recordHistory(ctx context.Context) {
+	minute := s.clock.Now().Truncate(time.Minute)
+	s.history.Lock()
+	defer s.history.Unlock()
+	if !minute.After(s.history.minute) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyTimeout)
+	defer cancel()
+	var depth *int64
+	if st, err := s.stats.Get(ctx); err == nil {
+		depth = &st.DeadLetterDepth
+	}
+	n, err := s.ledger.RecordHistory(ctx, depth)
+	if err != nil {
+		s.log.Error().Err(err).Msg("sweeper: the history sample was not recorded; the console's charts miss this minute")
+		return
+	}
+	s.history.minute = minute
+	s.log.Debug().Int64("samples", n).Time("minute", minute).Msg("history sampled")
 }
 
 func (s *Server) handleMaterialise(w http.ResponseWriter, r *http.Request) {

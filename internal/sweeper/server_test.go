@@ -1,6 +1,7 @@
 package sweeper
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/clock"
+	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/materialise"
 	"github.com/owedhq/owed/internal/queue/backends"
 	"github.com/owedhq/owed/internal/queue/rest"
@@ -172,5 +174,50 @@ func TestMetricsPassPromtoolCheck(t *testing.T) {
 	cmd.Stdin = strings.NewReader(body)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// The minute cron samples the console's history once a minute: the first
+// call of a minute records the backlog by state and the dead-letter depth,
+// later calls of the same minute add nothing, and the next minute's first
+// call samples again.
+func TestCronSamplesTheHistoryOnceAMinute(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewStub(time.Now().Truncate(time.Minute).Add(10 * time.Second))
+	s := stacktest.New(t, stacktest.Options{})
+	// One clock: the sweeper's and its ledger's, which samples the minute.
+	s.Ledger = ledger.New(s.DB.App, clk)
+	h := newServerOn(t, s, nil, clk).Handler()
+	s.Schedule(t, "acme", 3, clk.Now().Add(time.Hour), nil)
+	count := func() int {
+		t.Helper()
+		samples, err := s.Ledger.History(context.Background(), clk.Now().Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(samples)
+	}
+	do(h, http.MethodPost, "/cron/sweep", "Bearer "+secret)
+	samples, err := s.Ledger.History(context.Background(), clk.Now().Truncate(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pending, depth bool
+	for _, x := range samples {
+		pending = pending || (x.Series == ledger.SeriesBacklog && x.Label == "pending" && x.Value == 3)
+		depth = depth || (x.Series == ledger.SeriesDeadLetters && x.Value == 0)
+	}
+	if !pending || !depth {
+		t.Fatalf("the minute's samples %+v lack 3 pending rows or the dead-letter depth", samples)
+	}
+	first := count()
+	do(h, http.MethodPost, "/cron/sweep", "Bearer "+secret)
+	if n := count(); n != first {
+		t.Errorf("a second cron call in the minute wrote %d samples", n-first)
+	}
+	clk.Advance(time.Minute)
+	do(h, http.MethodPost, "/cron/sweep", "Bearer "+secret)
+	if n := count(); n <= first {
+		t.Errorf("the next minute's cron call wrote no sample (%d, then %d)", first, n)
 	}
 }

@@ -24,10 +24,6 @@ const (
 	// settleRetry bounds how long the worker keeps trying to record an
 	// accepted send before leaving the message to be redelivered.
 	settleRetry = 30 * time.Second
-	// requeueGrace is added to a released row's lease beyond the delay its
-	// message is returned for, so the sweeper does not republish a row whose
-	// message is only waiting.
-	requeueGrace = 2 * time.Minute
 	// writeTimeout bounds one write that records an outcome or hands a
 	// message back, and one claim or ack batch. Such writes run on a
 	// context detached from the worker's, because shutdown must not cut
@@ -230,7 +226,11 @@ func (w *Worker) retryOrFail(ctx context.Context, dl *delivery, a ledger.Attempt
 	if retryAfter > delay {
 		delay = min(retryAfter, w.o.RetryAfterMax)
 	}
-	if exp := dl.row.ExpiresAt; exp != nil && !w.o.Clock.Now().Add(delay).Before(dl.local(*exp)) {
+	// Reckoned on the clock's Readings, as the check before the send is: a
+	// step of the wall clock neither expires a row whose retry fits (a step
+	// forwards) nor retries one whose retry would land after its expiry (a
+	// step backwards).
+	if exp := dl.row.ExpiresAt; exp != nil && !dl.deadline(*exp).After(clock.Read(w.o.Clock).Add(delay)) {
 		w.expire(ctx, dl, &a)
 		return
 	}
@@ -240,7 +240,12 @@ func (w *Worker) retryOrFail(ctx context.Context, dl *delivery, a ledger.Attempt
 
 // release gives the row back and brings its message back after r.after.
 // The row's lease is computed by the ledger from its own clock (r.after
-// plus requeueGrace from its now), never from the worker's.
+// plus RequeueAfter from its now), never from the worker's: the sweep
+// republishes the row only once its message, due back after r.after, had
+// the window the sweep gives a published message (OWED_REQUEUE_AFTER) to be
+// received. A fixed grace longer than that window left a row whose returned
+// message the queue lost (an SQS server killed -9) owed longer than one
+// whose published message it lost.
 func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 	dl.lease.end()
 	ctx, cancel := detach(ctx)
@@ -255,17 +260,19 @@ func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 	// in the ledger, not in the queue: a returned message stays in the
 	// queue's in-flight set for its whole delay, and that set is bounded
 	// and shared by every tenant (JetStream's MaxAckPending, SQS's in-flight
-	// quota), so parked waits would stop everyone's deliveries. The row's
-	// lease ends at its not-before time, without the requeue grace, and the
-	// sweep publishes it again then (a new queue key: the republish of a
-	// published row moves its generation). The message is acked only once
-	// the ledger holds that lease, so the row is owed and visible all along.
+	// quota), so parked waits would stop everyone's deliveries. The row is
+	// handed back with its not-before (ledger.HandBack): it holds none of
+	// its account's capacity while it waits, and the sweep publishes it
+	// again to surface then (a new queue key: the republish of a published
+	// row moves its generation). The message is acked only once the ledger
+	// holds the row, so the row is owed and visible all along.
 	handoff := r.indefinite || r.after > w.o.QueueDelayMax
-	grace := requeueGrace
+	var err error
 	if handoff {
-		grace = 0
+		err = w.o.Ledger.HandBack(ctx, dl.hold, r.after, r.reason, r.attempt, uncertain)
+	} else {
+		err = w.o.Ledger.ReleaseClaim(ctx, dl.hold, r.after, w.o.RequeueAfter, r.reason, r.attempt, uncertain)
 	}
-	err := w.o.Ledger.ReleaseClaim(ctx, dl.hold, r.after, grace, r.reason, r.attempt, uncertain)
 	if errors.Is(err, ledger.ErrClaimLost) {
 		// Another claim holds the row: its message, maybe this very one, is
 		// not this worker's to return.

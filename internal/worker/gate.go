@@ -116,9 +116,10 @@ type gate struct {
 	// held counts the messages received, or being received, that have not
 	// reserved their slot or left without one.
 	held int
-	// pool holds the slots taken ahead and not yet claimed, as instants on
-	// the worker's clock, earliest first.
-	pool []time.Time
+	// pool holds the slots taken ahead and not yet claimed, as Readings of
+	// the worker's clock (a step of its wall clock moves none of them),
+	// earliest first.
+	pool []clock.Reading
 	// last is the process's latest reservation; its lastLeft unclaimed
 	// slots are the pool's tail, the only ones that may go back.
 	last     pace.Slots
@@ -126,8 +127,9 @@ type gate struct {
 	// backlog says the latest receive came back full (or none came back
 	// yet): pre-take.
 	backlog bool
-	// notBefore is when the next slot worth asking for comes within reach.
-	notBefore time.Time
+	// notBefore is when the next slot worth asking for comes within reach,
+	// a Reading like the pool's.
+	notBefore clock.Reading
 }
 
 // slotPacer is a Pacer that takes several slots in one statement and gives
@@ -234,14 +236,14 @@ func (g *gate) slot(account string) (wait time.Duration, ok bool) {
 	}
 	at := g.pool[0]
 	g.drop(1)
-	return max(at.Sub(g.clock.Now()), 0), true
+	return max(at.Sub(clock.Read(g.clock)), 0), true
 }
 
 // expire drops the pooled slots that passed.
 func (g *gate) expire() {
-	now := g.clock.Now()
+	now := clock.Read(g.clock)
 	n := 0
-	for n < len(g.pool) && g.pool[n].Before(now) {
+	for n < len(g.pool) && now.After(g.pool[n]) {
 		n++
 	}
 	g.drop(n)
@@ -282,15 +284,15 @@ func (g *gate) room(ctx context.Context) (n int, sleep time.Duration, err error)
 func (g *gate) takeAhead(ctx context.Context) (n int, sleep time.Duration, err error) {
 	g.mu.Lock()
 	g.expire()
-	free, now := len(g.pool)-g.held, g.clock.Now()
-	ask := free < consumeBatch && !now.Before(g.notBefore)
+	free, now := len(g.pool)-g.held, clock.Read(g.clock)
+	ask := free < consumeBatch && !g.notBefore.After(now)
 	g.mu.Unlock()
 	if ask {
 		s, rerr := g.ahead.ReserveN(ctx, min(consumeBatch-free, pace.MaxReserveN), g.maxWait)
 		err = rerr
 		g.mu.Lock()
 		if err == nil {
-			now = g.clock.Now()
+			now = clock.Read(g.clock)
 			for _, w := range s.Waits {
 				g.pool = append(g.pool, now.Add(w))
 			}
@@ -317,7 +319,7 @@ func (g *gate) takeAhead(ctx context.Context) (n int, sleep time.Duration, err e
 	if err != nil {
 		return 0, 0, err
 	}
-	return 0, g.notBefore.Sub(g.clock.Now()), nil
+	return 0, g.notBefore.Sub(clock.Read(g.clock)), nil
 }
 
 // count sizes the receive by the slots within the max wait that no

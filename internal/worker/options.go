@@ -38,7 +38,17 @@ const (
 	// queue until its turn (ChangeVisibility), so the backlog waits in the
 	// queue, not in memory. Each return costs a receive, so the worker
 	// receives only as many messages as the pace can take within it.
-	PaceMaxWaitDefault = 2 * time.Second
+	//
+	// It is short because everything a worker holds for the pace is work
+	// every other row waits behind: the queue is one line for every tenant
+	// and account, and a worker's senders, sleeping through pace waits, are
+	// shared too. The sweeper keeps OWED_QUEUE_DEPTH of each account's
+	// sending published (sweep.QueueDepthDefault), and that depth has to
+	// outlast the worker's reach, or slots taken ahead go unused: with a 2 s
+	// reach a 1 s depth kept one paced account 88 % busy, and a 2 s depth
+	// made another account's row wait up to 2 s behind it in the queue
+	// (bench/limitedsweep, bench/fairness: docs/fairness.md).
+	PaceMaxWaitDefault = 500 * time.Millisecond
 	// RetryBaseDefault is the first backoff after a transient failure
 	// without a retry schedule; it doubles per attempt up to retryCap.
 	RetryBaseDefault = 5 * time.Second
@@ -137,6 +147,15 @@ type Options struct {
 	// another worker) is returned for at most this long and looked at
 	// again.
 	QueueDelayMax time.Duration
+	// RequeueAfter is how long past the end of its wait a row whose message
+	// was returned to the queue may stay unsettled before the sweep takes
+	// the message for lost and publishes the row again
+	// (OWED_REQUEUE_AFTER, read by the sweeper too, which gives a published
+	// row the same window past its due time; sweep.RequeueAfterDefault when
+	// zero). One window for both: a queue that loses a returned message
+	// (a server that keeps its messages in memory, killed) costs the row no
+	// longer than one that loses a published one.
+	RequeueAfter time.Duration
 	// RecipientRates is each channel's per-recipient pace
 	// (OWED_RECIPIENT_RATE_<CHANNEL>): how often this process sends to one
 	// recipient of one provider account. A channel without one has none;
@@ -178,6 +197,7 @@ func (o *Options) defaults() {
 	orDefault(&o.Concurrency, ConcurrencyDefault)
 	orDefault(&o.AccountPause, pace.AccountPauseDefault)
 	orDefault(&o.QueueDelayMax, QueueDelayMaxDefault)
+	orDefault(&o.RequeueAfter, sweep.RequeueAfterDefault)
 	orDefault(&o.SendTimeout, SendTimeoutDefault)
 	orDefault(&o.VisibilityTimeout, VisibilityTimeoutDefault)
 	orDefault(&o.ShutdownTimeout, ShutdownTimeoutDefault)

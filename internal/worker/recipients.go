@@ -53,20 +53,20 @@ const (
 // recipientKey names one recipient of one provider account.
 type recipientKey struct{ account, address string }
 
-// recipientState is what the process knows of one recipient, as instants on
-// the worker's clock.
+// recipientState is what the process knows of one recipient, as Readings
+// of the worker's clock: a step of its wall clock moves none of them.
 type recipientState struct {
 	// limitedUntil is when the provider's limit on the recipient ends.
-	limitedUntil time.Time
+	limitedUntil clock.Reading
 	// next is the recipient's next slot at its per-recipient pace.
-	next time.Time
+	next clock.Reading
 }
 
 // recipientLimit is one recipient limited by the provider, for the
 // account-wide test.
 type recipientLimit struct {
 	address string
-	at      time.Time
+	at      clock.Reading
 }
 
 // recipients is the process's per-recipient limits and paces.
@@ -107,9 +107,9 @@ func (r *recipients) turn(account, channel, address string, maxWait time.Duratio
 		st = &recipientState{}
 		r.known.Add(k, st)
 	}
-	now := r.clock.Now()
+	now := clock.Read(r.clock)
 	at := now
-	for _, t := range []time.Time{st.limitedUntil, st.next} {
+	for _, t := range []clock.Reading{st.limitedUntil, st.next} {
 		if t.After(at) {
 			at = t
 		}
@@ -131,7 +131,7 @@ func (r *recipients) limited(account, address string, d time.Duration) (accountW
 	k := recipientKey{account, address}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := r.clock.Now()
+	now := clock.Read(r.clock)
 	st, ok := r.known.Get(k)
 	if !ok {
 		st = &recipientState{}

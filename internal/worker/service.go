@@ -97,6 +97,11 @@ type Config struct {
 	// SettleLinger is how long accepted sends wait for company before their
 	// settle is committed (Options.SettleLinger).
 	SettleLinger time.Duration `envconfig:"WORKER_SETTLE_LINGER"`
+	// RequeueAfter is the sweeper's OWED_REQUEUE_AFTER, read here too: how
+	// long a row whose message the worker returned to the queue may stay
+	// unsettled past the end of its wait before the sweep publishes it
+	// again (Options.RequeueAfter).
+	RequeueAfter time.Duration `envconfig:"REQUEUE_AFTER"`
 
 	// Queue is the queue backend, OWED_QUEUE_BACKEND and its variables.
 	Queue     backends.Config  `ignored:"true"`
@@ -114,7 +119,7 @@ func defaultConfig() Config {
 		RetryAfterMax: RetryAfterMaxDefault, Resolver: ResolverDefault, IdempotencyPrefix: sweep.KeyPrefixDefault,
 		AccountPause: pace.AccountPauseDefault, RetrySchedule: MustSchedule(RetryScheduleDefault),
 		RetryScheduleWebhook: MustSchedule(RetryScheduleWebhookDefault), Undeliverable: true,
-		StallAfter: StallAfterDefault}
+		StallAfter: StallAfterDefault, RequeueAfter: sweep.RequeueAfterDefault}
 }
 
 // LoadConfig reads the environment over defaultConfig; errors name the
@@ -162,6 +167,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_WORKER_STALL_AFTER=%s must be at least OWED_SEND_TIMEOUT + %s (%s): a message's slowest legitimate path", c.StallAfter, stallMargin, c.SendTimeout+stallMargin)
 	case c.QueueDelayMax != 0 && (c.QueueDelayMax < time.Second || c.QueueDelayMax > queue.MaxVisibility):
 		return fmt.Errorf("OWED_QUEUE_DELAY_MAX=%s must be 1s to %s, or unset for the queue backend's default", c.QueueDelayMax, queue.MaxVisibility)
+	case c.RequeueAfter <= 0:
+		return fmt.Errorf("OWED_REQUEUE_AFTER=%s must be above zero", c.RequeueAfter)
 	case c.DBMaxConns < 1:
 		return fmt.Errorf("OWED_DB_MAX_CONNS=%d must be above zero", c.DBMaxConns)
 	}
@@ -194,7 +201,7 @@ func (c Config) Options() Options {
 		KeyPrefix: c.IdempotencyPrefix, AccountPause: c.AccountPause,
 		Retries: Retries{Default: c.RetrySchedule, ByChannel: by}, NoUndeliverable: !c.Undeliverable,
 		StallAfter: c.StallAfter, QueueDelayMax: cmp.Or(c.QueueDelayMax, c.Queue.QueueDelayMax()),
-		SettleLinger: c.SettleLinger}
+		SettleLinger: c.SettleLinger, RequeueAfter: c.RequeueAfter}
 }
 
 // ProviderRate is OWED_PROVIDER_RATE as read (pace.RateSetting): the

@@ -31,7 +31,7 @@ func TestConfigDefaultsAreTheConstants(t *testing.T) {
 		Resolver: worker.ResolverDefault, IdempotencyPrefix: sweep.KeyPrefixDefault,
 		AccountPause: pace.AccountPauseDefault, RetrySchedule: worker.MustSchedule(worker.RetryScheduleDefault),
 		RetryScheduleWebhook: worker.MustSchedule(worker.RetryScheduleWebhookDefault), Undeliverable: true,
-		StallAfter: worker.StallAfterDefault, Queue: c.Queue, Providers: c.Providers}
+		StallAfter: worker.StallAfterDefault, RequeueAfter: sweep.RequeueAfterDefault, Queue: c.Queue, Providers: c.Providers}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
 	}
@@ -51,6 +51,14 @@ func TestConfigDefaultsAreTheConstants(t *testing.T) {
 	t.Setenv("OWED_RETRY_SCHEDULE", worker.RetryScheduleDefault)
 	if s := worker.MustSchedule(worker.RetryScheduleWebhookDefault); s[0] != 5*time.Second || len(s) != 7 {
 		t.Errorf("webhook default schedule %s, want Standard Webhooks' 5s, 5m, 30m, 2h, 5h, 10h, 10h", s)
+	}
+	t.Setenv("OWED_REQUEUE_AFTER", "0s")
+	if _, err := worker.LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_REQUEUE_AFTER") {
+		t.Errorf("OWED_REQUEUE_AFTER=0s: %v, want an error naming the variable", err)
+	}
+	t.Setenv("OWED_REQUEUE_AFTER", "30s")
+	if c, err := worker.LoadConfig(); err != nil || c.Options().RequeueAfter != 30*time.Second {
+		t.Errorf("OWED_REQUEUE_AFTER=30s: the options' window is %s (%v), want 30s", c.Options().RequeueAfter, err)
 	}
 	t.Setenv("OWED_PROVIDER_ACCOUNT_PAUSE", "0s")
 	if _, err := worker.LoadConfig(); err == nil || !strings.Contains(err.Error(), "OWED_PROVIDER_ACCOUNT_PAUSE") {

@@ -47,6 +47,17 @@ SELECT p_tenant = current_setting('owed.tenant_id', true)
     OR p_tenant = ANY (nullif(current_setting('owed.tenant_ids', true), '')::text[])
 $$;
 
+-- owed_handed_back says whether a row is a wait a worker handed back to the
+-- ledger (ledger.HandBack): queued, its lease ending at its not_before, no
+-- message of it anywhere. A lease the sweep or a claim takes moves
+-- lease_until and the state on, so no other row answers true. It is
+-- inlined into the statements that call it (the sweep's, a trigger's).
+CREATE FUNCTION owed_handed_back(p_state text, p_lease_until timestamptz, p_not_before timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT p_state = 'queued' AND p_not_before = p_lease_until
+$$;
+
 CREATE TABLE owed_notifications (
     -- The sequence keeps the name it had before every table took the owed_
     -- prefix; renaming a table leaves its identity sequence's name alone.
@@ -130,6 +141,16 @@ CREATE TABLE owed_notifications (
     -- change waits on the send as an intent (intents.sql). Meaningless in
     -- any other state: every claim sets it.
     claim_revocable     boolean     NOT NULL DEFAULT false,
+    -- The instant before which the row is not to be sent: a wait a worker
+    -- handed back to the ledger (a retry's step, a 429's Retry-After, a
+    -- paused account or tenant) instead of parking its message in the
+    -- queue (ledger.HandBack). While the row waits it is queued with
+    -- lease_until equal to it and no message anywhere, so it counts against
+    -- no account's cap (owed_sweep_in_flight); the fair lease takes it
+    -- once it falls within the publish-ahead horizon, and its message is
+    -- published to surface at it (owed_sweep_fair_lease_sql). A row leased
+    -- from pending has none.
+    not_before          timestamptz,
     -- Scheduling the same thing twice is one row.
     CONSTRAINT owed_notifications_schedule_key UNIQUE (tenant_id, recipient, kind, ref_id, due_at),
     -- settled_at is set exactly when the state is final, so the partial
@@ -152,6 +173,7 @@ CREATE TABLE owed_notifications (
     CONSTRAINT owed_notifications_expires_at_in_range CHECK (owed_time_in_range(expires_at)),
     CONSTRAINT owed_notifications_intent_due_at_in_range CHECK (owed_time_in_range(intent_due_at)),
     CONSTRAINT owed_notifications_intent_expires_at_in_range CHECK (owed_time_in_range(intent_expires_at)),
+    CONSTRAINT owed_notifications_not_before_in_range CHECK (owed_time_in_range(not_before)),
     CONSTRAINT owed_notifications_times_in_range CHECK (
         owed_time_in_range(lease_until) AND owed_time_in_range(claimed_at) AND owed_time_in_range(published_at)
         AND owed_time_in_range(delivered_at) AND owed_time_in_range(settled_at) AND owed_time_in_range(created_at)

@@ -39,20 +39,48 @@ SELECT attempt, provider, started_at, finished_at, outcome, provider_message_id,
 -- tenant's scope.
 SELECT {{notificationColumns}} FROM owed_notifications WHERE id = ANY($1)
 
--- name: FindPage
--- FindPage lists a tenant's rows for a recipient and/or subject (an empty
--- filter value matches every row), newest due first, from a position: rows
--- ordered after $5/$6 in (due_at DESC, id DESC). The first page passes 'infinity', which every due
--- time precedes. The index owed_notifications_tenant_due (tenant_id,
--- due_at, id) serves it read backwards; the +1 in the limit tells whether another page follows.
-SELECT {{notificationColumns}} FROM owed_notifications
+-- fragment: findFilter
+-- findFilter is a list's filter over a tenant's rows (ledger.Filter; an
+-- empty value matches every row): $1 tenant, $2 recipient, $3 ref_id, $4
+-- kind, $5 state, $6 channel, $7 a recipient prefix, $8 and $9 a due
+-- range [from, to) ('-infinity' and 'infinity' when open), $10 and $11 a
+-- settled range [from, to) (NULL when open). The tenant and the due range
+-- bound the index owed_notifications_tenant_due (tenant_id, due_at, id);
+-- the rest filter the rows it yields.
  WHERE tenant_id = $1
    AND ($2 = '' OR recipient = $2)
    AND ($3 = '' OR ref_id = $3)
    AND ($4 = '' OR kind = $4)
-   AND (due_at, id) < ($5::timestamptz, $6::bigint)
+   AND ($5 = '' OR state = $5)
+   AND ($6 = '' OR channel = $6)
+   AND ($7 = '' OR starts_with(recipient, $7))
+   AND due_at >= $8::timestamptz AND due_at < $9::timestamptz
+   AND ($10::timestamptz IS NULL OR settled_at >= $10::timestamptz)
+   AND ($11::timestamptz IS NULL OR settled_at < $11::timestamptz)
+
+-- name: FindPage
+-- FindPage lists a tenant's rows matching findFilter, newest due first,
+-- from a position: rows ordered after $12/$13 in (due_at DESC, id DESC).
+-- The first page passes 'infinity', which every due time precedes. The
+-- index owed_notifications_tenant_due (tenant_id, due_at, id) serves it
+-- read backwards, stopping at the page's last row; the +1 in the limit
+-- ($14) tells whether another page follows.
+SELECT {{notificationColumns}} FROM owed_notifications
+{{findFilter}}
+   AND (due_at, id) < ($12::timestamptz, $13::bigint)
  ORDER BY due_at DESC, id DESC
- LIMIT $7
+ LIMIT $14
+
+-- name: CountFind
+-- CountFind counts a tenant's rows matching findFilter by state, reading
+-- at most $12 of them (through the same index as FindPage), so a count over
+-- a large tenant costs a bounded read; the caller says "at least" when the
+-- counts add up to $12.
+SELECT state, count(*) FROM (
+    SELECT state FROM owed_notifications
+    {{findFilter}}
+     LIMIT $12) m
+ GROUP BY state
 
 -- name: Audit
 -- Audit summarises each of a tenant's rows with its sends.
@@ -202,6 +230,40 @@ UPDATE owed_notifications n
        updated_at = coalesce($4::timestamptz, now())
 {{subjectOpenRows}}
 
+-- An operator's change of one row (rowchange.go): the console's cancel,
+-- reschedule and send now on a notification's page. LockRow locks the row
+-- and reads what the decision needs; the caller refuses a settled row or
+-- one a live worker is sending (the rows subjectOpenRows leaves alone),
+-- then runs one of the three changes in the same transaction, so nothing
+-- moves the row between the decision and the change.
+
+-- name: LockRow
+-- LockRow locks row $1 in the caller's tenant scope and reads its state,
+-- times and whether a live worker is sending it, at $2 (now).
+SELECT state, due_at, expires_at, settled_at,
+       state = 'sending' AND lease_until > coalesce($2::timestamptz, now()) AND NOT claim_revocable,
+       coalesce($2::timestamptz, now())
+  FROM owed_notifications WHERE id = $1 FOR UPDATE
+
+-- name: CancelRow
+-- CancelRow settles row $1 cancelled at $2 (now), with the reason $3.
+UPDATE owed_notifications
+   SET state = 'cancelled', settled_at = coalesce($2::timestamptz, now()), lease_until = NULL,
+       updated_at = coalesce($2::timestamptz, now()), last_error = $3
+ WHERE id = $1
+
+-- name: MoveRow
+-- MoveRow moves row $1 to the due time $3 and the expiry $4 (the caller's:
+-- Reschedule's shift, or the same expiry for a send now), pending under a
+-- new queue generation, as Reschedule moves a subject's rows: the new due
+-- time is a new idempotency key, a message published under the old one is
+-- stale, and the next sweep (or the owed_due wake-up, for a row due now)
+-- publishes a new one.
+UPDATE owed_notifications
+   SET due_at = $3, expires_at = $4, state = 'pending', lease_until = NULL, published_at = NULL,
+       queue_generation = queue_generation + 1, updated_at = coalesce($2::timestamptz, now())
+ WHERE id = $1
+
 -- The intents (schedule.go): a cancel or reschedule of a row a live
 -- worker is sending is recorded on the row and applied when the send ends
 -- (owed_apply_intent, sql/intents.sql).
@@ -293,7 +355,7 @@ SELECT provider, sends FROM owed_sweep_send_rates($1, $2, $3)
 
 -- name: LeaseFair
 -- LeaseFair is the sweeper's claim of owed rows, one slice in one
--- statement (owed_sweep_lease_fair, whose text is
+-- statement (owed_sweep_lease_fair_not_before, whose text is
 -- owed_sweep_fair_lease_sql: sql/sweep.sql explains how it shares the
 -- slice between accounts and tenants and which indexes it reads). There is
 -- no lower bound on due_at: after a pause, the oldest owed rows go first.
@@ -307,9 +369,13 @@ SELECT provider, sends FROM owed_sweep_send_rates($1, $2, $3)
 -- published (the sweep died between the publish and the mark) keeps its
 -- generation: its message is probably in the queue already, and the
 -- same key lets a deduplicating queue absorb the repeat.
+--
+-- A row a worker handed back to the ledger (HandBackClaim) is taken once
+-- its not-before falls within the publish-ahead window, and answered with
+-- it: its message surfaces then.
 SELECT id, tenant_id, due_at, republish, queue_generation, account, state, ord, requeue, outstanding,
-       room, held, more, asked_at
-  FROM owed_sweep_lease_fair($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+       room, held, more, asked_at, not_before
+  FROM owed_sweep_lease_fair_not_before($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, true)
 
 -- name: ExplainLease
 -- ExplainLease runs LeaseFair's text under EXPLAIN ANALYZE
@@ -477,6 +543,25 @@ UPDATE owed_notifications n
 UPDATE owed_notifications
    SET state = 'queued', claimed_at = CASE WHEN $6::boolean THEN claimed_at END,
        lease_until = coalesce($3::timestamptz, now()) + make_interval(secs => $4), last_error = $5,
+       updated_at = coalesce($3::timestamptz, now())
+{{heldRow}}
+
+-- name: HandBackClaim
+-- HandBackClaim hands a held row back to the ledger until its not-before,
+-- $4 seconds from now: a wait longer than the queue should hold a message
+-- for (a retry's step, a 429's Retry-After, a paused account or tenant),
+-- whose message the worker acks once this commits. The row is queued with
+-- no message anywhere: lease_until and not_before are the same instant,
+-- which is how the sweep knows a hand-back from a message in the queue,
+-- so it counts against no account's cap while it waits
+-- (owed_sweep_in_flight) and the fair lease takes it by its not-before,
+-- publishing its message to surface then (owed_sweep_fair_lease_sql).
+-- claimed_at is kept only when the send's outcome is unknown ($6), as in
+-- ReleaseClaim.
+UPDATE owed_notifications
+   SET state = 'queued', claimed_at = CASE WHEN $6::boolean THEN claimed_at END,
+       lease_until = coalesce($3::timestamptz, now()) + make_interval(secs => $4),
+       not_before = coalesce($3::timestamptz, now()) + make_interval(secs => $4), last_error = $5,
        updated_at = coalesce($3::timestamptz, now())
 {{heldRow}}
 
@@ -744,3 +829,16 @@ SELECT id, at, operator, action, target, count, reason FROM owed_operator_audit
 -- graces $2 (NULL: none) and nothing else (owed_default_grace_set,
 -- sql/grace.sql).
 SELECT owed_default_grace_set($1::text[], $2::interval[])
+
+-- The operators' history (history.go, sql/history.sql).
+
+-- name: RecordHistory
+-- RecordHistory samples this minute across every tenant
+-- (owed_history_record: $1 now, $2 the dead-letter depth or NULL, $3 how
+-- many seconds of samples to keep) and answers the rows written.
+SELECT owed_history_record($1, $2, $3)
+
+-- name: History
+-- History reads the samples from the minute $1 on, oldest first, through
+-- owed_history's primary key.
+SELECT minute, series, label, value FROM owed_history WHERE minute >= $1 ORDER BY minute, series, label

@@ -283,14 +283,15 @@ GRANT EXECUTE ON FUNCTION owed_sweep_expire(timestamptz, integer) TO owed_runtim
 
 -- owed_sweep_mark_queued marks the leased rows the sweep published: queued,
 -- published now, and due for a republish p_requeue_after seconds after the
--- later of now and the row's due time, should no worker claim it.
+-- latest of now, the row's due time and its not-before (its message
+-- surfaces at the later of those two), should no worker claim it.
 CREATE FUNCTION owed_sweep_mark_queued(p_ids bigint[], p_now timestamptz, p_requeue_after double precision)
 RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH marked AS (
     UPDATE owed_notifications n
        SET state = 'queued', published_at = coalesce($2, now()),
-           lease_until = greatest(coalesce($2, now()), n.due_at) + make_interval(secs => $3),
+           lease_until = greatest(coalesce($2, now()), n.due_at, n.not_before) + make_interval(secs => $3),
            updated_at = coalesce($2, now())
       FROM (SELECT id FROM owed_notifications WHERE id = ANY($1) AND state = 'leased' ORDER BY id FOR UPDATE) l
      WHERE n.id = l.id AND n.state = 'leased'
@@ -385,15 +386,20 @@ GRANT EXECUTE ON FUNCTION owed_sweep_open_accounts(text[]) TO owed_definer;
 -- queue, and is not counted either, so it can never hold back a sweep. It
 -- reads owed_notifications_in_flight's range (p_now, p_live_until], so it
 -- costs the rows in flight, never the backlog, and at most p_limit of them.
+-- A row a worker handed back to the ledger (its lease_until is its
+-- not_before: no message is in the queue or in a worker) counts against
+-- nothing while it waits, and a row published to surface at its
+-- not_before counts as published ahead until then.
 CREATE FUNCTION owed_sweep_in_flight(p_now timestamptz, p_horizon timestamptz, p_live_until timestamptz,
                                      p_channels text[], p_accounts integer[], p_limit integer)
 RETURNS TABLE (tenant_id text, account integer, due_now bigint, due_by_horizon bigint)
 LANGUAGE sql STABLE AS $$
 SELECT f.tenant_id, owed_sweep_account_of(f.channel, p_channels, p_accounts),
-       count(*) FILTER (WHERE f.due_at <= p_now), count(*)
-  FROM (SELECT o.tenant_id, o.channel, o.due_at FROM owed_notifications o
+       count(*) FILTER (WHERE greatest(f.due_at, f.not_before) <= p_now), count(*)
+  FROM (SELECT o.tenant_id, o.channel, o.due_at, o.not_before FROM owed_notifications o
          WHERE o.state IN ('leased', 'queued', 'sending')
            AND o.lease_until > p_now AND o.lease_until <= p_live_until AND o.due_at <= p_horizon
+           AND NOT coalesce(owed_handed_back(o.state, o.lease_until, o.not_before), false)
            AND NOT EXISTS (SELECT FROM owed_tenant_pauses tp WHERE tp.tenant_id = o.tenant_id)
          LIMIT p_limit) f
  GROUP BY 1, 2
@@ -413,11 +419,23 @@ GRANT EXECUTE ON FUNCTION owed_sweep_in_flight(timestamptz, timestamptz, timesta
 --          account, state, ord, requeue) and the accounts' rows, ordered so that the
 --          whole statement has run before the first row is answered;
 --   row    leases the one row $11, as lease leases each, and answers it
---          as lease does, in place $12, a requeue when $13 (the fallback of
---          owed_sweep_lease_fair when one row fails the shared statement).
+--          as lease does, in place $12, a requeue when $13, with the
+--          not-before $14 (the fallback of owed_sweep_lease_fair_not_before
+--          when one row fails the shared statement).
 -- p_slice picks the rows as owed_sweep_lease_sql does: 1 pending rows, 2
 -- rows whose lease ran out (a lost message, a dead worker, a wait the
 -- worker handed to the ledger that is over), 0 both.
+--
+-- p_not_before takes a row a worker handed back to the ledger
+-- (ledger.HandBack: queued, its lease_until its not_before) once its
+-- not-before falls within the publish-ahead horizon, as a pending row is
+-- taken by its due time, and answers the not-before after the statement's
+-- now, the instant the row's message is to surface. The row is placed as
+-- due only from its not-before, so until then it counts, as a row
+-- published ahead does, against the room for rows published ahead. The
+-- previous release's lease (owed_sweep_lease_fair) passes false: its
+-- sweeper publishes no delay but the due time's, so it takes such a row
+-- only once its lease ran out, and every not-before answered is NULL.
 --
 -- How a slice shares: each account's cap (p_caps, the rows its workers can
 -- send in a few seconds: internal/sweep) less its rows in flight is its
@@ -452,11 +470,11 @@ GRANT EXECUTE ON FUNCTION owed_sweep_in_flight(timestamptz, timestamptz, timesta
 -- publish-ahead window in seconds, $4 the limit, $5 p_channels, $6
 -- p_accounts, $7 p_names, $8 the accounts' caps, $9 the share of each
 -- room, $10 how far ahead a live lease may end, in seconds, $11 to $13
--- the row, its place and whether it is a requeue (part row). Every answer
--- ends with the statement's now, so the caller counts publish delays from
--- the database's clock. It is the definer's own: the runtime role cannot
--- run it.
-CREATE FUNCTION owed_sweep_fair_lease_sql(p_slice integer, p_part text) RETURNS text
+-- the row, its place and whether it is a requeue, $14 its not-before (part
+-- row). Every answer carries the statement's now, so the caller counts
+-- publish delays from the database's clock. It is the definer's own: the
+-- runtime role cannot run it.
+CREATE FUNCTION owed_sweep_fair_lease_sql(p_slice integer, p_part text, p_not_before boolean) RETURNS text
 LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
 DECLARE
     -- The instants every part reads: now, the publish-ahead horizon, and
@@ -471,7 +489,9 @@ clock AS MATERIALIZED (
            AND n.due_at < ''10000-01-01 00:00:00+00''::timestamptz)';
     -- How a leased row changes: leased until now + $2, its next queue
     -- generation when it was published before (a republish); or settled
-    -- failed when no message can carry its due time.
+    -- failed when no message can carry its due time. Each part then sets
+    -- not_before to the row's as the slice took it (a hand-back's, NULL for
+    -- any other row), so a lease never carries an earlier wait's.
     lease_set constant text := '
    SET state = CASE WHEN ' || ok || ' THEN ''leased'' ELSE ''failed'' END,
        lease_until = CASE WHEN ' || ok || ' THEN c.now + make_interval(secs => $2::double precision) END,
@@ -482,22 +502,30 @@ clock AS MATERIALIZED (
        queue_generation = n.queue_generation
                           + CASE WHEN ' || ok || ' AND n.published_at IS NOT NULL THEN 1 ELSE 0 END,
        updated_at = c.now';
+    -- A lease that ran out, or (p_not_before) a row handed back to the
+    -- ledger whose not-before falls by the horizon: no message of it is
+    -- anywhere.
+    lapsed_lease constant text := CASE WHEN p_not_before
+        THEN 'o.lease_until <= c.horizon
+           AND (o.lease_until <= c.now OR owed_handed_back(o.state, o.lease_until, o.not_before))'
+        ELSE 'o.lease_until <= c.now' END;
     -- The rows of the slice, as the statement that locks them checks again.
     owed text := CASE p_slice
         WHEN 1 THEN 'o.state = ''pending'''
-        WHEN 2 THEN 'o.state IN (''leased'', ''queued'', ''sending'') AND o.lease_until <= c.now'
-        ELSE '(o.state = ''pending'' OR (o.state IN (''leased'', ''queued'', ''sending'') AND o.lease_until <= c.now))'
+        WHEN 2 THEN 'o.state IN (''leased'', ''queued'', ''sending'') AND ' || lapsed_lease
+        ELSE '(o.state = ''pending'' OR (o.state IN (''leased'', ''queued'', ''sending'') AND ' || lapsed_lease || '))'
     END;
     pick text;
 BEGIN
     IF p_part = 'row' THEN
         RETURN 'WITH ' || clock || '
-UPDATE owed_notifications n' || lease_set || '
+UPDATE owed_notifications n' || lease_set || ',
+       not_before = $14::timestamptz
   FROM clock c
  WHERE n.id = $11::bigint
 RETURNING n.id, n.tenant_id, CASE WHEN n.state = ''leased'' THEN n.due_at END, n.published_at IS NOT NULL,
           n.queue_generation, owed_sweep_account_of(n.channel, $5::text[], $6::integer[]), n.state, $12::bigint,
-          $13::boolean, NULL::integer, NULL::integer, NULL::integer, NULL::boolean, c.now';
+          $13::boolean, NULL::integer, NULL::integer, NULL::integer, NULL::boolean, c.now, n.not_before';
     END IF;
 
     pick := 'WITH RECURSIVE ' || clock || ',
@@ -557,12 +585,15 @@ pend AS MATERIALIZED (
     IF p_slice IN (0, 2) THEN
         pick := pick || ',
 lapsed AS MATERIALIZED (
-    SELECT x.tenant_id, x.a, x.id, x.owed_since, x.created_at, x.due_at
+    SELECT x.tenant_id, x.a, x.id, x.owed_since, x.created_at, x.due_at, x.not_before
       FROM clock c CROSS JOIN LATERAL (
         SELECT o.tenant_id, owed_sweep_account_of(o.channel, $5::text[], $6::integer[]) AS a, o.id,
-               greatest(o.due_at, o.created_at) AS owed_since, o.created_at, o.due_at
+               greatest(o.due_at, o.created_at) AS owed_since, o.created_at, o.due_at,
+               ' || CASE WHEN p_not_before THEN 'CASE WHEN owed_handed_back(o.state, o.lease_until, o.not_before)
+                                                 THEN o.not_before END'
+                         ELSE 'NULL::timestamptz' END || ' AS not_before
           FROM owed_notifications o
-         WHERE o.state IN (''leased'', ''queued'', ''sending'') AND o.lease_until <= c.now
+         WHERE o.state IN (''leased'', ''queued'', ''sending'') AND ' || lapsed_lease || '
            AND o.due_at <= c.horizon AND (o.expires_at IS NULL OR o.expires_at > c.now)
            AND NOT EXISTS (SELECT FROM owed_tenant_pauses tp WHERE tp.tenant_id = o.tenant_id)
            AND owed_sweep_account_of(o.channel, $5::text[], $6::integer[]) IN (SELECT a FROM acct)
@@ -571,15 +602,18 @@ lapsed AS MATERIALIZED (
     END IF;
     pick := pick || ',
 cand AS (' || CASE p_slice
-        WHEN 1 THEN 'SELECT tenant_id, a, id, owed_since, created_at, due_at, false AS requeue FROM pend'
-        WHEN 2 THEN 'SELECT tenant_id, a, id, owed_since, created_at, due_at, true AS requeue FROM lapsed'
-        ELSE 'SELECT tenant_id, a, id, owed_since, created_at, due_at, false AS requeue FROM pend
-          UNION ALL SELECT tenant_id, a, id, owed_since, created_at, due_at, true FROM lapsed' END || '),
+        WHEN 1 THEN 'SELECT tenant_id, a, id, owed_since, created_at, due_at, false AS requeue,
+                            NULL::timestamptz AS not_before FROM pend'
+        WHEN 2 THEN 'SELECT tenant_id, a, id, owed_since, created_at, due_at, true AS requeue, not_before FROM lapsed'
+        ELSE 'SELECT tenant_id, a, id, owed_since, created_at, due_at, false AS requeue,
+                     NULL::timestamptz AS not_before FROM pend
+          UNION ALL SELECT tenant_id, a, id, owed_since, created_at, due_at, true, not_before FROM lapsed' END || '),
 ranked AS (
-    SELECT x.*, x.owed_since <= k.now AS due,
-           row_number() OVER (PARTITION BY x.tenant_id, x.a, x.owed_since <= k.now
+    SELECT x.*, greatest(x.owed_since, x.not_before) <= k.now AS due,
+           row_number() OVER (PARTITION BY x.tenant_id, x.a, greatest(x.owed_since, x.not_before) <= k.now
                               ORDER BY x.owed_since, x.due_at, x.id)
-           + CASE WHEN x.owed_since <= k.now THEN coalesce(f.due_now, 0) ELSE coalesce(f.due_by_horizon, 0) END
+           + CASE WHEN greatest(x.owed_since, x.not_before) <= k.now THEN coalesce(f.due_now, 0)
+                  ELSE coalesce(f.due_by_horizon, 0) END
              AS place
       FROM cand x CROSS JOIN clock k
       LEFT JOIN flight f ON f.tenant_id = x.tenant_id AND f.a = x.a),
@@ -593,12 +627,12 @@ fits AS (
                 OR (NOT p.due AND p.turn <= q.quota_all - least(q.quota_now, p.due_rows)) AS fits
       FROM placed p JOIN room q ON q.a = p.a),
 taken AS MATERIALIZED (
-    SELECT id, a, requeue, row_number() OVER (ORDER BY NOT due, place, owed_since, created_at, due_at, id) AS ord
+    SELECT id, a, requeue, not_before, row_number() OVER (ORDER BY NOT due, place, owed_since, created_at, due_at, id) AS ord
       FROM fits WHERE fits
      ORDER BY NOT due, place, owed_since, created_at, due_at, id
      LIMIT $4::integer),
 took AS MATERIALIZED (
-    SELECT array_agg(id) AS ids, jsonb_object_agg(id::text, jsonb_build_array(a, ord, requeue)) AS row
+    SELECT array_agg(id) AS ids, jsonb_object_agg(id::text, jsonb_build_array(a, ord, requeue, not_before)) AS row
       FROM taken),
 locked AS (
     SELECT o.id FROM owed_notifications o CROSS JOIN clock c
@@ -607,7 +641,7 @@ locked AS (
        FOR UPDATE OF o SKIP LOCKED)
 SELECT l.id, (t.row -> l.id::text ->> 0)::integer AS a, (t.row -> l.id::text ->> 1)::bigint AS ord,
        (t.row -> l.id::text ->> 2)::boolean AS requeue, NULL::integer AS outstanding, NULL::integer AS quota,
-       NULL::integer AS held, NULL::boolean AS more
+       NULL::integer AS held, NULL::boolean AS more, (t.row -> l.id::text ->> 3)::timestamptz AS not_before
   FROM locked l CROSS JOIN took t
 UNION ALL
 SELECT NULL, q.a, NULL, NULL, q.outstanding, q.quota_now,
@@ -615,7 +649,8 @@ SELECT NULL, q.a, NULL, NULL, q.outstanding, q.quota_now,
        || CASE WHEN p_slice IN (0, 1) THEN '
        + CASE WHEN q.quota_now <= 0 THEN coalesce((SELECT groups FROM per WHERE per.a = q.a), 0)::integer ELSE 0 END,
        (SELECT count(*) FROM fits WHERE fits.a = q.a AND NOT fits.fits) = 0
-         AND EXISTS (SELECT FROM pend WHERE pend.a = q.a AND pend.cut)' ELSE ', false' END || '
+         AND EXISTS (SELECT FROM pend WHERE pend.a = q.a AND pend.cut)' ELSE ', false' END || ',
+       NULL::timestamptz
   FROM room q';
     IF p_part = 'pick' THEN
         RETURN pick;
@@ -628,44 +663,52 @@ SELECT NULL, q.a, NULL, NULL, q.outstanding, q.quota_now,
     RETURN 'WITH picked AS MATERIALIZED (' || pick || '),
 ' || clock || ',
 slice AS MATERIALIZED (
-    SELECT array_agg(id) AS ids, jsonb_object_agg(id::text, jsonb_build_array(a, ord, requeue)) AS row
+    SELECT array_agg(id) AS ids, jsonb_object_agg(id::text, jsonb_build_array(a, ord, requeue, not_before)) AS row
       FROM picked WHERE id IS NOT NULL),
 leased AS (
-    UPDATE owed_notifications n' || lease_set || '
+    UPDATE owed_notifications n' || lease_set || ',
+           not_before = (s.row -> n.id::text ->> 3)::timestamptz
       FROM clock c, slice s
      WHERE n.id = ANY (s.ids)
     RETURNING n.id, n.tenant_id, CASE WHEN n.state = ''leased'' THEN n.due_at END AS due_at,
               n.published_at IS NOT NULL AS republish, n.queue_generation, (s.row -> n.id::text ->> 0)::integer AS a,
-              n.state, (s.row -> n.id::text ->> 1)::bigint AS ord, (s.row -> n.id::text ->> 2)::boolean AS requeue)
+              n.state, (s.row -> n.id::text ->> 1)::bigint AS ord, (s.row -> n.id::text ->> 2)::boolean AS requeue,
+              n.not_before)
 SELECT l.id, l.tenant_id, l.due_at, l.republish, l.queue_generation, l.a, l.state, l.ord, l.requeue,
-       NULL::integer, NULL::integer, NULL::integer, NULL::boolean, (SELECT now FROM clock)
+       NULL::integer, NULL::integer, NULL::integer, NULL::boolean, (SELECT now FROM clock), l.not_before
   FROM leased l
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, p.a, NULL, NULL, NULL, p.outstanding, p.quota, p.held, p.more,
-       (SELECT now FROM clock)
+       (SELECT now FROM clock), NULL::timestamptz
   FROM picked p WHERE p.id IS NULL
  ORDER BY 8, 6';
 END
 $fn$;
-ALTER FUNCTION owed_sweep_fair_lease_sql(integer, text) OWNER TO owed_definer;
-REVOKE EXECUTE ON FUNCTION owed_sweep_fair_lease_sql(integer, text) FROM PUBLIC;
+ALTER FUNCTION owed_sweep_fair_lease_sql(integer, text, boolean) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_sweep_fair_lease_sql(integer, text, boolean) FROM PUBLIC;
 
--- owed_sweep_lease_fair runs one fair slice (owed_sweep_fair_lease_sql)
--- and answers its rows in the slice's order, then one row per account; it
--- answers nothing at all when nothing is owed to lease.
+-- owed_sweep_lease_fair_not_before runs one fair slice
+-- (owed_sweep_fair_lease_sql) and answers its rows in the slice's order,
+-- then one row per account; it answers nothing at all when nothing is owed
+-- to lease. p_not_before takes the rows a worker handed back to the ledger
+-- by their not-before and answers it (the sweep publishes each row's
+-- message to surface at the later of its due time and its not-before);
+-- the sweep passes true, and the previous release's owed_sweep_lease_fair
+-- false.
 -- When one row fails the shared statement (a trigger or a check it cannot
 -- pass), it picks the slice again and leases the rows one at a time: a row
 -- that still fails is settled failed with the reason
 -- (owed_sweep_settle_failed) and answered in state failed, and the others
 -- are leased. The shared statement answers nothing before it has run
 -- whole, so a statement that fails has answered nothing.
-CREATE FUNCTION owed_sweep_lease_fair(p_slice integer, p_now timestamptz, p_for double precision,
-                                      p_ahead double precision, p_limit integer, p_channels text[],
-                                      p_accounts integer[], p_names text[], p_caps integer[],
-                                      p_share double precision, p_live_for double precision)
+CREATE FUNCTION owed_sweep_lease_fair_not_before(p_slice integer, p_now timestamptz, p_for double precision,
+                                                 p_ahead double precision, p_limit integer, p_channels text[],
+                                                 p_accounts integer[], p_names text[], p_caps integer[],
+                                                 p_share double precision, p_live_for double precision,
+                                                 p_not_before boolean)
 RETURNS TABLE (id bigint, tenant_id text, due_at timestamptz, republish boolean, queue_generation integer,
                account integer, state text, ord bigint, requeue boolean, outstanding integer, room integer,
-               held integer, more boolean, asked_at timestamptz)
+               held integer, more boolean, asked_at timestamptz, not_before timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     r record;
@@ -679,40 +722,63 @@ BEGIN
                     WHERE o.settled_at IS NULL
                       AND o.due_at <= coalesce(p_now, now()) + make_interval(secs => p_ahead)
                       AND ((p_slice IN (0, 1) AND o.state = 'pending')
-                           OR (p_slice IN (0, 2) AND o.state <> 'pending' AND o.lease_until <= coalesce(p_now, now())))) THEN
+                           OR (p_slice IN (0, 2) AND o.state <> 'pending'
+                               AND (o.lease_until <= coalesce(p_now, now())
+                                    OR (p_not_before AND owed_handed_back(o.state, o.lease_until, o.not_before)
+                                        AND o.lease_until <= coalesce(p_now, now()) + make_interval(secs => p_ahead)))))) THEN
         RETURN;
     END IF;
     BEGIN
-        RETURN QUERY EXECUTE owed_sweep_fair_lease_sql(p_slice, 'lease')
+        RETURN QUERY EXECUTE owed_sweep_fair_lease_sql(p_slice, 'lease', p_not_before)
             USING p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names, p_caps, p_share, p_live_for;
         RETURN;
     EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
         RAISE WARNING 'owed_sweep_lease_fair: a row failed the slice (%); leasing its rows one at a time', err;
     END;
-    FOR r IN EXECUTE owed_sweep_fair_lease_sql(p_slice, 'pick')
+    FOR r IN EXECUTE owed_sweep_fair_lease_sql(p_slice, 'pick', p_not_before)
         USING p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names, p_caps, p_share, p_live_for
     LOOP
         IF r.id IS NULL THEN
             RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::timestamptz, NULL::boolean, NULL::integer, r.a,
                                 NULL::text, NULL::bigint, NULL::boolean, r.outstanding, r.quota, r.held, r.more,
-                                coalesce(p_now, now());
+                                coalesce(p_now, now()), NULL::timestamptz;
             CONTINUE;
         END IF;
         BEGIN
-            RETURN QUERY EXECUTE owed_sweep_fair_lease_sql(p_slice, 'row')
+            RETURN QUERY EXECUTE owed_sweep_fair_lease_sql(p_slice, 'row', p_not_before)
                 USING p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names, p_caps, p_share,
-                      p_live_for, r.id, r.ord, r.requeue;
+                      p_live_for, r.id, r.ord, r.requeue, r.not_before;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
             IF owed_sweep_settle_failed(r.id, p_now, 'set aside by the sweep: ' || err) THEN
                 RETURN QUERY SELECT r.id, NULL::text, NULL::timestamptz, NULL::boolean, NULL::integer, r.a,
                                     'failed'::text, r.ord, r.requeue, NULL::integer, NULL::integer, NULL::integer,
-                                    NULL::boolean, coalesce(p_now, now());
+                                    NULL::boolean, coalesce(p_now, now()), NULL::timestamptz;
             END IF;
         END;
     END LOOP;
 END
+$$;
+ALTER FUNCTION owed_sweep_lease_fair_not_before(integer, timestamptz, double precision, double precision, integer, text[], integer[], text[], integer[], double precision, double precision, boolean) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_sweep_lease_fair_not_before(integer, timestamptz, double precision, double precision, integer, text[], integer[], text[], integer[], double precision, double precision, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_sweep_lease_fair_not_before(integer, timestamptz, double precision, double precision, integer, text[], integer[], text[], integer[], double precision, double precision, boolean) TO owed_runtime;
+
+-- owed_sweep_lease_fair is the previous release's lease: the slice
+-- without the rows handed back to the ledger ahead of their not-before,
+-- whose delay its sweeper would not publish.
+CREATE FUNCTION owed_sweep_lease_fair(p_slice integer, p_now timestamptz, p_for double precision,
+                                      p_ahead double precision, p_limit integer, p_channels text[],
+                                      p_accounts integer[], p_names text[], p_caps integer[],
+                                      p_share double precision, p_live_for double precision)
+RETURNS TABLE (id bigint, tenant_id text, due_at timestamptz, republish boolean, queue_generation integer,
+               account integer, state text, ord bigint, requeue boolean, outstanding integer, room integer,
+               held integer, more boolean, asked_at timestamptz)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+SELECT l.id, l.tenant_id, l.due_at, l.republish, l.queue_generation, l.account, l.state, l.ord, l.requeue,
+       l.outstanding, l.room, l.held, l.more, l.asked_at
+  FROM owed_sweep_lease_fair_not_before(p_slice, p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names,
+                                        p_caps, p_share, p_live_for, false) l
 $$;
 ALTER FUNCTION owed_sweep_lease_fair(integer, timestamptz, double precision, double precision, integer, text[], integer[], text[], integer[], double precision, double precision) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_sweep_lease_fair(integer, timestamptz, double precision, double precision, integer, text[], integer[], text[], integer[], double precision, double precision) FROM PUBLIC;
@@ -730,7 +796,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp 
 DECLARE
     doc json;
 BEGIN
-    EXECUTE 'EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ' || owed_sweep_fair_lease_sql(p_slice, 'lease')
+    EXECUTE 'EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ' || owed_sweep_fair_lease_sql(p_slice, 'lease', true)
         INTO doc USING p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names, p_caps, p_share, p_live_for;
     RETURN doc;
 END
@@ -741,8 +807,9 @@ GRANT EXECUTE ON FUNCTION owed_sweep_explain_lease_fair(integer, timestamptz, do
 
 -- owed_sweep_survey_fair is what a sweep run decides from: the rows in
 -- flight of each account (owed_sweep_in_flight, at most p_count_up_to
--- read), whether a pending row and a row whose lease ran out are owed by
--- the horizon, and how long the oldest row already due has been owed, in
+-- read), whether a pending row, and a row whose lease ran out or a
+-- worker handed back to the ledger (its not-before), are owed by the
+-- horizon, and how long the oldest row already due has been owed, in
 -- seconds, as of asked_at. A due time SQL wrote as -infinity is left out
 -- of the age (the lease sets such a row aside), so the age is always a
 -- number.
@@ -765,7 +832,8 @@ SELECT (SELECT array_agg(coalesce((SELECT sum(f.due_by_horizon) FROM flight f WH
                 WHERE o.settled_at IS NULL AND o.due_at <= c.horizon AND o.state = 'pending'
                   AND (o.expires_at IS NULL OR o.expires_at > c.now)),
        EXISTS (SELECT FROM owed_notifications o
-                WHERE o.state IN ('leased', 'queued', 'sending') AND o.lease_until <= c.now
+                WHERE o.state IN ('leased', 'queued', 'sending') AND o.lease_until <= c.horizon
+                  AND (o.lease_until <= c.now OR owed_handed_back(o.state, o.lease_until, o.not_before))
                   AND o.due_at <= c.horizon AND (o.expires_at IS NULL OR o.expires_at > c.now)),
        (SELECT extract(epoch FROM c.now - o.due_at)::double precision FROM owed_notifications o
          WHERE o.settled_at IS NULL AND o.due_at > '-infinity' AND o.due_at <= c.now
@@ -778,8 +846,9 @@ REVOKE EXECUTE ON FUNCTION owed_sweep_survey_fair(timestamptz, double precision,
 GRANT EXECUTE ON FUNCTION owed_sweep_survey_fair(timestamptz, double precision, double precision, text[], integer[], text[], integer) TO owed_runtime;
 
 -- owed_sweep_leasable_fair says whether the fair lease would find a row
--- now, room allowing: a pending row owed by the horizon or a row whose
--- lease ran out, of a tenant not paused, on an account not held.
+-- now, room allowing: a pending row owed by the horizon, or a row whose
+-- lease ran out or whose not-before falls by the horizon, of a tenant not
+-- paused, on an account not held.
 CREATE FUNCTION owed_sweep_leasable_fair(p_now timestamptz, p_ahead double precision, p_channels text[],
                                          p_accounts integer[], p_names text[])
 RETURNS boolean
@@ -791,7 +860,8 @@ SELECT EXISTS (SELECT 1 FROM owed_notifications o
                 WHERE o.settled_at IS NULL AND o.due_at <= c.horizon
                   AND (o.expires_at IS NULL OR o.expires_at > c.now)
                   AND ((o.state = 'pending' AND greatest(o.due_at, o.created_at) <= c.horizon)
-                       OR (o.state <> 'pending' AND o.lease_until <= c.now))
+                       OR (o.state <> 'pending' AND o.lease_until <= c.horizon
+                           AND (o.lease_until <= c.now OR owed_handed_back(o.state, o.lease_until, o.not_before))))
                   AND NOT EXISTS (SELECT FROM owed_tenant_pauses tp WHERE tp.tenant_id = o.tenant_id)
                   AND owed_sweep_account_of(o.channel, $3, $4) IN (SELECT owed_sweep_open_accounts($5)))
   FROM clock c

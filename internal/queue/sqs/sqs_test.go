@@ -171,22 +171,40 @@ func setRedrivePolicy(queue, policy string) *awssqs.SetQueueAttributesInput {
 
 // With OWED_SQS_FAIR_QUEUE each message carries its group (the tenant) as
 // its MessageGroupId, a valid one whatever the tenant id, and goes through
-// the queue as before.
+// the queue as before; without it a message carries none. The server is
+// asked for the group each message arrived with.
 func TestAFairQueueCarriesEachTenantAsItsGroup(t *testing.T) {
 	endpoint := startServer(t)
-	c := openFresh(t, endpoint)
-	c.cfg.FairQueue = true
 	ctx := context.Background()
-	res, err := c.Publish(ctx, []queue.Message{{Key: "k1", Body: []byte(`{"a":1}`), Group: "acme"},
-		{Key: "k2", Body: []byte(`{"a":2}`), Group: "tenant with spaces é"}})
-	if err != nil || res[0].Err != nil || res[1].Err != nil {
-		t.Fatalf("publish to a fair queue: %+v, %v", res, err)
+	groups := map[string]string{"k1": "acme", "k2": "tenant with spaces é"}
+	for _, fair := range []bool{true, false} {
+		c := openFresh(t, endpoint)
+		c.cfg.FairQueue = fair
+		res, err := c.Publish(ctx, []queue.Message{{Key: "k1", Body: []byte(`{"a":1}`), Group: groups["k1"]},
+			{Key: "k2", Body: []byte(`{"a":2}`), Group: groups["k2"]}})
+		if err != nil || res[0].Err != nil || res[1].Err != nil {
+			t.Fatalf("publish (fair queue %v): %+v, %v", fair, res, err)
+		}
+		out, err := c.api.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+			QueueUrl: aws.String(c.cfg.QueueURL), MaxNumberOfMessages: 10, WaitTimeSeconds: 2,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameMessageGroupId},
+			AttributeNames:              []types.QueueAttributeName{types.QueueAttributeName(types.MessageSystemAttributeNameMessageGroupId)},
+			MessageAttributeNames:       []string{AttrKey},
+		})
+		if err != nil || len(out.Messages) != 2 {
+			t.Fatalf("receive (fair queue %v): %v; want both messages", fair, err)
+		}
+		for _, m := range out.Messages {
+			want := ""
+			if fair {
+				want = groupID(groups[attr(m, AttrKey)])
+			}
+			if got := m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]; got != want {
+				t.Errorf("fair queue %v: message %s arrived in group %q, want %q", fair, attr(m, AttrKey), got, want)
+			}
+		}
 	}
-	got, err := c.Receive(ctx, 10, 2*time.Second, time.Minute)
-	if err != nil || len(got) != 2 {
-		t.Fatalf("receive: %d messages, %v; want both", len(got), err)
-	}
-	for _, g := range []string{"acme", "tenant with spaces é"} {
+	for _, g := range groups {
 		id := groupID(g)
 		if len(id) == 0 || len(id) > 128 || strings.ContainsAny(id, " é") {
 			t.Errorf("groupID(%q) = %q, not a group id SQS takes", g, id)
