@@ -196,9 +196,9 @@ type crashTarget struct {
 // stops the sweeps, the catch-up sweep comes when it ends (40% in make
 // test's drill), and the 429 storm (from 40%) settles nothing delivered.
 var crashTargets = []crashTarget{
-	{"mid-claim", []string{"owed_claim_batch"}},
+	{"mid-claim", []string{"owed_claim_many"}},
 	{"mid-sweep", []string{"owed_sweep_"}},
-	{"mid-settle", []string{"owed_settle_delivered_batch"}},
+	{"mid-settle", []string{"owed_settle_delivered_many"}},
 }
 
 // crashCounted names each kind of crash in the table.

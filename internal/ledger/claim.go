@@ -3,10 +3,11 @@ package ledger
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/lib/pq"
 )
 
 // ClaimOutcome tells the worker what to do with a message's row.
@@ -166,17 +167,9 @@ type ClaimRequest struct {
 	DueAt  time.Time
 }
 
-type claimJSON struct {
-	Idx       int       `json:"idx"`
-	Tenant    string    `json:"tenant_id"`
-	ID        int64     `json:"id"`
-	DueAt     time.Time `json:"due_at"`
-	Revocable bool      `json:"revocable,omitempty"`
-}
-
 // ClaimForSendBatch is the worker's claim on many rows, possibly of many
 // tenants, before their sends: one statement and one commit, each row in its
-// own tenant's scope (see qClaimBatch); p.DueAt is ignored in favour of each
+// own tenant's scope (see qClaimMany); p.DueAt is ignored in favour of each
 // request's. It returns a Claim or an error per request, in input order:
 // ErrNotFound for a row not visible in its tenant's scope, a
 // *ValidationError naming the field for a request the ledger can never
@@ -191,18 +184,21 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 	claims := make([]Claim, len(reqs))
 	errs := make([]error, len(reqs))
 	due := make([]time.Time, len(reqs))
-	in := make([]claimJSON, 0, len(reqs))
+	var in batchRows
+	var dues []string
 	for i, r := range reqs {
 		if errs[i] = checkClaim(r); errs[i] != nil {
 			continue
 		}
 		due[i] = r.DueAt.UTC().Truncate(time.Microsecond)
-		in = append(in, claimJSON{Idx: i, Tenant: r.Tenant, ID: r.ID, DueAt: due[i], Revocable: p.Revocable})
+		in.add(i, r.Tenant, r.ID)
+		dues = append(dues, sqlTime(due[i]))
 	}
-	if len(in) == 0 {
+	if len(in.idx) == 0 {
 		return claims, errs, nil
 	}
-	res, err := l.queryBatch(ctx, qClaimBatchMarked, in, l.now(), seconds(p.LeaseFor), seconds(p.EarlyTolerance))
+	res, err := l.queryMany(ctx, qClaimMany, in.idxArg(), pq.Array(in.tenant), pq.Array(in.id), pq.Array(dues),
+		p.Revocable, l.now(), seconds(p.LeaseFor), seconds(p.EarlyTolerance))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -235,21 +231,19 @@ func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p C
 	if err := res.Err(); err != nil {
 		return nil, nil, err
 	}
-	for _, r := range in {
-		a, ok := answers[r.Idx]
+	for _, i := range in.idx {
+		a, ok := answers[int(i)]
 		if !ok {
-			errs[r.Idx] = ErrNotFound
+			errs[i] = ErrNotFound
 			continue
 		}
-		claims[r.Idx], errs[r.Idx] = l.decide(ctx, a.row, a.took, due[r.Idx], a.now, p)
-		if claims[r.Idx].Outcome == ClaimSend {
-			claims[r.Idx].Undeliverable = a.mark
+		claims[i], errs[i] = l.decide(ctx, a.row, a.took, due[i], a.now, p)
+		if claims[i].Outcome == ClaimSend {
+			claims[i].Undeliverable = a.mark
 		}
 	}
 	return claims, errs, nil
 }
-
-var qClaimBatchMarked = queries.Get("ClaimBatchMarked")
 
 // checkClaim refuses, naming the field, a claim request the ledger can
 // never take: its tenant id breaks tenant.Validate's rules, or its due time
@@ -266,19 +260,37 @@ func checkClaim(r ClaimRequest) error {
 	return v.orNil()
 }
 
-// queryBatch runs one of the worker's batch statements with batch as its
-// JSON $1 and args after it. It needs no transaction: the SQL functions
-// scope each row to its tenant themselves.
-func (l *Ledger) queryBatch(ctx context.Context, query string, batch any, args ...any) (*sql.Rows, error) {
-	doc, err := json.Marshal(batch)
-	if err != nil {
-		return nil, err
-	}
+// batchRows are the columns every row of a worker's batch statement
+// names, one array each (ClaimMany, ExtendMany, SettleDeliveredMany): its
+// place in the caller's slice, which comes back with its answer, its
+// tenant and its id.
+type batchRows struct {
+	idx    []int64
+	tenant []string
+	id     []int64
+}
+
+func (b *batchRows) add(idx int, tenant string, id int64) {
+	b.idx = append(b.idx, int64(idx))
+	b.tenant = append(b.tenant, tenant)
+	b.id = append(b.id, id)
+}
+
+func (b *batchRows) idxArg() any { return pq.Array(b.idx) }
+
+// sqlTime writes t for a timestamptz[] parameter: RFC 3339 with
+// microseconds, which is what the column holds.
+func sqlTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.999999Z07:00") }
+
+// queryMany runs one of the worker's batch statements, its rows passed as
+// arrays (batchRows and the columns after them). It needs no transaction:
+// the SQL functions set the scope of the batch's tenants themselves.
+func (l *Ledger) queryMany(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	s, err := l.prepared(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	return s.QueryContext(ctx, append([]any{string(doc)}, args...)...)
+	return s.QueryContext(ctx, args...)
 }
 
 // prefixed scans one leading column into first, then the rest as asked.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/lib/pq"
 )
 
 // Hold names one claim: the row and the claim token (its claim_seq) the
@@ -32,54 +34,55 @@ type Hold struct {
 // to ack, return or dead-letter any more (see internal/worker).
 var ErrClaimLost = errors.New("ledger: the claim was superseded: the row is no longer held under it")
 
-// holdJSON is one element of the JSON array of qExtendClaims.
-type holdJSON struct {
-	Idx       int    `json:"idx"`
-	Tenant    string `json:"tenant_id"`
-	ID        int64  `json:"id"`
-	Seq       int64  `json:"claim_seq"`
-	StartSend bool   `json:"start_send,omitempty"`
-}
-
 // ExtendClaims is the heartbeat of many held claims, possibly of many
-// tenants, in one statement and one commit (see qExtendClaims): each row's
+// tenants, in one statement and one commit (see qExtendMany): each row's
 // lease moves to leaseFor from the ledger's now, if the row is still
 // sending under its Hold. It answers an error per hold, in input order: nil
 // when the lease was extended, ErrClaimLost when the claim is no longer the
 // row's, a *ValidationError for a hold the ledger can never take; the error
 // return is for the batch as a whole.
 func (l *Ledger) ExtendClaims(ctx context.Context, holds []Hold, leaseFor time.Duration) ([]error, error) {
-	return l.extendClaims(ctx, holds, leaseFor, false)
+	return l.extendClaims(ctx, holds, leaseFor, leaseFor, false)
 }
 
 // StartSends is the check right before the sends of many held claims (see
-// ExtendClaims, which it is besides): each row's lease is extended, its
-// claim stops being revocable (ClaimParams.Revocable), so a cancel or
-// reschedule from now on waits on the send as an intent, and claimed_at
-// marks that the send may reach the provider. It answers ErrClaimLost for
-// a claim that is no longer the row's, a revocable one a cancel or
-// reschedule took back included: that row must not be sent. It is always a
-// ledger statement, never an answer from memory, because the change that
-// revokes a claim is another process's write.
-func (l *Ledger) StartSends(ctx context.Context, holds []Hold, leaseFor time.Duration) ([]error, error) {
-	return l.extendClaims(ctx, holds, leaseFor, true)
+// ExtendClaims, which it is besides): each claim stops being revocable
+// (ClaimParams.Revocable), so a cancel or reschedule from now on waits on
+// the send as an intent, and claimed_at marks that the send may reach the
+// provider. A row's lease is left as it is when at least keep of it is
+// left by the ledger's now, and extended to leaseFor from then otherwise,
+// so on success the caller holds at least keep from its request: the check
+// right after a claim then changes no indexed column, and its update can be
+// HOT (owed_extend_many). It answers ErrClaimLost for a claim that is no
+// longer the row's, a revocable one a cancel or reschedule took back
+// included: that row must not be sent. It is always a ledger statement,
+// never an answer from memory, because the change that revokes a claim is
+// another process's write.
+func (l *Ledger) StartSends(ctx context.Context, holds []Hold, leaseFor, keep time.Duration) ([]error, error) {
+	if keep <= 0 || keep > leaseFor {
+		return nil, fmt.Errorf("ledger: the lease a send keeps must be above zero and at most the claim lease %s, got %s", leaseFor, keep)
+	}
+	return l.extendClaims(ctx, holds, leaseFor, keep, true)
 }
 
-func (l *Ledger) extendClaims(ctx context.Context, holds []Hold, leaseFor time.Duration, start bool) ([]error, error) {
+func (l *Ledger) extendClaims(ctx context.Context, holds []Hold, leaseFor, keep time.Duration, start bool) ([]error, error) {
 	if leaseFor <= 0 {
 		return nil, fmt.Errorf("ledger: claim lease must be above zero, got %s", leaseFor)
 	}
 	errs := make([]error, len(holds))
-	in := make([]holdJSON, 0, len(holds))
+	var in batchRows
+	var seqs []int64
 	for i, h := range holds {
 		if errs[i] = ValidateTenant(h.Tenant); errs[i] == nil {
-			in = append(in, holdJSON{Idx: i, Tenant: h.Tenant, ID: h.ID, Seq: h.Seq, StartSend: start})
+			in.add(i, h.Tenant, h.ID)
+			seqs = append(seqs, h.Seq)
 		}
 	}
-	if len(in) == 0 {
+	if len(in.idx) == 0 {
 		return errs, nil
 	}
-	res, err := l.queryBatch(ctx, qExtendClaims, in, l.now(), seconds(leaseFor))
+	res, err := l.queryMany(ctx, qExtendMany, in.idxArg(), pq.Array(in.tenant), pq.Array(in.id), pq.Array(seqs),
+		start, l.now(), seconds(leaseFor), seconds(keep))
 	if err != nil {
 		return nil, err
 	}
@@ -102,8 +105,8 @@ func (l *Ledger) extendClaims(ctx context.Context, holds []Hold, leaseFor time.D
 	if err := res.Err(); err != nil {
 		return nil, err
 	}
-	if seen != len(in) {
-		return nil, fmt.Errorf("ledger: claim heartbeat answered %d of %d claims", seen, len(in))
+	if seen != len(in.idx) {
+		return nil, fmt.Errorf("ledger: claim heartbeat answered %d of %d claims", seen, len(in.idx))
 	}
 	return errs, nil
 }
@@ -219,18 +222,6 @@ type Delivered struct {
 	Attempt Attempt
 }
 
-type deliveredJSON struct {
-	Idx               int       `json:"idx"`
-	Tenant            string    `json:"tenant_id"`
-	ID                int64     `json:"id"`
-	Seq               int64     `json:"claim_seq"`
-	Provider          string    `json:"provider"`
-	StartedAt         time.Time `json:"started_at"`
-	MessageID         *string   `json:"message_id"`
-	HTTPStatus        *int      `json:"http_status"`
-	PossibleDuplicate bool      `json:"possible_duplicate"`
-}
-
 // ErrSetAside is a row a batch statement could not apply: it was set aside
 // alone, settled failed (or cancelled, when a cancel waited on it) with the
 // reason as its last_error, and the rest of the batch went on
@@ -239,7 +230,7 @@ var ErrSetAside = errors.New("ledger: the row could not be applied and was set a
 
 // SettleDeliveredBatch records many accepted sends and settles their rows
 // delivered, possibly of many tenants, in one statement and one commit (see
-// qSettleDeliveredBatch); each attempt finishes at the ledger's now, when
+// qSettleDeliveredMany); each attempt finishes at the ledger's now, when
 // it is recorded. It reports, in input order, whether each row changed,
 // and an error per row in errs (nil errs when there is none): ErrNotFound
 // for a row not visible in its tenant's scope, a *ValidationError for a row
@@ -257,7 +248,15 @@ func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (ch
 		}
 		errs[i] = err
 	}
-	in := make([]deliveredJSON, 0, len(rows))
+	var (
+		in                batchRows
+		seqs              []int64
+		providers         []string
+		started           []string
+		messageIDs        []sql.NullString
+		statuses          []sql.NullInt64
+		possibleDuplicate []bool
+	)
 	for i, r := range rows {
 		if err := ValidateTenant(r.Hold.Tenant); err != nil {
 			fail(i, err)
@@ -267,21 +266,22 @@ func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (ch
 			fail(i, errAttemptTimes)
 			continue
 		}
-		d := deliveredJSON{Idx: i, Tenant: r.Hold.Tenant, ID: r.Hold.ID, Seq: r.Hold.Seq, Provider: r.Attempt.Provider,
-			StartedAt: r.Attempt.StartedAt.UTC(), PossibleDuplicate: r.Attempt.PossibleDuplicate}
-		if m := r.Attempt.ProviderMessageID; m != "" {
-			d.MessageID = &m
-		}
-		if st := r.Attempt.HTTPStatus; st != 0 {
-			d.HTTPStatus = &st
-		}
-		in = append(in, d)
+		a := r.Attempt
+		in.add(i, r.Hold.Tenant, r.Hold.ID)
+		seqs = append(seqs, r.Hold.Seq)
+		providers = append(providers, a.Provider)
+		started = append(started, sqlTime(a.StartedAt))
+		messageIDs = append(messageIDs, nullString(a.ProviderMessageID))
+		statuses = append(statuses, sql.NullInt64{Int64: int64(a.HTTPStatus), Valid: a.HTTPStatus != 0})
+		possibleDuplicate = append(possibleDuplicate, a.PossibleDuplicate)
 	}
 	changed = make([]bool, len(rows))
-	if len(in) == 0 {
+	if len(in.idx) == 0 {
 		return changed, errs, nil
 	}
-	res, err := l.queryBatch(ctx, qSettleDeliveredBatch, in, l.now())
+	res, err := l.queryMany(ctx, qSettleDeliveredMany, in.idxArg(), pq.Array(in.tenant), pq.Array(in.id),
+		pq.Array(seqs), pq.Array(providers), pq.Array(started), pq.Array(messageIDs), pq.Array(statuses),
+		pq.Array(possibleDuplicate), l.now())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -311,8 +311,8 @@ func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (ch
 	if err := res.Err(); err != nil {
 		return nil, nil, err
 	}
-	if seen != len(in) {
-		return nil, nil, fmt.Errorf("ledger: batch settle answered %d of %d rows", seen, len(in))
+	if seen != len(in.idx) {
+		return nil, nil, fmt.Errorf("ledger: batch settle answered %d of %d rows", seen, len(in.idx))
 	}
 	return changed, errs, nil
 }

@@ -21,11 +21,13 @@
 //
 // The worker's claim and its delivered settle, the two statements every
 // delivery runs, are ClaimForSendBatch and SettleDeliveredBatch; its claim
-// heartbeat is ExtendClaims. They call the SQL functions owed_claim_batch,
-// owed_settle_delivered_batch and owed_extend_claims, which run owed_claim
-// and owed_settle_delivered (or, for the heartbeat, one update) once per row
-// under that row's own tenant scope, so a batch of many tenants' rows costs
-// one round trip and one commit (sql/claim.sql, sql/settle.sql).
+// heartbeat is ExtendClaims and its check before the send StartSends. They
+// call the SQL functions owed_claim_many, owed_settle_delivered_many and
+// owed_extend_many, each one set-based statement over the batch's rows,
+// passed as arrays, in the scope of every tenant the batch names with each
+// row matched to its own tenant (owed_tenant_in_scope), so a batch of many
+// tenants' rows costs one round trip, one commit and one plan
+// (sql/claim.sql, sql/settle.sql).
 // ClaimForSend and SettleDelivered are the same statements for a batch of
 // one. Only this package calls these functions and the cross-tenant ones
 // above; their current definitions, and what each does, are in this

@@ -169,7 +169,7 @@ func TestRowChanges(t *testing.T) {
 		t.Errorf("SendNowRow of a row due now = %v, want refused", err)
 	}
 	h := mustClaim(t, b, "acme", got[2].ID, ClaimParams{DueAt: rows[2].DueAt, LeaseFor: time.Minute})
-	if _, err := b.l.StartSends(ctx, []Hold{h}, time.Minute); err != nil {
+	if _, err := b.l.StartSends(ctx, []Hold{h}, time.Minute, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.l.CancelRow(ctx, "acme", got[2].ID); !errors.As(err, &refused) || !strings.Contains(err.Error(), "sending it right now") {

@@ -14,7 +14,7 @@ var revocable = ClaimParams{LeaseFor: time.Minute, Revocable: true}
 // startSend makes h's check before the send and returns its answer.
 func startSend(t *testing.T, b *bundle, h Hold) error {
 	t.Helper()
-	errs, err := b.l.StartSends(ctx, []Hold{h}, time.Minute)
+	errs, err := b.l.StartSends(ctx, []Hold{h}, time.Minute, time.Minute)
 	if err != nil {
 		t.Fatalf("start send of row %d: %v", h.ID, err)
 	}
@@ -104,7 +104,7 @@ func TestCancelRacingTheStartOfTheSendAnswersHowItEnds(t *testing.T) {
 		var cancelErr, startErr error
 		wg.Go(func() { res, cancelErr = b.l.Cancel(ctx, "acme", "follow_up", ref) })
 		wg.Go(func() {
-			errs, err := b.l.StartSends(ctx, []Hold{h}, time.Minute)
+			errs, err := b.l.StartSends(ctx, []Hold{h}, time.Minute, time.Minute)
 			if startErr = err; err == nil {
 				startErr = errs[0]
 			}

@@ -478,3 +478,89 @@ func TestConsoleLoginMustBeAnOperator(t *testing.T) {
 		}
 	}
 }
+
+// The worker's batches scope a statement to a set of tenants
+// (owed.tenant_ids, owed_tenant_in_scope): a set naming tenant A reads,
+// updates and inserts nothing of tenant B's in the ledger's tables, and it
+// means nothing to an apps' role, whose policies name its bindings alone.
+func TestTenantSetScopesLikeOneTenant(t *testing.T) {
+	db := boundary(t)
+	for _, stmt := range []string{
+		`INSERT INTO owed_event_payloads (tenant_id, payload) VALUES ('tenant-b', '{"text":"b"}')`,
+		`INSERT INTO owed_undeliverable (tenant_id, channel, address, provider, code, reason, marked_at)
+		 VALUES ('tenant-b', 'sms', '+15550002', 'sandbox', 'blocked', 'blocked', now())`,
+		`INSERT INTO owed_notification_attempts (notification_id, tenant_id, attempt, provider, started_at, finished_at, outcome)
+		 SELECT id, tenant_id, 1, 'sandbox', now(), now(), 'accepted' FROM owed_notifications WHERE tenant_id = 'tenant-b'`,
+	} {
+		if _, err := db.Owner.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	setA := `SELECT set_config('owed.tenant_ids', '{tenant-a}', true)`
+	roles := map[string]string{"the application role": db.AppURL, "an apps' role": appsRole(t, db)}
+	for who, u := range roles {
+		for _, table := range []string{"owed_notifications", "owed_event_payloads", "owed_undeliverable",
+			"owed_notification_attempts"} {
+			err := inScope(t, u, []string{setA}, func(tx *sql.Tx) error {
+				n, err := countB(tx, table)
+				if err == nil && n != 0 {
+					t.Errorf("%s with the set {tenant-a} sees %d of %s's rows in %s, want none", who, n, tenantB, table)
+				}
+				return err
+			})
+			if err != nil && !permissionDenied(err) {
+				t.Errorf("%s reading %s: %v", who, table, err)
+			}
+		}
+		err := inScope(t, u, []string{setA}, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at)
+			                   VALUES ('tenant-b', 'mallory', 'sms', 'k', 'M-2', now())`)
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "row-level security") {
+			t.Errorf("%s with the set {tenant-a} inserted a row for %s (err %v), want a row-level security refusal", who, tenantB, err)
+		}
+		err = inScope(t, u, []string{setA}, func(tx *sql.Tx) error {
+			res, err := tx.Exec(`UPDATE owed_notifications SET payload = '{"text":"owned"}' WHERE tenant_id = 'tenant-b'`)
+			if err == nil {
+				if n, _ := res.RowsAffected(); n != 0 {
+					t.Errorf("%s with the set {tenant-a} updated %d of %s's rows", who, n, tenantB)
+				}
+			}
+			return err
+		})
+		if err != nil {
+			t.Errorf("%s update: %v", who, err)
+		}
+	}
+	// The set names what it names: the application role sees tenant A's row
+	// through it, which is what the worker's batches need.
+	err := inScope(t, db.AppURL, []string{setA}, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRow(`SELECT count(*) FROM owed_notifications`).Scan(&n); err != nil {
+			return err
+		}
+		if n != 1 {
+			t.Errorf("the application role with the set {tenant-a} sees %d rows, want tenant A's one", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// A tenant set given for every session is refused at start-up, as a tenant
+// scope is: every statement outside a batch would see those tenants' rows.
+func TestSessionWideTenantSetIsRefused(t *testing.T) {
+	db := testdb.New(t)
+	pool, err := sql.Open("postgres", withOption(db.AppURL, "-c owed.tenant_ids={tenant-a}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	err = service.CheckRole(context.Background(), pool)
+	if err == nil || !strings.Contains(err.Error(), "owed.tenant_ids") {
+		t.Fatalf("CheckRole with owed.tenant_ids set for every session: %v, want a refusal naming owed.tenant_ids", err)
+	}
+}

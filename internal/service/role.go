@@ -40,9 +40,9 @@ const OperatorRole = "owed_operator"
 // CheckRole refuses a database role a service must not run as: a superuser
 // or a BYPASSRLS role (row-level security does not bind either), a role that
 // owns an owed_ table (an owner may turn the policies off), a member of any
-// of those, and a session on which owed.bypass_rls or owed.tenant_id is
-// already set (every statement would run across tenants, or in one tenant's
-// scope without asking for it). A ledger service's role must also be a
+// of those, and a session on which owed.bypass_rls, owed.tenant_id or
+// owed.tenant_ids is already set (every statement would run across
+// tenants, or in a tenant scope without asking for it). A ledger service's role must also be a
 // member of owed_runtime (RuntimeRole), whose privileges it runs on, and of
 // neither owed_definer (which sees every tenant's rows), owed_token_admin
 // (which mints tokens) nor owed_operator (on-call's). The error names the
@@ -92,7 +92,7 @@ func checkRole(ctx context.Context, db *sql.DB, want string) error {
 		problems = append(problems, fmt.Sprintf("owed.bypass_rls is %q %s, which turns tenant isolation off for every statement", bypassRLS, from))
 	}
 	if tenantSet != "" {
-		problems = append(problems, fmt.Sprintf("owed.tenant_id is set %s, so a statement outside a tenant scope sees that tenant's rows", from))
+		problems = append(problems, fmt.Sprintf("%s is set %s, so a statement outside a tenant scope sees those tenants' rows", tenantSet, from))
 	}
 	if privileged != "" {
 		problems = append(problems, "it is a member of "+privileged+": owed_definer owns the cross-tenant functions and "+

@@ -64,16 +64,31 @@ type retry struct {
 // the claim's Hold: when the claim was superseded (ledger.ErrClaimLost) the
 // write changed nothing and the message is left alone (claimLost).
 
-// delivered records an accepted send through the settler, which shares one
-// commit among the sends that finish together, then acks the message. When
-// the ledger could not record it within settleRetry the message is left
-// unacked: it is redelivered, the row is claimable when its lease ends, and
-// the resend carries the same idempotency key. A send whose claim was
-// superseded is still recorded, as a possible duplicate; if another worker
-// holds the row now, the row and the message are left to it.
+// delivered hands an accepted send to the completer and returns: the sender
+// takes its next message while the settle waits for company, as River's
+// executors hand finished jobs to its completer. The completer records the
+// sends that gathered in one ledger commit (flushSettles) and only then
+// acks each message (settled). A full completer holds the sender here until
+// a flush makes room, so no more sends finish than the ledger records.
 func (w *Worker) delivered(dl *delivery, a ledger.Attempt) {
 	dl.lease.end()
-	_, err := w.settles.do(ledger.Delivered{Hold: dl.hold, Attempt: a})
+	w.settles.post(settle{dl: dl, d: ledger.Delivered{Hold: dl.hold, Attempt: a}})
+}
+
+// settle is one accepted send waiting in the completer for its commit.
+type settle struct {
+	dl *delivery
+	d  ledger.Delivered
+}
+
+// settled finishes one accepted send once its settle's commit answered err.
+// When the ledger could not record it within settleRetry the message is
+// left unacked: it is redelivered, the row is claimable when its lease
+// ends, and the resend carries the same idempotency key. A send whose claim
+// was superseded is still recorded, as a possible duplicate; if another
+// worker holds the row now, the row and the message are left to it.
+func (w *Worker) settled(s settle, err error) {
+	dl, a := s.dl, s.d.Attempt
 	if errors.Is(err, ledger.ErrClaimLost) {
 		w.claimLost(dl, "the delivered settle (the accepted send is recorded as a possible duplicate)")
 		return
@@ -350,19 +365,38 @@ func (w *Worker) flushClaims(ctx context.Context, reqs []ledger.ClaimRequest) ([
 }
 
 // flushSettles settles one batch of accepted sends in one ledger commit,
-// retrying a failed batch with backoff for settleRetry: the sends already
-// happened, and losing their record would resend them.
-func (w *Worker) flushSettles(ctx context.Context, rows []ledger.Delivered) ([]struct{}, []error) {
+// retrying a failed batch with backoff for settleRetry (the sends already
+// happened, and losing their record would resend them), then finishes each
+// send by its answer (settled): acks follow the commit, never precede it.
+func (w *Worker) flushSettles(ctx context.Context, batch []settle) ([]struct{}, []error) {
+	rows := make([]ledger.Delivered, len(batch))
+	for i, s := range batch {
+		rows[i] = s.d
+	}
+	errs := w.settleBatch(ctx, rows)
+	for i, s := range batch {
+		var err error
+		if errs != nil {
+			err = errs[i]
+		}
+		w.settled(s, err)
+	}
+	return nil, nil
+}
+
+// settleBatch records rows in one ledger commit, retrying for settleRetry,
+// and answers an error per row (nil when none failed).
+func (w *Worker) settleBatch(ctx context.Context, rows []ledger.Delivered) []error {
 	ctx, cancel := context.WithTimeout(ctx, settleRetry)
 	defer cancel()
 	delay := 100 * time.Millisecond
 	for {
 		_, errs, err := w.o.Ledger.SettleDeliveredBatch(ctx, rows)
 		if err == nil {
-			return nil, errs
+			return errs
 		}
 		if !clock.Sleep(ctx, jitter(delay)) {
-			return nil, fill(len(rows), err)
+			return fill(len(rows), err)
 		}
 		delay = min(delay*2, 5*time.Second)
 	}

@@ -23,6 +23,14 @@ func (w *Worker) leaseFor() time.Duration { return w.o.SendTimeout + w.o.Visibil
 // beat is the interval of a claim's heartbeat.
 func (w *Worker) beat() time.Duration { return w.o.VisibilityTimeout / beatsPerVisibility }
 
+// sendKeep is how much of the claim's lease the check before the send
+// makes sure of (ledger.StartSends): the longest send, a beat in which the
+// heartbeat takes over, and a beat for the check's own round trip, since the
+// worker reckons the lease from before its request. A claim made less than
+// a beat before its send has that much left already, so the check leaves
+// the lease alone and its ledger update can be HOT.
+func (w *Worker) sendKeep() time.Duration { return w.o.SendTimeout + 2*w.beat() }
+
 // claimLease keeps one claim alive from the claim to the outcome write:
 // every beat it extends the row's lease in the ledger (fenced by the
 // claim's Hold) and the message's visibility in the queue, so neither the
@@ -89,18 +97,20 @@ func (cl *claimLease) run() {
 
 // renew extends the claim's lease in the ledger now: nil when it did,
 // ledger.ErrClaimLost when the claim is no longer the row's.
-func (cl *claimLease) renew() error { return cl.ask(cl.w.extends) }
+func (cl *claimLease) renew() error { return cl.ask(cl.w.extends, cl.w.leaseFor()) }
 
 // ask extends the claim's lease through b (the heartbeat's extends, or the
-// check before the send's starts) and records the answer.
-func (cl *claimLease) ask(b *batcher[ledger.Hold, struct{}]) error {
+// check before the send's starts) and records the answer: a grant of at
+// least granted from the ledger's now (leaseFor for the heartbeat,
+// sendKeep for the check).
+func (cl *claimLease) ask(b *batcher[ledger.Hold, struct{}], granted time.Duration) error {
 	asked := clock.Read(cl.w.o.Clock)
 	_, err := b.do(cl.dl.hold)
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	switch {
 	case err == nil:
-		if until := asked.Add(cl.w.leaseFor()); until.After(cl.until) {
+		if until := asked.Add(granted); until.After(cl.until) {
 			cl.until = until
 		}
 	case errors.Is(err, ledger.ErrClaimLost):
@@ -117,7 +127,7 @@ func (cl *claimLease) ask(b *batcher[ledger.Hold, struct{}]) error {
 // It reports false with a nil error when the claim is lost or revoked, and
 // an error when the ledger could not say.
 func (cl *claimLease) startSend(need time.Duration) (bool, error) {
-	if err := cl.ask(cl.w.starts); errors.Is(err, ledger.ErrClaimLost) {
+	if err := cl.ask(cl.w.starts, cl.w.sendKeep()); errors.Is(err, ledger.ErrClaimLost) {
 		return false, nil
 	} else if err != nil {
 		return false, err
@@ -163,7 +173,9 @@ func (w *Worker) flushExtends(ctx context.Context, holds []ledger.Hold) ([]struc
 // flushStarts makes one batch of checks before the send in one ledger
 // statement.
 func (w *Worker) flushStarts(ctx context.Context, holds []ledger.Hold) ([]struct{}, []error) {
-	return w.flushHolds(ctx, holds, w.o.Ledger.StartSends)
+	return w.flushHolds(ctx, holds, func(ctx context.Context, holds []ledger.Hold, leaseFor time.Duration) ([]error, error) {
+		return w.o.Ledger.StartSends(ctx, holds, leaseFor, w.sendKeep())
+	})
 }
 
 func (w *Worker) flushHolds(ctx context.Context, holds []ledger.Hold,

@@ -183,6 +183,14 @@ type Options struct {
 	// work before Healthz fails (OWED_WORKER_STALL_AFTER;
 	// StallAfterDefault); see liveness.
 	StallAfter time.Duration
+	// SettleLinger is how long the completer waits for company after the
+	// first accepted send of a batch before it commits the batch
+	// (OWED_WORKER_SETTLE_LINGER); zero, the default, commits what gathered
+	// while the previous batch was committed. A linger makes batches larger
+	// under a light load, at the cost of as much more time between a
+	// provider's accept and its record, in which a crash means a resend
+	// flagged as a possible duplicate.
+	SettleLinger time.Duration
 }
 
 func (o *Options) defaults() {
@@ -198,6 +206,7 @@ func (o *Options) defaults() {
 	orDefault(&o.PaceMaxWait, PaceMaxWaitDefault)
 	orDefault(&o.RetryBase, RetryBaseDefault)
 	orDefault(&o.StallAfter, StallAfterDefault)
+	o.SettleLinger = max(o.SettleLinger, 0)
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = sweep.KeyPrefixDefault
 	}

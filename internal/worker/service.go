@@ -32,6 +32,10 @@ const (
 	LogLevelDefault   = "info"
 	DBMaxConnsDefault = 20
 	ResolverDefault   = "recipient"
+	// SettleLingerMax bounds OWED_WORKER_SETTLE_LINGER: every accepted send
+	// waits up to this long for its record and its ack, and a crash in the
+	// wait resends it.
+	SettleLingerMax = time.Second
 )
 
 // Config is the worker service's configuration, read from OWED_* variables
@@ -90,6 +94,9 @@ type Config struct {
 	// before its wait is handed to the ledger (Options.QueueDelayMax);
 	// unset, the backend's default (backends.Config.QueueDelayMax).
 	QueueDelayMax time.Duration `envconfig:"QUEUE_DELAY_MAX"`
+	// SettleLinger is how long accepted sends wait for company before their
+	// settle is committed (Options.SettleLinger).
+	SettleLinger time.Duration `envconfig:"WORKER_SETTLE_LINGER"`
 	// RequeueAfter is the sweeper's OWED_REQUEUE_AFTER, read here too: how
 	// long a row whose message the worker returned to the queue may stay
 	// unsettled past the end of its wait before the sweep publishes it
@@ -154,6 +161,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("OWED_RETRY_AFTER_MAX=%s must be above zero", c.RetryAfterMax)
 	case c.Resolver != "recipient" && c.Resolver != "sql":
 		return fmt.Errorf("OWED_RESOLVER=%q is not one of recipient, sql", c.Resolver)
+	case c.SettleLinger < 0 || c.SettleLinger > SettleLingerMax:
+		return fmt.Errorf("OWED_WORKER_SETTLE_LINGER=%s must be from 0 to %s", c.SettleLinger, SettleLingerMax)
 	case c.StallAfter < c.SendTimeout+stallMargin:
 		return fmt.Errorf("OWED_WORKER_STALL_AFTER=%s must be at least OWED_SEND_TIMEOUT + %s (%s): a message's slowest legitimate path", c.StallAfter, stallMargin, c.SendTimeout+stallMargin)
 	case c.QueueDelayMax != 0 && (c.QueueDelayMax < time.Second || c.QueueDelayMax > queue.MaxVisibility):
@@ -192,7 +201,7 @@ func (c Config) Options() Options {
 		KeyPrefix: c.IdempotencyPrefix, AccountPause: c.AccountPause,
 		Retries: Retries{Default: c.RetrySchedule, ByChannel: by}, NoUndeliverable: !c.Undeliverable,
 		StallAfter: c.StallAfter, QueueDelayMax: cmp.Or(c.QueueDelayMax, c.Queue.QueueDelayMax()),
-		RequeueAfter: c.RequeueAfter}
+		SettleLinger: c.SettleLinger, RequeueAfter: c.RequeueAfter}
 }
 
 // ProviderRate is OWED_PROVIDER_RATE as read (pace.RateSetting): the

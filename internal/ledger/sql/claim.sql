@@ -259,6 +259,110 @@ LANGUAGE sql AS $$
 SELECT * FROM owed_claim_rows(p_rows, p_now, p_lease_until, p_latest_due)
 $$;
 
+-- owed_claim_many is the worker's claim of many rows, possibly of many
+-- tenants: owed_claim_batch_marked's answers from one set-based statement
+-- instead of one owed_claim per row. The rows come as arrays (idx, tenant,
+-- id and due time, one element per message) and the scope is every tenant
+-- they name (owed.tenant_ids, owed_tenant_in_scope), each row matched with
+-- the tenant its message named. The statement locks the rows in id order,
+-- as every batch does, and takes each one owed_claim would take, under the
+-- same conditions, as one UPDATE; the undeliverable marks of the rows taken
+-- come in the same plan. Revocable is one value for the whole batch: the
+-- worker's claims are all revocable.
+--
+-- Three cases keep owed_claim's rules by running it, row by row, since they
+-- are rare and their order matters: a batch naming one row twice (the
+-- second claim must see the first), a row whose lapsed claim has an intent
+-- waiting (owed_claim hands it back first, and the intent trigger must run
+-- before the claim decides; the statement leaves such rows for that), and a
+-- row that raises an error its data explains, after which the whole batch
+-- runs through owed_claim_rows, which sets that row aside alone.
+CREATE FUNCTION owed_claim_many(p_idx integer[], p_tenant text[], p_id bigint[], p_due timestamptz[],
+                                p_revocable boolean, p_now timestamptz, p_lease_until timestamptz,
+                                p_latest_due timestamptz)
+RETURNS SETOF owed_claimed
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_out owed_claimed[];
+    v_lapsed integer[];
+    v owed_claimed;
+    i integer;
+BEGIN
+    IF cardinality(p_id) = (SELECT count(DISTINCT x) FROM unnest(p_id) x) THEN
+        BEGIN
+            PERFORM set_config('owed.tenant_ids', (SELECT array_agg(DISTINCT t) FROM unnest(p_tenant) t)::text, true);
+            WITH req AS (
+                SELECT * FROM unnest(p_idx, p_tenant, p_id, p_due) AS r(idx, tenant_id, id, due_at)
+            ), cur AS (
+                -- FOR UPDATE above the sort: the rows are locked in id order.
+                SELECT n.*, r.idx, r.due_at AS want_due,
+                       (n.state = 'sending' AND n.lease_until <= p_now AND n.intent IS NOT NULL
+                        AND n.intent_outcome IS NULL) AS lapsed_intent
+                  FROM owed_notifications n JOIN req r ON n.id = r.id AND n.tenant_id = r.tenant_id
+                 ORDER BY n.id
+                   FOR UPDATE OF n
+            ), taken AS (
+                -- owed_claim's conditions, row for row.
+                UPDATE owed_notifications n
+                   SET state = 'sending', lease_until = p_lease_until, updated_at = p_now,
+                       claimed_at = CASE WHEN p_revocable THEN n.claimed_at ELSE p_now END,
+                       claim_revocable = p_revocable, claim_seq = n.claim_seq + 1
+                  FROM cur
+                 WHERE n.id = cur.id
+                   AND NOT cur.lapsed_intent
+                   AND cur.settled_at IS NULL
+                   AND cur.due_at = cur.want_due
+                   AND (cur.expires_at IS NULL OR cur.expires_at > p_now)
+                   AND (cur.state <> 'sending' OR cur.lease_until <= p_now)
+                   AND cur.due_at <= p_latest_due
+                RETURNING n.id, n.claim_seq
+            )
+            SELECT array_agg(ROW(cur.idx, cur.id, cur.tenant_id, cur.recipient, cur.channel, cur.kind, cur.ref_id,
+                                 cur.due_at, cur.expires_at,
+                                 coalesce(cur.payload, (SELECT p.payload FROM owed_event_payloads p
+                                                         WHERE p.tenant_id = cur.tenant_id AND p.id = cur.payload_id)),
+                                 cur.state, cur.attempts, cur.lease_until, cur.claimed_at, cur.published_at,
+                                 cur.delivered_at, cur.settled_at, cur.provider, cur.provider_message_id,
+                                 cur.last_error, cur.created_at, cur.updated_at, cur.queue_generation,
+                                 coalesce(t.claim_seq, cur.claim_seq), t.id IS NOT NULL,
+                                 u.provider, u.code, u.marked_at)::owed_claimed) FILTER (WHERE NOT cur.lapsed_intent),
+                   array_agg(cur.idx) FILTER (WHERE cur.lapsed_intent)
+              INTO v_out, v_lapsed
+              FROM cur
+              LEFT JOIN taken t ON t.id = cur.id
+              LEFT JOIN owed_undeliverable u
+                ON t.id IS NOT NULL AND u.tenant_id = cur.tenant_id AND u.channel = cur.channel
+               AND u.address = cur.recipient;
+            -- The rows whose lapsed claim has an intent waiting, each as
+            -- owed_claim takes it (handed back, the intent applied, then
+            -- judged), in its own tenant's scope alone. They are locked
+            -- already.
+            PERFORM set_config('owed.tenant_ids', '', true);
+            FOR i IN SELECT array_position(p_idx, x) FROM unnest(v_lapsed) x LOOP
+                PERFORM set_config('owed.tenant_id', p_tenant[i], true);
+                SELECT * INTO v FROM owed_claim_marked(p_idx[i], p_tenant[i], p_id[i], p_now, p_lease_until,
+                                                       p_due[i], p_latest_due, p_revocable);
+                IF v.id IS NOT NULL THEN
+                    v_out := array_append(v_out, v);
+                END IF;
+            END LOOP;
+            RETURN QUERY SELECT * FROM unnest(v_out);
+            RETURN;
+        EXCEPTION WHEN OTHERS THEN
+            IF NOT owed_batch_row_error(SQLSTATE) THEN
+                RAISE;
+            END IF;
+        END;
+    END IF;
+    RETURN QUERY
+    SELECT * FROM owed_claim_rows(
+        (SELECT jsonb_agg(jsonb_build_object('idx', r.idx, 'tenant_id', r.tenant_id, 'id', r.id, 'due_at', r.due_at,
+                                             'revocable', p_revocable))
+           FROM unnest(p_idx, p_tenant, p_id, p_due) AS r(idx, tenant_id, id, due_at)),
+        p_now, p_lease_until, p_latest_due);
+END
+$$;
+
 -- owed_extend_claim is the heartbeat of one claim, in the tenant scope its
 -- caller set: the row's lease moves to p_lease_until (never back) while the
 -- row is still sending under the token its worker holds (p_claim_seq), so a
@@ -338,5 +442,73 @@ BEGIN
         END;
     END LOOP;
     RETURN QUERY SELECT * FROM unnest(v_idx, v_held);
+END
+$$;
+
+-- owed_extend_many is owed_extend_claims in one set-based statement: the
+-- holds come as arrays (idx, tenant, id and claim token, one element per
+-- claim), the scope is every tenant they name (owed_tenant_in_scope), each
+-- row matched with the tenant its hold names, and the rows are locked in id
+-- order. p_start_send is one value for the whole batch (the heartbeat's
+-- batches and the checks before the sends are separate). held says whether
+-- each claim is held, as owed_extend_claim says it. A batch naming one row
+-- twice, or a row the statement cannot apply, runs through
+-- owed_extend_claims instead, which answers such a row not held.
+--
+-- A lease that already runs to p_keep_until is left as it is; only a
+-- shorter one moves to p_lease_until. The check before the send passes the
+-- lease its send needs as p_keep_until, so the check right after a claim,
+-- the common case, changes no indexed column (lease_until is in
+-- owed_notifications_in_flight) and its update can be HOT; the heartbeat
+-- passes p_lease_until and always extends.
+CREATE FUNCTION owed_extend_many(p_idx integer[], p_tenant text[], p_id bigint[], p_claim_seq bigint[],
+                                 p_start_send boolean, p_now timestamptz, p_lease_until timestamptz,
+                                 p_keep_until timestamptz)
+RETURNS TABLE (idx integer, held boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_idx integer[];
+    v_held boolean[];
+BEGIN
+    IF cardinality(p_id) = (SELECT count(DISTINCT x) FROM unnest(p_id) x) THEN
+        BEGIN
+            PERFORM set_config('owed.tenant_ids', (SELECT array_agg(DISTINCT t) FROM unnest(p_tenant) t)::text, true);
+            WITH req AS (
+                SELECT * FROM unnest(p_idx, p_tenant, p_id, p_claim_seq) AS r(idx, tenant_id, id, claim_seq)
+            ), locked AS (
+                SELECT n.id, r.idx
+                  FROM owed_notifications n JOIN req r ON n.id = r.id AND n.tenant_id = r.tenant_id
+                 WHERE n.state = 'sending' AND n.claim_seq = r.claim_seq
+                 ORDER BY n.id
+                   FOR UPDATE OF n
+            ), extended AS (
+                UPDATE owed_notifications n
+                   SET lease_until = CASE WHEN n.lease_until >= p_keep_until THEN n.lease_until
+                                          ELSE greatest(n.lease_until, p_lease_until) END,
+                       claim_revocable = n.claim_revocable AND NOT p_start_send,
+                       claimed_at = CASE WHEN p_start_send AND n.claim_revocable THEN p_now ELSE n.claimed_at END,
+                       updated_at = CASE WHEN p_start_send THEN p_now ELSE n.updated_at END
+                  FROM locked l
+                 WHERE n.id = l.id
+                RETURNING l.idx
+            )
+            SELECT array_agg(r.idx), array_agg(e.idx IS NOT NULL)
+              INTO v_idx, v_held
+              FROM req r LEFT JOIN extended e ON e.idx = r.idx;
+            RETURN QUERY SELECT * FROM unnest(v_idx, v_held);
+            RETURN;
+        EXCEPTION WHEN OTHERS THEN
+            IF NOT owed_batch_row_error(SQLSTATE) THEN
+                RAISE;
+            END IF;
+        END;
+    END IF;
+    RETURN QUERY
+    SELECT * FROM owed_extend_claims(
+        (SELECT jsonb_agg(jsonb_build_object('idx', r.idx, 'tenant_id', r.tenant_id, 'id', r.id,
+                                             'claim_seq', r.claim_seq, 'start_send', p_start_send))
+           FROM unnest(p_idx, p_tenant, p_id, p_claim_seq) AS r(idx, tenant_id, id, claim_seq)),
+        p_now, p_lease_until);
 END
 $$;

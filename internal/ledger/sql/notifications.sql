@@ -29,6 +29,24 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 SELECT p_at IS NULL OR p_at BETWEEN '0001-01-01 00:00:00+00' AND '9999-12-31 23:59:59.999999+00'
 $$;
 
+-- owed_tenant_in_scope says whether a row of p_tenant is in the caller's
+-- tenant scope: the tenant named by the transaction-local setting
+-- owed.tenant_id, or one of the tenants of owed.tenant_ids (a text array
+-- literal). Every statement but the worker's batches sets the first, one
+-- tenant at a time. A worker's batch (owed_claim_many, owed_extend_many,
+-- owed_settle_delivered_many, claim.sql and settle.sql) names every
+-- tenant of its rows in the second, so one set-based statement serves
+-- them all, and still matches each row with the tenant its message named:
+-- a row of a tenant the batch did not name stays invisible. Setting either
+-- is what the runtime role can do already, tenant by tenant, so the set
+-- grants nothing the role did not have. An unset or emptied setting
+-- (NULL, or '' once set elsewhere in the session) names no tenant.
+CREATE FUNCTION owed_tenant_in_scope(p_tenant text) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+SELECT p_tenant = current_setting('owed.tenant_id', true)
+    OR p_tenant = ANY (nullif(current_setting('owed.tenant_ids', true), '')::text[])
+$$;
+
 -- owed_handed_back says whether a row is a wait a worker handed back to the
 -- ledger (ledger.HandBack): queued, its lease ending at its not_before, no
 -- message of it anywhere. A lease the sweep or a claim takes moves
@@ -202,6 +220,14 @@ CREATE TABLE owed_notifications (
         CHECK (intent IS NULL OR intent_outcome IS NOT NULL OR state = 'sending'),
     -- A local time is read in a zone.
     CONSTRAINT owed_notifications_due_local_zone CHECK (due_local IS NULL OR time_zone IS NOT NULL)
+) WITH (
+    -- A row is updated four to five times on its way (lease, queued mark,
+    -- claim, the check before the send, settle) and inserted densely: the
+    -- room each page keeps lets an update whose indexed columns stay as
+    -- they were (the check right after a claim, owed_extend_many) be HOT,
+    -- a new version on the same page and no new index entries, and lets
+    -- the others' new versions land beside the old.
+    fillfactor = 80
 );
 
 -- What the sweep's lease reads: owed rows, oldest first. Settled rows leave
@@ -279,13 +305,13 @@ ALTER TABLE owed_notifications SET (autovacuum_vacuum_scale_factor = 0.01, autov
 ALTER TABLE owed_notifications ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_notifications FORCE ROW LEVEL SECURITY;
 
--- current_setting(..., true) is NULL (or '' once set elsewhere in the
--- session) when the scope is unset, so an unscoped statement matches no row.
--- The runtime role names any tenant; the comparison is all its statements
--- pay per row.
+-- An unscoped statement matches no row (owed_tenant_in_scope). The
+-- runtime role names any tenant; the comparison is all its statements pay
+-- per row. The worker's batches read and write rows of every tenant they
+-- name, their intents' new rows included.
 CREATE POLICY owed_notifications_tenant ON owed_notifications TO owed_runtime
-    USING (tenant_id = current_setting('owed.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
+    USING (owed_tenant_in_scope(tenant_id))
+    WITH CHECK (owed_tenant_in_scope(tenant_id));
 -- An owed_apps login sees and writes only a tenant it names and is bound
 -- to (owed_apps_tenant, internal/apps/sql/logins.sql).
 CREATE POLICY owed_notifications_apps ON owed_notifications TO owed_apps
@@ -334,8 +360,11 @@ CREATE TABLE owed_event_payloads (
 
 ALTER TABLE owed_event_payloads ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_event_payloads FORCE ROW LEVEL SECURITY;
+-- The worker's claim batch reads the shared payloads of every tenant it
+-- names (owed_tenant_in_scope); only the scheduling of one tenant writes
+-- them.
 CREATE POLICY owed_event_payloads_tenant ON owed_event_payloads TO owed_runtime
-    USING (tenant_id = current_setting('owed.tenant_id', true))
+    USING (owed_tenant_in_scope(tenant_id))
     WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
 CREATE POLICY owed_event_payloads_owner ON owed_event_payloads TO CURRENT_USER USING (true) WITH CHECK (true);
 

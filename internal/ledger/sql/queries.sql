@@ -537,72 +537,75 @@ SELECT owed_sweep_release($1, $2)
 -- The worker's statements: the claim, its heartbeat, and every settle or
 -- release after it.
 
--- name: ClaimBatch
--- ClaimBatch is the worker's claim of many rows, possibly of many
--- tenants, in one statement and one commit: owed_claim_batch
--- (sql/claim.sql) runs owed_claim for each row in
--- id order under the row's own tenant scope. For each row owed_claim
--- locks it and takes it for one send only if it is owed, due (within the
--- early tolerance, $4 seconds), for the due time the message names,
--- unexpired and not held by a live worker; it returns the row as it was
--- plus whether it was taken, and the caller reads the old row to say why
--- a claim took nothing. A settled row is never taken, failed included
--- (owed_claim, sql/claim.sql): only Redrive reopens a failed
--- row, so a stray or redriven copy of its message sends nothing. A row
--- not visible in its tenant's scope answers nothing for its idx.
+-- name: ClaimMany
+-- ClaimMany is the worker's claim of many rows, possibly of many
+-- tenants, in one statement and one commit: owed_claim_many
+-- (sql/claim.sql) takes, in one set-based UPDATE under the scope of every
+-- tenant the batch names, each row ($1 idx, $2 tenant, $3 id, $4 the due
+-- time its message names) that is owed, due (within the early tolerance,
+-- $8 seconds), for that due time, unexpired and not held by a live
+-- worker, each matched with the tenant its message named. It returns
+-- each row as it was plus whether it was taken, and the caller reads the
+-- old row to say why a claim took nothing. A settled row is never taken,
+-- failed included: only Redrive reopens a failed row, so a stray or
+-- redriven copy of its message sends nothing. A row not visible in its
+-- tenant's scope answers nothing for its idx. $5 makes every claim of
+-- the batch revocable until its send starts (ExtendMany with start_send).
 --
 -- A claim that takes the row moves its claim_seq on, and the row comes
 -- back with the new value: the token of this claim, which every later
--- write names (heldRow; owed_claim, sql/claim.sql).
+-- write names (heldRow). Each row taken comes back with the undeliverable
+-- mark of its recipient on its channel (its provider, code and instant,
+-- NULL when unmarked), so the worker's check of the mark costs no
+-- transaction of its own.
 --
 -- The claim's instant comes back as the last column, so the caller
--- judges the rows by the instant that took them, and the lease ($3
+-- judges the rows by the instant that took them, and the lease ($7
 -- seconds) runs from it.
 SELECT c.*, t.now
-  FROM (SELECT coalesce($2::timestamptz, now()) AS now) t,
-       owed_claim_batch($1::jsonb, t.now, t.now + make_interval(secs => $3),
-                        t.now + make_interval(secs => $4)) c
+  FROM (SELECT coalesce($6::timestamptz, now()) AS now) t,
+       owed_claim_many($1::integer[], $2::text[], $3::bigint[], $4::timestamptz[], $5::boolean, t.now,
+                       t.now + make_interval(secs => $7), t.now + make_interval(secs => $8)) c
 
--- name: ClaimBatchMarked
--- ClaimBatchMarked is ClaimBatch through
--- owed_claim_batch_marked (sql/claim.sql): each row taken comes back
--- with the undeliverable mark of its recipient on its channel (its
--- provider, code and instant, NULL when unmarked) before the claim's
--- instant, so the worker's check of the mark costs no transaction of its
--- own.
-SELECT c.*, t.now
-  FROM (SELECT coalesce($2::timestamptz, now()) AS now) t,
-       owed_claim_batch_marked($1::jsonb, t.now, t.now + make_interval(secs => $3),
-                               t.now + make_interval(secs => $4)) c
+-- name: ExtendMany
+-- ExtendMany is the heartbeat of many held claims, possibly of many
+-- tenants, in one statement and one commit, or with $5 the check right
+-- before their sends: owed_extend_many (sql/claim.sql) moves each row's
+-- lease to $7 seconds from now, if the row ($1 idx, $2 tenant, $3 id) is
+-- still sending under the token named ($4), and says whether it was; with
+-- $5 the claim stops being revocable and claimed_at marks that the send
+-- may reach the provider. A lease with $8 seconds or more left is left as
+-- it is (the heartbeat passes $7, so it always extends).
+SELECT idx, held
+  FROM owed_extend_many($1::integer[], $2::text[], $3::bigint[], $4::bigint[], $5::boolean,
+                        coalesce($6::timestamptz, now()), coalesce($6::timestamptz, now()) + make_interval(secs => $7),
+                        coalesce($6::timestamptz, now()) + make_interval(secs => $8))
 
--- name: ExtendClaims
--- ExtendClaims is the heartbeat of many held claims, possibly of many
--- tenants, in one statement and one commit: owed_extend_claims
--- (sql/claim.sql) moves each row's lease to $3 seconds from now, if
--- the row is still sending under the token named, in its tenant's scope,
--- and says whether it was.
-SELECT idx, held FROM owed_extend_claims($1::jsonb, coalesce($2::timestamptz, now()),
-                                         coalesce($2::timestamptz, now()) + make_interval(secs => $3))
-
--- name: SettleDeliveredBatch
--- SettleDeliveredBatch records accepted sends and settles their rows
--- in one statement and one commit: owed_settle_delivered_batch runs
--- owed_settle_delivered (both sql/settle.sql) for each
--- row in id order under the row's own tenant scope. delivered_at is
--- stamped only on a row not delivered yet, so a row has one delivered_at
--- however many copies of its message arrive; the attempt is recorded
--- either way, because it happened. A row failed while its send was still
--- under way (its claim's lease ran out and another worker failed it) is
--- stamped delivered all the same: the provider's yes is the truth.
+-- name: SettleDeliveredMany
+-- SettleDeliveredMany records accepted sends and settles their rows in
+-- one statement and one commit: owed_settle_delivered_many
+-- (sql/settle.sql) judges every row ($1 idx, $2 tenant, $3 id, $4 the
+-- send's claim token) on the row as it was, settles those to stamp in one
+-- UPDATE and records every attempt ($5 provider, $6 start, $7 message id,
+-- $8 HTTP status, $9 possible duplicate) in one INSERT of the same
+-- statement. delivered_at is stamped only on a row not delivered yet, so
+-- a row has one delivered_at however many copies of its message arrive;
+-- the attempt is recorded either way, because it happened. A row failed
+-- while its send was still under way (its claim's lease ran out and
+-- another worker failed it) is stamped delivered all the same: the
+-- provider's yes is the truth.
 --
 -- Each send names its claim's token. A send made under a claim that
 -- another has superseded is recorded as a possible duplicate; when that
 -- other claim still holds the row under a live lease (its send may be
 -- under way) the row is left to it (held_elsewhere) rather than settled
 -- from under it. A row not visible in its tenant's scope answers a NULL
--- changed.
+-- changed; a row the statement could not apply is set aside alone
+-- (set_aside says why).
 SELECT idx, changed, held_elsewhere, set_aside
-  FROM owed_settle_delivered_batch($1::jsonb, coalesce($2::timestamptz, now()))
+  FROM owed_settle_delivered_many($1::integer[], $2::text[], $3::bigint[], $4::bigint[], $5::text[],
+                                  $6::timestamptz[], $7::text[], $8::integer[], $9::boolean[],
+                                  coalesce($10::timestamptz, now()))
 
 -- fragment: heldRow
 -- heldRow fences every write a worker makes after its claim: the row

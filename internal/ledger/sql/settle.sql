@@ -150,3 +150,99 @@ BEGIN
     RETURN QUERY SELECT * FROM unnest(v_idx, v_changed, v_elsewhere, v_aside);
 END
 $$;
+
+-- owed_settle_delivered_many is owed_settle_delivered_batch in one
+-- set-based statement: the accepted sends come as arrays (idx, tenant, id,
+-- claim token, provider, start, message id, HTTP status and the
+-- possible-duplicate flag, one element per send), the scope is every tenant
+-- they name (owed_tenant_in_scope), each row matched with the tenant its
+-- send names, and the rows are locked in id order. Each row is judged as
+-- owed_settle_delivered judges it, on the row as it was before the update,
+-- with the outcome as CASE in one UPDATE, and every attempt is recorded by
+-- one INSERT of the same statement. A send whose row is not visible
+-- answers a NULL changed. A batch naming one row twice (the second send
+-- must see the first's settle), or holding a row the statement cannot
+-- apply, runs through owed_settle_delivered_batch instead, which records
+-- each in turn and sets such a row aside alone.
+CREATE FUNCTION owed_settle_delivered_many(p_idx integer[], p_tenant text[], p_id bigint[], p_claim_seq bigint[],
+                                           p_provider text[], p_started timestamptz[], p_message_id text[],
+                                           p_http_status integer[], p_possible_duplicate boolean[],
+                                           p_now timestamptz)
+RETURNS TABLE (idx integer, changed boolean, held_elsewhere boolean, set_aside text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_idx integer[];
+    v_changed boolean[];
+    v_elsewhere boolean[];
+BEGIN
+    IF cardinality(p_id) = (SELECT count(DISTINCT x) FROM unnest(p_id) x) THEN
+        BEGIN
+            PERFORM set_config('owed.tenant_ids', (SELECT array_agg(DISTINCT t) FROM unnest(p_tenant) t)::text, true);
+            WITH req AS (
+                SELECT * FROM unnest(p_idx, p_tenant, p_id, p_claim_seq, p_provider, p_started, p_message_id,
+                                     p_http_status, p_possible_duplicate)
+                    AS r(idx, tenant_id, id, claim_seq, provider, started_at, message_id, http_status,
+                         possible_duplicate)
+            ), old AS (
+                -- owed_settle_delivered's judgement, on the rows as they
+                -- were, locked in id order.
+                SELECT n.id, r.idx, r.provider, r.started_at, r.message_id, r.http_status, r.possible_duplicate,
+                       n.claim_seq <> r.claim_seq AS superseded,
+                       coalesce(n.claim_seq <> r.claim_seq AND n.state = 'sending' AND n.lease_until > p_now, false)
+                           AS held_elsewhere,
+                       (n.settled_at IS NULL OR n.state = 'failed') AS open
+                  FROM owed_notifications n JOIN req r ON n.id = r.id AND n.tenant_id = r.tenant_id
+                 ORDER BY n.id
+                   FOR UPDATE OF n
+            ), judged AS (
+                SELECT old.*, old.open AND NOT old.held_elsewhere AS stamp FROM old
+            ), settled AS (
+                UPDATE owed_notifications n
+                   SET attempts = n.attempts + 1, updated_at = p_now,
+                       state = CASE WHEN j.stamp THEN 'delivered' ELSE n.state END,
+                       delivered_at = CASE WHEN j.stamp THEN p_now ELSE n.delivered_at END,
+                       settled_at = CASE WHEN j.stamp THEN p_now ELSE n.settled_at END,
+                       lease_until = CASE WHEN j.stamp THEN NULL ELSE n.lease_until END,
+                       provider = CASE WHEN j.stamp THEN j.provider ELSE n.provider END,
+                       provider_message_id = CASE WHEN j.stamp THEN j.message_id ELSE n.provider_message_id END,
+                       last_error = CASE WHEN j.stamp THEN NULL ELSE n.last_error END
+                  FROM judged j
+                 WHERE n.id = j.id
+                RETURNING n.id, n.tenant_id, n.attempts, j.idx, j.provider, j.started_at, j.message_id, j.http_status,
+                          j.possible_duplicate, j.superseded, j.held_elsewhere, j.stamp
+            ), recorded AS (
+                -- The attempt is recorded in every case, because it
+                -- happened.
+                INSERT INTO owed_notification_attempts (notification_id, tenant_id, attempt, provider, started_at,
+                                                        finished_at, outcome, provider_message_id, http_status,
+                                                        error, possible_duplicate)
+                SELECT s.id, s.tenant_id, s.attempts, s.provider, s.started_at, p_now, 'accepted', s.message_id,
+                       s.http_status, NULL, s.possible_duplicate OR s.superseded
+                  FROM settled s
+            )
+            SELECT array_agg(r.idx), array_agg(s.stamp), array_agg(s.held_elsewhere)
+              INTO v_idx, v_changed, v_elsewhere
+              FROM req r LEFT JOIN settled s ON s.idx = r.idx;
+            RETURN QUERY SELECT *, NULL::text FROM unnest(v_idx, v_changed, v_elsewhere);
+            RETURN;
+        EXCEPTION WHEN OTHERS THEN
+            IF NOT owed_batch_row_error(SQLSTATE) THEN
+                RAISE;
+            END IF;
+        END;
+    END IF;
+    RETURN QUERY
+    SELECT * FROM owed_settle_delivered_batch(
+        (SELECT jsonb_agg(jsonb_build_object('idx', r.idx, 'tenant_id', r.tenant_id, 'id', r.id,
+                                             'claim_seq', r.claim_seq, 'provider', r.provider,
+                                             'started_at', r.started_at, 'message_id', r.message_id,
+                                             'http_status', r.http_status,
+                                             'possible_duplicate', r.possible_duplicate))
+           FROM unnest(p_idx, p_tenant, p_id, p_claim_seq, p_provider, p_started, p_message_id, p_http_status,
+                       p_possible_duplicate)
+             AS r(idx, tenant_id, id, claim_seq, provider, started_at, message_id, http_status,
+                  possible_duplicate)),
+        p_now);
+END
+$$;

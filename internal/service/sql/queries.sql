@@ -8,7 +8,10 @@
 -- a member of a superuser or BYPASSRLS role can SET ROLE to it, and a member
 -- of a table's owner can act as the owner (ALTER TABLE … DISABLE ROW LEVEL
 -- SECURITY, DROP POLICY), so membership counts as much as the role itself.
--- current_setting reads what every new session starts with: the URL's
+-- A tenant scope set for every session (owed.tenant_id, or owed.tenant_ids,
+-- the worker batches' set of tenants: owed_tenant_in_scope) comes back as
+-- the settings that are set. current_setting reads what every new session
+-- starts with: the URL's
 -- options, PGOPTIONS, ALTER ROLE … SET and ALTER DATABASE … SET all land
 -- there before owed's first statement.
 SELECT r.rolname, r.rolsuper, r.rolbypassrls,
@@ -17,7 +20,8 @@ SELECT r.rolname, r.rolsuper, r.rolbypassrls,
        coalesce((SELECT string_agg(c.relname, ', ' ORDER BY c.relname) FROM pg_class c
                  WHERE c.relkind IN ('r', 'p') AND c.relname LIKE 'owed\_%' AND pg_has_role(r.oid, c.relowner, 'MEMBER')), ''),
        coalesce(current_setting('owed.bypass_rls', true), ''),
-       coalesce(current_setting('owed.tenant_id', true), ''),
+       concat_ws(', ', 'owed.tenant_id = ' || nullif(current_setting('owed.tenant_id', true), ''),
+                 'owed.tenant_ids = ' || nullif(current_setting('owed.tenant_ids', true), '')),
        coalesce((SELECT string_agg(g.rolname, ', ' ORDER BY g.rolname) FROM pg_roles g
                  WHERE g.rolname IN ('owed_definer', 'owed_token_admin', 'owed_operator') AND g.rolname <> $1
                    AND pg_has_role(r.oid, g.oid, 'MEMBER')), ''),
