@@ -98,7 +98,7 @@ var historySpecs = []seriesSpec{
 	{id: "hist-lag", title: "Delivery lag p50 and p95", series: ledger.SeriesLagP50, also: ledger.SeriesLagP95, seconds: true},
 	{id: "hist-dlq", title: "Dead letters", series: ledger.SeriesDeadLetters, labels: []string{""}},
 	{id: "hist-sends", title: "Sent per account", series: ledger.SeriesSends, sum: true},
-	{id: "hist-429", title: "Minutes with a provider 429, per account", series: ledger.SeriesLimited, sum: true},
+	{id: "hist-429", title: "Provider 429s per minute, per account", series: ledger.SeriesLimited, sum: true},
 }
 
 // readHistory reads the last day of samples, shared by every viewer for

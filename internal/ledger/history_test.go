@@ -23,12 +23,17 @@ func TestRecordHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.clk.Set(b.now)
-	if err := b.db.OwnerTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.Exec(`INSERT INTO owed_provider_limited_minutes (account, minute) VALUES ('sandbox', $1)`, minute.Add(-time.Minute))
-		if err != nil {
-			return err
+	// Three 429s of the account in the minute before, as the workers record
+	// them (a paced account's pause, an unpaced one's mark): the history
+	// counts them, not only the minute.
+	for _, q := range []string{`SELECT owed_pace_pause('sandbox', 1000000, $1)`,
+		`SELECT owed_pace_record_limited_minute('sandbox', $1)`, `SELECT owed_pace_record_limited_minute('sandbox', $1)`} {
+		if _, err := b.db.App.ExecContext(ctx, q, minute.Add(-time.Minute+time.Second)); err != nil {
+			t.Fatalf("%s: %v", q, err)
 		}
-		_, err = tx.Exec(`INSERT INTO owed_history (minute, series, label, value) VALUES ($1, 'backlog', 'pending', 7)`,
+	}
+	if err := b.db.OwnerTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`INSERT INTO owed_history (minute, series, label, value) VALUES ($1, 'backlog', 'pending', 7)`,
 			minute.Add(-HistoryKeep-time.Minute))
 		return err
 	}); err != nil {
@@ -51,7 +56,7 @@ func TestRecordHistory(t *testing.T) {
 		{Minute: minute.Add(-time.Minute), Series: SeriesSends, Label: "sandbox", Value: 1}:   true,
 		{Minute: minute.Add(-time.Minute), Series: SeriesLagP50, Value: 60}:                   true,
 		{Minute: minute.Add(-time.Minute), Series: SeriesLagP95, Value: 60}:                   true,
-		{Minute: minute.Add(-time.Minute), Series: SeriesLimited, Label: "sandbox", Value: 1}: true,
+		{Minute: minute.Add(-time.Minute), Series: SeriesLimited, Label: "sandbox", Value: 3}: true,
 	}
 	for _, s := range samples {
 		if s.Minute.Before(minute.Add(-time.Hour)) {

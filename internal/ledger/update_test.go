@@ -109,7 +109,7 @@ func TestUpdateTakesBackARevocableClaim(t *testing.T) {
 	if err != nil || !res.Certain || res.InFlight || res.State != StateQueued {
 		t.Fatalf("update of a revocable claim: %+v, %v; want certain, queued", res, err)
 	}
-	errs, err := b.l.StartSends(ctx, []Hold{{Tenant: "acme", ID: id, Seq: c.Row.ClaimSeq}}, time.Minute)
+	errs, err := b.l.StartSends(ctx, []Hold{{Tenant: "acme", ID: id, Seq: c.Row.ClaimSeq}}, time.Minute, time.Minute)
 	if err != nil || len(errs) != 1 || !errors.Is(errs[0], ErrClaimLost) {
 		t.Fatalf("the worker's check before the send: %v %v, want ErrClaimLost", errs, err)
 	}

@@ -6,7 +6,7 @@
 --
 -- One row per minute, series and label: series is backlog (label: the
 -- state), oldest_owed_age_s, lag_p50_s, lag_p95_s, dead_letters, sends
--- (label: the provider account) or limited (label: the account; 1 when one
+-- (label: the provider account) or limited (label: the account; how many
 -- of its sends got a 429 in that minute). A series is absent for a minute
 -- with nothing to say (no delivery, no 429, the queue's depth unknown).
 CREATE TABLE owed_history (
@@ -63,7 +63,7 @@ WITH t AS (
                  FROM sent s WHERE s.state = 'delivered') q
      WHERE q.value IS NOT NULL
     UNION ALL
-    SELECT m.minute, 'limited', m.account, 1
+    SELECT m.minute, 'limited', m.account, m.responses
       FROM t, owed_provider_limited_minutes m WHERE m.minute = t.minute - interval '1 minute'
 ), written AS (
     INSERT INTO owed_history (minute, series, label, value)

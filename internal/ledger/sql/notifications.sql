@@ -220,14 +220,6 @@ CREATE TABLE owed_notifications (
         CHECK (intent IS NULL OR intent_outcome IS NOT NULL OR state = 'sending'),
     -- A local time is read in a zone.
     CONSTRAINT owed_notifications_due_local_zone CHECK (due_local IS NULL OR time_zone IS NOT NULL)
-) WITH (
-    -- A row is updated four to five times on its way (lease, queued mark,
-    -- claim, the check before the send, settle) and inserted densely: the
-    -- room each page keeps lets an update whose indexed columns stay as
-    -- they were (the check right after a claim, owed_extend_many) be HOT,
-    -- a new version on the same page and no new index entries, and lets
-    -- the others' new versions land beside the old.
-    fillfactor = 80
 );
 
 -- What the sweep's lease reads: owed rows, oldest first. Settled rows leave
@@ -301,6 +293,13 @@ CREATE INDEX owed_notifications_settled ON owed_notifications (settled_at) INCLU
 ALTER TABLE owed_notifications SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 10000,
                                     autovacuum_vacuum_insert_scale_factor = 0.01,
                                     autovacuum_analyze_scale_factor = 0.01);
+-- A row is updated four to five times on its way (lease, queued mark,
+-- claim, the check before the send, settle) and inserted densely: the
+-- room each page keeps lets an update whose indexed columns stay as
+-- they were (the check right after a claim, owed_extend_many) be HOT,
+-- a new version on the same page and no new index entries, and lets
+-- the others' new versions land beside the old.
+ALTER TABLE owed_notifications SET (fillfactor = 80);
 
 ALTER TABLE owed_notifications ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_notifications FORCE ROW LEVEL SECURITY;

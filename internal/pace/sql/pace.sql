@@ -59,16 +59,19 @@ GRANT SELECT, INSERT, UPDATE ON owed_provider_pace TO owed_definer;
 
 -- One row per provider account and minute in which a worker got a 429, so
 -- on-call can ask "in what fraction of minutes did we hit the provider's
--- limit" without Prometheus (owedctl stats). A 429 is not an attempt, so
--- owed_notification_attempts never records it. Not tenant data: no
--- row-level security.
+-- limit" without Prometheus (owedctl stats), and how many 429s each minute
+-- had (responses: the console's history charts it per account). A 429 is
+-- not an attempt, so owed_notification_attempts never records it. Not
+-- tenant data: no row-level security.
 CREATE TABLE owed_provider_limited_minutes (
     account text        NOT NULL,
     minute  timestamptz NOT NULL,
-    PRIMARY KEY (account, minute)
+    PRIMARY KEY (account, minute),
+    responses integer   NOT NULL DEFAULT 1 CHECK (responses >= 1)
 );
 GRANT SELECT ON owed_provider_limited_minutes TO owed_runtime;
 GRANT SELECT, INSERT ON owed_provider_limited_minutes TO owed_definer;
+GRANT UPDATE (responses) ON owed_provider_limited_minutes TO owed_definer;
 
 -- owed_pace_reserve takes up to $5 slots for the account, one interval ($2)
 -- apart, as many as start within the max wait ($3), or none when the first
@@ -145,9 +148,9 @@ GRANT EXECUTE ON FUNCTION owed_pace_give_back(text, timestamptz, bigint, timesta
 CREATE FUNCTION owed_pace_pause(p_account text, p_pause bigint, p_now timestamptz) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH limited AS (
-    INSERT INTO owed_provider_limited_minutes (account, minute)
+    INSERT INTO owed_provider_limited_minutes AS m (account, minute)
     VALUES ($1, date_trunc('minute', coalesce($3, clock_timestamp())))
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (account, minute) DO UPDATE SET responses = m.responses + 1
 ), until AS (
     SELECT coalesce($3, clock_timestamp()) + (least(greatest($2, 0), 3600000000) * interval '1 microsecond') AS at
 )
@@ -163,12 +166,12 @@ REVOKE EXECUTE ON FUNCTION owed_pace_pause(text, bigint, timestamptz) FROM PUBLI
 GRANT EXECUTE ON FUNCTION owed_pace_pause(text, bigint, timestamptz) TO owed_runtime;
 
 -- owed_pace_record_limited_minute records that the account was limited in
--- this minute.
+-- this minute, once more.
 CREATE FUNCTION owed_pace_record_limited_minute(p_account text, p_now timestamptz) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-INSERT INTO owed_provider_limited_minutes (account, minute)
+INSERT INTO owed_provider_limited_minutes AS m (account, minute)
 VALUES ($1, date_trunc('minute', coalesce($2, clock_timestamp())))
-ON CONFLICT DO NOTHING
+ON CONFLICT (account, minute) DO UPDATE SET responses = m.responses + 1
 $$;
 ALTER FUNCTION owed_pace_record_limited_minute(text, timestamptz) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_pace_record_limited_minute(text, timestamptz) FROM PUBLIC;
