@@ -162,8 +162,9 @@ func TestOperatorReadsNeverScanTheLedger(t *testing.T) {
 		name, types string
 		args        []any
 	}{
-		{"FindPage", "text, text, text, text, timestamptz, bigint, integer",
-			[]any{"t3", "", "", "", "infinity", int64(0), 51}},
+		{"FindPage", "text, text, text, text, text, text, text, timestamptz, timestamptz, timestamptz, timestamptz, " +
+			"timestamptz, bigint, integer",
+			[]any{"t3", "", "", "", "", "", "", "-infinity", "infinity", nil, nil, "infinity", int64(0), 51}},
 		{"Get", "bigint", []any{int64(7)}},
 		{"Attempts", "bigint", []any{int64(7)}},
 		{"Receipts", "bigint", []any{int64(7)}},
