@@ -103,12 +103,25 @@ CREATE INDEX owed_operator_audit_at ON owed_operator_audit (at);
 GRANT SELECT ON owed_operator_audit TO owed_runtime;
 GRANT SELECT, INSERT ON owed_operator_audit TO owed_definer;
 
+-- owed_operator_audit_record appends one line naming the login that wrote
+-- it. An operator login may record any action; the token administrator
+-- only its own token actions (token_*), so it cannot forge a line of an
+-- operator's hold, pause or dead-letter delete.
 CREATE FUNCTION owed_operator_audit_record(p_now timestamptz, p_operator text, p_action text, p_target text,
                                            p_count integer, p_reason text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
-VALUES (coalesce($1, now()), $2, $3, $4, $5, $6, session_user)
-RETURNING id
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF NOT pg_has_role(session_user, 'owed_operator', 'MEMBER') AND p_action NOT LIKE 'token\_%' THEN
+        RAISE EXCEPTION 'permission denied to record the operator action %: login % may record only token actions',
+            p_action, session_user USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
+    VALUES (coalesce(p_now, now()), p_operator, p_action, p_target, p_count, p_reason, session_user)
+    RETURNING id INTO v_id;
+    RETURN v_id;
+END
 $$;
 ALTER FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_operator_audit_record(timestamptz, text, text, text, integer, text) FROM PUBLIC;
