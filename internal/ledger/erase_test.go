@@ -244,3 +244,30 @@ func TestEraseValidates(t *testing.T) {
 		}
 	}
 }
+
+// An erasure is on the operators' trail as well as in owed_erasures, with
+// who asked, why and how many rows, and without the recipient: on-call
+// reads every erasure where it reads every other operator write.
+func TestEraseIsOnTheOperatorsTrail(t *testing.T) {
+	b := setup(t)
+	erasureFixture(t, b)
+	e, err := b.l.Erase(ctx, EraseRequest{Tenant: "acme", Recipient: "alice-r", RequestedBy: "owedctl:carol",
+		Reason: "GDPR request 8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var operator, target, reason string
+	var count int
+	if err := b.db.Owner.QueryRowContext(ctx, `SELECT operator, target, count, reason FROM owed_operator_audit
+	    WHERE action = 'erase' ORDER BY id DESC LIMIT 1`).Scan(&operator, &target, &count, &reason); err != nil {
+		t.Fatalf("the erasure's audit line: %v", err)
+	}
+	wantTarget := fmt.Sprintf("tenant=acme erasure=%d channel=every", e.ID)
+	if operator != "owedctl:carol" || target != wantTarget || count != len(e.Rows) || reason != "GDPR request 8" {
+		t.Errorf("audit line %q %q %d %q, want owedctl:carol %q %d %q", operator, target, count, reason,
+			wantTarget, len(e.Rows), "GDPR request 8")
+	}
+	if strings.Contains(target+reason, "alice") {
+		t.Errorf("the audit line names the recipient: %q %q", target, reason)
+	}
+}

@@ -40,3 +40,31 @@ CREATE POLICY owed_erasures_owner ON owed_erasures TO CURRENT_USER USING (true) 
 -- The runtime role erases in a tenant's scope and appends the line; no
 -- role edits or removes one.
 GRANT SELECT, INSERT ON owed_erasures TO owed_runtime;
+
+-- owed_erasure_audited puts every erasure on the operators' trail too
+-- (owed_operator_audit), whoever asked (owedctl erase, a tenant's
+-- POST /v1/recipients/erase), so on-call reads every write to the ledger
+-- an operator or a tenant's erasure made in one place. The line names the
+-- requester, the tenant, the erasure and the rows made tombstones, never
+-- the recipient.
+CREATE FUNCTION owed_erasure_audited() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
+    VALUES (NEW.at, NEW.requested_by, 'erase',
+            format('tenant=%s erasure=%s channel=%s', NEW.tenant_id, NEW.id, coalesce(NEW.channel, 'every')),
+            cardinality(NEW.notification_ids), NEW.reason, session_user);
+    RETURN NULL;
+END
+$$;
+ALTER FUNCTION owed_erasure_audited() OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_erasure_audited() FROM PUBLIC;
+-- As every definer function the migrations hand to owed_definer
+-- (owed_definer_takes_functions); a trigger function cannot be called
+-- but as its trigger.
+GRANT EXECUTE ON FUNCTION owed_erasure_audited() TO owed_runtime;
+
+CREATE TRIGGER owed_erasures_audited
+    AFTER INSERT ON owed_erasures
+    FOR EACH ROW
+    EXECUTE FUNCTION owed_erasure_audited();
