@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ func TestArchiveWriteAndRestore(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	l := ledger.New(db.App, nil)
-	_, err := l.Schedule(context.Background(), "acme", []ledger.NewNotification{{Recipient: "r", Channel: "sms",
+	s, err := l.Schedule(context.Background(), "acme", []ledger.NewNotification{{Recipient: "r", Channel: "sms",
 		Kind: "k", RefID: "R-1", DueAt: time.Now().Add(time.Hour), Payload: []byte(`{"text": "hi"}`)}})
 	if err != nil {
 		t.Fatal(err)
@@ -30,14 +31,16 @@ func TestArchiveWriteAndRestore(t *testing.T) {
 		})
 	}
 	dir := filepath.Join(t.TempDir(), "a")
-	if _, err := run("write", "--from-id", "1", "--to-id", "1000", "--out", dir); err == nil ||
+	// The row's id is of this month's range (owed_ledger_partitions_ensure).
+	from, to := strconv.FormatInt(s[0].ID, 10), strconv.FormatInt(s[0].ID+1000, 10)
+	if _, err := run("write", "--from-id", from, "--to-id", to, "--out", dir); err == nil ||
 		!strings.Contains(err.Error(), "not settled") {
 		t.Fatalf("write over an owed row: %v", err)
 	}
 	if _, err := l.Cancel(context.Background(), "acme", "k", "R-1"); err != nil {
 		t.Fatal(err)
 	}
-	out, err := run("write", "--from-id", "1", "--to-id", "1000", "--out", filepath.Join(t.TempDir(), "b"))
+	out, err := run("write", "--from-id", from, "--to-id", to, "--out", filepath.Join(t.TempDir(), "b"))
 	if err != nil || !strings.Contains(out, "owed_notifications.jsonl.gz") || !strings.Contains(out, ": 1 rows") {
 		t.Fatalf("write: %v\n%s", err, out)
 	}
