@@ -92,6 +92,24 @@ $$;
 -- +goose StatementEnd
 REVOKE EXECUTE ON FUNCTION owed_ledger_partitions() FROM PUBLIC;
 -- +goose StatementBegin
+CREATE FUNCTION owed_ledger_partition_name_indexes(p_partition text, p_suffix text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT c.relname AS index_name, p.relname AS parent_name
+               FROM pg_index x
+               JOIN pg_class c ON c.oid = x.indexrelid
+               JOIN pg_inherits i ON i.inhrelid = x.indexrelid
+               JOIN pg_class p ON p.oid = i.inhparent
+              WHERE x.indrelid = to_regclass('public.' || quote_ident(p_partition)) LOOP
+        EXECUTE format('ALTER INDEX public.%I RENAME TO %I', r.index_name, r.parent_name || '_' || p_suffix);
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
+REVOKE EXECUTE ON FUNCTION owed_ledger_partition_name_indexes(text, text) FROM PUBLIC;
+-- +goose StatementBegin
 CREATE FUNCTION owed_ledger_partitions_ensure(p_now timestamptz, p_ahead integer)
 RETURNS TABLE (partition_name text, first_id bigint, end_id bigint, created boolean)
 LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
@@ -134,6 +152,7 @@ BEGIN
                               AND coalesce(p.from_id < v_to, true) AND coalesce(p.to_id > v_from, true)) THEN
                 EXECUTE format('CREATE TABLE public.%I PARTITION OF public.%I FOR VALUES FROM (%s) TO (%s)',
                                partition_name, v_table, v_from, v_to);
+            PERFORM owed_ledger_partition_name_indexes(partition_name, to_char(v_at, '"y"YYYY"m"MM'));
                 IF v_table = 'owed_notifications' THEN
                     EXECUTE format('ALTER TABLE %I SET (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, '
                                    'autovacuum_vacuum_threshold = 10000, autovacuum_vacuum_insert_scale_factor = 0.01, '
@@ -265,9 +284,8 @@ BEGIN
 
     ALTER TABLE owed_notifications RENAME TO owed_notifications_legacy;
     FOR v_index IN SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
-                    WHERE x.indrelid = 'owed_notifications_legacy'::regclass AND c.relname NOT LIKE 'owed\_notifications\_legacy\_%' LOOP
-        EXECUTE format('ALTER INDEX %I RENAME TO %I', v_index.relname,
-                       'owed_notifications_legacy_' || regexp_replace(v_index.relname, '^owed_notifications_', ''));
+                    WHERE x.indrelid = 'owed_notifications_legacy'::regclass AND c.relname NOT LIKE '%legacy%' LOOP
+        EXECUTE format('ALTER INDEX %I RENAME TO %I', v_index.relname, v_index.relname || '_legacy');
     END LOOP;
     DROP TRIGGER owed_notifications_due_inserted ON owed_notifications_legacy;
     DROP TRIGGER owed_notifications_due_updated ON owed_notifications_legacy;
@@ -450,14 +468,13 @@ BEGIN
     -- owed_notification_attempts: the same, on the ledger's bound, its key the row's id with its own.
     ALTER TABLE owed_notification_attempts RENAME TO owed_notification_attempts_legacy;
     FOR v_index IN SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
-                    WHERE x.indrelid = 'owed_notification_attempts_legacy'::regclass AND c.relname NOT LIKE 'owed\_notification\_attempts\_legacy\_%' LOOP
-        EXECUTE format('ALTER INDEX %I RENAME TO %I', v_index.relname,
-                       'owed_notification_attempts_legacy_' || regexp_replace(v_index.relname, '^owed_notification_attempts_', ''));
+                    WHERE x.indrelid = 'owed_notification_attempts_legacy'::regclass AND c.relname NOT LIKE '%legacy%' LOOP
+        EXECUTE format('ALTER INDEX %I RENAME TO %I', v_index.relname, v_index.relname || '_legacy');
     END LOOP;
     SELECT last_value, is_called INTO v_last, v_called FROM notification_attempts_id_seq;
     ALTER TABLE owed_notification_attempts_legacy ALTER COLUMN id DROP IDENTITY;
-    ALTER TABLE owed_notification_attempts_legacy DROP CONSTRAINT owed_notification_attempts_legacy_pkey;
-    ALTER TABLE owed_notification_attempts_legacy ADD CONSTRAINT owed_notification_attempts_legacy_pkey PRIMARY KEY USING INDEX owed_notification_attempts_legacy_pkey_next;
+    ALTER TABLE owed_notification_attempts_legacy DROP CONSTRAINT owed_notification_attempts_pkey_legacy;
+    ALTER TABLE owed_notification_attempts_legacy ADD CONSTRAINT owed_notification_attempts_pkey_legacy PRIMARY KEY USING INDEX owed_notification_attempts_legacy_pkey_next;
     REVOKE ALL ON owed_notification_attempts_legacy FROM owed_runtime, owed_definer;
     -- The parent's unnamed checks are named as the table's are (a check's
     -- name is chosen unique in the schema): the table's step aside until
@@ -518,14 +535,13 @@ BEGIN
     -- owed_receipts: the same, on the ledger's bound, its key the row's id with its own.
     ALTER TABLE owed_receipts RENAME TO owed_receipts_legacy;
     FOR v_index IN SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
-                    WHERE x.indrelid = 'owed_receipts_legacy'::regclass AND c.relname NOT LIKE 'owed\_receipts\_legacy\_%' LOOP
-        EXECUTE format('ALTER INDEX %I RENAME TO %I', v_index.relname,
-                       'owed_receipts_legacy_' || regexp_replace(v_index.relname, '^owed_receipts_', ''));
+                    WHERE x.indrelid = 'owed_receipts_legacy'::regclass AND c.relname NOT LIKE '%legacy%' LOOP
+        EXECUTE format('ALTER INDEX %I RENAME TO %I', v_index.relname, v_index.relname || '_legacy');
     END LOOP;
     SELECT last_value, is_called INTO v_last, v_called FROM owed_receipts_id_seq;
     ALTER TABLE owed_receipts_legacy ALTER COLUMN id DROP IDENTITY;
-    ALTER TABLE owed_receipts_legacy DROP CONSTRAINT owed_receipts_legacy_pkey;
-    ALTER TABLE owed_receipts_legacy ADD CONSTRAINT owed_receipts_legacy_pkey PRIMARY KEY USING INDEX owed_receipts_legacy_pkey_next;
+    ALTER TABLE owed_receipts_legacy DROP CONSTRAINT owed_receipts_pkey_legacy;
+    ALTER TABLE owed_receipts_legacy ADD CONSTRAINT owed_receipts_pkey_legacy PRIMARY KEY USING INDEX owed_receipts_legacy_pkey_next;
     REVOKE ALL ON owed_receipts_legacy FROM owed_runtime, owed_definer;
     -- The parent's unnamed checks are named as the table's are (a check's
     -- name is chosen unique in the schema): the table's step aside until
@@ -675,7 +691,8 @@ BEGIN
                                occurred_at, received_at)
     VALUES (v_target.tenant_id, v_target.notification_id, p_provider, p_message_id, p_status, p_code,
             p_occurred_at, coalesce(p_now, now()))
-    ON CONFLICT (provider, provider_message_id, status, (coalesce(occurred_at, '-infinity'::timestamptz)))
+    ON CONFLICT (provider, provider_message_id, status, (coalesce(occurred_at, '-infinity'::timestamptz)),
+                 notification_id)
     DO NOTHING;
     -- FOUND is false when the key was there already: a replay changes
     -- nothing.
@@ -699,11 +716,11 @@ $$;
     INSERT INTO owed_receipts_legacy SELECT * FROM owed_receipts;
     DROP TABLE owed_receipts;
     ALTER TABLE owed_receipts_legacy RENAME TO owed_receipts;
-    ALTER TABLE owed_receipts DROP CONSTRAINT owed_receipts_legacy_pkey;
+    ALTER TABLE owed_receipts DROP CONSTRAINT owed_receipts_pkey_legacy;
     FOR v_index IN SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
-                    WHERE x.indrelid = 'owed_receipts'::regclass AND c.relname LIKE 'owed\_receipts\_legacy\_%' LOOP
+                    WHERE x.indrelid = 'owed_receipts'::regclass AND c.relname LIKE '%\_legacy' LOOP
         EXECUTE format('ALTER INDEX %I RENAME TO %I', v_index.relname,
-                       'owed_receipts_' || substr(v_index.relname, length('owed_receipts_legacy_') + 1));
+                       left(v_index.relname, -length('_legacy')));
     END LOOP;
     ALTER TABLE owed_receipts ADD CONSTRAINT owed_receipts_pkey PRIMARY KEY (id);
     ALTER TABLE owed_receipts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY;
@@ -720,11 +737,11 @@ $$;
     INSERT INTO owed_notification_attempts_legacy SELECT * FROM owed_notification_attempts;
     DROP TABLE owed_notification_attempts;
     ALTER TABLE owed_notification_attempts_legacy RENAME TO owed_notification_attempts;
-    ALTER TABLE owed_notification_attempts DROP CONSTRAINT owed_notification_attempts_legacy_pkey;
+    ALTER TABLE owed_notification_attempts DROP CONSTRAINT owed_notification_attempts_pkey_legacy;
     FOR v_index IN SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
-                    WHERE x.indrelid = 'owed_notification_attempts'::regclass AND c.relname LIKE 'owed\_notification\_attempts\_legacy\_%' LOOP
+                    WHERE x.indrelid = 'owed_notification_attempts'::regclass AND c.relname LIKE '%\_legacy' LOOP
         EXECUTE format('ALTER INDEX %I RENAME TO %I', v_index.relname,
-                       'owed_notification_attempts_' || substr(v_index.relname, length('owed_notification_attempts_legacy_') + 1));
+                       left(v_index.relname, -length('_legacy')));
     END LOOP;
     ALTER TABLE owed_notification_attempts ADD CONSTRAINT owed_notification_attempts_pkey PRIMARY KEY (id);
     ALTER TABLE owed_notification_attempts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME notification_attempts_id_seq);
@@ -749,9 +766,9 @@ $$;
     DROP TABLE owed_notifications;
     ALTER TABLE owed_notifications_legacy RENAME TO owed_notifications;
     FOR v_index IN SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
-                    WHERE x.indrelid = 'owed_notifications'::regclass AND c.relname LIKE 'owed\_notifications\_legacy\_%' LOOP
+                    WHERE x.indrelid = 'owed_notifications'::regclass AND c.relname LIKE '%\_legacy' LOOP
         EXECUTE format('ALTER INDEX %I RENAME TO %I', v_index.relname,
-                       'owed_notifications_' || substr(v_index.relname, length('owed_notifications_legacy_') + 1));
+                       left(v_index.relname, -length('_legacy')));
     END LOOP;
     ALTER TABLE owed_notifications ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME notifications_id_seq);
     SELECT max(id) INTO v_max FROM owed_notifications;
@@ -796,6 +813,7 @@ $$;
     DROP TABLE owed_notification_keys;
     DROP FUNCTION owed_notification_key_keep();
     DROP FUNCTION owed_ledger_partitions_ensure(timestamptz, integer);
+    DROP FUNCTION owed_ledger_partition_name_indexes(text, text);
     DROP FUNCTION owed_ledger_partitions();
     DROP FUNCTION owed_ledger_month_first_id(date);
     REVOKE owed_definer FROM CURRENT_USER;

@@ -55,6 +55,7 @@ BEGIN
         END IF;
         EXECUTE format('CREATE TABLE public.%I PARTITION OF public.%I FOR VALUES FROM (%s) TO (%s)',
                        v_table || '_' || v_name, v_table, p_from, p_to);
+        PERFORM owed_ledger_partition_name_indexes(v_table || '_' || v_name, v_name);
         EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', v_table || '_' || v_name);
         EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', v_table || '_' || v_name);
         v_made := v_made + 1;

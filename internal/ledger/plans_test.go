@@ -138,6 +138,7 @@ func literal(a any) string {
 func TestOperatorReadsNeverScanTheLedger(t *testing.T) {
 	b := setup(t)
 	seedSettledLedger(t, b)
+	empty := b.emptyPartitions(t)
 	hour := b.now.Add(-time.Hour)
 	for _, c := range []struct {
 		fn   string
@@ -149,7 +150,7 @@ func TestOperatorReadsNeverScanTheLedger(t *testing.T) {
 		{"owed_ledger_sends_per_minute", []any{hour}},
 		{"owed_ledger_tenants_of", []any{[]int64{1, 2, 3}}},
 	} {
-		if plan := explainBody(t, b, c.fn, c.args...); seqScans(t, plan) > 0 {
+		if plan := explainBody(t, b, c.fn, c.args...); seqScansBut(t, plan, empty) > 0 {
 			t.Errorf("%s scans a ledger table:\n%s", c.fn, plan)
 		}
 	}
@@ -170,7 +171,7 @@ func TestOperatorReadsNeverScanTheLedger(t *testing.T) {
 		{"Attempts", "bigint", []any{int64(7)}},
 		{"Receipts", "bigint", []any{int64(7)}},
 	} {
-		if plan := explainSQL(t, conn, c.name, queries.Get(c.name), c.types, c.args...); seqScans(t, plan) > 0 {
+		if plan := explainSQL(t, conn, c.name, queries.Get(c.name), c.types, c.args...); seqScansBut(t, plan, empty) > 0 {
 			t.Errorf("%s scans a ledger table:\n%s", c.name, plan)
 		}
 	}
@@ -212,8 +213,11 @@ func TestIdleLeaseNeverScansTheLedger(t *testing.T) {
 	}
 	rows.Close()
 	var scans int64
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_xact_user_tables
-	    WHERE relname = 'owed_notifications' OR relname LIKE 'owed\_notifications\_%'`).Scan(&scans); err != nil {
+	// A partition that holds nothing (no page: next month's, the legacy
+	// partition of a fresh install) may be read sequentially for free.
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(s.seq_scan), 0) FROM pg_stat_xact_user_tables s
+	    JOIN pg_class c ON c.oid = s.relid
+	    WHERE (s.relname = 'owed_notifications' OR s.relname LIKE 'owed\_notifications\_%') AND c.relpages > 0`).Scan(&scans); err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 || scans != 0 {

@@ -458,6 +458,28 @@ SELECT p.relname::text,
 $$;
 REVOKE EXECUTE ON FUNCTION owed_ledger_partitions() FROM PUBLIC;
 
+-- owed_ledger_partition_name_indexes names each index of partition
+-- p_partition after the parent's index it is a partition of, with p_suffix
+-- (owed_notifications_pending_owed_y2026m12), so a plan names the index the
+-- home defines whichever month it reads (PostgreSQL names a partition's
+-- indexes after their columns).
+CREATE FUNCTION owed_ledger_partition_name_indexes(p_partition text, p_suffix text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT c.relname AS index_name, p.relname AS parent_name
+               FROM pg_index x
+               JOIN pg_class c ON c.oid = x.indexrelid
+               JOIN pg_inherits i ON i.inhrelid = x.indexrelid
+               JOIN pg_class p ON p.oid = i.inhparent
+              WHERE x.indrelid = to_regclass('public.' || quote_ident(p_partition)) LOOP
+        EXECUTE format('ALTER INDEX public.%I RENAME TO %I', r.index_name, r.parent_name || '_' || p_suffix);
+    END LOOP;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION owed_ledger_partition_name_indexes(text, text) FROM PUBLIC;
+
 -- owed_ledger_partitions_ensure creates the partitions of p_now's month
 -- and of the p_ahead months after it that do not exist yet, of the ledger,
 -- its attempts and its receipts on the same range, each with the storage
@@ -537,6 +559,7 @@ BEGIN
                               AND coalesce(p.from_id < v_to, true) AND coalesce(p.to_id > v_from, true)) THEN
                 EXECUTE format('CREATE TABLE public.%I PARTITION OF public.%I FOR VALUES FROM (%s) TO (%s)',
                                partition_name, v_table, v_from, v_to);
+            PERFORM owed_ledger_partition_name_indexes(partition_name, to_char(v_at, '"y"YYYY"m"MM'));
                 IF v_table = 'owed_notifications' THEN
                     EXECUTE format('ALTER TABLE %I SET (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, '
                                    'autovacuum_vacuum_threshold = 10000, autovacuum_vacuum_insert_scale_factor = 0.01, '
