@@ -271,10 +271,28 @@ DECLARE
     v_checks text[];
     v_nv_names text[];
     v_nv_defs text[];
+    v_timeout text;
 BEGIN
     GRANT owed_definer TO CURRENT_USER;
-    LOCK TABLE owed_notifications, owed_notification_attempts, owed_receipts, owed_undeliverable
-        IN ACCESS EXCLUSIVE MODE;
+    -- The lock is taken whole or not at all: a wait is cut short at half a
+    -- second (the statements queued behind it wait no longer) and a
+    -- deadlock with a serving transaction that holds one of the tables is
+    -- given up; either is tried again, 200 times at most.
+    v_timeout := current_setting('lock_timeout');
+    PERFORM set_config('lock_timeout', '500ms', true);
+    FOR v_try IN 1 .. 200 LOOP
+        BEGIN
+            LOCK TABLE owed_notifications, owed_notification_attempts, owed_receipts, owed_undeliverable
+                IN ACCESS EXCLUSIVE MODE;
+            EXIT;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            IF v_try = 200 THEN
+                RAISE;
+            END IF;
+            PERFORM pg_sleep(0.05);
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', v_timeout, true);
     SELECT substring(pg_get_constraintdef(k.oid) FROM '([0-9]+)')::bigint INTO STRICT v_n
       FROM pg_constraint k
      WHERE k.conrelid = 'owed_notifications'::regclass AND k.conname = 'owed_notifications_legacy_bound';
@@ -662,10 +680,28 @@ DO $down$
 DECLARE
     v_index record;
     v_max bigint;
+    v_timeout text;
 BEGIN
     GRANT owed_definer TO CURRENT_USER;
-    LOCK TABLE owed_notifications, owed_notification_attempts, owed_receipts, owed_undeliverable
-        IN ACCESS EXCLUSIVE MODE;
+    -- The lock is taken whole or not at all: a wait is cut short at half a
+    -- second (the statements queued behind it wait no longer) and a
+    -- deadlock with a serving transaction that holds one of the tables is
+    -- given up; either is tried again, 200 times at most.
+    v_timeout := current_setting('lock_timeout');
+    PERFORM set_config('lock_timeout', '500ms', true);
+    FOR v_try IN 1 .. 200 LOOP
+        BEGIN
+            LOCK TABLE owed_notifications, owed_notification_attempts, owed_receipts, owed_undeliverable
+                IN ACCESS EXCLUSIVE MODE;
+            EXIT;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            IF v_try = 200 THEN
+                RAISE;
+            END IF;
+            PERFORM pg_sleep(0.05);
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', v_timeout, true);
     ALTER TABLE owed_undeliverable DROP CONSTRAINT owed_undeliverable_notification_id_fkey;
 CREATE OR REPLACE FUNCTION owed_receipt_record(p_provider text, p_message_id text, p_status text, p_code text,
                                     p_occurred_at timestamptz, p_now timestamptz)
