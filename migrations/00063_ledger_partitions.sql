@@ -198,25 +198,33 @@ CREATE TRIGGER owed_notifications_key_delete
 REVOKE EXECUTE ON FUNCTION owed_notification_key_keep() FROM PUBLIC;
 CALL owed_definer_takes_functions(ARRAY[]::text[]);
 
--- The backfill, 10,000 ids a transaction. FOR KEY SHARE waits for a
--- reschedule of a row in flight and reads its new key, and the trigger
--- writes the key of every row written meanwhile, so the two agree
+-- The backfill, 10,000 rows a transaction, in id order up to the last id
+-- when it starts (the trigger writes the keys of the rows after it; ids
+-- may be far apart, as after a rollback of this migration). FOR KEY SHARE
+-- waits for a reschedule of a row in flight and reads its new key, and the
+-- trigger writes the key of every row changed meanwhile, so the two agree
 -- whichever comes first.
 -- +goose StatementBegin
 DO $$
 DECLARE
-    v_from bigint := 0;
+    v_last bigint := -1;
+    v_next bigint;
     v_max bigint;
 BEGIN
     SELECT max(id) INTO v_max FROM owed_notifications;
-    WHILE v_from <= coalesce(v_max, -1) LOOP
-        INSERT INTO owed_notification_keys (tenant_id, recipient, kind, ref_id, due_at, notification_id)
-        SELECT n.tenant_id, n.recipient, n.kind, n.ref_id, n.due_at, n.id
-          FROM (SELECT tenant_id, recipient, kind, ref_id, due_at, id FROM owed_notifications
-                 WHERE id >= v_from AND id < v_from + 10000 FOR KEY SHARE) n
-        ON CONFLICT DO NOTHING;
+    LOOP
+        WITH batch AS (
+            SELECT tenant_id, recipient, kind, ref_id, due_at, id FROM owed_notifications
+             WHERE id > v_last AND id <= v_max ORDER BY id LIMIT 10000 FOR KEY SHARE
+        ), ins AS (
+            INSERT INTO owed_notification_keys (tenant_id, recipient, kind, ref_id, due_at, notification_id)
+            SELECT tenant_id, recipient, kind, ref_id, due_at, id FROM batch
+            ON CONFLICT DO NOTHING
+        )
+        SELECT max(id) INTO v_next FROM batch;
+        EXIT WHEN v_next IS NULL;
+        v_last := v_next;
         COMMIT;
-        v_from := v_from + 10000;
     END LOOP;
 END
 $$;
@@ -231,7 +239,16 @@ $$;
 DO $$
 DECLARE
     v_n bigint := owed_ledger_month_first_id((now() AT TIME ZONE 'UTC')::date);
+    v_max bigint;
 BEGIN
+    -- Ids of this month's range or past it (a ledger upgraded before and
+    -- rolled back keeps its rows' ids) stay below the bound too: it is then
+    -- the end of the range of the highest id, and the legacy partition
+    -- takes the rest of that month's rows.
+    SELECT max(id) INTO v_max FROM owed_notifications;
+    IF v_max >= v_n THEN
+        v_n := (v_max / 100000000000 + 1) * 100000000000;
+    END IF;
     EXECUTE format('ALTER TABLE owed_notifications ADD CONSTRAINT owed_notifications_legacy_bound '
                    'CHECK (id < %s) NOT VALID', v_n);
     EXECUTE format('ALTER TABLE owed_notification_attempts ADD CONSTRAINT owed_notification_attempts_legacy_bound '
