@@ -673,6 +673,10 @@ BEGIN
 END
 $$;
 
+    -- The parent's sequence starts past the ids the table holds (a
+    -- rolled-back upgrade left some of this month's range), and
+    -- owed_ledger_partitions_ensure moves it on to this month's range.
+    PERFORM setval('owed_notifications_id_seq', coalesce((SELECT max(id) FROM owed_notifications_legacy), 0) + 1, false);
     PERFORM owed_ledger_partitions_ensure(now(), 1);
     ALTER TABLE owed_undeliverable ADD CONSTRAINT owed_undeliverable_notification_id_fkey
         FOREIGN KEY (notification_id) REFERENCES owed_notifications (id) ON DELETE SET NULL NOT VALID;
