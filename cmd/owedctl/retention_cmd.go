@@ -76,8 +76,9 @@ func runRetention(ctx context.Context, out io.Writer, args []string, now time.Ti
 	for _, m := range months {
 		switch {
 		case m.Dropped:
-			fmt.Fprintf(out, "%-32s dropped: %d rows archived in %s (%d rows, %d bytes in %.2f s); detach and drop %.3f s\n",
-				m.Partition, m.Rows, m.Archive, m.ArchiveRows, m.ArchiveSize, m.ArchiveTime.Seconds(), m.DropTime.Seconds())
+			fmt.Fprintf(out, "%-32s dropped: %d rows archived in %s (%d rows, %d bytes in %.2f s); detach and drop %.3f s, "+
+				"its schedule keys deleted in %.3f s\n", m.Partition, m.Rows, m.Archive, m.ArchiveRows, m.ArchiveSize,
+				m.ArchiveTime.Seconds(), m.DropTime.Seconds(), m.KeysTime.Seconds())
 		case m.Drop:
 			fmt.Fprintf(out, "%-32s would be dropped: %d rows, all settled and past their retention\n", m.Partition, m.Rows)
 		default:

@@ -145,9 +145,11 @@ type Month struct {
 	Kept    string `json:"kept,omitempty"`
 	Archive string `json:"archive,omitempty"`
 	// ArchiveTime is the archive's writing and check; DropTime the
-	// detach, the drop and the keys' delete after it.
+	// renaming, the detach, the count and the drop; KeysTime the delete of
+	// the month's schedule keys after it.
 	ArchiveTime time.Duration `json:"archive_ns,omitempty"`
 	DropTime    time.Duration `json:"drop_ns,omitempty"`
+	KeysTime    time.Duration `json:"keys_ns,omitempty"`
 	ArchiveRows int64         `json:"archive_rows,omitempty"`
 	ArchiveSize int64         `json:"archive_bytes,omitempty"`
 }
@@ -342,6 +344,8 @@ func retire(ctx context.Context, db *sql.DB, opts RunOptions, m *Month) error {
 		m.Drop, m.Kept = false, kept.String
 		return nil
 	}
+	m.DropTime = time.Since(start)
+	start = time.Now()
 	for {
 		r, err := db.ExecContext(ctx, qDeleteKeys, max(m.From, 1), m.To, keysBatch)
 		if err != nil {
@@ -351,7 +355,7 @@ func retire(ctx context.Context, db *sql.DB, opts RunOptions, m *Month) error {
 			break
 		}
 	}
-	m.DropTime = time.Since(start)
+	m.KeysTime = time.Since(start)
 	m.Drop, m.Dropped = false, true
 	return nil
 }
