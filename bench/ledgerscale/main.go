@@ -14,7 +14,8 @@
 //   - GET /v1/notifications' first page (ledger.FindPage, 50 rows),
 //
 // and counts the sequential scans of the ledger's tables the measured
-// statements made (pg_stat_user_tables.seq_scan; target 0). Targets: every
+// statements made (pg_stat_user_tables.seq_scan of a table or partition
+// holding a page; target 0). Targets: every
 // figure at the largest size within 1.5× of the smallest. The settled rows
 // fill twelve month partitions; retention then drops the oldest
 // (owedctl retention run: archive, check, detach, drop), and the archive's
@@ -448,8 +449,12 @@ func seqScans(ctx context.Context, db *benchutil.DB) (int64, error) {
 	db.Owner.SetMaxIdleConns(2)
 	time.Sleep(time.Second)
 	var n int64
-	err := db.Owner.QueryRowContext(ctx, `SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_user_tables
-	    WHERE relname LIKE 'owed\_notification%' OR relname LIKE 'owed\_receipts%'`).Scan(&n)
+	// A partition with no page (a month ahead, the empty legacy partition
+	// of a fresh install) may be read sequentially for free, as the plan
+	// tests of internal/ledger allow.
+	err := db.Owner.QueryRowContext(ctx, `SELECT coalesce(sum(s.seq_scan), 0) FROM pg_stat_user_tables s
+	    JOIN pg_class c ON c.oid = s.relid
+	    WHERE (s.relname LIKE 'owed\_notification%' OR s.relname LIKE 'owed\_receipts%') AND c.relpages > 0`).Scan(&n)
 	return n, err
 }
 
