@@ -231,7 +231,7 @@ func holdRows(tx *txn, tenant string, rows []NewNotification) (out []NewNotifica
 // that is not urgent to the new rule: held to the next opening, released
 // back to the time it was asked for, or settled expired when its expiry
 // falls inside its hold.
-func (l *Ledger) SetQuietHours(ctx context.Context, tenant string, q QuietHours) (HoldResult, error) {
+func (l *Scheduling) SetQuietHours(ctx context.Context, tenant string, q QuietHours) (HoldResult, error) {
 	if err := ValidateQuietHours(tenant, q); err != nil {
 		return HoldResult{}, err
 	}
@@ -263,7 +263,7 @@ type heldRow struct {
 
 // rehold moves the tenant's pending rows (all, one id, or one subject) to
 // the quiet hours in force, as SetQuietHours describes.
-func (l *Ledger) rehold(tx *txn, tenant string, id int64, kind, ref string) (HoldResult, error) {
+func (l *Scheduling) rehold(tx *txn, tenant string, id int64, kind, ref string) (HoldResult, error) {
 	var res HoldResult
 	q, err := loadQuiet(tx, tenant)
 	if err != nil {
