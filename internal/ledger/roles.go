@@ -32,7 +32,8 @@ import (
 // takes the role through its Has* interface (HasSweep, HasWork, …), which
 // the role itself and a *Ledger both satisfy, and keeps only the role: the
 // caller passes whichever it holds, and the part can call nothing outside
-// its role. A test in this package (roles_test.go) fails when a package
+// its role. (The receipt handler takes its own one-method interface,
+// receipt.Recorder, which Receipts satisfies.) A test in this package (roles_test.go) fails when a package
 // outside the composition roots names *Ledger.
 
 // Sweep is the sweeper's role (see the roles above).
@@ -90,9 +91,6 @@ type HasReads interface{ ReadsRole() *Reads }
 // HasActions is an Actions or a *Ledger.
 type HasActions interface{ ActionsRole() *Actions }
 
-// HasReceipts is a Receipts or a *Ledger.
-type HasReceipts interface{ ReceiptsRole() *Receipts }
-
 // SweepRole returns l.
 func (l *Sweep) SweepRole() *Sweep { return l }
 
@@ -107,6 +105,3 @@ func (l *Reads) ReadsRole() *Reads { return l }
 
 // ActionsRole returns l.
 func (l *Actions) ActionsRole() *Actions { return l }
-
-// ReceiptsRole returns l.
-func (l *Receipts) ReceiptsRole() *Receipts { return l }
