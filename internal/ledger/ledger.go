@@ -2,6 +2,16 @@
 // owed_notifications table, its owed_notification_attempts, and every
 // statement that reads or writes them. Nothing outside this package writes SQL against the ledger.
 //
+// Its operations are split by the role that calls them, each a handle on
+// one shared core (pool, clock, prepared statements; roles.go): Sweep (the
+// sweeper's survey, lease and its bookkeeping), Work (the worker's claim,
+// heartbeat, settles and releases), Scheduling (the API's and the
+// materialiser's writes), Reads (every read an operator or the API
+// answers), Actions (on-call's audited writes) and Receipts (the
+// providers' receipts). New returns a *Ledger holding every role; only a
+// composition root holds it, and every other package takes the role it
+// calls, so a package's dependency on the ledger is the part it uses.
+//
 // Row-level security is forced on both tables, and its policies name the
 // roles they serve (sql/notifications.sql, sql/attempts.sql; the roles are
 // internal/migrate/sql/roles.sql): owed_runtime, the services' group,
