@@ -17,8 +17,9 @@ import (
 var roleTypes = []any{(*Sweep)(nil), (*Work)(nil), (*Scheduling)(nil), (*Reads)(nil), (*Actions)(nil), (*Receipts)(nil)}
 
 // Every method of the ledger belongs to exactly one role, and a *Ledger has
-// every role's methods: a method two roles defined would be ambiguous on
-// *Ledger, and one defined on no role would be reachable by no part.
+// every role's methods and no other: a method two roles defined would be
+// ambiguous on *Ledger, and one defined on *Ledger itself (a merge that
+// kept the old receiver) would be reachable by no part.
 func TestRolesPartitionTheLedger(t *testing.T) {
 	shared := map[string]bool{"DB": true}
 	owner := map[string]string{}
@@ -40,6 +41,12 @@ func TestRolesPartitionTheLedger(t *testing.T) {
 	for name, role := range owner {
 		if _, ok := l.MethodByName(name); !ok {
 			t.Errorf("*Ledger has no %s (a method of %s)", name, role)
+		}
+	}
+	for i := 0; i < l.NumMethod(); i++ {
+		name := l.Method(i).Name
+		if _, ok := owner[name]; !ok && !shared[name] && !strings.HasSuffix(name, "Role") {
+			t.Errorf("*Ledger has %s, which no role has: define it on the role that calls it", name)
 		}
 	}
 	if n := len(owner); n == 0 {
