@@ -123,7 +123,12 @@ func New(src Source, l ledger.HasScheduling, c Config, clk clock.Clock) *Materia
 	if clk == nil {
 		clk = clock.Real()
 	}
-	return &Materialiser{source: src, ledger: l.SchedulingRole(), cfg: c, clk: clk}
+	m := &Materialiser{source: src, cfg: c, clk: clk}
+	// A nil l is a materialiser that only plans (its tests): it writes nothing.
+	if l != nil {
+		m.ledger = l.SchedulingRole()
+	}
+	return m
 }
 
 // Result reports one run.
