@@ -27,8 +27,9 @@ GRANT SELECT, INSERT, DELETE ON owed_history TO owed_definer;
 -- the lag of the rows delivered (delivered_at - due_at, as
 -- owed_ledger_stats) and the 429s are of the whole minute before, under
 -- that minute. A minute already sampled (another replica, another cron
--- call) keeps its first sample. The backlog reads the unsettled rows, as
--- owed_ledger_backlog; the rest read the attempts finished in one minute
+-- call) keeps its first sample. The backlog is owed_ledger_backlog's read
+-- (owed_ledger_backlog_owed: the owed rows' index, whatever their share of
+-- the ledger); the rest read the attempts finished in one minute
 -- (owed_notification_attempts_finished) and one minute's 429 marks.
 CREATE FUNCTION owed_history_record(p_now timestamptz, p_dead_letters bigint, p_keep_s double precision)
 RETURNS bigint
@@ -38,8 +39,7 @@ WITH t AS (
 ), forget AS (
     DELETE FROM owed_history h USING t WHERE h.minute < t.minute - make_interval(secs => $3)
 ), owed AS (
-    SELECT n.state, count(*) AS n, min(n.due_at) FILTER (WHERE n.due_at <= t.now) AS oldest
-      FROM owed_notifications n, t WHERE n.settled_at IS NULL GROUP BY n.state
+    SELECT b.state, b.owed AS n, b.oldest_due_at AS oldest FROM t, owed_ledger_backlog_owed(t.now) b
 ), sent AS (
     SELECT a.provider, n.state, n.delivered_at - n.due_at AS lag
       FROM t, owed_notification_attempts a JOIN owed_notifications n ON n.id = a.notification_id
