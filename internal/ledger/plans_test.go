@@ -151,7 +151,8 @@ func TestOperatorReadsNeverScanTheLedger(t *testing.T) {
 		fn   string
 		args []any
 	}{
-		{"owed_ledger_stats", []any{hour}},
+		{"owed_ledger_stats_rows", []any{hour}},
+		{"owed_ledger_stats_minutes", []any{b.now.Add(-24 * time.Hour)}},
 		{"owed_ledger_receipt_stats", []any{hour}},
 		{"owed_ledger_backlog_owed", []any{b.now}},
 		{"owed_ledger_sends_per_minute", []any{hour}},
