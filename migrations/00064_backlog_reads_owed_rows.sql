@@ -3,9 +3,11 @@
 -- their share of the ledger: with the owed rows half the table the planner
 -- read all of it. Its statement moves to owed_ledger_backlog_owed, which
 -- runs with enable_seqscan off (internal/ledger/sql/operator.sql), and the
--- history's per-minute sample of the backlog reads it too
--- (owed_history_record, internal/ledger/sql/history.sql). Expand-only: both
--- functions keep their signatures and their answers.
+-- history's per-minute sample reads it too, and runs with enable_seqscan
+-- off as well (owed_history_sample, internal/ledger/sql/history.sql): its
+-- join of a minute's attempts to their rows read the whole ledger at a
+-- million rows. Expand-only: both functions keep their signatures and
+-- their answers.
 
 -- +goose Up
 -- +goose StatementBegin
@@ -18,18 +20,10 @@ $$;
 -- +goose StatementEnd
 REVOKE EXECUTE ON FUNCTION owed_ledger_backlog_owed(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION owed_ledger_backlog_owed(timestamptz) TO owed_definer;
-GRANT owed_definer TO CURRENT_USER;
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION owed_ledger_backlog(p_now timestamptz)
-RETURNS TABLE (state text, owed bigint, oldest_due_at timestamptz, asked_at timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-SELECT * FROM owed_ledger_backlog_owed($1)
-$$;
--- +goose StatementEnd
--- +goose StatementBegin
-CREATE OR REPLACE FUNCTION owed_history_record(p_now timestamptz, p_dead_letters bigint, p_keep_s double precision)
+CREATE FUNCTION owed_history_sample(p_now timestamptz, p_dead_letters bigint, p_keep_s double precision)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+LANGUAGE sql SET enable_seqscan = off AS $$
 WITH t AS (
     SELECT coalesce($1, now()) AS now, date_trunc('minute', coalesce($1, now())) AS minute
 ), forget AS (
@@ -68,6 +62,23 @@ WITH t AS (
     RETURNING 1
 )
 SELECT count(*) FROM written
+$$;
+-- +goose StatementEnd
+REVOKE EXECUTE ON FUNCTION owed_history_sample(timestamptz, bigint, double precision) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_history_sample(timestamptz, bigint, double precision) TO owed_definer;
+GRANT owed_definer TO CURRENT_USER;
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION owed_ledger_backlog(p_now timestamptz)
+RETURNS TABLE (state text, owed bigint, oldest_due_at timestamptz, asked_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+SELECT * FROM owed_ledger_backlog_owed($1)
+$$;
+-- +goose StatementEnd
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION owed_history_record(p_now timestamptz, p_dead_letters bigint, p_keep_s double precision)
+RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+SELECT owed_history_sample($1, $2, $3)
 $$;
 -- +goose StatementEnd
 REVOKE owed_definer FROM CURRENT_USER;
@@ -128,4 +139,5 @@ SELECT count(*) FROM written
 $$;
 -- +goose StatementEnd
 REVOKE owed_definer FROM CURRENT_USER;
+DROP FUNCTION owed_history_sample(timestamptz, bigint, double precision);
 DROP FUNCTION owed_ledger_backlog_owed(timestamptz);

@@ -157,6 +157,7 @@ func TestOperatorReadsNeverScanTheLedger(t *testing.T) {
 		{"owed_ledger_backlog_owed", []any{b.now}},
 		{"owed_ledger_sends_per_minute", []any{hour}},
 		{"owed_ledger_tenants_of", []any{[]int64{1, 2, 3}}},
+		{"owed_history_sample", []any{b.now, nil, HistoryKeep.Seconds()}},
 	} {
 		if plan := explainBody(t, b, c.fn, c.args...); seqScans(t, plan) > 0 {
 			t.Errorf("%s scans a ledger table:\n%s", c.fn, plan)
