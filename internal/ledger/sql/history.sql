@@ -22,12 +22,11 @@ GRANT SELECT, INSERT, DELETE ON owed_history TO owed_definer;
 -- owed_history_sample is owed_history_record's statement (below, with
 -- what it reads). It runs with enable_seqscan off, so each of its reads is
 -- an index whatever the planner guesses: a function's statement is planned
--- without its parameters' values, so the minute of attempts it joins to
--- their rows is guessed from the size of the attempts, not the minute's,
--- and at a million settled rows that guess read the whole ledger on every
--- minute's sample (bench/ledgerscale counted it). A function of its own,
--- since a definer function carries its pinned search_path and nothing
--- else (internal/security).
+-- without its parameters' values (the minute it reads is a guess), and at
+-- a million settled rows the sample read a ledger table sequentially once
+-- per call (bench/ledgerscale's count of each statement; none since). A
+-- function of its own, since a definer function carries its pinned
+-- search_path and nothing else (internal/security).
 CREATE FUNCTION owed_history_sample(p_now timestamptz, p_dead_letters bigint, p_keep_s double precision)
 RETURNS bigint
 LANGUAGE sql SET enable_seqscan = off AS $$
