@@ -29,6 +29,9 @@ var homeFiles = []string{
 	"internal/ledger/sql/notifications.sql",
 	"internal/ledger/sql/quiet_hours.sql",
 	"internal/ledger/sql/attempts.sql",
+	// The per-minute counters count the rows and the attempts settled;
+	// operator.sql's stats read them.
+	"internal/ledger/sql/minutes.sql",
 	"internal/ledger/sql/undeliverable.sql",
 	"internal/ledger/sql/receipts.sql",
 	"internal/ledger/sql/operator.sql",
