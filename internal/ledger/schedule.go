@@ -37,6 +37,9 @@ type NewNotification struct {
 	// HeldFrom is the due time asked for, when quiet hours hold the row:
 	// DueAt is then the window's opening (sql/quiet_hours.sql).
 	HeldFrom *time.Time `json:"held_from,omitempty"`
+	// DigestFrom is the due time asked for, when the row is in a digest:
+	// DueAt is then the digest's send time (sql/digests.sql).
+	DigestFrom *time.Time `json:"digest_from,omitempty"`
 }
 
 // Local is a row's times as the recipient's wall clock shows them
@@ -147,6 +150,10 @@ func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotifica
 		if err != nil {
 			return err
 		}
+		rows, digests, err := l.digestRows(tx, tenant, rows)
+		if err != nil {
+			return err
+		}
 		ids := make([]int64, len(shared))
 		for k, p := range shared {
 			if err := tx.QueryRow(qInsertSharedPayload, tenant, string(p), l.now()).Scan(&ids[k]); err != nil {
@@ -183,6 +190,9 @@ func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotifica
 				Scan(&out[i].ID, &out[i].State); err != nil {
 				return fmt.Errorf("find row scheduled concurrently: %w", err)
 			}
+		}
+		if err := nameDigests(tx, tenant, digests, out); err != nil {
+			return fmt.Errorf("name the rows' digests: %w", err)
 		}
 		// A row whose expiry falls inside its hold is written, so its
 		// replay finds it, and settled expired: it is never sent.

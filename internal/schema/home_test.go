@@ -28,6 +28,7 @@ var homeFiles = []string{
 	"internal/session/sql/sessions.sql",
 	"internal/ledger/sql/notifications.sql",
 	"internal/ledger/sql/quiet_hours.sql",
+	"internal/ledger/sql/digests.sql",
 	"internal/ledger/sql/attempts.sql",
 	"internal/ledger/sql/undeliverable.sql",
 	"internal/ledger/sql/receipts.sql",

@@ -97,7 +97,13 @@ func (cl *claimLease) run() {
 
 // renew extends the claim's lease in the ledger now: nil when it did,
 // ledger.ErrClaimLost when the claim is no longer the row's.
-func (cl *claimLease) renew() error { return cl.ask(cl.w.extends, cl.w.leaseFor()) }
+func (cl *claimLease) renew() error {
+	err := cl.ask(cl.w.extends, cl.w.leaseFor())
+	if err == nil {
+		cl.w.extendMembers(cl.dl, false)
+	}
+	return err
+}
 
 // ask extends the claim's lease through b (the heartbeat's extends, or the
 // check before the send's starts) and records the answer: a grant of at
@@ -132,6 +138,7 @@ func (cl *claimLease) startSend(need time.Duration) (bool, error) {
 	} else if err != nil {
 		return false, err
 	}
+	cl.w.extendMembers(cl.dl, true)
 	if left, _ := cl.left(); left < need {
 		return false, fmt.Errorf("the claim's lease was extended, but only %s of it is left for a send of up to %s", left, need)
 	}
