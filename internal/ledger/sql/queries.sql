@@ -1155,8 +1155,7 @@ RETURNING n.id
 -- same (recipient, channel, kind): $1 are the keys' 32-bit hashes, locked
 -- in order (31 is the class of these locks), so two schedules never open
 -- two digests for one window.
-SELECT count(*) FROM (SELECT pg_advisory_xact_lock(31, h)
-                        FROM (SELECT DISTINCT h FROM unnest($1::integer[]) h ORDER BY h) k) l
+SELECT pg_advisory_xact_lock(31, k.h) FROM (SELECT DISTINCT h FROM unnest($1::integer[]) h ORDER BY h) k
 
 -- name: DigestReplays
 -- DigestReplays finds the tenant's ($1) rows already scheduled for the
