@@ -184,6 +184,43 @@ func (w *Worker) extendMembers(dl *delivery, start bool) {
 	}
 }
 
+// take removes the first member still in the digest and returns it.
+func (d *digestSend) take() (ledger.Claim, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.members) == 0 {
+		return ledger.Claim{}, false
+	}
+	c := d.members[0]
+	d.members = d.members[1:]
+	return c, true
+}
+
+// promote makes the first member still held the digest's lead when the
+// check before the send found the lead's claim revoked (the lead was
+// cancelled, rescheduled or updated since the claim): the digest goes out
+// without it, rather than its members waiting for their leases to run out.
+// It reports whether a member took over; the members' claims are checked
+// first (extendMembers), so the new lead's is confirmed for the send. The
+// lead's earliest expiry of the digest stays.
+func (cl *claimLease) promote() bool {
+	dl := cl.dl
+	if dl.digest == nil {
+		return false
+	}
+	cl.w.extendMembers(dl, true)
+	next, ok := dl.digest.take()
+	if !ok {
+		return false
+	}
+	next.Row.ExpiresAt = dl.row.ExpiresAt
+	cl.mu.Lock()
+	dl.row, dl.hold, cl.lost = next.Row, next.Hold, false
+	cl.mu.Unlock()
+	dl.log.Info().Int64("lead", next.Row.ID).Msg("the digest's lead left it before the send; the next member leads")
+	return true
+}
+
 // digestRequest makes dl's request the digest's, once the check before the
 // send has settled who is in it: one message listing the lead and every
 // member still held (payload.Digest), under a key derived from their ids
@@ -193,8 +230,16 @@ func (w *Worker) digestRequest(dl *delivery) {
 	if dl.digest == nil {
 		return
 	}
+	// The lead may have changed since prepare (promote).
+	dl.request.NotificationID = dl.row.ID
 	rows := append([]ledger.Notification{dl.row}, dl.digest.rows()...)
 	if len(rows) == 1 {
+		// Sent as that row, with its own content and key, whichever
+		// member it is.
+		if content, err := payload.Parse(dl.row.Channel, dl.row.Payload); err == nil {
+			dl.request.Content = content
+		}
+		dl.request.IdempotencyKey = ledger.IdempotencyKey(w.o.KeyPrefix, dl.row.ID, dl.row.DueAt)
 		return
 	}
 	slices.SortFunc(rows, func(a, b ledger.Notification) int { return int(a.ID - b.ID) })

@@ -111,7 +111,7 @@ func (cl *claimLease) renew() error {
 // sendKeep for the check).
 func (cl *claimLease) ask(b *batcher[ledger.Hold, struct{}], granted time.Duration) error {
 	asked := clock.Read(cl.w.o.Clock)
-	_, err := b.do(cl.dl.hold)
+	_, err := b.do(cl.hold())
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	switch {
@@ -134,7 +134,9 @@ func (cl *claimLease) ask(b *batcher[ledger.Hold, struct{}], granted time.Durati
 // an error when the ledger could not say.
 func (cl *claimLease) startSend(need time.Duration) (bool, error) {
 	if err := cl.ask(cl.w.starts, cl.w.sendKeep()); errors.Is(err, ledger.ErrClaimLost) {
-		return false, nil
+		if !cl.promote() {
+			return false, nil
+		}
 	} else if err != nil {
 		return false, err
 	}
@@ -143,6 +145,14 @@ func (cl *claimLease) startSend(need time.Duration) (bool, error) {
 		return false, fmt.Errorf("the claim's lease was extended, but only %s of it is left for a send of up to %s", left, need)
 	}
 	return true, nil
+}
+
+// hold is the claim the lease keeps: the delivery's, which a digest's
+// promote may change under the heartbeat.
+func (cl *claimLease) hold() ledger.Hold {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.dl.hold
 }
 
 // left is how much of the claim's lease is certainly left, and whether the
