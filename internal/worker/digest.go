@@ -202,12 +202,15 @@ func (d *digestSend) take() (ledger.Claim, bool) {
 // without it, rather than its members waiting for their leases to run out.
 // It reports whether a member took over; the members' claims are checked
 // first (extendMembers), so the new lead's is confirmed for the send. The
-// lead's earliest expiry of the digest stays.
+// lead's earliest expiry of the digest stays. The heartbeat, which stopped
+// at the lead's lost claim, is not restarted: the check's grant covers the
+// send (startSend), and the members are written right after it.
 func (cl *claimLease) promote() bool {
 	dl := cl.dl
 	if dl.digest == nil {
 		return false
 	}
+	asked := clock.Read(cl.w.o.Clock)
 	cl.w.extendMembers(dl, true)
 	next, ok := dl.digest.take()
 	if !ok {
@@ -215,7 +218,9 @@ func (cl *claimLease) promote() bool {
 	}
 	next.Row.ExpiresAt = dl.row.ExpiresAt
 	cl.mu.Lock()
-	dl.row, dl.hold, cl.lost = next.Row, next.Hold, false
+	// The check granted the member sendKeep from the ledger's now, which
+	// came after asked; the lead's own grants say nothing of it.
+	dl.row, dl.hold, cl.lost, cl.until = next.Row, next.Hold, false, asked.Add(cl.w.sendKeep())
 	cl.mu.Unlock()
 	dl.log.Info().Int64("lead", next.Row.ID).Msg("the digest's lead left it before the send; the next member leads")
 	return true
