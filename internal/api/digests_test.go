@@ -60,6 +60,10 @@ func TestDigestsThroughTheAPI(t *testing.T) {
 		expectField(t, b.do(t, "PUT", "/v1/digests", b.acme, bad.body), http.StatusBadRequest, bad.field)
 	}
 	expectField(t, b.do(t, "GET", "/v1/digests?kind=x", b.acme, nil), http.StatusBadRequest, "kind")
+	expectField(t, b.do(t, "GET", "/v1/digests?tenant=globex", b.acme, nil), http.StatusForbidden, "tenant")
+	if r := b.do(t, "GET", "/v1/digests", "", nil); r.status != http.StatusUnauthorized {
+		t.Errorf("GET /v1/digests without a token: %d %s", r.status, r.body)
+	}
 
 	r = b.do(t, "PUT", "/v1/digests", b.acme, map[string]any{"kind": "follow_up", "window": "0"})
 	expect(t, r, http.StatusOK)
