@@ -195,15 +195,20 @@ type digestPlan struct {
 // (the row exists, by the due time it asked for) is given its row's due_at,
 // so it meets the row's schedule key and creates nothing. Digests this
 // batch brings forward are moved at once; the rows' digest ids are written
-// after the rows (nameDigests).
-func (l *Ledger) digestRows(tx *txn, tenant string, rows []NewNotification) ([]NewNotification, *digestPlan, error) {
+// after the rows (nameDigests). A row in expire (quiet hours settle it
+// expired once written) joins none. The caller holds the send times for
+// quiet hours again (holdRows): a digest's members share its send time and
+// its rule, so they share its opening.
+func (l *Ledger) digestRows(tx *txn, tenant string, rows []NewNotification, expire []int) ([]NewNotification, *digestPlan, error) {
 	windows, err := loadDigests(tx, tenant)
 	if err != nil || len(windows) == 0 {
 		return rows, nil, err
 	}
 	var asked []int
 	for i, r := range rows {
-		if windows[r.Kind] > 0 {
+		// A row quiet hours expire (expire) is never sent, so it is in no
+		// digest.
+		if windows[r.Kind] > 0 && !slices.Contains(expire, i) {
 			asked = append(asked, i)
 		}
 	}

@@ -173,3 +173,20 @@ func TestValidateDigestNamesTheField(t *testing.T) {
 		t.Errorf("a zero window (off) refused: %v", err)
 	}
 }
+
+// Quiet hours hold a digest's send time as they hold a row's due time: a
+// window that closes after the send window does is sent at the next
+// opening, every member together.
+func TestDigestSendTimeIsHeldForQuietHours(t *testing.T) {
+	b := setup(t)
+	setQuiet(t, b, weekdays)
+	setDigest(t, b, "acme", Digest{Kind: "follow_up", Window: 10 * time.Minute})
+	monday := time.Date(2026, 3, 2, 19, 55, 0, 0, time.UTC)
+	out := mustSchedule(t, b, "acme", row("agent", "T-1", monday), row("agent", "T-2", monday.Add(3*time.Minute)))
+	tuesday := time.Date(2026, 3, 3, 8, 0, 0, 0, time.UTC)
+	for _, s := range out {
+		if d := mustGet(t, b, s.ID); d.DigestID != out[0].ID || !d.DueAt.Equal(tuesday) {
+			t.Errorf("member %d: digest %d due %s; want digest %d held to Tuesday 08:00", s.ID, d.DigestID, d.DueAt, out[0].ID)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/lib/pq"
@@ -150,9 +151,22 @@ func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotifica
 		if err != nil {
 			return err
 		}
-		rows, digests, err := l.digestRows(tx, tenant, rows)
+		rows, digests, err := l.digestRows(tx, tenant, rows, expire)
 		if err != nil {
 			return err
+		}
+		if digests != nil {
+			// A digest's send time is held for quiet hours as its members'
+			// due times were: the window may close outside a send window.
+			var again []int
+			if rows, again, err = holdRows(tx, tenant, rows); err != nil {
+				return err
+			}
+			for _, i := range again {
+				if !slices.Contains(expire, i) {
+					expire = append(expire, i)
+				}
+			}
 		}
 		ids := make([]int64, len(shared))
 		for k, p := range shared {
