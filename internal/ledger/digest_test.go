@@ -50,10 +50,11 @@ func TestDigestGathersOneWindow(t *testing.T) {
 		t.Errorf("a row due as the window closes: digest %d due %s; want a digest of its own, due a window later",
 			d.DigestID, d.DueAt)
 	}
-	for _, i := range []int{11, 12} {
-		if d := mustGet(t, b, out[i].ID); d.DigestID != out[i].ID || d.DigestID == lead {
-			t.Errorf("row %d (another kind or recipient): digest %d, want its own", i, d.DigestID)
-		}
+	if d := mustGet(t, b, out[11].ID); d.DigestID != 0 || !d.DueAt.Equal(at) {
+		t.Errorf("a row of a kind not digested: digest %d due %s, want none, due as asked", d.DigestID, d.DueAt)
+	}
+	if d := mustGet(t, b, out[12].ID); d.DigestID != out[12].ID {
+		t.Errorf("another recipient's row: digest %d, want its own", d.DigestID)
 	}
 	again := mustSchedule(t, b, "acme", rows[3])
 	if again[0].Created || again[0].ID != out[3].ID {
