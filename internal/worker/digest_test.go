@@ -200,7 +200,7 @@ func TestDigestCrashBetweenSendAndSettleFlagsEveryMember(t *testing.T) {
 		}
 		holds, ids = append(holds, c.Hold), append(ids, c.Row.ID)
 	}
-	if errs, err := b.Ledger.StartSends(bg, holds, time.Second, 0); err != nil || slices.ContainsFunc(errs, func(e error) bool { return e != nil }) {
+	if errs, err := b.Ledger.StartSends(bg, holds, time.Second, time.Millisecond); err != nil || slices.ContainsFunc(errs, func(e error) bool { return e != nil }) {
 		t.Fatalf("the check before the send: %v %v", errs, err)
 	}
 	key := ledger.DigestKey("owed-", env.Digest, ids)
