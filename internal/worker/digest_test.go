@@ -222,3 +222,61 @@ func TestDigestCrashBetweenSendAndSettleFlagsEveryMember(t *testing.T) {
 		t.Errorf("the provider's sends under the digest's key: %+v %v; want one, repeated once under the same key", sends, err)
 	}
 }
+
+// acceptedStuckSender hands its first send to the provider, which accepts
+// it, and then never answers: the accept is lost with the worker.
+type acceptedStuckSender struct {
+	provider.Sender
+	sending chan struct{} // closed once the provider accepted the first send
+	once    sync.Once
+}
+
+func (s *acceptedStuckSender) Send(ctx context.Context, d provider.Delivery) (provider.Result, error) {
+	first := false
+	s.once.Do(func() { first = true })
+	if !first {
+		return s.Sender.Send(ctx, d)
+	}
+	if _, err := s.Sender.Send(ctx, d); err != nil {
+		return provider.Result{}, err
+	}
+	close(s.sending)
+	<-ctx.Done()
+	return provider.Result{}, provider.TransportError(s.Name(), ctx.Err())
+}
+
+// A digest whose send the provider accepted but whose answer the worker
+// never got (the shutdown cut it off) is handed back member by member, each
+// marked: the next worker's send of the digest, under the same key, records
+// every member as a possible duplicate.
+func TestDigestSendCutOffFlagsEveryMember(t *testing.T) {
+	b := setup(t, stacktest.Options{})
+	rows := scheduleDigest(t, b, 4)
+	b.sweepAll(t)
+	stuck := &acceptedStuckSender{Sender: b.Sender, sending: make(chan struct{})}
+	stop := b.start(t, func(o *worker.Options) {
+		o.Route = func(string) (provider.Sender, error) { return stuck, nil }
+		o.ShutdownTimeout, o.SendTimeout, o.VisibilityTimeout = 100*time.Millisecond, time.Hour, time.Hour
+	})
+	waitClosed(t, stuck.sending, "the provider's accept of the digest")
+	stop()
+	for _, r := range rows {
+		if d, _ := b.Ledger.Get(bg, "acme", r.ID); d.State != ledger.StateQueued || len(d.History) != 0 {
+			t.Fatalf("member %d after the cut-off send: %s, history %+v; want queued with no attempt", r.ID, d.State, d.History)
+		}
+	}
+	b.start(t)
+	b.waitSettled(t, 30*time.Second)
+	var ids []int64
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+		d, _ := b.Ledger.Get(bg, "acme", r.ID)
+		if d.State != ledger.StateDelivered || len(d.History) != 1 || !d.History[0].PossibleDuplicate {
+			t.Errorf("member %d: %s, history %+v; want delivered, flagged a possible duplicate", r.ID, d.State, d.History)
+		}
+	}
+	sends, err := b.SandboxClient.Sends(bg, sandbox.SendQuery{Key: ledger.DigestKey("owed-", rows[0].ID, ids)})
+	if err != nil || len(sends) != 1 || sends[0].Duplicates != 1 {
+		t.Errorf("the provider's sends under the digest's key: %+v %v; want one, repeated once", sends, err)
+	}
+}
