@@ -61,6 +61,11 @@ func TestDigestsThroughTheAPI(t *testing.T) {
 	}
 	expectField(t, b.do(t, "GET", "/v1/digests?kind=x", b.acme, nil), http.StatusBadRequest, "kind")
 	expectField(t, b.do(t, "GET", "/v1/digests?tenant=globex", b.acme, nil), http.StatusForbidden, "tenant")
+	expectField(t, b.do(t, "GET", "/v1/digests", serviceToken, nil), http.StatusBadRequest, "tenant")
+	if r := b.do(t, "PUT", "/v1/digests", b.acme, `{"kind":`); r.status != http.StatusBadRequest ||
+		r.apiErr(t).Code != codeMalformedJSON {
+		t.Errorf("malformed: %d %s", r.status, r.body)
+	}
 	if r := b.do(t, "GET", "/v1/digests", "", nil); r.status != http.StatusUnauthorized {
 		t.Errorf("GET /v1/digests without a token: %d %s", r.status, r.body)
 	}
