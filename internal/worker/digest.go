@@ -55,6 +55,17 @@ func (d *digestSend) drop(holds []ledger.Hold, errs []error) {
 	})
 }
 
+// held says a digest still has members whose claims the worker holds; false
+// for a row sent alone (d nil).
+func (d *digestSend) held() bool {
+	if d == nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.members) > 0
+}
+
 // rows is the members' rows still in the digest.
 func (d *digestSend) rows() []ledger.Notification {
 	d.mu.Lock()
@@ -202,9 +213,8 @@ func (d *digestSend) take() (ledger.Claim, bool) {
 // without it, rather than its members waiting for their leases to run out.
 // It reports whether a member took over; the members' claims are checked
 // first (extendMembers), so the new lead's is confirmed for the send. The
-// lead's earliest expiry of the digest stays. The heartbeat, which stopped
-// at the lead's lost claim, is not restarted: the check's grant covers the
-// send (startSend), and the members are written right after it.
+// lead's earliest expiry of the digest stays. The heartbeat, which kept
+// the members' claims meanwhile, keeps the new lead's from its next beat.
 func (cl *claimLease) promote() bool {
 	dl := cl.dl
 	if dl.digest == nil {

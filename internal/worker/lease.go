@@ -83,9 +83,10 @@ func (cl *claimLease) run() {
 		case <-t.C:
 		}
 		err := cl.renew()
-		if errors.Is(err, ledger.ErrClaimLost) {
+		if errors.Is(err, ledger.ErrClaimLost) && !cl.dl.digest.held() {
 			// Not ours any more: the message is not this worker's to keep
-			// hidden either.
+			// hidden either. A digest whose lead alone was taken back is
+			// still its members' (promote).
 			return
 		}
 		if err != nil {
@@ -99,7 +100,9 @@ func (cl *claimLease) run() {
 // ledger.ErrClaimLost when the claim is no longer the row's.
 func (cl *claimLease) renew() error {
 	err := cl.ask(cl.w.extends, cl.w.leaseFor())
-	if err == nil {
+	if err == nil || errors.Is(err, ledger.ErrClaimLost) {
+		// A digest's members' claims are their own: kept while the
+		// worker holds them, whatever became of the lead's.
 		cl.w.extendMembers(cl.dl, false)
 	}
 	return err
