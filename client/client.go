@@ -205,6 +205,35 @@ func (c *Client) SetQuietHours(ctx context.Context, q QuietHours) (HoldResult, e
 	return out, err
 }
 
+// SetDigest declares a kind digestible with a window (PUT /v1/digests):
+// rows of the kind to one recipient on one channel due within one window
+// go out as one message listing them. A zero window turns digesting off
+// for the kind.
+func (c *Client) SetDigest(ctx context.Context, kind string, window time.Duration) (DigestResult, error) {
+	w := "0"
+	if window != 0 {
+		w = window.String()
+	}
+	body := map[string]any{"kind": kind, "window": w}
+	if c.tenant != "" {
+		body["tenant_id"] = c.tenant
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return DigestResult{}, err
+	}
+	var out DigestResult
+	err = c.do(ctx, http.MethodPut, "/v1/digests", b, true, &out)
+	return out, err
+}
+
+// Digests lists the tenant's digestible kinds (GET /v1/digests).
+func (c *Client) Digests(ctx context.Context) ([]Digest, error) {
+	var out []Digest
+	err := c.get(ctx, "/v1/digests", url.Values{}, &out)
+	return out, err
+}
+
 // patch sends a PATCH. An update is retried like the other writes: applied
 // twice it leaves the row as applied once.
 func (c *Client) patch(ctx context.Context, path string, body map[string]any, out any) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -93,6 +94,35 @@ func TestEveryCall(t *testing.T) {
 	if d, err = c.Get(ctx, s.ID); err != nil || d.DueAt.UTC().Hour() != 3 || d.DueAt.UTC().Minute() != 0 ||
 		d.DueAt.Before(at) {
 		t.Fatalf("Get of a row in quiet hours: %+v, %v; want it due at the next 03:00 UTC", d, err)
+	}
+
+	// A digest of a kind of this run's own (the tests share the tenant):
+	// two rows to one recipient in one window are one digest, due as it
+	// closes; turning it off takes them back to their own times.
+	kind := "digest_" + at.Format("20060102150405")
+	if dr, err := c.SetDigest(ctx, kind, 10*time.Minute); err != nil || dr.Digest != (client.Digest{Kind: kind, Window: "10m0s"}) {
+		t.Fatalf("SetDigest: %+v, %v", dr, err)
+	}
+	if ds, err := c.Digests(ctx); err != nil || !slices.Contains(ds, client.Digest{Kind: kind, Window: "10m0s"}) {
+		t.Fatalf("Digests: %+v, %v; want %s among them", ds, err, kind)
+	}
+	var members []int64
+	for i := range 2 {
+		n := sms("+15551300", fmt.Sprintf("%s-DIGEST-%d", calls, i), at.Add(time.Duration(i)*time.Minute))
+		n.Kind = kind
+		s, err := c.Schedule(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, s.ID)
+	}
+	for _, id := range members {
+		if d, err := c.Get(ctx, id); err != nil || d.DigestID != members[0] || !d.DueAt.Equal(at.Add(10*time.Minute)) {
+			t.Fatalf("Get of a digest member: %+v, %v; want digest %d due at %s", d, err, members[0], at.Add(10*time.Minute))
+		}
+	}
+	if dr, err := c.SetDigest(ctx, kind, 0); err != nil || dr.Undigested != 2 {
+		t.Fatalf("SetDigest off: %+v, %v; want 2 rows undigested", dr, err)
 	}
 
 	var many []client.Notification

@@ -67,6 +67,20 @@ type HoldResult struct {
 	Merged   int `json:"merged"`
 }
 
+// Digest is one digestible kind and its window, as the API writes it
+// ("10m0s").
+type Digest struct {
+	Kind   string `json:"kind"`
+	Window string `json:"window"`
+}
+
+// DigestResult is what SetDigest did: the kind's setting, and how many
+// pending rows left digests not yet leased (digesting turned off).
+type DigestResult struct {
+	Digest     Digest `json:"digest"`
+	Undigested int    `json:"undigested"`
+}
+
 // MarshalJSON writes the times as RFC 3339 strings, as the API reads them.
 func (n Notification) MarshalJSON() ([]byte, error) {
 	type plain Notification
@@ -195,9 +209,14 @@ type Row struct {
 	DueLocal string `json:"due_local,omitempty"`
 	// HeldFrom and Hold say, while quiet hours hold the row, the time it
 	// was asked for and until when it is held (DueAt).
-	HeldFrom          *time.Time `json:"held_from,omitempty"`
-	Hold              string     `json:"hold,omitempty"`
-	Urgent            bool       `json:"urgent,omitempty"`
+	HeldFrom *time.Time `json:"held_from,omitempty"`
+	Hold     string     `json:"hold,omitempty"`
+	Urgent   bool       `json:"urgent,omitempty"`
+	// DigestID names the digest the row is in, or went out in (one
+	// provider call listing its members); DigestFrom is then the due time
+	// asked for, DueAt being the digest's send time.
+	DigestID          int64      `json:"digest_id,omitempty"`
+	DigestFrom        *time.Time `json:"digest_from,omitempty"`
 	Payload           Payload    `json:"payload"`
 	State             string     `json:"state"`
 	Attempts          int        `json:"attempts"`

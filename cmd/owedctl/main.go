@@ -46,6 +46,7 @@ func commands() map[string]command {
 		"recipients":    {"list and clear undeliverable recipients (recipients list|clear)", recipientsCmd, recipientsActions},
 		"tenants":       {"pause, resume and list paused tenants (tenants pause|resume|list)", tenantsCmd, tenantsActions},
 		"archive":       {"write a settled id range of the ledger to files with a manifest, and restore them (archive write|restore)", archiveCmd, archiveActions},
+		"digests":       {"list and set a tenant's digestible kinds (digests list|set)", digestsCmd, digestsActions},
 		"erase":         {"forget a recipient's address and payloads, keeping the delivery facts (erase --tenant T --recipient R)", eraseCmd, nil},
 		"version":       {"print the version, revision and Go version (also: owedctl --version)", versionCmd, nil},
 		"healthcheck":   {"GET /healthz on a listen address (healthcheck :8181): the image's HEALTHCHECK", healthcheckCmd, nil},

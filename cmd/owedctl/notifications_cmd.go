@@ -179,6 +179,7 @@ func printDetail(out io.Writer, d ledger.Detail) {
 		{"attempts", strconv.Itoa(n.Attempts)},
 		{"provider", dash(n.Provider)},
 		{"provider message id", dash(n.ProviderMessageID)},
+		{"digest", digestLine(n)},
 		{"last error", dash(n.LastError)},
 		{"receipt", receiptLine(d.Outcome)},
 	} {
@@ -266,4 +267,17 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// digestLine names the digest a row is in, or went out in (docs/api.md,
+// "Digests"), and the due time it asked for; "-" for a row sent alone.
+func digestLine(n ledger.Notification) string {
+	if n.DigestID == 0 {
+		return "-"
+	}
+	line := strconv.FormatInt(n.DigestID, 10)
+	if n.DigestFrom != nil {
+		line += " (asked for " + stamp(n.DigestFrom) + ")"
+	}
+	return line
 }

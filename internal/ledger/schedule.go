@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/lib/pq"
@@ -37,6 +38,9 @@ type NewNotification struct {
 	// HeldFrom is the due time asked for, when quiet hours hold the row:
 	// DueAt is then the window's opening (sql/quiet_hours.sql).
 	HeldFrom *time.Time `json:"held_from,omitempty"`
+	// DigestFrom is the due time asked for, when the row is in a digest:
+	// DueAt is then the digest's send time (sql/digests.sql).
+	DigestFrom *time.Time `json:"digest_from,omitempty"`
 }
 
 // Local is a row's times as the recipient's wall clock shows them
@@ -147,6 +151,23 @@ func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotifica
 		if err != nil {
 			return err
 		}
+		rows, digests, err := l.digestRows(tx, tenant, rows, expire)
+		if err != nil {
+			return err
+		}
+		if digests != nil {
+			// A digest's send time is held for quiet hours as its members'
+			// due times were: the window may close outside a send window.
+			var again []int
+			if rows, again, err = holdRows(tx, tenant, rows); err != nil {
+				return err
+			}
+			for _, i := range again {
+				if !slices.Contains(expire, i) {
+					expire = append(expire, i)
+				}
+			}
+		}
 		ids := make([]int64, len(shared))
 		for k, p := range shared {
 			if err := tx.QueryRow(qInsertSharedPayload, tenant, string(p), l.now()).Scan(&ids[k]); err != nil {
@@ -183,6 +204,9 @@ func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotifica
 				Scan(&out[i].ID, &out[i].State); err != nil {
 				return fmt.Errorf("find row scheduled concurrently: %w", err)
 			}
+		}
+		if err := nameDigests(tx, tenant, digests, out); err != nil {
+			return fmt.Errorf("name the rows' digests: %w", err)
 		}
 		// A row whose expiry falls inside its hold is written, so its
 		// replay finds it, and settled expired: it is never sent.

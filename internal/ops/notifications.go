@@ -55,7 +55,18 @@ type Event struct {
 // Steps that have not happened are absent.
 func Timeline(d ledger.Detail) []Event {
 	n := d.Notification
-	ev := []Event{{At: n.CreatedAt, What: "scheduled"}, {At: n.DueAt, What: "due"}}
+	// A digest's member is due at the digest's send time, and goes out in
+	// the digest's one send (docs/api.md, "Digests").
+	var digest string
+	due := Event{At: n.DueAt, What: "due"}
+	if n.DigestID != 0 {
+		digest = "in digest " + strconv.FormatInt(n.DigestID, 10)
+		due.Detail = digest
+		if n.DigestFrom != nil {
+			due.Detail += ", asked for " + n.DigestFrom.Format(time.RFC3339Nano)
+		}
+	}
+	ev := []Event{{At: n.CreatedAt, What: "scheduled"}, due}
 	add := func(t *time.Time, e Event) {
 		if t != nil && !t.IsZero() {
 			e.At = *t
@@ -87,7 +98,8 @@ func Timeline(d ledger.Detail) []Event {
 		ev = append(ev, Event{At: at, What: "receipt", Outcome: string(r.Status), Provider: r.Provider,
 			ProviderMessageID: r.ProviderMessageID, Detail: r.Code})
 	}
-	add(n.DeliveredAt, Event{What: "delivered", Provider: n.Provider, ProviderMessageID: n.ProviderMessageID})
+	add(n.DeliveredAt, Event{What: "delivered", Provider: n.Provider, ProviderMessageID: n.ProviderMessageID,
+		Detail: digest})
 	add(n.SettledAt, Event{What: "settled", Outcome: string(n.State), Detail: n.LastError})
 	slices.SortStableFunc(ev, func(a, b Event) int { return a.At.Compare(b.At) })
 	return ev

@@ -28,6 +28,7 @@ var homeFiles = []string{
 	"internal/session/sql/sessions.sql",
 	"internal/ledger/sql/notifications.sql",
 	"internal/ledger/sql/quiet_hours.sql",
+	"internal/ledger/sql/digests.sql",
 	"internal/ledger/sql/attempts.sql",
 	// The per-minute counters count the rows and the attempts settled;
 	// operator.sql's stats read them.

@@ -118,6 +118,7 @@ func (w *Worker) skip(ctx context.Context, dl *delivery, reason, outcome string)
 		w.returnAfter(ctx, dl.msg, jitter(unavailableRetry), "ledger unavailable")
 		return
 	}
+	w.follow(ctx, dl, func(ctx context.Context, h ledger.Hold) error { return w.o.Ledger.SettleSkipped(ctx, h, reason) })
 	w.o.Metrics.outcome(outcome)
 	w.ack(dl.msg.Receipt)
 }
@@ -139,6 +140,7 @@ func (w *Worker) expire(ctx context.Context, dl *delivery, a *ledger.Attempt) {
 		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "ledger unavailable"})
 		return
 	}
+	w.follow(ctx, dl, func(ctx context.Context, h ledger.Hold) error { return w.o.Ledger.SettleExpiredAfter(ctx, h, a) })
 	w.o.Metrics.outcome("expired")
 	w.ack(dl.msg.Receipt)
 }
@@ -199,6 +201,9 @@ func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledge
 		dl.log.Warn().Err(err).Msg("could not settle the row failed; it is retried once its lease runs out")
 		return
 	}
+	w.follow(ctx, dl, func(ctx context.Context, h ledger.Hold) error {
+		return w.o.Ledger.SettleFailed(ctx, h, reason, a, maybe)
+	})
 	w.o.Metrics.outcome("failed")
 	w.o.Metrics.failed.WithLabelValues(f.cause).Inc()
 	switch {
@@ -278,6 +283,14 @@ func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 		// not this worker's to return.
 		w.claimLost(dl, "the release")
 		return
+	}
+	if err == nil {
+		w.follow(ctx, dl, func(ctx context.Context, h ledger.Hold) error {
+			if handoff {
+				return w.o.Ledger.HandBack(ctx, h, r.after, r.reason, r.attempt, uncertain)
+			}
+			return w.o.Ledger.ReleaseClaim(ctx, h, r.after, w.o.RequeueAfter, r.reason, r.attempt, uncertain)
+		})
 	}
 	if err != nil {
 		// The claim's own lease will run out; the return still schedules
@@ -369,16 +382,15 @@ func (w *Worker) flushClaims(ctx context.Context, reqs []ledger.ClaimRequest) ([
 // happened, and losing their record would resend them), then finishes each
 // send by its answer (settled): acks follow the commit, never precede it.
 func (w *Worker) flushSettles(ctx context.Context, batch []settle) ([]struct{}, []error) {
-	rows := make([]ledger.Delivered, len(batch))
-	for i, s := range batch {
-		rows[i] = s.d
-	}
+	// A digest's members settle in the same commit as its lead.
+	rows, lead := settleRows(batch)
 	errs := w.settleBatch(ctx, rows)
 	for i, s := range batch {
 		var err error
 		if errs != nil {
-			err = errs[i]
+			err = errs[lead[i]]
 		}
+		settledMembers(s, errs, lead[i])
 		w.settled(s, err)
 	}
 	return nil, nil

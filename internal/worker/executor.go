@@ -53,6 +53,9 @@ type delivery struct {
 	// possibleDuplicate says an earlier claim may have reached the
 	// provider: this send is flagged and counted.
 	possibleDuplicate bool
+	// digest is the rest of the digest the row leads (digest.go); nil for
+	// a row sent alone.
+	digest *digestSend
 	// probe says this send is the probe of a paused provider account
 	// (admit): its answer decides whether the account resumes.
 	probe bool
@@ -124,6 +127,9 @@ func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool
 		return nil, false
 	}
 	log := w.o.Log.With().Str("tenant_id", env.Tenant).Int64("id", env.ID).Str("message_id", msg.ID).Logger()
+	if env.Digest != 0 {
+		return w.claimDigest(ctx, msg, env, log)
+	}
 	asked, reading := w.o.Clock.Now(), clock.Read(w.o.Clock)
 	claim, err := w.claims.do(ledger.ClaimRequest{Tenant: env.Tenant, ID: env.ID, DueAt: env.DueAt})
 	var invalid *ledger.ValidationError
@@ -322,6 +328,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		w.claimLost(dl, "the check before the send")
 		return
 	}
+	w.digestRequest(dl)
 	// The check is a ledger round trip, so the time left before the expiry
 	// is read again after it: the send's deadline is the row's expiry
 	// however long the check took. Read before it, the deadline was late by

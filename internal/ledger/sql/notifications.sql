@@ -175,6 +175,11 @@ CREATE TABLE owed_notifications (
     held_from           timestamptz CHECK (owed_time_in_range(held_from)),
     -- An urgent row is never held.
     urgent              boolean     NOT NULL DEFAULT false,
+    -- A row in a digest (digests.sql): the digest it belongs to (the id of
+    -- its first member), and the due time it was asked for, due_at being
+    -- the digest's send time. NULL for a row sent alone.
+    digest_id           bigint,
+    digest_from         timestamptz CHECK (owed_time_in_range(digest_from)),
     -- Scheduling the same thing twice is one row.
     CONSTRAINT owed_notifications_schedule_key UNIQUE (tenant_id, recipient, kind, ref_id, due_at),
     -- settled_at is set exactly when the state is final, so the partial
@@ -246,6 +251,11 @@ CREATE INDEX owed_notifications_pending_owed ON owed_notifications
 -- out from its past part, so both cost the rows in flight.
 CREATE INDEX owed_notifications_in_flight ON owed_notifications (lease_until)
     WHERE state IN ('leased', 'queued', 'sending');
+
+-- A digest's owed members, which the worker claims together
+-- (ledger.ClaimDigest).
+CREATE INDEX owed_notifications_digest ON owed_notifications (tenant_id, digest_id)
+    WHERE digest_id IS NOT NULL AND settled_at IS NULL;
 
 -- The expiry pass reads owed rows that carry an expiry, soonest first.
 CREATE INDEX owed_notifications_owed_expiry ON owed_notifications (expires_at)

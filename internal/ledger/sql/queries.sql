@@ -25,10 +25,10 @@ id, tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
        provider, provider_message_id, last_error, created_at, updated_at, queue_generation, claim_seq
 
 -- fragment: localColumns
--- localColumns are the row's local-time and quiet-hours columns, which
+-- localColumns are the row's local-time, quiet-hours and digest columns, which
 -- the reads that answer callers add after notificationColumns
 -- (ledger.scanRow); the worker's claim leaves them out.
-time_zone, due_local, held_from, urgent
+time_zone, due_local, held_from, urgent, digest_id, digest_from
 
 -- name: Get
 -- Get reads one row in the caller's tenant scope.
@@ -109,14 +109,14 @@ WITH input AS (
     SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
         idx int, recipient text, channel text, kind text, ref_id text,
         due_at timestamptz, expires_at timestamptz, payload jsonb, payload_id bigint,
-        time_zone text, due_local timestamp, held_from timestamptz, urgent boolean)
+        time_zone text, due_local timestamp, held_from timestamptz, urgent boolean, digest_from timestamptz)
 ), ins AS (
     INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
                                payload, payload_id, created_at, updated_at, time_zone, due_local, held_from,
-                               urgent)
+                               urgent, digest_from)
     SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload, payload_id,
            coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now()), time_zone, due_local, held_from,
-           coalesce(urgent, false)
+           coalesce(urgent, false), digest_from
       FROM input ORDER BY idx
     ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING
     RETURNING id, recipient, kind, ref_id, due_at, state
@@ -248,6 +248,7 @@ SELECT count(*) FILTER (WHERE {{movedExpiry}} > {{maxTime}}),
 -- send never stamped it.
 UPDATE owed_notifications n
    SET due_at = $5, expires_at = {{shiftedExpiry}}, due_local = NULL, held_from = NULL,
+       digest_id = NULL, digest_from = NULL,
        state = 'pending', lease_until = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($4::timestamptz, now())
@@ -285,7 +286,7 @@ UPDATE owed_notifications
 -- it clears the local time asked and any hold for quiet hours.
 UPDATE owed_notifications
    SET due_at = $3, expires_at = $4, state = 'pending', lease_until = NULL, published_at = NULL,
-       due_local = NULL, held_from = NULL,
+       due_local = NULL, held_from = NULL, digest_id = NULL, digest_from = NULL,
        queue_generation = queue_generation + 1, updated_at = coalesce($2::timestamptz, now())
  WHERE id = $1
 
@@ -412,6 +413,8 @@ UPDATE owed_notifications n
        payload_id = CASE WHEN $3::jsonb IS NULL THEN n.payload_id END,
        due_at = $4, expires_at = $5, due_local = $6, time_zone = $7,
        held_from = CASE WHEN n.due_at <> $4 THEN NULL ELSE n.held_from END,
+       digest_id = CASE WHEN n.due_at <> $4 THEN NULL ELSE n.digest_id END,
+       digest_from = CASE WHEN n.due_at <> $4 THEN NULL ELSE n.digest_from END,
        state = CASE WHEN n.due_at <> $4 THEN 'pending'
                     WHEN n.state = 'sending' THEN 'queued' ELSE n.state END,
        lease_until = CASE WHEN n.due_at <> $4 THEN NULL
@@ -1118,3 +1121,97 @@ WITH target AS (
 )
 SELECT (SELECT id FROM audit), ids, cancelled, in_flight, attempts, contacts, undeliverable, items, shared_payloads
   FROM counts
+
+-- Digests (digest.go): the kinds a tenant declared digestible
+-- (owed_digests, sql/digests.sql), and the rows Schedule puts in a digest.
+
+-- name: Digests
+-- Digests reads one tenant's ($1) digestible kinds and their windows in
+-- seconds.
+SELECT kind, window_s FROM owed_digests WHERE tenant_id = $1 ORDER BY kind
+
+-- name: UpsertDigest
+-- UpsertDigest declares kind $2 of tenant $1 digestible with the window $3
+-- in seconds ($4 now).
+INSERT INTO owed_digests (tenant_id, kind, window_s, updated_at)
+VALUES ($1, $2, $3, coalesce($4::timestamptz, now()))
+ON CONFLICT (tenant_id, kind) DO UPDATE SET window_s = EXCLUDED.window_s, updated_at = EXCLUDED.updated_at
+
+-- name: DeleteDigest
+-- DeleteDigest turns digesting off for kind $2 of tenant $1.
+DELETE FROM owed_digests WHERE tenant_id = $1 AND kind = $2
+
+-- name: UndigestKind
+-- UndigestKind takes the tenant's ($1) pending rows of kind $2 out of
+-- their digests, each back at the due time it was asked for ($3 now): a
+-- digest not yet leased is undone when its kind stops being digestible.
+UPDATE owed_notifications n
+   SET due_at = n.digest_from, digest_id = NULL, digest_from = NULL, updated_at = coalesce($3::timestamptz, now())
+ WHERE n.tenant_id = $1 AND n.kind = $2 AND n.digest_id IS NOT NULL AND n.state = 'pending'
+RETURNING n.id
+
+-- name: DigestLock
+-- DigestLock serialises the schedules that put rows in the digests of the
+-- same (recipient, channel, kind): $1 are the keys' 32-bit hashes, locked
+-- in order (31 is the class of these locks), so two schedules never open
+-- two digests for one window.
+SELECT pg_advisory_xact_lock(31, k.h) FROM (SELECT DISTINCT h FROM unnest($1::integer[]) h ORDER BY h) k
+
+-- name: DigestReplays
+-- DigestReplays finds the tenant's ($1) rows already scheduled for the
+-- rows ($2 recipients, $3 kinds, $4 ref_ids, $5 the due times asked, one
+-- element per row) by the due time asked: a row in a digest keeps it in
+-- digest_from. It answers each found row's (1-based) place and its due_at,
+-- which the replay is scheduled with so it meets the row's schedule key.
+SELECT w.i, f.due_at
+  FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[])
+       WITH ORDINALITY AS w(recipient, kind, ref_id, due, i)
+ CROSS JOIN LATERAL (SELECT n.due_at FROM owed_notifications n
+                      WHERE n.tenant_id = $1 AND n.recipient = w.recipient AND n.kind = w.kind
+                        AND n.ref_id = w.ref_id AND (n.digest_from = w.due OR n.due_at = w.due)
+                      ORDER BY n.due_at = w.due DESC
+                      LIMIT 1) f
+
+-- name: OpenDigests
+-- OpenDigests reads the tenant's ($1) open digests of each (recipient $2,
+-- channel $3, kind $4): a digest none of whose owed members has been
+-- leased yet, and whose members share one send time. It answers the
+-- (1-based) place of the key, the digest's id, its send time, the
+-- earliest and latest due times its members asked for, and their ref_ids.
+SELECT w.i, d.digest_id, d.send_at, d.opens, d.latest, d.refs
+  FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS w(recipient, channel, kind, i)
+ CROSS JOIN LATERAL (
+    SELECT n.digest_id, min(n.due_at) AS send_at, min(n.digest_from) AS opens, max(n.digest_from) AS latest,
+           array_agg(n.ref_id) AS refs
+      FROM owed_notifications n
+     WHERE n.tenant_id = $1 AND n.recipient = w.recipient AND n.kind = w.kind AND n.channel = w.channel
+       AND n.digest_id IS NOT NULL AND n.settled_at IS NULL
+     GROUP BY n.digest_id
+    HAVING bool_and(n.state = 'pending') AND min(n.due_at) = max(n.due_at)) d
+
+-- name: JoinDigests
+-- JoinDigests names the digest ($3 ids) of each row just scheduled ($2
+-- ids, one element per row) in the tenant's ($1) scope.
+UPDATE owed_notifications n SET digest_id = x.digest_id
+  FROM unnest($2::bigint[], $3::bigint[]) AS x(id, digest_id)
+ WHERE n.tenant_id = $1 AND n.id = x.id AND n.digest_from IS NOT NULL
+
+-- name: MoveDigest
+-- MoveDigest brings the pending members of the tenant's ($1) digest $2
+-- forward to the send time $3 ($4 now): a member's expiry falls before
+-- the window closes.
+UPDATE owed_notifications n SET due_at = $3, updated_at = coalesce($4::timestamptz, now())
+ WHERE n.tenant_id = $1 AND n.digest_id = $2 AND n.state = 'pending'
+
+-- name: DigestMembers
+-- DigestMembers lists the owed members of the tenant's ($1) digest $2
+-- whose due time is the digest's send time $3, by id: what the worker
+-- claims for one digest message.
+SELECT id FROM owed_notifications
+ WHERE tenant_id = $1 AND digest_id = $2 AND due_at = $3 AND settled_at IS NULL
+ ORDER BY id
+
+-- name: SweepDigests
+-- SweepDigests answers which of the rows the sweep leased ($1 ids) are in
+-- a digest, and its id (owed_sweep_digests, sql/digests.sql).
+SELECT id, digest_id FROM owed_sweep_digests($1)
