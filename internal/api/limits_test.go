@@ -78,6 +78,7 @@ func TestTenantOverItsRequestRateIs429(t *testing.T) {
 		{"POST", "/v1/recipients/erase", map[string]any{"recipient": "+15550001", "reason": "r"}},
 		{"PATCH", "/v1/notifications/1", map[string]any{"payload": map[string]any{"text": "hi"}}},
 		{"PUT", "/v1/quiet-hours", map[string]any{"scope": "tenant", "windows": []string{"mon-fri 08:00-20:00"}}},
+		{"GET", "/v1/quiet-hours", nil},
 		{"PATCH", "/v1/notifications", map[string]any{"key": map[string]any{"recipient": "+15550001", "kind": "follow_up",
 			"ref_id": "T-1", "due_at": due.Format(time.RFC3339)}, "payload": map[string]any{"text": "hi"}}},
 	}

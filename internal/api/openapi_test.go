@@ -178,6 +178,7 @@ func TestEveryRouteAnswers500WhenTheDatabaseIsGone(t *testing.T) {
 		{"PATCH", "/v1/notifications/1", serviceToken, map[string]any{"tenant_id": "acme", "payload": map[string]any{"text": "hi"}}},
 		{"PUT", "/v1/quiet-hours", serviceToken, map[string]any{"tenant_id": "acme", "scope": "tenant",
 			"windows": []string{"mon-fri 08:00-20:00"}}},
+		{"GET", "/v1/quiet-hours?tenant=acme", serviceToken, nil},
 		{"PATCH", "/v1/notifications", serviceToken, map[string]any{"tenant_id": "acme", "key": map[string]any{
 			"recipient": "+15550001", "kind": "follow_up", "ref_id": "T-1", "due_at": due.Format(time.RFC3339)},
 			"payload": map[string]any{"text": "hi"}}},

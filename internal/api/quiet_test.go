@@ -59,3 +59,42 @@ func TestQuietHoursThroughTheAPI(t *testing.T) {
 		t.Errorf("malformed: %d %s", r.status, r.body)
 	}
 }
+
+// GET /v1/quiet-hours reads back every scope the tenant set, in its own
+// scope only; its query takes the tenant alone.
+func TestGetQuietHours(t *testing.T) {
+	b := setup(t)
+	read := func(token, query string) quietHoursAnswer {
+		t.Helper()
+		r := b.do(t, "GET", "/v1/quiet-hours"+query, token, nil)
+		expect(t, r, http.StatusOK)
+		var a quietHoursAnswer
+		r.data(t, &a)
+		return a
+	}
+	if a := read(b.acme, ""); a.QuietHours == nil || len(a.QuietHours) != 0 {
+		t.Errorf("before any window: %+v, want an empty list", a)
+	}
+	expect(t, b.do(t, "PUT", "/v1/quiet-hours", b.acme, map[string]any{"scope": "tenant",
+		"windows": []string{"mon-fri 08:00-20:00"}, "time_zone": "Europe/Berlin"}), http.StatusOK)
+	expect(t, b.do(t, "PUT", "/v1/quiet-hours", b.acme, map[string]any{"scope": "kind:digest",
+		"windows": []string{"daily 07:00-08:00", "daily 18:00-19:00"}}), http.StatusOK)
+	a := read(b.acme, "")
+	if len(a.QuietHours) != 2 || a.QuietHours[0].Scope != "kind:digest" || len(a.QuietHours[0].Windows) != 2 ||
+		a.QuietHours[1].Scope != "tenant" || a.QuietHours[1].TimeZone != "Europe/Berlin" ||
+		a.QuietHours[1].Windows[0] != "mon-fri 08:00-20:00" {
+		t.Errorf("acme's windows: %+v", a.QuietHours)
+	}
+	if a := read(serviceToken, "?tenant=acme"); len(a.QuietHours) != 2 {
+		t.Errorf("with the service token: %+v", a.QuietHours)
+	}
+	if a := read(b.globex, ""); len(a.QuietHours) != 0 {
+		t.Errorf("globex sees %+v, want none of acme's", a.QuietHours)
+	}
+	expectField(t, b.do(t, "GET", "/v1/quiet-hours?scope=tenant", b.acme, nil), http.StatusBadRequest, "scope")
+	expectField(t, b.do(t, "GET", "/v1/quiet-hours", serviceToken, nil), http.StatusBadRequest, "tenant")
+	expectField(t, b.do(t, "GET", "/v1/quiet-hours?tenant=acme", b.globex, nil), http.StatusForbidden, "tenant")
+	if r := b.do(t, "GET", "/v1/quiet-hours", "", nil); r.status != http.StatusUnauthorized {
+		t.Errorf("without a token: %d %s", r.status, r.body)
+	}
+}
