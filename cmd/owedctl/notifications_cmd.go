@@ -17,7 +17,7 @@ import (
 )
 
 // notificationsActions are notifications' actions.
-var notificationsActions = []string{"show", "list", "find"}
+var notificationsActions = []string{"show", "list", "find", "update"}
 
 const notificationsExample = "owedctl notifications list --tenant acme --state failed --channel sms --due-from 2026-12-01"
 
@@ -31,17 +31,21 @@ func notificationsCmd(ctx context.Context, args []string) error {
 // runNotifications is notificationsCmd writing to out, so tests read what an
 // operator would see.
 func runNotifications(ctx context.Context, out io.Writer, args []string) error {
-	if err := needAction(args, printUsage("usage: owedctl notifications show ID|list --tenant T [flags]\n\n"+
+	if err := needAction(args, printUsage("usage: owedctl notifications show ID|list --tenant T [flags]|update ID [flags]\n\n"+
 		"  show ID   one row of any tenant, with every send attempt and its outcome\n"+
 		"  list      a tenant's rows, newest due first, a page at a time, with the counts by state (--state, --kind,\n"+
 		"            --channel, --recipient, --recipient-prefix, --ref, --due-from, --due-to, --settled-from,\n"+
 		"            --settled-to, --limit, --cursor); find is its older name\n\n"+
-		"The database is --database-url or OWED_DATABASE_URL.\n\nexample:\n  "+notificationsExample+"\n"),
+		"The database is --database-url or OWED_DATABASE_URL (update: OWED_OPERATOR_DATABASE_URL first, as a member of\n"+
+		"owed_operator).\n\nexample:\n  "+notificationsExample+"\n"),
 		notificationsActions); err != nil {
 		return err
 	}
-	if args[0] == "show" {
+	switch args[0] {
+	case "show":
 		return notificationsShow(ctx, out, args[1:])
+	case "update":
+		return notificationsUpdate(ctx, out, args[1:])
 	}
 	return notificationsList(ctx, out, args[0], args[1:])
 }
