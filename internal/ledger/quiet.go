@@ -292,7 +292,9 @@ func (l *Ledger) QuietHoursOf(ctx context.Context, tenant string) ([]QuietHours,
 	return out, nil
 }
 
-// heldRow is a pending row as rehold reads it (PendingToHold).
+// heldRow is a pending row as rehold reads it (PendingToHold), or a move
+// waiting on a send as reholdIntents does (IntentsToHold: asked, held and
+// due are the intent's).
 type heldRow struct {
 	id                                  int64
 	recipient, channel, kind, ref, zone string
