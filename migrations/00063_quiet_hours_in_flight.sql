@@ -15,9 +15,13 @@ ALTER TABLE owed_notifications
     ADD COLUMN intent_held_from timestamptz CHECK (owed_time_in_range(intent_held_from)),
     ADD COLUMN intent_time_zone text CHECK (intent_time_zone <> '' AND octet_length(intent_time_zone) <= 64);
 
+-- The new check is the old one for every row there is (intent_held_from
+-- is NULL in each), so validating it finds nothing; it takes only a SHARE
+-- UPDATE EXCLUSIVE lock, which writers pass.
 ALTER TABLE owed_notifications DROP CONSTRAINT owed_notifications_intent_expiry;
 ALTER TABLE owed_notifications ADD CONSTRAINT owed_notifications_intent_expiry
     CHECK (intent_expires_at IS NULL OR intent_expires_at > coalesce(intent_held_from, intent_due_at)) NOT VALID;
+ALTER TABLE owed_notifications VALIDATE CONSTRAINT owed_notifications_intent_expiry;
 
 -- +goose StatementBegin
 CREATE FUNCTION owed_intent_expires_in_hold(p_held_from timestamptz, p_due timestamptz, p_expires timestamptz)
@@ -334,9 +338,15 @@ $$;
 DROP FUNCTION owed_expired_in_hold();
 DROP FUNCTION owed_intent_expires_in_hold(timestamptz, timestamptz, timestamptz);
 
+-- A held intent whose expiry falls inside its hold breaks the old check:
+-- it goes back to the time it asked for, where the previous release, which
+-- knows no holds, would have put it.
+UPDATE owed_notifications SET intent_due_at = intent_held_from
+ WHERE intent_held_from IS NOT NULL AND intent_expires_at <= intent_due_at;
 ALTER TABLE owed_notifications DROP CONSTRAINT owed_notifications_intent_expiry;
 ALTER TABLE owed_notifications ADD CONSTRAINT owed_notifications_intent_expiry
     CHECK (intent_expires_at IS NULL OR intent_expires_at > intent_due_at) NOT VALID;
+ALTER TABLE owed_notifications VALIDATE CONSTRAINT owed_notifications_intent_expiry;
 
 ALTER TABLE owed_notifications
     DROP COLUMN intent_time_zone,
