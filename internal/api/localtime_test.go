@@ -149,7 +149,7 @@ func TestEventInLocalTimeRefusals(t *testing.T) {
 		{"bad recipient zone", localEvent("Europe/Berlin", "2027-03-14T09:30",
 			map[string]any{"recipient": "a", "time_zone": "Mars/Olympus"}), "recipients[0].time_zone", "Mars/Olympus"},
 		{"bad local time", localEvent("America/New_York", "2027-03-14 09:30", one), "due_local", "like 2027-03-28T09:00"},
-		{"an offset", localEvent("America/New_York", "2027-03-14T09:30-04:00", one), "due_local", "carries an offset"},
+		{"an offset", localEvent("America/New_York", "2027-03-14T09:30:00-04:00", one), "due_local", "carries an offset"},
 		{"a gap refused", withField(localEvent("America/New_York", "2027-03-14T02:30", one), "disambiguation", "reject"),
 			"due_local", "does not exist in America/New_York"},
 		{"a bad disambiguation", withField(localEvent("America/New_York", "2027-03-14T09:30", one), "disambiguation", "first"),
