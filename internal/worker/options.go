@@ -46,8 +46,9 @@ const (
 	// sending published (sweep.QueueDepthDefault), and that depth has to
 	// outlast the worker's reach, or slots taken ahead go unused: with a 2 s
 	// reach a 1 s depth kept one paced account 88 % busy, and a 2 s depth
-	// made another account's row wait up to 2 s behind it in the queue
-	// (bench/limitedsweep, bench/fairness: docs/fairness.md).
+	// made another account's row wait up to 2 s behind it in the queue; the
+	// depth is 1.5 s now, which keeps a paced account busy with a 500 ms
+	// reach (bench/limitedsweep, bench/fairness: docs/fairness.md).
 	PaceMaxWaitDefault = 500 * time.Millisecond
 	// RetryBaseDefault is the first backoff after a transient failure
 	// without a retry schedule; it doubles per attempt up to retryCap.
