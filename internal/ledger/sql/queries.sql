@@ -827,14 +827,16 @@ UPDATE owed_notifications n
 -- is a new idempotency key; pending, never published under it, a new
 -- queue generation, claimed_at kept as the possible-duplicate mark), to
 -- the expiry named rather than a shifted one. A row already there is
--- left as it is.
+-- left as it is, a row held for quiet hours being where it asked to be
+-- (held_from); a moved row drops its hold, and ChangeMaterialised holds
+-- it again for the windows in force at its new time.
 UPDATE owed_notifications n
-   SET due_at = i.due_at, expires_at = i.expires_at,
+   SET due_at = i.due_at, expires_at = i.expires_at, held_from = NULL,
        state = 'pending', lease_until = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($2::timestamptz, now())
 {{materialisedOpen}} AND NOT i.cancel AND NOT {{takenKey}}
-   AND (n.due_at <> i.due_at OR n.expires_at IS DISTINCT FROM i.expires_at)
+   AND (coalesce(n.held_from, n.due_at) <> i.due_at OR n.expires_at IS DISTINCT FROM i.expires_at)
 
 -- name: RecordMaterialisedCancel
 -- RecordMaterialisedCancel records a cancel on rows in flight, as
@@ -858,7 +860,8 @@ UPDATE owed_notifications n
        updated_at = coalesce($2::timestamptz, now())
 {{materialisedInFlight}} AND NOT i.cancel AND NOT {{cancelWaits}}
    AND NOT (n.intent IS NOT DISTINCT FROM 'reschedule' AND n.intent_outcome IS NULL
-            AND n.intent_due_at = i.due_at AND n.intent_expires_at IS NOT DISTINCT FROM i.expires_at)
+            AND coalesce(n.intent_held_from, n.intent_due_at) = i.due_at
+            AND n.intent_expires_at IS NOT DISTINCT FROM i.expires_at)
 
 -- name: MarkMaterialised
 -- MarkMaterialised marks the unsettled rows of $2 (ids) as the
