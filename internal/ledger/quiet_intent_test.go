@@ -1,8 +1,12 @@
 package ledger
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/owedhq/owed/internal/migrate"
 )
 
 // The tests' clock starts on Sunday 1 March 2026, 12:00 UTC. Tuesday 21:00
@@ -139,5 +143,46 @@ func TestUpdateInFlightCarriesItsZone(t *testing.T) {
 	if d := mustGet(t, b, id); d.DueAt.Format(time.RFC3339) != "2026-03-03T08:00:00Z" || d.TimeZone != "Europe/Berlin" ||
 		d.DueLocal != "2026-03-03T09:00:00" {
 		t.Errorf("handed back: due %s zone %q local %q, want 09:00 in Berlin", d.DueAt, d.TimeZone, d.DueLocal)
+	}
+}
+
+// Rolling back the migration that brought held intents keeps the ledger
+// valid: a move waiting on a send whose expiry falls inside its hold goes
+// back to the time it asked for (where the previous release, which knows
+// no holds, puts it), so the previous check validates, and the send's
+// release still applies it.
+func TestRollingBackHeldIntents(t *testing.T) {
+	b := setup(t)
+	id := inFlight(t, b, "a", "T-1", false)
+	setQuiet(t, b, weekdays)
+	expires := wednesdayMidnight
+	if _, err := b.l.Update(ctx, "acme", id, Change{DueAt: tuesdayNight, ExpiresAt: &expires}); err != nil {
+		t.Fatal(err)
+	}
+	all, err := migrate.Status(ctx, b.db.Owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(all, func(m migrate.Migration) bool { return strings.HasSuffix(m.Name, "_quiet_hours_in_flight.sql") })
+	if i < 1 {
+		t.Fatalf("no quiet_hours_in_flight migration in %+v", all)
+	}
+	if _, err := migrate.DownTo(ctx, b.db.Owner, all[i-1].Version); err != nil {
+		t.Fatalf("roll back: %v", err)
+	}
+	if in := readIntent(t, b, "acme", id); in.DueAt == nil || !in.DueAt.Equal(tuesdayNight) {
+		t.Errorf("the intent after the rollback: %+v, want it back at Tuesday 21:00", in)
+	}
+	var valid bool
+	if err := b.db.Owner.QueryRow(`SELECT convalidated FROM pg_constraint
+		WHERE conname = 'owed_notifications_intent_expiry'`).Scan(&valid); err != nil || !valid {
+		t.Errorf("the previous check: validated %v (%v), want valid", valid, err)
+	}
+	if _, err := migrate.Up(ctx, b.db.Owner); err != nil {
+		t.Fatalf("migrate up again: %v", err)
+	}
+	handBack(t, b, id)
+	if d := mustGet(t, b, id); d.State != StatePending || !d.DueAt.Equal(tuesdayNight) {
+		t.Errorf("handed back: %s due %s, want pending at Tuesday 21:00", d.State, d.DueAt)
 	}
 }
