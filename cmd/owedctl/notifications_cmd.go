@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -166,7 +167,16 @@ func notificationsList(ctx context.Context, out io.Writer, action string, args [
 func printDetail(out io.Writer, d ledger.Detail) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	n := d.Notification
-	for _, f := range [][2]string{
+	// The zone, the local time asked and a hold for quiet hours, when the
+	// row has them, after its times.
+	var local [][2]string
+	if n.TimeZone != "" {
+		local = append(local, [2]string{"time zone", n.TimeZone}, [2]string{"local time asked", dash(n.DueLocal)})
+	}
+	if n.Hold != "" {
+		local = append(local, [2]string{"quiet hours", n.Hold + " (asked for " + stamp(n.HeldFrom) + ")"})
+	}
+	fields := [][2]string{
 		{"id", strconv.FormatInt(n.ID, 10)},
 		{"tenant", n.Tenant},
 		{"state", string(n.State)},
@@ -185,7 +195,8 @@ func printDetail(out io.Writer, d ledger.Detail) {
 		{"provider message id", dash(n.ProviderMessageID)},
 		{"last error", dash(n.LastError)},
 		{"receipt", receiptLine(d.Outcome)},
-	} {
+	}
+	for _, f := range slices.Insert(fields, 9, local...) {
 		fmt.Fprintf(w, "%s:\t%s\n", f[0], f[1])
 	}
 	w.Flush()

@@ -116,6 +116,12 @@ func TestQuietHoursSetGetClear(t *testing.T) {
 	if d, err := l.Get(ctx, "acme", s[0].ID); err != nil || d.DueAt.Format(time.RFC3339) != "2030-03-02T10:00:00Z" {
 		t.Fatalf("the held row: %+v, %v; want Saturday 10:00", d.Notification, err)
 	}
+	show, err := runCmd(t, func(ctx context.Context, w *bytes.Buffer) error {
+		return runNotifications(ctx, w, []string{"show", strconv.FormatInt(s[0].ID, 10), "--database-url", db.AppURL})
+	})
+	if err != nil || !strings.Contains(show, "held for quiet hours until 2030-03-02T10:00:00Z (asked for") {
+		t.Errorf("notifications show of the held row: %v\n%s", err, show)
+	}
 	if out, err := run("set", "--tenant", "acme", "--kind", "digest", "--window", "daily 07:00-08:00",
 		"--time-zone", "Europe/Berlin", "--reason", "r", "--operator", "alice"); err != nil {
 		t.Fatalf("set a kind's: %v\n%s", err, out)
