@@ -87,6 +87,9 @@ func TestEveryCall(t *testing.T) {
 		Windows: []string{"daily 03:00-03:01"}}); err != nil || hr != (client.HoldResult{}) {
 		t.Fatalf("SetQuietHours: %+v, %v", hr, err)
 	}
+	if qs, err := c.GetQuietHours(ctx); err != nil || !containsScope(qs, "recipient:"+quiet, "daily 03:00-03:01") {
+		t.Fatalf("GetQuietHours: %+v, %v; want the recipient's window", qs, err)
+	}
 	s, err = c.Schedule(ctx, sms(quiet, calls+"-QUIET", at))
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +188,21 @@ func TestEveryCall(t *testing.T) {
 		t.Fatalf("event row: %+v, %v", d, err)
 	}
 
+	// The same event in each recipient's local time: 09:00 in Berlin the
+	// day after the clocks went forward, and in New York for the second.
+	ev, err = c.Event(ctx, client.Event{Kind: "shipment", RefID: "S-CALLS-LOCAL", Channel: "sms",
+		Payload: client.Payload{Text: "delayed"}, DueLocal: "2027-03-29T09:00", TimeZone: "Europe/Berlin",
+		Recipients: []client.EventRecipient{{Recipient: "+15551202"}, {Recipient: "+15551203", TimeZone: "America/New_York"}}})
+	if err != nil || ev.Created != 2 {
+		t.Fatalf("Event in local time: %+v, %v", ev, err)
+	}
+	for i, want := range []string{"2027-03-29T07:00:00Z", "2027-03-29T13:00:00Z"} {
+		if d, err := c.Get(ctx, ev.Notifications[i].ID); err != nil || d.DueAt.UTC().Format(time.RFC3339) != want ||
+			d.DueLocal != "2027-03-29T09:00:00" {
+			t.Fatalf("local event row %d: %+v, %v; want due %s", i, d, err, want)
+		}
+	}
+
 	ch, err := c.Reschedule(ctx, "follow_up", calls, at.Add(2*time.Hour))
 	if err != nil || ch.Changed != 1 {
 		t.Fatalf("Reschedule: %+v, %v", ch, err)
@@ -216,6 +234,16 @@ func TestEveryCall(t *testing.T) {
 	if _, err := client.New(serverURL, serviceToken, client.WithTenant("acme")).Get(ctx, s.ID); err != nil {
 		t.Errorf("service token naming the tenant: %v", err)
 	}
+}
+
+// containsScope says whether qs holds scope with window among its windows.
+func containsScope(qs []client.QuietHours, scope, window string) bool {
+	for _, q := range qs {
+		if q.Scope == scope && slices.Contains(q.Windows, window) {
+			return true
+		}
+	}
+	return false
 }
 
 func isAPIError(err error, status int, code, field string) bool {

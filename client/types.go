@@ -117,8 +117,8 @@ type ScheduleResult struct {
 }
 
 // Event fans one event out: one row per recipient, due at OccurredAt +
-// Delay. The due time comes from the event, so sending it twice lands on the
-// same rows.
+// Delay, or at DueLocal on each recipient's wall clock. The due time comes
+// from the event, so sending it twice lands on the same rows.
 type Event struct {
 	Kind       string
 	RefID      string
@@ -130,14 +130,23 @@ type Event struct {
 	// time.
 	ExpiresIn  time.Duration
 	Recipients []EventRecipient
+	// DueLocal, instead of OccurredAt and Delay, is the due time as each
+	// recipient's wall clock shows it ("2027-03-29T09:00"): in the
+	// recipient's TimeZone, else the event's, else the recipient's
+	// contact's. ExpiresLocal is the expiry the same way (instead of
+	// ExpiresIn); Disambiguation as for Notification.
+	DueLocal, ExpiresLocal, TimeZone, Disambiguation string
+	// Urgent rows are never held for quiet hours.
+	Urgent bool
 }
 
-// EventRecipient is one recipient of an Event; Channel and Payload, when
-// set, override the event's.
+// EventRecipient is one recipient of an Event; Channel, Payload and
+// TimeZone, when set, override the event's.
 type EventRecipient struct {
 	Recipient string   `json:"recipient"`
 	Channel   string   `json:"channel,omitempty"`
 	Payload   *Payload `json:"payload,omitempty"`
+	TimeZone  string   `json:"time_zone,omitempty"`
 }
 
 // ChangeResult is what a cancel or a reschedule changed.

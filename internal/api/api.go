@@ -96,6 +96,7 @@ func New(o Options) http.Handler {
 	route(s.mux, "PUT /v1/quiet-hours", s.authed(s.quietHours))
 	route(s.mux, "PUT /v1/digests", s.authed(s.setDigest))
 	route(s.mux, "GET /v1/digests", s.authed(s.digests))
+	route(s.mux, "GET /v1/quiet-hours", s.authed(s.getQuietHours))
 	route(s.mux, "GET /v1/openapi.json", serveOpenAPI)
 	return s
 }

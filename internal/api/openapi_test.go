@@ -180,6 +180,7 @@ func TestEveryRouteAnswers500WhenTheDatabaseIsGone(t *testing.T) {
 			"windows": []string{"mon-fri 08:00-20:00"}}},
 		{"PUT", "/v1/digests", serviceToken, map[string]any{"tenant_id": "acme", "kind": "follow_up", "window": "10m"}},
 		{"GET", "/v1/digests?tenant=acme", serviceToken, nil},
+		{"GET", "/v1/quiet-hours?tenant=acme", serviceToken, nil},
 		{"PATCH", "/v1/notifications", serviceToken, map[string]any{"tenant_id": "acme", "key": map[string]any{
 			"recipient": "+15550001", "kind": "follow_up", "ref_id": "T-1", "due_at": due.Format(time.RFC3339)},
 			"payload": map[string]any{"text": "hi"}}},

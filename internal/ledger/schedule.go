@@ -408,9 +408,14 @@ func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDu
 		return ChangeResult{}, err
 	}
 	due := newDue.UTC().Truncate(time.Microsecond)
-	// The moved rows take the quiet hours in force at their new time.
+	// The moved rows take the quiet hours in force at their new time, and
+	// so do the moves recorded on rows in flight, which take them when
+	// their send is handed back.
 	rehold := func(tx *txn) error {
-		_, err := l.rehold(tx, tenant, 0, kind, ref)
+		if _, err := l.rehold(tx, tenant, 0, kind, ref); err != nil {
+			return err
+		}
+		_, _, err := l.reholdIntents(tx, tenant, 0, kind, ref)
 		return err
 	}
 	res, err := l.changeSubject(ctx, tenant, kind, ref, expiryGuard(due), rehold, qReschedule, qRecordReschedule, due)
@@ -453,10 +458,12 @@ func expiryGuard(due time.Time) func(*txn, []any) error {
 }
 
 // changeSubject runs guard (nil for none; a refusal it returns ends the
-// change), then change (and after it, when not nil, after) (qCancel or qReschedule: $1 to $3 name the subject,
+// change), then change (qCancel or qReschedule: $1 to $3 name the subject,
 // $4 is now, extra follow) on the open rows, then intent (its qRecord…
-// statement, same arguments) on the rows in flight, and counts what is in
-// flight, all at the one instant of its transaction. change locks every
+// statement, same arguments) on the rows in flight, then after (when not
+// nil), and counts what is in flight, all at the one instant of its
+// transaction. after runs once both are written, so intent's check for a
+// clash sees every row where the change put it, as without quiet hours. change locks every
 // unsettled row of the subject first, so no worker's release or settle
 // slips between the two statements. A clash the intent statement reports
 // rolls the whole change back as ErrConflict.
@@ -478,17 +485,17 @@ func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref string, gu
 		if res.Changed, err = r.RowsAffected(); err != nil {
 			return err
 		}
-		if after != nil {
-			if err := after(tx); err != nil {
-				return err
-			}
-		}
 		var clash bool
 		if err := tx.QueryRow(intent, args...).Scan(&res.Intents, &clash); err != nil {
 			return err
 		}
 		if clash {
 			return ErrConflict
+		}
+		if after != nil {
+			if err := after(tx); err != nil {
+				return err
+			}
 		}
 		return tx.QueryRow(qCountInFlight, tenant, kind, ref, now).Scan(&res.InFlight)
 	})

@@ -49,8 +49,9 @@ type Event struct {
 	Detail            string `json:"detail,omitempty"`
 }
 
-// Timeline is d's life in time order: when it was scheduled and due, when
-// the sweep published it, its lease, the worker's claim, every send attempt
+// Timeline is d's life in time order: when it was scheduled and due (and,
+// when quiet hours held it, the time asked and until when), when the sweep
+// published it, its lease, the worker's claim, every send attempt
 // with its outcome and provider id, every receipt, and when it settled.
 // Steps that have not happened are absent.
 func Timeline(d ledger.Detail) []Event {
@@ -72,6 +73,15 @@ func Timeline(d ledger.Detail) []Event {
 			e.At = *t
 			ev = append(ev, e)
 		}
+	}
+	if n.HeldFrom != nil {
+		// The time asked, when quiet hours moved the row to a window's
+		// opening: its due time above.
+		until := strings.TrimPrefix(n.Hold, "held for quiet hours ")
+		if until == "" {
+			until = "until " + n.DueAt.UTC().Format(time.RFC3339)
+		}
+		add(n.HeldFrom, Event{What: "held for quiet hours", Detail: until})
 	}
 	add(n.PublishedAt, Event{What: "published", Detail: "queue generation " + strconv.Itoa(n.QueueGeneration)})
 	if !n.State.Settled() {

@@ -308,7 +308,7 @@ SELECT n.id, n.recipient FROM owed_notifications n
 WITH recorded AS (
     UPDATE owed_notifications n
        SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL, intent_payload = NULL,
-           intent_due_local = NULL,
+           intent_due_local = NULL, intent_held_from = NULL, intent_time_zone = NULL,
            intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
            updated_at = coalesce($4::timestamptz, now())
       FROM ({{subjectInFlight}}) t
@@ -328,7 +328,8 @@ SELECT count(*), false FROM recorded
 -- recipient on one key: the clash Reschedule meets as a unique
 -- violation, met here before the intent is applied, so a release never
 -- fails on it. An update still waiting keeps its payload and stays an
--- update, now to the new due time.
+-- update, now to the new due time (and in its zone). The move is
+-- recorded as asked; ledger.Reschedule then holds it for quiet hours.
 WITH target AS (
     SELECT t.id, t.recipient FROM ({{subjectInFlight}}) t
       JOIN owed_notifications n ON n.id = t.id
@@ -343,7 +344,9 @@ WITH target AS (
     UPDATE owed_notifications n
        SET intent = CASE WHEN n.intent = 'update' AND n.intent_outcome IS NULL THEN 'update' ELSE 'reschedule' END,
            intent_payload = CASE WHEN n.intent = 'update' AND n.intent_outcome IS NULL THEN n.intent_payload END,
+           intent_time_zone = CASE WHEN n.intent = 'update' AND n.intent_outcome IS NULL THEN n.intent_time_zone END,
            intent_due_local = NULL, intent_due_at = $5, intent_expires_at = {{shiftedExpiry}},
+           intent_held_from = NULL,
            intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
            updated_at = coalesce($4::timestamptz, now())
       FROM target t
@@ -358,10 +361,12 @@ SELECT count(*), EXISTS (SELECT 1 FROM clash) FROM recorded
 -- fragment: updateColumns
 -- updateColumns are what ledger.Update reads of the row it changes.
 -- in_flight is the rows a live worker is sending, whose send has started
--- (subjectInFlight's rule); $2 is now.
+-- (subjectInFlight's rule); $2 is now. The due time of a reschedule or
+-- update waiting is the one it asked for, before quiet hours held it.
 id, recipient, kind, ref_id, channel, state, due_at, expires_at, due_local, time_zone,
        intent IS NOT NULL AND intent_outcome IS NULL AND intent = 'cancel',
-       CASE WHEN intent IN ('reschedule', 'update') AND intent_outcome IS NULL THEN intent_due_at END,
+       CASE WHEN intent IN ('reschedule', 'update') AND intent_outcome IS NULL
+            THEN coalesce(intent_held_from, intent_due_at) END,
        CASE WHEN intent IN ('reschedule', 'update') AND intent_outcome IS NULL THEN intent_expires_at END,
        CASE WHEN intent = 'update' AND intent_outcome IS NULL THEN intent_payload END,
        state = 'sending' AND lease_until > coalesce($2::timestamptz, now()) AND NOT claim_revocable
@@ -428,12 +433,14 @@ UPDATE owed_notifications n
 -- name: RecordUpdate
 -- RecordUpdate records an update on a row a live worker is sending ($1
 -- id; $2 now; $3 the new payload or NULL to keep it; $4 due_at, $5
--- expires_at, $6 due_local: the row's values once the update applies),
--- replacing a reschedule or update waiting there (ledger.Update folded it
--- into these values). owed_apply_intent applies it when the send ends.
+-- expires_at, $6 due_local, $7 time_zone: the row's values once the
+-- update applies), replacing a reschedule or update waiting there
+-- (ledger.Update folded it into these values). owed_apply_intent applies
+-- it when the send ends. The due time is recorded as asked; ledger.Update
+-- then holds it for quiet hours.
 UPDATE owed_notifications n
    SET intent = 'update', intent_payload = $3::jsonb, intent_due_at = $4, intent_expires_at = $5,
-       intent_due_local = $6, intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
+       intent_due_local = $6, intent_time_zone = $7, intent_held_from = NULL, intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
        updated_at = coalesce($2::timestamptz, now())
  WHERE n.id = $1 AND n.state = 'sending'
 
@@ -823,21 +830,23 @@ UPDATE owed_notifications n
 -- is a new idempotency key; pending, never published under it, a new
 -- queue generation, claimed_at kept as the possible-duplicate mark), to
 -- the expiry named rather than a shifted one. A row already there is
--- left as it is.
+-- left as it is, a row held for quiet hours being where it asked to be
+-- (held_from); a moved row drops its hold, and ChangeMaterialised holds
+-- it again for the windows in force at its new time.
 UPDATE owed_notifications n
-   SET due_at = i.due_at, expires_at = i.expires_at,
+   SET due_at = i.due_at, expires_at = i.expires_at, held_from = NULL,
        state = 'pending', lease_until = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($2::timestamptz, now())
 {{materialisedOpen}} AND NOT i.cancel AND NOT {{takenKey}}
-   AND (n.due_at <> i.due_at OR n.expires_at IS DISTINCT FROM i.expires_at)
+   AND (coalesce(n.held_from, n.due_at) <> i.due_at OR n.expires_at IS DISTINCT FROM i.expires_at)
 
 -- name: RecordMaterialisedCancel
 -- RecordMaterialisedCancel records a cancel on rows in flight, as
 -- RecordCancel does, replacing a reschedule still waiting; a row whose
 -- cancel already waits is left alone, so a second run changes nothing.
 UPDATE owed_notifications n
-   SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL,
+   SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL, intent_held_from = NULL,
        intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
        updated_at = coalesce($2::timestamptz, now())
 {{materialisedInFlight}} AND i.cancel AND NOT {{cancelWaits}}
@@ -849,12 +858,13 @@ UPDATE owed_notifications n
 -- at the new due time is left to owed_apply_intent, which cancels the
 -- row in flight in favour of that row when the send is handed back.
 UPDATE owed_notifications n
-   SET intent = 'reschedule', intent_due_at = i.due_at, intent_expires_at = i.expires_at,
+   SET intent = 'reschedule', intent_due_at = i.due_at, intent_expires_at = i.expires_at, intent_held_from = NULL,
        intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
        updated_at = coalesce($2::timestamptz, now())
 {{materialisedInFlight}} AND NOT i.cancel AND NOT {{cancelWaits}}
    AND NOT (n.intent IS NOT DISTINCT FROM 'reschedule' AND n.intent_outcome IS NULL
-            AND n.intent_due_at = i.due_at AND n.intent_expires_at IS NOT DISTINCT FROM i.expires_at)
+            AND coalesce(n.intent_held_from, n.intent_due_at) = i.due_at
+            AND n.intent_expires_at IS NOT DISTINCT FROM i.expires_at)
 
 -- name: MarkMaterialised
 -- MarkMaterialised marks the unsettled rows of $2 (ids) as the
@@ -1007,6 +1017,31 @@ UPDATE owed_notifications n
                     WHERE o.tenant_id = $1 AND o.recipient = n.recipient AND o.kind = n.kind
                       AND o.ref_id = n.ref_id AND o.due_at = x.due AND o.id <> n.id)
 RETURNING n.id
+
+-- name: IntentsToHold
+-- IntentsToHold reads the tenant's ($1) moves waiting on a send that a
+-- hold applies to (not urgent): every reschedule, and every update that
+-- moves its row or is held already, with the due time each asked for and
+-- its zone (the update's, else the row's): every one for SetQuietHours,
+-- or those of one row ($2) or one subject ($3 kind, $4 ref_id) for the
+-- change that recorded it.
+SELECT id, recipient, channel, kind, ref_id, coalesce(intent_held_from, intent_due_at), intent_held_from IS NOT NULL,
+       intent_due_at, intent_expires_at, coalesce(intent_time_zone, time_zone, '')
+  FROM owed_notifications
+ WHERE tenant_id = $1 AND state = 'sending' AND intent IN ('reschedule', 'update') AND intent_outcome IS NULL
+   AND NOT urgent
+   AND (intent = 'reschedule' OR intent_due_at <> due_at OR intent_held_from IS NOT NULL)
+   AND ($2::bigint = 0 OR id = $2) AND ($3 = '' OR (kind = $3 AND ref_id = $4))
+
+-- name: MoveIntentHolds
+-- MoveIntentHolds gives the waiting moves of rows $2 (ids) their held due
+-- times ($3) with the due time asked for ($4, NULL when not held). A
+-- clash with a row at the held time is left to owed_apply_intent, which
+-- finds it when the send ends (that row is then the send).
+UPDATE owed_notifications n
+   SET intent_due_at = x.due, intent_held_from = x.held, updated_at = coalesce($5::timestamptz, now())
+  FROM unnest($2::bigint[], $3::timestamptz[], $4::timestamptz[]) AS x(id, due, held)
+ WHERE n.id = x.id AND n.tenant_id = $1 AND n.state = 'sending' AND n.intent_outcome IS NULL
 
 -- name: SettleHeld
 -- SettleHeld settles pending rows ($2 ids) a hold ends ($3 state, expired
