@@ -104,6 +104,9 @@ func New(o Options) http.Handler {
 	route(s.mux, "POST /v1/events", s.authed(s.event))
 	route(s.mux, "POST /v1/recipients/erase", s.authed(s.erase))
 	route(s.mux, "PUT /v1/quiet-hours", s.authed(s.quietHours))
+	route(s.mux, "PUT /v1/digests", s.authed(s.setDigest))
+	route(s.mux, "GET /v1/digests", s.authed(s.digests))
+	route(s.mux, "GET /v1/quiet-hours", s.authed(s.getQuietHours))
 	route(s.mux, "GET /v1/openapi.json", serveOpenAPI)
 	return s
 }

@@ -29,9 +29,15 @@ func (s *server) schedule(w http.ResponseWriter, r *http.Request, p principal) {
 }
 
 func (s *server) event(w http.ResponseWriter, r *http.Request, p principal) {
+	// The ledger's errors name the event's fields as decoding does: a
+	// recipient's zone its contact lacks is recipients[i].time_zone.
+	var req eventRequest
+	name := func(f ledger.FieldError) string { return eventNamer(req)(f) }
 	s.writeScheduled(w, r, p, func(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
-		return decodeEvent(body, p, s.maxExpanded)
-	}, true, batchNamer("recipients"))
+		tenant, rows, decoded, e := decodeEventRequest(body, p, s.maxExpanded)
+		req = decoded
+		return tenant, rows, e
+	}, true, name)
 }
 
 // decoded reads r's JSON body and decodes it with decode into the tenant the

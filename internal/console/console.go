@@ -4,8 +4,9 @@
 // the provider pace, sends per minute with the last hour's chart, and the
 // history charts of the last hour or day, history.go), a tenant's
 // notifications filtered and paged, each one's timeline and its actions
-// (cancel, reschedule, send now, redrive), the dead letters with filtered
-// and bulk redrive and delete, pausing sends per provider account or tenant,
+// (cancel, reschedule, send now, redrive), a row held for quiet hours
+// saying until when and each tenant's send windows (quiethours.go), the
+// dead letters with filtered and bulk redrive and delete, pausing sends per provider account or tenant,
 // and the operators' sessions (sessions.go: kept in owed_console_sessions,
 // shared by every replica, so logging out or revoking ends them everywhere
 // and a restart keeps them; wrong tokens are throttled, throttle.go).
@@ -140,6 +141,7 @@ func New(o Options) *Console {
 	c.mux.HandleFunc("GET "+Prefix+"pauses", c.authed(c.pauses))
 	c.mux.HandleFunc("POST "+Prefix+"pauses/action", c.authed(c.pauseAct))
 	c.mux.HandleFunc("GET "+Prefix+"audit", c.authed(c.audit))
+	c.mux.HandleFunc("GET "+Prefix+"quiet-hours", c.authed(c.quietHours))
 	c.mux.HandleFunc("GET "+Prefix+"sessions", c.authed(c.sessionsPage))
 	c.mux.HandleFunc("POST "+Prefix+"sessions/revoke", c.authed(c.revokeSession))
 	return c

@@ -293,6 +293,10 @@ type Notification struct {
 	// Hold says, while quiet hours hold the row, until when: "held for
 	// quiet hours until 2027-03-29T08:00:00+02:00", in the row's zone.
 	Hold string `json:"hold,omitempty"`
+	// DigestID names the digest the row is in (sql/digests.sql): one
+	// provider call lists its members, each settled with that call's
+	// provider message id. Zero for a row sent alone.
+	DigestID int64 `json:"digest_id,omitempty"`
 }
 
 type scanner interface{ Scan(...any) error }
@@ -323,13 +327,14 @@ func scanNotification(s scanner, extra ...any) (Notification, error) {
 // the reads that answer callers select them, then extra.
 func scanRow(s scanner, extra ...any) (Notification, error) {
 	var zone sql.NullString
-	var local, held sql.NullTime
+	var local, held, digestFrom sql.NullTime
 	var urgent bool
-	n, err := scanNotification(s, append([]any{&zone, &local, &held, &urgent}, extra...)...)
+	var digest sql.NullInt64
+	n, err := scanNotification(s, append([]any{&zone, &local, &held, &urgent, &digest, &digestFrom}, extra...)...)
 	if err != nil {
 		return n, err
 	}
-	n.TimeZone, n.Urgent = zone.String, urgent
+	n.TimeZone, n.Urgent, n.DigestID, n.DigestFrom = zone.String, urgent, digest.Int64, timePtr(digestFrom)
 	if local.Valid {
 		n.DueLocal = localtime.FormatCivil(local.Time)
 	}

@@ -126,6 +126,19 @@ func (l *Scheduling) ChangeMaterialised(ctx context.Context, tenant string, chan
 				res.Intents += n
 			}
 		}
+		// A moved nudge, or a move recorded on one in flight, takes the
+		// quiet hours in force at its new time, as a reschedule does.
+		for _, c := range in {
+			if c.Cancel {
+				continue
+			}
+			if _, err := l.rehold(tx, tenant, c.ID, "", ""); err != nil {
+				return err
+			}
+			if _, _, err := l.reholdIntents(tx, tenant, c.ID, "", ""); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	if err != nil {

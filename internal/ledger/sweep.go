@@ -276,13 +276,11 @@ func (l *Sweep) Survey(ctx context.Context, ahead time.Duration, s Sharing, coun
 	if countUpTo <= 0 {
 		return Survey{}, fmt.Errorf("ledger: survey count limit must be above zero, got %d", countUpTo)
 	}
-	channels, accountOf, names, _ := s.args()
 	var sv Survey
 	var inFlight pq.Int64Array
 	var oldest sql.NullFloat64
 	var asked time.Time
-	if err := l.queryRowAllTenants(ctx, qSurveyFair, l.now(), seconds(ahead), seconds(s.liveFor()),
-		pq.Array(channels), pq.Array(accountOf), pq.Array(names), countUpTo).
+	if err := l.queryRowAllTenants(ctx, qSurveyFair, surveyArgs(l.now(), ahead, s, countUpTo)...).
 		Scan(&inFlight, &sv.Pending, &sv.Requeues, &oldest, &asked); err != nil {
 		return Survey{}, err
 	}
@@ -295,16 +293,27 @@ func (l *Sweep) Survey(ctx context.Context, ahead time.Duration, s Sharing, coun
 	return sv, nil
 }
 
+// surveyArgs are qSurveyFair's arguments.
+func surveyArgs(now any, ahead time.Duration, s Sharing, countUpTo int) []any {
+	channels, accountOf, names, _ := s.args()
+	return []any{now, seconds(ahead), seconds(s.liveFor()), pq.Array(channels), pq.Array(accountOf), pq.Array(names),
+		countUpTo}
+}
+
 // Leasable reports whether a row is owed and free to lease within ahead,
 // room allowing, of a tenant not paused on an account s does not hold:
 // when a sweep leased nothing and held nothing back but this is true, the
 // lease is broken (the silent zero), not idle.
 func (l *Sweep) Leasable(ctx context.Context, ahead time.Duration, s Sharing) (bool, error) {
-	channels, accountOf, names, _ := s.args()
 	var ok bool
-	err := l.queryRowAllTenants(ctx, qLeasableFair, l.now(), seconds(ahead), pq.Array(channels),
-		pq.Array(accountOf), pq.Array(names)).Scan(&ok)
+	err := l.queryRowAllTenants(ctx, qLeasableFair, leasableArgs(l.now(), ahead, s)...).Scan(&ok)
 	return ok, err
+}
+
+// leasableArgs are qLeasableFair's arguments.
+func leasableArgs(now any, ahead time.Duration, s Sharing) []any {
+	channels, accountOf, names, _ := s.args()
+	return []any{now, seconds(ahead), pq.Array(channels), pq.Array(accountOf), pq.Array(names)}
 }
 
 // SendRates counts, per provider (the part of an account's name before
@@ -315,7 +324,7 @@ func (l *Sweep) SendRates(ctx context.Context, window time.Duration, countUpTo i
 		return nil, fmt.Errorf("ledger: send rates need a window and a count limit above zero, got %s and %d", window, countUpTo)
 	}
 	out := map[string]int64{}
-	err := l.queryAllTenants(ctx, qSendRates, []any{l.now(), seconds(window), countUpTo}, func(rows *sql.Rows) error {
+	err := l.queryAllTenants(ctx, qSendRates, sendRatesArgs(l.now(), window, countUpTo), func(rows *sql.Rows) error {
 		var provider string
 		var n int64
 		if err := rows.Scan(&provider, &n); err != nil {
@@ -325,6 +334,11 @@ func (l *Sweep) SendRates(ctx context.Context, window time.Duration, countUpTo i
 		return nil
 	})
 	return out, err
+}
+
+// sendRatesArgs are qSendRates' arguments.
+func sendRatesArgs(now any, window time.Duration, countUpTo int) []any {
+	return []any{now, seconds(window), countUpTo}
 }
 
 // ExpireOverdue settles up to limit owed rows whose expires_at has passed as

@@ -222,11 +222,15 @@ func (l *Scheduling) update(ctx context.Context, tenant string, c Change, lock f
 		}
 		res.ID = r.id
 		if r.inFlight {
-			if _, err := tx.Exec(qRecordUpdate, r.id, now, next.payload, next.due, next.expires, next.dueLocal); err != nil {
+			if _, err := tx.Exec(qRecordUpdate, r.id, now, next.payload, next.due, next.expires, next.dueLocal,
+				next.zone); err != nil {
 				return err
 			}
 			res.State, res.InFlight, res.Intent = StateSending, true, true
-			return nil
+			// The move takes the quiet hours in force at its new time when
+			// the send is handed back.
+			_, _, err := l.reholdIntents(tx, tenant, r.id, "", "")
+			return err
 		}
 		if _, err := tx.Exec(qUpdateOpen, r.id, now, next.payload, next.due, next.expires, next.dueLocal,
 			next.zone); err != nil {

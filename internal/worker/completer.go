@@ -164,6 +164,7 @@ func (c *completer) skip(ctx context.Context, dl *delivery, reason, outcome stri
 		c.returnAfter(ctx, dl.msg, jitter(unavailableRetry), "ledger unavailable")
 		return
 	}
+	c.follow(ctx, dl, func(ctx context.Context, h ledger.Hold) error { return c.ledger.SettleSkipped(ctx, h, reason) })
 	c.metrics.outcome(outcome)
 	c.ack(dl.msg.Receipt)
 }
@@ -185,6 +186,7 @@ func (c *completer) expire(ctx context.Context, dl *delivery, a *ledger.Attempt)
 		c.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "ledger unavailable"})
 		return
 	}
+	c.follow(ctx, dl, func(ctx context.Context, h ledger.Hold) error { return c.ledger.SettleExpiredAfter(ctx, h, a) })
 	c.metrics.outcome("expired")
 	c.ack(dl.msg.Receipt)
 }
@@ -245,6 +247,9 @@ func (c *completer) fail(ctx context.Context, dl *delivery, reason string, a *le
 		dl.log.Warn().Err(err).Msg("could not settle the row failed; it is retried once its lease runs out")
 		return
 	}
+	c.follow(ctx, dl, func(ctx context.Context, h ledger.Hold) error {
+		return c.ledger.SettleFailed(ctx, h, reason, a, maybe)
+	})
 	c.metrics.outcome("failed")
 	c.metrics.failed.WithLabelValues(f.cause).Inc()
 	switch {
@@ -325,6 +330,14 @@ func (c *completer) release(ctx context.Context, dl *delivery, r retry) {
 		c.claimLost(dl, "the release")
 		return
 	}
+	if err == nil {
+		c.follow(ctx, dl, func(ctx context.Context, h ledger.Hold) error {
+			if handoff {
+				return c.ledger.HandBack(ctx, h, r.after, r.reason, r.attempt, uncertain)
+			}
+			return c.ledger.ReleaseClaim(ctx, h, r.after, c.requeueAfter, r.reason, r.attempt, uncertain)
+		})
+	}
 	if err != nil {
 		// The claim's own lease will run out; the return still schedules
 		// the message, so the row is not stranded.
@@ -399,16 +412,15 @@ func (c *completer) flushAcks(ctx context.Context, receipts []string) ([]struct{
 // happened, and losing their record would resend them), then finishes each
 // send by its answer (settled): acks follow the commit, never precede it.
 func (c *completer) flushSettles(ctx context.Context, batch []settle) ([]struct{}, []error) {
-	rows := make([]ledger.Delivered, len(batch))
-	for i, s := range batch {
-		rows[i] = s.d
-	}
+	// A digest's members settle in the same commit as its lead.
+	rows, lead := settleRows(batch)
 	errs := c.settleBatch(ctx, rows)
 	for i, s := range batch {
 		var err error
 		if errs != nil {
-			err = errs[i]
+			err = errs[lead[i]]
 		}
+		settledMembers(s, errs, lead[i])
 		c.settled(s, err)
 	}
 	return nil, nil

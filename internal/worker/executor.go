@@ -122,6 +122,9 @@ type delivery struct {
 	// possibleDuplicate says an earlier claim may have reached the
 	// provider: this send is flagged and counted.
 	possibleDuplicate bool
+	// digest is the rest of the digest the row leads (digest.go); nil for
+	// a row sent alone.
+	digest *digestSend
 	// probe says this send is the probe of a paused provider account
 	// (admit): its answer decides whether the account resumes.
 	probe bool
@@ -193,6 +196,9 @@ func (e *executor) claim(ctx context.Context, msg queue.Delivery) (*delivery, bo
 		return nil, false
 	}
 	log := e.log.With().Str("tenant_id", env.Tenant).Int64("id", env.ID).Str("message_id", msg.ID).Logger()
+	if env.Digest != 0 {
+		return e.claimDigest(ctx, msg, env, log)
+	}
 	asked, reading := e.clock.Now(), clock.Read(e.clock)
 	claim, err := e.claims.do(ledger.ClaimRequest{Tenant: env.Tenant, ID: env.ID, DueAt: env.DueAt})
 	var invalid *ledger.ValidationError
@@ -391,6 +397,7 @@ func (e *executor) send(ctx context.Context, dl *delivery) {
 		e.completer.claimLost(dl, "the check before the send")
 		return
 	}
+	e.digestRequest(dl)
 	// The check is a ledger round trip, so the time left before the expiry
 	// is read again after it: the send's deadline is the row's expiry
 	// however long the check took. Read before it, the deadline was late by

@@ -83,9 +83,10 @@ func (cl *claimLease) run() {
 		case <-t.C:
 		}
 		err := cl.renew()
-		if errors.Is(err, ledger.ErrClaimLost) {
+		if errors.Is(err, ledger.ErrClaimLost) && !cl.dl.digest.held() {
 			// Not ours any more: the message is not this worker's to keep
-			// hidden either.
+			// hidden either. A digest whose lead alone was taken back is
+			// still its members' (promote).
 			return
 		}
 		if err != nil {
@@ -97,7 +98,15 @@ func (cl *claimLease) run() {
 
 // renew extends the claim's lease in the ledger now: nil when it did,
 // ledger.ErrClaimLost when the claim is no longer the row's.
-func (cl *claimLease) renew() error { return cl.ask(cl.e.extends, cl.e.leaseFor()) }
+func (cl *claimLease) renew() error {
+	err := cl.ask(cl.e.extends, cl.e.leaseFor())
+	if err == nil || errors.Is(err, ledger.ErrClaimLost) {
+		// A digest's members' claims are their own: kept while the
+		// worker holds them, whatever became of the lead's.
+		cl.e.extendMembers(cl.dl, false)
+	}
+	return err
+}
 
 // ask extends the claim's lease through b (the heartbeat's extends, or the
 // check before the send's starts) and records the answer: a grant of at
@@ -105,7 +114,7 @@ func (cl *claimLease) renew() error { return cl.ask(cl.e.extends, cl.e.leaseFor(
 // sendKeep for the check).
 func (cl *claimLease) ask(b *batcher[ledger.Hold, struct{}], granted time.Duration) error {
 	asked := clock.Read(cl.e.clock)
-	_, err := b.do(cl.dl.hold)
+	_, err := b.do(cl.hold())
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	switch {
@@ -128,14 +137,25 @@ func (cl *claimLease) ask(b *batcher[ledger.Hold, struct{}], granted time.Durati
 // an error when the ledger could not say.
 func (cl *claimLease) startSend(need time.Duration) (bool, error) {
 	if err := cl.ask(cl.e.starts, cl.e.sendKeep()); errors.Is(err, ledger.ErrClaimLost) {
-		return false, nil
+		if !cl.promote() {
+			return false, nil
+		}
 	} else if err != nil {
 		return false, err
 	}
+	cl.e.extendMembers(cl.dl, true)
 	if left, _ := cl.left(); left < need {
 		return false, fmt.Errorf("the claim's lease was extended, but only %s of it is left for a send of up to %s", left, need)
 	}
 	return true, nil
+}
+
+// hold is the claim the lease keeps: the delivery's, which a digest's
+// promote may change under the heartbeat.
+func (cl *claimLease) hold() ledger.Hold {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.dl.hold
 }
 
 // left is how much of the claim's lease is certainly left, and whether the
