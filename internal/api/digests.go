@@ -76,7 +76,7 @@ func (s *server) digests(w http.ResponseWriter, r *http.Request, p principal) {
 	if !s.enter(w, r, p, tenant) {
 		return
 	}
-	ds, err := s.ledger.Digests(r.Context(), tenant)
+	ds, err := s.reads.Digests(r.Context(), tenant)
 	if err != nil {
 		s.fail(w, r, err, changeNamer)
 		return

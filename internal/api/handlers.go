@@ -145,7 +145,7 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p principal) {
 	if !s.enter(w, r, p, tenant) {
 		return
 	}
-	d, err := s.ledger.Get(r.Context(), tenant, id)
+	d, err := s.reads.Get(r.Context(), tenant, id)
 	if err != nil {
 		s.fail(w, r, err, batchNamer("notifications"))
 		return
@@ -175,7 +175,7 @@ func (s *server) find(w http.ResponseWriter, r *http.Request, p principal) {
 	if !s.enter(w, r, p, q.tenant) {
 		return
 	}
-	rows, next, err := s.ledger.FindPage(r.Context(), q.tenant, q.filter, q.from)
+	rows, next, err := s.reads.FindPage(r.Context(), q.tenant, q.filter, q.from)
 	if err != nil {
 		s.fail(w, r, err, batchNamer("notifications"))
 		return

@@ -72,7 +72,7 @@ func (s *server) getQuietHours(w http.ResponseWriter, r *http.Request, p princip
 	if !s.enter(w, r, p, tenant) {
 		return
 	}
-	q, err := s.ledger.QuietHoursOf(r.Context(), tenant)
+	q, err := s.reads.QuietHoursOf(r.Context(), tenant)
 	if err != nil {
 		s.fail(w, r, err, changeNamer)
 		return

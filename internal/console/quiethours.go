@@ -23,7 +23,7 @@ func (c *Console) quietHours(w http.ResponseWriter, r *http.Request, op operator
 		c.show(w, op, http.StatusOK, "quiethours", "Quiet hours", d, "")
 		return
 	}
-	scopes, err := c.o.Reads.QuietHoursOf(r.Context(), d.Tenant)
+	scopes, err := c.o.Reads.ReadsRole().QuietHoursOf(r.Context(), d.Tenant)
 	if err != nil {
 		status := http.StatusServiceUnavailable
 		var v *ledger.ValidationError

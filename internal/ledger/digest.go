@@ -74,7 +74,7 @@ func ValidateDigest(tenant string, d Digest) error {
 // time each was asked for, in the same transaction; a digest already
 // leased goes out as it is. A new window applies to the digests opened
 // from then on.
-func (l *Ledger) SetDigest(ctx context.Context, tenant string, d Digest) (DigestResult, error) {
+func (l *Scheduling) SetDigest(ctx context.Context, tenant string, d Digest) (DigestResult, error) {
 	if err := ValidateDigest(tenant, d); err != nil {
 		return DigestResult{}, err
 	}
@@ -99,7 +99,7 @@ func (l *Ledger) SetDigest(ctx context.Context, tenant string, d Digest) (Digest
 }
 
 // Digests lists tenant's digestible kinds, by kind.
-func (l *Ledger) Digests(ctx context.Context, tenant string) ([]Digest, error) {
+func (l *Reads) Digests(ctx context.Context, tenant string) ([]Digest, error) {
 	if err := ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
@@ -199,7 +199,7 @@ type digestPlan struct {
 // expired once written) joins none. The caller holds the send times for
 // quiet hours again (holdRows): a digest's members share its send time and
 // its rule, so they share its opening.
-func (l *Ledger) digestRows(tx *txn, tenant string, rows []NewNotification, expire []int) ([]NewNotification, *digestPlan, error) {
+func (l *Scheduling) digestRows(tx *txn, tenant string, rows []NewNotification, expire []int) ([]NewNotification, *digestPlan, error) {
 	windows, err := loadDigests(tx, tenant)
 	if err != nil || len(windows) == 0 {
 		return rows, nil, err
@@ -397,7 +397,7 @@ func DigestKey(prefix string, digest int64, members []int64) string {
 
 // DigestsOf answers which of the rows ids (the sweep's leased rows) are in
 // a digest, and its id; a row sent alone is absent.
-func (l *Ledger) DigestsOf(ctx context.Context, ids []int64) (map[int64]int64, error) {
+func (l *Sweep) DigestsOf(ctx context.Context, ids []int64) (map[int64]int64, error) {
 	out := map[int64]int64{}
 	if len(ids) == 0 {
 		return out, nil
@@ -419,7 +419,7 @@ func (l *Ledger) DigestsOf(ctx context.Context, ids []int64) (map[int64]int64, e
 // tenant's scope. A member cancelled, settled or moved since is not among
 // them. It answers the members' claims by id; none when the digest has no
 // owed member left.
-func (l *Ledger) ClaimDigest(ctx context.Context, tenant string, digest int64, dueAt time.Time, p ClaimParams) ([]Claim, error) {
+func (l *Work) ClaimDigest(ctx context.Context, tenant string, digest int64, dueAt time.Time, p ClaimParams) ([]Claim, error) {
 	if err := checkClaim(ClaimRequest{Tenant: tenant, ID: digest, DueAt: dueAt}); err != nil {
 		return nil, err
 	}

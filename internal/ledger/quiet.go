@@ -238,7 +238,7 @@ func holdRows(tx *txn, tenant string, rows []NewNotification) (out []NewNotifica
 // of a row in flight) is held or released the same way, and counted in
 // Held or Released; one whose expiry falls inside its new hold expires
 // the row when it applies.
-func (l *Ledger) SetQuietHours(ctx context.Context, tenant string, q QuietHours) (HoldResult, error) {
+func (l *Scheduling) SetQuietHours(ctx context.Context, tenant string, q QuietHours) (HoldResult, error) {
 	if err := ValidateQuietHours(tenant, q); err != nil {
 		return HoldResult{}, err
 	}
@@ -265,7 +265,7 @@ func (l *Ledger) SetQuietHours(ctx context.Context, tenant string, q QuietHours)
 
 // QuietHoursOf reads every scope of tenant's send windows, as
 // SetQuietHours wrote them, ordered by scope.
-func (l *Ledger) QuietHoursOf(ctx context.Context, tenant string) ([]QuietHours, error) {
+func (l *Reads) QuietHoursOf(ctx context.Context, tenant string) ([]QuietHours, error) {
 	if err := ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
@@ -349,7 +349,7 @@ func readHolds(tx *txn, query, tenant string, id int64, kind, ref string) ([]hel
 // recorded with it and expires the row when it applies (owed_apply_intent,
 // sql/intents.sql), and one no window holds any more is released. It
 // returns how many moves it held and released.
-func (l *Ledger) reholdIntents(tx *txn, tenant string, id int64, kind, ref string) (held, released int, err error) {
+func (l *Scheduling) reholdIntents(tx *txn, tenant string, id int64, kind, ref string) (held, released int, err error) {
 	q, err := loadQuiet(tx, tenant)
 	if err != nil {
 		return 0, 0, err
@@ -388,7 +388,7 @@ func (l *Ledger) reholdIntents(tx *txn, tenant string, id int64, kind, ref strin
 
 // rehold moves the tenant's pending rows (all, one id, or one subject) to
 // the quiet hours in force, as SetQuietHours describes.
-func (l *Ledger) rehold(tx *txn, tenant string, id int64, kind, ref string) (HoldResult, error) {
+func (l *Scheduling) rehold(tx *txn, tenant string, id int64, kind, ref string) (HoldResult, error) {
 	var res HoldResult
 	q, err := loadQuiet(tx, tenant)
 	if err != nil {

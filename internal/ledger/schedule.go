@@ -126,14 +126,14 @@ var (
 // batch is validated first; if any field is bad nothing is written. A
 // payload several rows share (an event's) is stored once, and rows are
 // inserted in chunks, all in one transaction.
-func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotification) ([]Scheduled, error) {
+func (l *Scheduling) Schedule(ctx context.Context, tenant string, rows []NewNotification) ([]Scheduled, error) {
 	return l.schedule(ctx, tenant, rows, nil)
 }
 
 // schedule is Schedule, running then (when not nil) in the same
 // transaction after the rows are written, with what was scheduled: a
 // failure of then writes nothing at all.
-func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotification,
+func (l *Scheduling) schedule(ctx context.Context, tenant string, rows []NewNotification,
 	then func(tx *txn, out []Scheduled) error) ([]Scheduled, error) {
 	canon, err := validate(tenant, rows)
 	if err != nil {
@@ -384,7 +384,7 @@ type ChangeResult struct {
 // when the ticket was closed, and records the cancel on every row a worker
 // is sending (ChangeResult.Intents). Settled rows, delivered ones above all,
 // are never changed.
-func (l *Ledger) Cancel(ctx context.Context, tenant, kind, ref string) (ChangeResult, error) {
+func (l *Scheduling) Cancel(ctx context.Context, tenant, kind, ref string) (ChangeResult, error) {
 	if err := ValidateCancel(tenant, kind, ref); err != nil {
 		return ChangeResult{}, err
 	}
@@ -403,7 +403,7 @@ var ErrConflict = errors.New("ledger: a notification for this recipient, kind an
 // moved with it, would pass the last time the ledger holds (expiryGuard) or
 // would not be after it: a move the row could never take, refused before it
 // is recorded, so no batch that ends the row's send ever meets it.
-func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDue time.Time) (ChangeResult, error) {
+func (l *Scheduling) Reschedule(ctx context.Context, tenant, kind, ref string, newDue time.Time) (ChangeResult, error) {
 	if err := ValidateReschedule(tenant, kind, ref, newDue); err != nil {
 		return ChangeResult{}, err
 	}
@@ -467,7 +467,7 @@ func expiryGuard(due time.Time) func(*txn, []any) error {
 // unsettled row of the subject first, so no worker's release or settle
 // slips between the two statements. A clash the intent statement reports
 // rolls the whole change back as ErrConflict.
-func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref string, guard func(*txn, []any) error,
+func (l *Scheduling) changeSubject(ctx context.Context, tenant, kind, ref string, guard func(*txn, []any) error,
 	after func(*txn) error, change, intent string, extra ...any) (ChangeResult, error) {
 	var res ChangeResult
 	now := l.now()

@@ -23,8 +23,8 @@ func ParseID(s string) (int64, error) {
 
 // ShowNotification reads one row of any tenant with every attempt and
 // receipt (ledger.GetAny: the row is read in its own tenant's scope).
-func ShowNotification(ctx context.Context, l *ledger.Ledger, id int64) (ledger.Detail, error) {
-	d, err := l.GetAny(ctx, id)
+func ShowNotification(ctx context.Context, l ledger.HasReads, id int64) (ledger.Detail, error) {
+	d, err := l.ReadsRole().GetAny(ctx, id)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return d, fmt.Errorf("notification %d not found in any tenant", id)
 	}
@@ -214,7 +214,7 @@ type ListPage struct {
 
 // ListNotifications reads one page of q's rows, newest due first, limit at
 // most, and counts what the filter matches by state.
-func ListNotifications(ctx context.Context, l *ledger.Ledger, q ListQuery, limit int) (ListPage, error) {
+func ListNotifications(ctx context.Context, l ledger.HasReads, q ListQuery, limit int) (ListPage, error) {
 	f, from, err := q.Parse()
 	if err != nil {
 		return ListPage{}, err
@@ -225,13 +225,13 @@ func ListNotifications(ctx context.Context, l *ledger.Ledger, q ListQuery, limit
 	f.Limit = limit
 	var p ListPage
 	var next *ledger.Position
-	if p.Rows, next, err = l.FindPage(ctx, q.Tenant, f, from); err != nil {
+	if p.Rows, next, err = l.ReadsRole().FindPage(ctx, q.Tenant, f, from); err != nil {
 		return p, fmt.Errorf("list the notifications of tenant %q: %w", q.Tenant, err)
 	}
 	if next != nil {
 		p.Next = next.Cursor()
 	}
-	if p.Counts, err = l.Count(ctx, q.Tenant, f); err != nil {
+	if p.Counts, err = l.ReadsRole().Count(ctx, q.Tenant, f); err != nil {
 		return p, fmt.Errorf("count the notifications of tenant %q: %w", q.Tenant, err)
 	}
 	return p, nil

@@ -290,7 +290,7 @@ type AccountResult struct {
 
 // Sweeper runs sweeps. Its Run is safe to call concurrently.
 type Sweeper struct {
-	ledger *ledger.Ledger
+	ledger *ledger.Sweep
 	queue  Publisher
 	cfg    Config
 	log    zerolog.Logger
@@ -299,13 +299,13 @@ type Sweeper struct {
 	afterPublish func(ids []int64) error
 }
 
-// New returns a Sweeper; cfg must be valid.
-func New(l *ledger.Ledger, q Publisher, cfg Config, log zerolog.Logger) (*Sweeper, error) {
+// New returns a Sweeper over l's Sweep role; cfg must be valid.
+func New(l ledger.HasSweep, q Publisher, cfg Config, log zerolog.Logger) (*Sweeper, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Sweeper{ledger: l, queue: q, cfg: cfg, log: log}, nil
+	return &Sweeper{ledger: l.SweepRole(), queue: q, cfg: cfg, log: log}, nil
 }
 
 // sharing is how a run shares its slices: the accounts with their caps

@@ -81,24 +81,24 @@ func (d *digestSend) rows() []ledger.Notification {
 // (ledger.ClaimDigest: one statement) and answers the delivery of its
 // lead, as claim answers one row's. It returns false when the message
 // needs no send and has been acked, returned or dead-lettered.
-func (w *Worker) claimDigest(ctx context.Context, msg queue.Delivery, env envelope.Envelope, log zerolog.Logger) (*delivery, bool) {
-	m := w.o.Metrics
+func (e *executor) claimDigest(ctx context.Context, msg queue.Delivery, env envelope.Envelope, log zerolog.Logger) (*delivery, bool) {
+	m := e.metrics
 	log = log.With().Int64("digest", env.Digest).Logger()
-	asked, reading := w.o.Clock.Now(), clock.Read(w.o.Clock)
+	asked, reading := e.clock.Now(), clock.Read(e.clock)
 	cctx, cancel := detach(ctx)
-	claims, err := w.o.Ledger.ClaimDigest(cctx, env.Tenant, env.Digest, env.DueAt, ledger.ClaimParams{
-		LeaseFor: w.leaseFor(), EarlyTolerance: w.o.EarlyTolerance, Revocable: true,
+	claims, err := e.ledger.ClaimDigest(cctx, env.Tenant, env.Digest, env.DueAt, ledger.ClaimParams{
+		LeaseFor: e.leaseFor(), EarlyTolerance: e.earlyTolerance, Revocable: true,
 	})
 	cancel()
 	var invalid *ledger.ValidationError
 	switch {
 	case errors.As(err, &invalid):
-		w.deadLetter(ctx, msg, "the ledger refuses the message: "+invalid.Error(), "invalid")
+		e.completer.deadLetter(ctx, msg, "the ledger refuses the message: "+invalid.Error(), "invalid")
 		m.outcome("poison")
 		return nil, false
 	case err != nil:
 		log.Warn().Err(err).Msg("digest claim failed; message returns later")
-		w.returnAfter(ctx, msg, jitter(unavailableRetry), "ledger unavailable")
+		e.completer.returnAfter(ctx, msg, jitter(unavailableRetry), "ledger unavailable")
 		m.outcome("retried")
 		return nil, false
 	}
@@ -120,15 +120,15 @@ func (w *Worker) claimDigest(ctx context.Context, msg queue.Delivery, env envelo
 			// Another worker holds members of the digest (a second message
 			// of it): look again when their lease ends.
 			m.outcome("held")
-			w.returnAfter(ctx, msg, max(held, time.Second), "held by another worker")
+			e.completer.returnAfter(ctx, msg, max(held, time.Second), "held by another worker")
 		case early > 0:
 			m.outcome("early")
-			w.returnAfter(ctx, msg, early, "not due yet")
+			e.completer.returnAfter(ctx, msg, early, "not due yet")
 		default:
 			// Every member is settled, cancelled or moved: a copy of a
 			// digest already sent, or one that lost all its members.
 			m.outcome("absorbed_duplicate")
-			w.ack(msg.Receipt)
+			e.completer.ack(msg.Receipt)
 		}
 		return nil, false
 	}
@@ -143,21 +143,21 @@ func (w *Worker) claimDigest(ctx context.Context, msg queue.Delivery, env envelo
 	// The message names the digest, not one row: the key the worker checks
 	// it against (prepare) is the lead's, and the send carries the
 	// digest's (digestRequest).
-	env.ID, env.Key = c.Row.ID, ledger.IdempotencyKey(w.o.KeyPrefix, c.Row.ID, c.Row.DueAt)
+	env.ID, env.Key = c.Row.ID, ledger.IdempotencyKey(e.keyPrefix, c.Row.ID, c.Row.DueAt)
 	// A digest is never sent after any member's expiry: the lead carries
 	// the earliest, so the checks before the send and a retry's hold the
 	// whole digest to it, and a digest that misses it expires whole
 	// (docs/api.md, "Digests").
 	row := c.Row
 	for _, t := range taken {
-		if e := t.Row.ExpiresAt; e != nil && (row.ExpiresAt == nil || e.Before(*row.ExpiresAt)) {
-			row.ExpiresAt = e
+		if exp := t.Row.ExpiresAt; exp != nil && (row.ExpiresAt == nil || exp.Before(*row.ExpiresAt)) {
+			row.ExpiresAt = exp
 		}
 	}
 	dl := &delivery{msg: msg, env: env, row: row, hold: c.Hold, asked: asked, claimedAt: c.Now, reading: reading,
 		dueIn: c.Wait, possibleDuplicate: maybe, mark: c.Undeliverable, digest: d,
 		log: log.With().Int64("id", c.Row.ID).Int("members", len(taken)).Logger()}
-	dl.lease = w.holdClaim(dl, reading)
+	dl.lease = e.holdClaim(dl, reading)
 	return dl, true
 }
 
@@ -165,7 +165,7 @@ func (w *Worker) claimDigest(ctx context.Context, msg queue.Delivery, env envelo
 // was (start: the check before the send, else the heartbeat) in one
 // statement, and takes a member whose claim is lost, revoked or could not
 // be confirmed out of the digest: an unconfirmed claim is never sent on.
-func (w *Worker) extendMembers(dl *delivery, start bool) {
+func (e *executor) extendMembers(dl *delivery, start bool) {
 	if dl.digest == nil {
 		return
 	}
@@ -178,9 +178,9 @@ func (w *Worker) extendMembers(dl *delivery, start bool) {
 	var errs []error
 	var err error
 	if start {
-		errs, err = w.o.Ledger.StartSends(ctx, holds, w.leaseFor(), w.sendKeep())
+		errs, err = e.ledger.StartSends(ctx, holds, e.leaseFor(), e.sendKeep())
 	} else {
-		errs, err = w.o.Ledger.ExtendClaims(ctx, holds, w.leaseFor())
+		errs, err = e.ledger.ExtendClaims(ctx, holds, e.leaseFor())
 	}
 	if err != nil {
 		if !start {
@@ -220,8 +220,8 @@ func (cl *claimLease) promote() bool {
 	if dl.digest == nil {
 		return false
 	}
-	asked := clock.Read(cl.w.o.Clock)
-	cl.w.extendMembers(dl, true)
+	asked := clock.Read(cl.e.clock)
+	cl.e.extendMembers(dl, true)
 	next, ok := dl.digest.take()
 	if !ok {
 		return false
@@ -230,7 +230,7 @@ func (cl *claimLease) promote() bool {
 	cl.mu.Lock()
 	// The check granted the member sendKeep from the ledger's now, which
 	// came after asked; the lead's own grants say nothing of it.
-	dl.row, dl.hold, cl.lost, cl.until = next.Row, next.Hold, false, asked.Add(cl.w.sendKeep())
+	dl.row, dl.hold, cl.lost, cl.until = next.Row, next.Hold, false, asked.Add(cl.e.sendKeep())
 	cl.mu.Unlock()
 	dl.log.Info().Int64("lead", next.Row.ID).Msg("the digest's lead left it before the send; the next member leads")
 	return true
@@ -241,7 +241,7 @@ func (cl *claimLease) promote() bool {
 // member still held (payload.Digest), under a key derived from their ids
 // (ledger.DigestKey). A digest left with its lead alone is sent as that
 // row, under the row's own key.
-func (w *Worker) digestRequest(dl *delivery) {
+func (e *executor) digestRequest(dl *delivery) {
 	if dl.digest == nil {
 		return
 	}
@@ -254,7 +254,7 @@ func (w *Worker) digestRequest(dl *delivery) {
 		if content, err := payload.Parse(dl.row.Channel, dl.row.Payload); err == nil {
 			dl.request.Content = content
 		}
-		dl.request.IdempotencyKey = ledger.IdempotencyKey(w.o.KeyPrefix, dl.row.ID, dl.row.DueAt)
+		dl.request.IdempotencyKey = ledger.IdempotencyKey(e.keyPrefix, dl.row.ID, dl.row.DueAt)
 		return
 	}
 	slices.SortFunc(rows, func(a, b ledger.Notification) int { return int(a.ID - b.ID) })
@@ -271,7 +271,7 @@ func (w *Worker) digestRequest(dl *delivery) {
 		ids = append(ids, r.ID)
 	}
 	dl.request.Content = payload.Digest(dl.row.Channel, dl.digest.id, items)
-	dl.request.IdempotencyKey = ledger.DigestKey(w.o.KeyPrefix, dl.digest.id, ids)
+	dl.request.IdempotencyKey = ledger.DigestKey(e.keyPrefix, dl.digest.id, ids)
 	dl.log.Info().Int("members", len(rows)).Str("key", dl.request.IdempotencyKey).Msg("sending digest")
 }
 
@@ -280,7 +280,7 @@ func (w *Worker) digestRequest(dl *delivery) {
 // so the digest ends as one: skipped, expired, failed, released or handed
 // back together. A member whose write fails is left to its lease: it runs
 // out and the row is owed again.
-func (w *Worker) follow(ctx context.Context, dl *delivery, write func(context.Context, ledger.Hold) error) {
+func (c *completer) follow(ctx context.Context, dl *delivery, write func(context.Context, ledger.Hold) error) {
 	if dl.digest == nil {
 		return
 	}

@@ -102,7 +102,9 @@ func (RecipientResolver) Resolve(_ context.Context, _, recipient, _ string) (str
 
 // Options configure a Worker.
 type Options struct {
-	Ledger *ledger.Ledger
+	// Ledger is the worker's part of the ledger: its Work role, or a
+	// *ledger.Ledger, which has it. The worker keeps only the role.
+	Ledger ledger.HasWork
 	Queue  Queue
 	// Route returns the Sender for a channel.
 	Route func(channel string) (provider.Sender, error)
@@ -221,7 +223,7 @@ func (o *Options) defaults() {
 		o.Clock = clock.Real()
 	}
 	if o.Accounts == nil {
-		o.Accounts = pace.NewAccounts(o.Ledger.DB(), o.Clock)
+		o.Accounts = pace.NewAccounts(o.Ledger.WorkRole().DB(), o.Clock)
 	}
 }
 
