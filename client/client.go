@@ -126,7 +126,19 @@ func (c *Client) ScheduleMany(ctx context.Context, ns []Notification) (ScheduleR
 // Event fans e out to its recipients, one row each.
 func (c *Client) Event(ctx context.Context, e Event) (ScheduleResult, error) {
 	body := map[string]any{"kind": e.Kind, "ref_id": e.RefID, "channel": e.Channel, "payload": e.Payload,
-		"occurred_at": e.OccurredAt.UTC().Format(time.RFC3339Nano), "recipients": e.Recipients}
+		"recipients": e.Recipients}
+	if e.DueLocal == "" {
+		body["occurred_at"] = e.OccurredAt.UTC().Format(time.RFC3339Nano)
+	}
+	for k, v := range map[string]string{"due_local": e.DueLocal, "expires_local": e.ExpiresLocal,
+		"time_zone": e.TimeZone, "disambiguation": e.Disambiguation} {
+		if v != "" {
+			body[k] = v
+		}
+	}
+	if e.Urgent {
+		body["urgent"] = true
+	}
 	if e.Delay > 0 {
 		body["delay_seconds"] = int64(e.Delay / time.Second)
 	}
@@ -203,6 +215,45 @@ func (c *Client) SetQuietHours(ctx context.Context, q QuietHours) (HoldResult, e
 	var out HoldResult
 	err = c.do(ctx, http.MethodPut, "/v1/quiet-hours", b, true, &out)
 	return out, err
+}
+
+// SetDigest declares a kind digestible with a window (PUT /v1/digests):
+// rows of the kind to one recipient on one channel due within one window
+// go out as one message listing them. A zero window turns digesting off
+// for the kind.
+func (c *Client) SetDigest(ctx context.Context, kind string, window time.Duration) (DigestResult, error) {
+	w := "0"
+	if window != 0 {
+		w = window.String()
+	}
+	body := map[string]any{"kind": kind, "window": w}
+	if c.tenant != "" {
+		body["tenant_id"] = c.tenant
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return DigestResult{}, err
+	}
+	var out DigestResult
+	err = c.do(ctx, http.MethodPut, "/v1/digests", b, true, &out)
+	return out, err
+}
+
+// Digests lists the tenant's digestible kinds (GET /v1/digests).
+func (c *Client) Digests(ctx context.Context) ([]Digest, error) {
+	var out []Digest
+	err := c.get(ctx, "/v1/digests", url.Values{}, &out)
+	return out, err
+}
+
+// GetQuietHours reads every scope of the tenant's send windows (GET
+// /v1/quiet-hours), ordered by scope; none is an empty slice.
+func (c *Client) GetQuietHours(ctx context.Context) ([]QuietHours, error) {
+	var out struct {
+		QuietHours []QuietHours `json:"quiet_hours"`
+	}
+	err := c.get(ctx, "/v1/quiet-hours", url.Values{}, &out)
+	return out.QuietHours, err
 }
 
 // patch sends a PATCH. An update is retried like the other writes: applied

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -86,6 +87,9 @@ func TestEveryCall(t *testing.T) {
 		Windows: []string{"daily 03:00-03:01"}}); err != nil || hr != (client.HoldResult{}) {
 		t.Fatalf("SetQuietHours: %+v, %v", hr, err)
 	}
+	if qs, err := c.GetQuietHours(ctx); err != nil || !containsScope(qs, "recipient:"+quiet, "daily 03:00-03:01") {
+		t.Fatalf("GetQuietHours: %+v, %v; want the recipient's window", qs, err)
+	}
 	s, err = c.Schedule(ctx, sms(quiet, calls+"-QUIET", at))
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +97,35 @@ func TestEveryCall(t *testing.T) {
 	if d, err = c.Get(ctx, s.ID); err != nil || d.DueAt.UTC().Hour() != 3 || d.DueAt.UTC().Minute() != 0 ||
 		d.DueAt.Before(at) {
 		t.Fatalf("Get of a row in quiet hours: %+v, %v; want it due at the next 03:00 UTC", d, err)
+	}
+
+	// A digest of a kind of this run's own (the tests share the tenant):
+	// two rows to one recipient in one window are one digest, due as it
+	// closes; turning it off takes them back to their own times.
+	kind := "digest_" + at.Format("20060102150405")
+	if dr, err := c.SetDigest(ctx, kind, 10*time.Minute); err != nil || dr.Digest != (client.Digest{Kind: kind, Window: "10m0s"}) {
+		t.Fatalf("SetDigest: %+v, %v", dr, err)
+	}
+	if ds, err := c.Digests(ctx); err != nil || !slices.Contains(ds, client.Digest{Kind: kind, Window: "10m0s"}) {
+		t.Fatalf("Digests: %+v, %v; want %s among them", ds, err, kind)
+	}
+	var members []int64
+	for i := range 2 {
+		n := sms("+15551300", fmt.Sprintf("%s-DIGEST-%d", calls, i), at.Add(time.Duration(i)*time.Minute))
+		n.Kind = kind
+		s, err := c.Schedule(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, s.ID)
+	}
+	for _, id := range members {
+		if d, err := c.Get(ctx, id); err != nil || d.DigestID != members[0] || !d.DueAt.Equal(at.Add(10*time.Minute)) {
+			t.Fatalf("Get of a digest member: %+v, %v; want digest %d due at %s", d, err, members[0], at.Add(10*time.Minute))
+		}
+	}
+	if dr, err := c.SetDigest(ctx, kind, 0); err != nil || dr.Undigested != 2 {
+		t.Fatalf("SetDigest off: %+v, %v; want 2 rows undigested", dr, err)
 	}
 
 	var many []client.Notification
@@ -155,6 +188,21 @@ func TestEveryCall(t *testing.T) {
 		t.Fatalf("event row: %+v, %v", d, err)
 	}
 
+	// The same event in each recipient's local time: 09:00 in Berlin the
+	// day after the clocks went forward, and in New York for the second.
+	ev, err = c.Event(ctx, client.Event{Kind: "shipment", RefID: "S-CALLS-LOCAL", Channel: "sms",
+		Payload: client.Payload{Text: "delayed"}, DueLocal: "2027-03-29T09:00", TimeZone: "Europe/Berlin",
+		Recipients: []client.EventRecipient{{Recipient: "+15551202"}, {Recipient: "+15551203", TimeZone: "America/New_York"}}})
+	if err != nil || ev.Created != 2 {
+		t.Fatalf("Event in local time: %+v, %v", ev, err)
+	}
+	for i, want := range []string{"2027-03-29T07:00:00Z", "2027-03-29T13:00:00Z"} {
+		if d, err := c.Get(ctx, ev.Notifications[i].ID); err != nil || d.DueAt.UTC().Format(time.RFC3339) != want ||
+			d.DueLocal != "2027-03-29T09:00:00" {
+			t.Fatalf("local event row %d: %+v, %v; want due %s", i, d, err, want)
+		}
+	}
+
 	ch, err := c.Reschedule(ctx, "follow_up", calls, at.Add(2*time.Hour))
 	if err != nil || ch.Changed != 1 {
 		t.Fatalf("Reschedule: %+v, %v", ch, err)
@@ -186,6 +234,16 @@ func TestEveryCall(t *testing.T) {
 	if _, err := client.New(serverURL, serviceToken, client.WithTenant("acme")).Get(ctx, s.ID); err != nil {
 		t.Errorf("service token naming the tenant: %v", err)
 	}
+}
+
+// containsScope says whether qs holds scope with window among its windows.
+func containsScope(qs []client.QuietHours, scope, window string) bool {
+	for _, q := range qs {
+		if q.Scope == scope && slices.Contains(q.Windows, window) {
+			return true
+		}
+	}
+	return false
 }
 
 func isAPIError(err error, status int, code, field string) bool {

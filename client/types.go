@@ -67,6 +67,20 @@ type HoldResult struct {
 	Merged   int `json:"merged"`
 }
 
+// Digest is one digestible kind and its window, as the API writes it
+// ("10m0s").
+type Digest struct {
+	Kind   string `json:"kind"`
+	Window string `json:"window"`
+}
+
+// DigestResult is what SetDigest did: the kind's setting, and how many
+// pending rows left digests not yet leased (digesting turned off).
+type DigestResult struct {
+	Digest     Digest `json:"digest"`
+	Undigested int    `json:"undigested"`
+}
+
 // MarshalJSON writes the times as RFC 3339 strings, as the API reads them.
 func (n Notification) MarshalJSON() ([]byte, error) {
 	type plain Notification
@@ -103,8 +117,8 @@ type ScheduleResult struct {
 }
 
 // Event fans one event out: one row per recipient, due at OccurredAt +
-// Delay. The due time comes from the event, so sending it twice lands on the
-// same rows.
+// Delay, or at DueLocal on each recipient's wall clock. The due time comes
+// from the event, so sending it twice lands on the same rows.
 type Event struct {
 	Kind       string
 	RefID      string
@@ -116,14 +130,23 @@ type Event struct {
 	// time.
 	ExpiresIn  time.Duration
 	Recipients []EventRecipient
+	// DueLocal, instead of OccurredAt and Delay, is the due time as each
+	// recipient's wall clock shows it ("2027-03-29T09:00"): in the
+	// recipient's TimeZone, else the event's, else the recipient's
+	// contact's. ExpiresLocal is the expiry the same way (instead of
+	// ExpiresIn); Disambiguation as for Notification.
+	DueLocal, ExpiresLocal, TimeZone, Disambiguation string
+	// Urgent rows are never held for quiet hours.
+	Urgent bool
 }
 
-// EventRecipient is one recipient of an Event; Channel and Payload, when
-// set, override the event's.
+// EventRecipient is one recipient of an Event; Channel, Payload and
+// TimeZone, when set, override the event's.
 type EventRecipient struct {
 	Recipient string   `json:"recipient"`
 	Channel   string   `json:"channel,omitempty"`
 	Payload   *Payload `json:"payload,omitempty"`
+	TimeZone  string   `json:"time_zone,omitempty"`
 }
 
 // ChangeResult is what a cancel or a reschedule changed.
@@ -195,9 +218,14 @@ type Row struct {
 	DueLocal string `json:"due_local,omitempty"`
 	// HeldFrom and Hold say, while quiet hours hold the row, the time it
 	// was asked for and until when it is held (DueAt).
-	HeldFrom          *time.Time `json:"held_from,omitempty"`
-	Hold              string     `json:"hold,omitempty"`
-	Urgent            bool       `json:"urgent,omitempty"`
+	HeldFrom *time.Time `json:"held_from,omitempty"`
+	Hold     string     `json:"hold,omitempty"`
+	Urgent   bool       `json:"urgent,omitempty"`
+	// DigestID names the digest the row is in, or went out in (one
+	// provider call listing its members); DigestFrom is then the due time
+	// asked for, DueAt being the digest's send time.
+	DigestID          int64      `json:"digest_id,omitempty"`
+	DigestFrom        *time.Time `json:"digest_from,omitempty"`
 	Payload           Payload    `json:"payload"`
 	State             string     `json:"state"`
 	Attempts          int        `json:"attempts"`

@@ -9,17 +9,20 @@
 //     emulator),
 //   - a 500-row lease (1,000 owed rows made due, leased 500 at a time),
 //   - the worker's claim and settle of those 1,000 rows (one batch each),
-//   - owedctl stats (ops.ReadHealth over the last hour),
+//     and of 1,000 more with the per-minute counters' triggers disabled,
+//     whose difference is what the counters cost a settle,
+//   - owedctl stats (ops.ReadHealth over the last hour and the last day),
 //   - the console dashboard's reads (ReadHealth and the sends per minute),
 //   - GET /v1/notifications' first page (ledger.FindPage, 50 rows),
 //
 // and counts the sequential scans of the ledger's tables the measured
 // statements made (pg_stat_user_tables.seq_scan of a table or partition
-// holding a page; target 0). Targets: every
-// figure at the largest size within 1.5× of the smallest. The settled rows
-// fill twelve month partitions; retention then drops the oldest
-// (owedctl retention run: archive, check, detach, drop), and the archive's
-// throughput and the drop's time after it are printed (target ≤ 1 s).
+// holding a page; target 0), then each of the idle sweep's statements and
+// the operators' reads one by one. Targets: every figure at the largest
+// size within 1.5× of the smallest. The settled rows fill twelve month
+// partitions; retention then drops the oldest (owedctl retention run:
+// archive, check, detach, drop), and the archive's throughput and the
+// drop's time after it are printed (target ≤ 1 s).
 //
 //	scripts/with-postgres.sh go run ./bench/ledgerscale [-sizes 1000000,20000000] [-runs 5]
 package main
@@ -176,36 +179,23 @@ func run() error {
 			if leased = append(leased, got...); len(leased) != batch {
 				return fmt.Errorf("leased %d rows, want %d", len(leased), batch)
 			}
-			reqs := make([]ledger.ClaimRequest, len(leased))
-			for j, r := range leased {
-				reqs[j] = ledger.ClaimRequest{Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt}
-			}
-			var claims []ledger.Claim
-			if err := time1("claim + settle of 1,000 rows", func() error {
-				var errs []error
-				var err error
-				if claims, errs, err = l.ClaimForSendBatch(ctx, reqs, ledger.ClaimParams{LeaseFor: time.Minute,
-					EarlyTolerance: time.Hour}); err != nil {
-					return err
-				}
-				now := time.Now()
-				settle := make([]ledger.Delivered, 0, len(claims))
-				for j, c := range claims {
-					if errs[j] != nil || c.Outcome != ledger.ClaimSend {
-						return fmt.Errorf("claim of row %d: %v %v", reqs[j].ID, c.Outcome, errs[j])
-					}
-					settle = append(settle, ledger.Delivered{Hold: c.Hold, Attempt: ledger.Attempt{Attempt: 1,
-						Provider: "sandbox", StartedAt: now, FinishedAt: now, Outcome: ledger.AttemptAccepted,
-						ProviderMessageID: fmt.Sprintf("bench-%d", c.Hold.ID), HTTPStatus: 200}})
-				}
-				_, errs, err = l.SettleDeliveredBatch(ctx, settle)
-				for _, e := range errs {
-					if e != nil {
-						return e
-					}
-				}
+			if err := time1("claim + settle of 1,000 rows", func() error { return claimSettle(ctx, l, leased) }); err != nil {
 				return err
-			}); err != nil {
+			}
+			// The same without the per-minute counters' triggers
+			// (internal/ledger/sql/minutes.sql), so the difference is what
+			// the counters cost the settle.
+			if leased, err = leaseDue(ctx, db, l); err != nil {
+				return err
+			}
+			if err := counters(ctx, db, false); err != nil {
+				return err
+			}
+			err = time1(withoutCounters, func() error { return claimSettle(ctx, l, leased) })
+			if cerr := counters(ctx, db, true); err == nil {
+				err = cerr
+			}
+			if err != nil {
 				return err
 			}
 			if err := time1("idle sweep (nothing due)", func() error {
@@ -220,6 +210,12 @@ func run() error {
 			now := time.Now()
 			if err := time1("owedctl stats (ReadHealth, last hour)", func() error {
 				_, err := ops.ReadHealth(ctx, l, now, time.Hour)
+				return err
+			}); err != nil {
+				return err
+			}
+			if err := time1("owedctl stats --since 24h (ReadHealth, last day)", func() error {
+				_, err := ops.ReadHealth(ctx, l, now, 24*time.Hour)
 				return err
 			}); err != nil {
 				return err
@@ -247,9 +243,20 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		delivered := float64(*runs * batch)
+		// Each run delivers two batches: one with the per-minute counters
+		// and one without.
+		delivered := float64(*runs * 2 * batch)
 		rows = append(rows, benchutil.Row{Name: fmt.Sprintf("WAL per delivered row (made due, leased, claimed, settled, with its attempt), %d settled", size),
 			Value: benchutil.One(float64(walAfter-walBefore) / delivered), Unit: "bytes"})
+		// The idle sweep's statements one by one (with nothing due), and
+		// the operators' reads, each with its own count of sequential
+		// scans: the idle sweep's total above says whether, this says
+		// which.
+		stmtRows, err := statementScans(ctx, db, l, size)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, stmtRows...)
 		if scans["lease of 500 due rows"] > 0 {
 			if err := explainLease(ctx, db, l); err != nil {
 				return err
@@ -263,6 +270,11 @@ func run() error {
 					Value: benchutil.One(float64(scans[name])), Unit: "scans", Target: "0", Pass: benchutil.Check(scans[name] == 0)})
 		}
 		at[size] = f
+	}
+	for _, size := range sizes {
+		with, without := at[size]["claim + settle of 1,000 rows"].Median, at[size][withoutCounters].Median
+		rows = append(rows, benchutil.Row{Name: fmt.Sprintf("what the per-minute counters cost a settle of 1,000 rows (median with − without), %d settled", size),
+			Value: benchutil.One(with - without), Unit: "ms"})
 	}
 	if len(sizes) > 1 {
 		lo, hi := sizes[0], sizes[len(sizes)-1]
@@ -293,10 +305,127 @@ func run() error {
 	return nil
 }
 
+// withoutCounters names the settle timed with the per-minute counters'
+// triggers disabled.
+const withoutCounters = "claim + settle of 1,000 rows, per-minute counters off"
+
 // measured are the timed operations, in the order they are printed.
 var measured = []string{"idle sweep (nothing due)", "lease of 500 due rows", "claim + settle of 1,000 rows",
-	"owedctl stats (ReadHealth, last hour)", "console dashboard (ReadHealth + sends per minute)",
-	"GET /v1/notifications first page (50 rows)"}
+	withoutCounters, "owedctl stats (ReadHealth, last hour)", "owedctl stats --since 24h (ReadHealth, last day)",
+	"console dashboard (ReadHealth + sends per minute)", "GET /v1/notifications first page (50 rows)"}
+
+// leaseDue makes 1,000 owed rows due and leases them, 500 at a time.
+func leaseDue(ctx context.Context, db *benchutil.DB, l *ledger.Ledger) ([]ledger.Leased, error) {
+	if err := makeDue(ctx, db, batch); err != nil {
+		return nil, err
+	}
+	var leased []ledger.Leased
+	for len(leased) < batch {
+		got, err := l.Lease(ctx, ledger.LeaseParams{Limit: 500, For: time.Minute, Ahead: time.Minute})
+		if err != nil {
+			return nil, err
+		}
+		if len(got) == 0 {
+			return nil, fmt.Errorf("leased %d rows, want %d", len(leased), batch)
+		}
+		leased = append(leased, got...)
+	}
+	return leased, nil
+}
+
+// claimSettle claims the leased rows in one batch and settles them
+// delivered in one batch, as a worker does.
+func claimSettle(ctx context.Context, l *ledger.Ledger, leased []ledger.Leased) error {
+	reqs := make([]ledger.ClaimRequest, len(leased))
+	for j, r := range leased {
+		reqs[j] = ledger.ClaimRequest{Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt}
+	}
+	claims, errs, err := l.ClaimForSendBatch(ctx, reqs, ledger.ClaimParams{LeaseFor: time.Minute,
+		EarlyTolerance: time.Hour})
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	settle := make([]ledger.Delivered, 0, len(claims))
+	for j, c := range claims {
+		if errs[j] != nil || c.Outcome != ledger.ClaimSend {
+			return fmt.Errorf("claim of row %d: %v %v", reqs[j].ID, c.Outcome, errs[j])
+		}
+		settle = append(settle, ledger.Delivered{Hold: c.Hold, Attempt: ledger.Attempt{Attempt: 1,
+			Provider: "sandbox", StartedAt: now, FinishedAt: now, Outcome: ledger.AttemptAccepted,
+			ProviderMessageID: fmt.Sprintf("bench-%d", c.Hold.ID), HTTPStatus: 200}})
+	}
+	_, errs, err = l.SettleDeliveredBatch(ctx, settle)
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return err
+}
+
+// counters enables or disables, as the owner, the triggers that keep the
+// per-minute counters (owed_ledger_minutes). A fixture: owed never
+// disables them.
+func counters(ctx context.Context, db *benchutil.DB, on bool) error {
+	verb := "DISABLE"
+	if on {
+		verb = "ENABLE"
+	}
+	for _, q := range []string{
+		"ALTER TABLE owed_notifications " + verb + " TRIGGER owed_ledger_minutes_updated",
+		"ALTER TABLE owed_notification_attempts " + verb + " TRIGGER owed_ledger_minutes_attempted",
+	} {
+		if _, err := db.Owner.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// statementScans runs, once each with nothing due, every statement an idle
+// cron call makes (the expiry pass, the send rates, the survey, the
+// history sample), the lease's guard, and the operators' reads, and
+// reports each one's sequential scans of a ledger table.
+func statementScans(ctx context.Context, db *benchutil.DB, l *ledger.Ledger, size int) ([]benchutil.Row, error) {
+	sh := ledger.Sharing{Accounts: []ledger.Account{{Cap: 1000}}}
+	var out []benchutil.Row
+	for _, st := range []struct {
+		name string
+		run  func() error
+	}{
+		{"expiry pass (ExpireOverdue)", func() error { _, err := l.ExpireOverdue(ctx, 500); return err }},
+		{"send rates (SendRates)", func() error { _, err := l.SendRates(ctx, time.Minute, 2000); return err }},
+		{"survey (Survey)", func() error { _, err := l.Survey(ctx, time.Minute, sh, 2000); return err }},
+		{"history sample (RecordHistory)", func() error { _, err := l.RecordHistory(ctx, nil); return err }},
+		{"idle lease (LeaseSlice, pending)", func() error {
+			_, err := l.LeaseSlice(ctx, ledger.LeaseParams{Limit: 500, For: time.Minute, Ahead: time.Minute,
+				Slice: ledger.SlicePending, Sharing: sh})
+			return err
+		}},
+		{"backlog (Backlog, /metrics)", func() error { _, err := l.Backlog(ctx); return err }},
+		{"stats, last hour (Stats)", func() error { _, err := l.Stats(ctx, time.Now().Add(-time.Hour)); return err }},
+		{"stats, last day (Stats, per-minute counters)", func() error {
+			_, err := l.Stats(ctx, time.Now().Add(-24*time.Hour))
+			return err
+		}},
+	} {
+		before, err := seqScans(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		if err := st.run(); err != nil {
+			return nil, fmt.Errorf("%s: %w", st.name, err)
+		}
+		after, err := seqScans(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, benchutil.Row{Name: fmt.Sprintf("  %s: sequential scans of a ledger table, %d settled", st.name, size),
+			Value: benchutil.One(float64(after - before)), Unit: "scans", Target: "0", Pass: benchutil.Check(after == before)})
+	}
+	return out, nil
+}
 
 // The statements below are fixtures, run by the benchmark as the owner;
 // owed itself never runs them.

@@ -28,18 +28,20 @@ func runArchive(ctx context.Context, out io.Writer, args []string) error {
 	if err := needAction(args, printUsage("usage: owedctl archive write --from-id A --to-id B --out DIR | restore --dir DIR\n\n"+
 		"  write     the settled rows of ids [A, B), their attempts, receipts and shared payloads, to gzipped JSON lines\n"+
 		"            with manifest.json and SHA256SUMS (zcat FILE | jq reads them; sha256sum -c SHA256SUMS checks them)\n"+
-		"  restore   check every file against the manifest, then write the rows back with their ids\n\n"+
+		"  restore   check every file against the manifest, then write the rows back with their ids, and a line on the\n"+
+		"            operators' audit trail (who, the range, the rows restored, why)\n\n"+
 		"The database is --database-url or OWED_DATABASE_URL, as the schema's owner (docs/scale.md).\n\nexample:\n  "+
 		archiveExample+"\n"), archiveActions); err != nil {
 		return err
 	}
 	action := args[0]
-	fs := newFlags("archive "+action, "archive "+action+" [--from-id A --to-id B --out DIR | --dir DIR] [--json] [--database-url URL]",
-		archiveExample)
+	fs := newFlags("archive "+action, "archive "+action+" [--from-id A --to-id B --out DIR | --dir DIR --reason TEXT [--operator NAME]] "+
+		"[--json] [--database-url URL]", archiveExample)
 	from := fs.Int64("from-id", 0, "write: the first id of the range")
 	to := fs.Int64("to-id", 0, "write: the id after the range's last")
 	outDir := fs.String("out", "", "write: a new or empty folder for the archive")
 	dir := fs.String("dir", "", "restore: the archive's folder")
+	audit := addAuditFlags(fs, "restore: why (the request's reference), recorded on the operators' audit trail")
 	asJSON := fs.Bool("json", false, "print the manifest or the counts as JSON")
 	dbURL := databaseFlag(fs, "the owed database, as the schema's owner")
 	if err := parseFlags(fs, args[1:]); err != nil {
@@ -53,8 +55,16 @@ func runArchive(ctx context.Context, out io.Writer, args []string) error {
 			*from, *to, *outDir)}
 	case action == "restore" && *dir == "":
 		return usageError{"restore: give --dir, the archive's folder"}
+	case action == "restore" && *audit.reason == "":
+		return usageError{"restore: --reason: say why (the request's reference); the operators' audit trail records it"}
 	}
+	var by archive.Operator
 	if action == "restore" {
+		name, err := audit.operatorName()
+		if err != nil {
+			return err
+		}
+		by = archive.Operator{Name: name, Reason: *audit.reason}
 		if err := checkWrites(ctx, *dbURL); err != nil {
 			return err
 		}
@@ -84,7 +94,7 @@ func runArchive(ctx context.Context, out io.Writer, args []string) error {
 			return nil
 		}
 	} else {
-		res, err := archive.Restore(ctx, db, *dir)
+		res, err := archive.Restore(ctx, db, *dir, by)
 		if err != nil {
 			return err
 		}

@@ -96,7 +96,7 @@ func runErase(ctx context.Context, out io.Writer, args []string) error {
 // eraseDeadLetters deletes the queue's dead letters whose envelope names
 // one of rows of tenant, when a queue is configured (OWED_QUEUE_URL or
 // OWED_QUEUE_BACKEND), and returns how many it deleted.
-func eraseDeadLetters(ctx context.Context, qf queueFlags, l *ledger.Ledger, tenant string, rows []int64) (int, error) {
+func eraseDeadLetters(ctx context.Context, qf queueFlags, l ledger.HasReads, tenant string, rows []int64) (int, error) {
 	if len(rows) == 0 || (os.Getenv("OWED_QUEUE_URL") == "" && os.Getenv("OWED_QUEUE_BACKEND") == "") {
 		return 0, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,7 +18,7 @@ import (
 )
 
 // notificationsActions are notifications' actions.
-var notificationsActions = []string{"show", "list", "find"}
+var notificationsActions = []string{"show", "list", "find", "update"}
 
 const notificationsExample = "owedctl notifications list --tenant acme --state failed --channel sms --due-from 2026-12-01"
 
@@ -31,17 +32,21 @@ func notificationsCmd(ctx context.Context, args []string) error {
 // runNotifications is notificationsCmd writing to out, so tests read what an
 // operator would see.
 func runNotifications(ctx context.Context, out io.Writer, args []string) error {
-	if err := needAction(args, printUsage("usage: owedctl notifications show ID|list --tenant T [flags]\n\n"+
+	if err := needAction(args, printUsage("usage: owedctl notifications show ID|list --tenant T [flags]|update ID [flags]\n\n"+
 		"  show ID   one row of any tenant, with every send attempt and its outcome\n"+
 		"  list      a tenant's rows, newest due first, a page at a time, with the counts by state (--state, --kind,\n"+
 		"            --channel, --recipient, --recipient-prefix, --ref, --due-from, --due-to, --settled-from,\n"+
 		"            --settled-to, --limit, --cursor); find is its older name\n\n"+
-		"The database is --database-url or OWED_DATABASE_URL.\n\nexample:\n  "+notificationsExample+"\n"),
+		"The database is --database-url or OWED_DATABASE_URL (update: OWED_OPERATOR_DATABASE_URL first, as a member of\n"+
+		"owed_operator).\n\nexample:\n  "+notificationsExample+"\n"),
 		notificationsActions); err != nil {
 		return err
 	}
-	if args[0] == "show" {
+	switch args[0] {
+	case "show":
 		return notificationsShow(ctx, out, args[1:])
+	case "update":
+		return notificationsUpdate(ctx, out, args[1:])
 	}
 	return notificationsList(ctx, out, args[0], args[1:])
 }
@@ -162,7 +167,16 @@ func notificationsList(ctx context.Context, out io.Writer, action string, args [
 func printDetail(out io.Writer, d ledger.Detail) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	n := d.Notification
-	for _, f := range [][2]string{
+	// The zone, the local time asked and a hold for quiet hours, when the
+	// row has them, after its times.
+	var local [][2]string
+	if n.TimeZone != "" {
+		local = append(local, [2]string{"time zone", n.TimeZone}, [2]string{"local time asked", dash(n.DueLocal)})
+	}
+	if n.Hold != "" {
+		local = append(local, [2]string{"quiet hours", n.Hold + " (asked for " + stamp(n.HeldFrom) + ")"})
+	}
+	fields := [][2]string{
 		{"id", strconv.FormatInt(n.ID, 10)},
 		{"tenant", n.Tenant},
 		{"state", string(n.State)},
@@ -179,9 +193,11 @@ func printDetail(out io.Writer, d ledger.Detail) {
 		{"attempts", strconv.Itoa(n.Attempts)},
 		{"provider", dash(n.Provider)},
 		{"provider message id", dash(n.ProviderMessageID)},
+		{"digest", digestLine(n)},
 		{"last error", dash(n.LastError)},
 		{"receipt", receiptLine(d.Outcome)},
-	} {
+	}
+	for _, f := range slices.Insert(fields, 9, local...) {
 		fmt.Fprintf(w, "%s:\t%s\n", f[0], f[1])
 	}
 	w.Flush()
@@ -266,4 +282,17 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// digestLine names the digest a row is in, or went out in (docs/api.md,
+// "Digests"), and the due time it asked for; "-" for a row sent alone.
+func digestLine(n ledger.Notification) string {
+	if n.DigestID == 0 {
+		return "-"
+	}
+	line := strconv.FormatInt(n.DigestID, 10)
+	if n.DigestFrom != nil {
+		line += " (asked for " + stamp(n.DigestFrom) + ")"
+	}
+	return line
 }

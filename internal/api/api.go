@@ -32,8 +32,9 @@ import (
 
 // Options configures the API handler.
 type Options struct {
-	// Ledger is where notifications are scheduled and read. Required.
-	Ledger *ledger.Ledger
+	// Ledger is where notifications are scheduled and read: its
+	// Scheduling and Reads roles (a *ledger.Ledger has both). Required.
+	Ledger Ledger
 	// Tokens authenticates tenant tokens. Nil accepts the service token only.
 	Tokens *Tokens
 	// ServiceToken (OWED_API_TOKEN) lets a trusted backend act for any tenant
@@ -56,8 +57,17 @@ type Options struct {
 	Metrics prometheus.Registerer
 }
 
+// Ledger is the part of the ledger the API calls: its scheduling writes
+// and its reads.
+type Ledger interface {
+	ledger.HasScheduling
+	ledger.HasReads
+}
+
 type server struct {
-	ledger *ledger.Ledger
+	// ledger schedules and changes rows; reads answers the reads.
+	ledger *ledger.Scheduling
+	reads  *ledger.Reads
 	tokens *Tokens
 	// service checks the service token; the zero Bearer (no token
 	// configured) matches nothing.
@@ -75,7 +85,7 @@ func New(o Options) http.Handler {
 	if o.Ledger == nil {
 		panic("api.New: Options.Ledger is required")
 	}
-	s := &server{ledger: o.Ledger, tokens: o.Tokens, service: service.NewBearer(o.ServiceToken), log: o.Log,
+	s := &server{ledger: o.Ledger.SchedulingRole(), reads: o.Ledger.ReadsRole(), tokens: o.Tokens, service: service.NewBearer(o.ServiceToken), log: o.Log,
 		clock: o.Clock, mux: http.NewServeMux(), limits: o.Limits}
 	if s.clock == nil {
 		s.clock = clock.Real()
@@ -94,6 +104,9 @@ func New(o Options) http.Handler {
 	route(s.mux, "POST /v1/events", s.authed(s.event))
 	route(s.mux, "POST /v1/recipients/erase", s.authed(s.erase))
 	route(s.mux, "PUT /v1/quiet-hours", s.authed(s.quietHours))
+	route(s.mux, "PUT /v1/digests", s.authed(s.setDigest))
+	route(s.mux, "GET /v1/digests", s.authed(s.digests))
+	route(s.mux, "GET /v1/quiet-hours", s.authed(s.getQuietHours))
 	route(s.mux, "GET /v1/openapi.json", serveOpenAPI)
 	return s
 }

@@ -29,9 +29,15 @@ func (s *server) schedule(w http.ResponseWriter, r *http.Request, p principal) {
 }
 
 func (s *server) event(w http.ResponseWriter, r *http.Request, p principal) {
+	// The ledger's errors name the event's fields as decoding does: a
+	// recipient's zone its contact lacks is recipients[i].time_zone.
+	var req eventRequest
+	name := func(f ledger.FieldError) string { return eventNamer(req)(f) }
 	s.writeScheduled(w, r, p, func(body []byte, p principal) (string, []ledger.NewNotification, *apiError) {
-		return decodeEvent(body, p, s.maxExpanded)
-	}, true, batchNamer("recipients"))
+		tenant, rows, decoded, e := decodeEventRequest(body, p, s.maxExpanded)
+		req = decoded
+		return tenant, rows, e
+	}, true, name)
 }
 
 // decoded reads r's JSON body and decodes it with decode into the tenant the
@@ -139,7 +145,7 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p principal) {
 	if !s.enter(w, r, p, tenant) {
 		return
 	}
-	d, err := s.ledger.Get(r.Context(), tenant, id)
+	d, err := s.reads.Get(r.Context(), tenant, id)
 	if err != nil {
 		s.fail(w, r, err, batchNamer("notifications"))
 		return
@@ -169,7 +175,7 @@ func (s *server) find(w http.ResponseWriter, r *http.Request, p principal) {
 	if !s.enter(w, r, p, q.tenant) {
 		return
 	}
-	rows, next, err := s.ledger.FindPage(r.Context(), q.tenant, q.filter, q.from)
+	rows, next, err := s.reads.FindPage(r.Context(), q.tenant, q.filter, q.from)
 	if err != nil {
 		s.fail(w, r, err, batchNamer("notifications"))
 		return

@@ -78,6 +78,9 @@ func TestTenantOverItsRequestRateIs429(t *testing.T) {
 		{"POST", "/v1/recipients/erase", map[string]any{"recipient": "+15550001", "reason": "r"}},
 		{"PATCH", "/v1/notifications/1", map[string]any{"payload": map[string]any{"text": "hi"}}},
 		{"PUT", "/v1/quiet-hours", map[string]any{"scope": "tenant", "windows": []string{"mon-fri 08:00-20:00"}}},
+		{"PUT", "/v1/digests", map[string]any{"kind": "follow_up", "window": "10m"}},
+		{"GET", "/v1/digests", nil},
+		{"GET", "/v1/quiet-hours", nil},
 		{"PATCH", "/v1/notifications", map[string]any{"key": map[string]any{"recipient": "+15550001", "kind": "follow_up",
 			"ref_id": "T-1", "due_at": due.Format(time.RFC3339)}, "payload": map[string]any{"text": "hi"}}},
 	}

@@ -178,6 +178,9 @@ func TestEveryRouteAnswers500WhenTheDatabaseIsGone(t *testing.T) {
 		{"PATCH", "/v1/notifications/1", serviceToken, map[string]any{"tenant_id": "acme", "payload": map[string]any{"text": "hi"}}},
 		{"PUT", "/v1/quiet-hours", serviceToken, map[string]any{"tenant_id": "acme", "scope": "tenant",
 			"windows": []string{"mon-fri 08:00-20:00"}}},
+		{"PUT", "/v1/digests", serviceToken, map[string]any{"tenant_id": "acme", "kind": "follow_up", "window": "10m"}},
+		{"GET", "/v1/digests?tenant=acme", serviceToken, nil},
+		{"GET", "/v1/quiet-hours?tenant=acme", serviceToken, nil},
 		{"PATCH", "/v1/notifications", serviceToken, map[string]any{"tenant_id": "acme", "key": map[string]any{
 			"recipient": "+15550001", "kind": "follow_up", "ref_id": "T-1", "due_at": due.Format(time.RFC3339)},
 			"payload": map[string]any{"text": "hi"}}},
@@ -202,7 +205,8 @@ func TestWriteRoutesRefuseAlike(t *testing.T) {
 	big := `{"pad": "` + strings.Repeat("x", MaxBodyBytes) + `"}`
 	for _, route := range []struct{ method, path string }{{"POST", "/v1/notifications"},
 		{"POST", "/v1/notifications/cancel"}, {"POST", "/v1/notifications/reschedule"}, {"POST", "/v1/events"},
-		{"PATCH", "/v1/notifications/1"}, {"PATCH", "/v1/notifications"}, {"PUT", "/v1/quiet-hours"}, {"POST", "/v1/recipients/erase"}} {
+		{"PATCH", "/v1/notifications/1"}, {"PATCH", "/v1/notifications"}, {"PUT", "/v1/quiet-hours"}, {"PUT", "/v1/digests"},
+		{"POST", "/v1/recipients/erase"}} {
 		method, path := route.method, route.path
 		if r := b.do(t, method, path, "", map[string]any{}); r.status != http.StatusUnauthorized || r.apiErr(t).Code != codeUnauthorized {
 			t.Errorf("%s without a token: %d %s", path, r.status, r.body)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"net/url"
 
 	"github.com/owedhq/owed/internal/ledger"
 )
@@ -41,4 +42,40 @@ func (s *server) quietHours(w http.ResponseWriter, r *http.Request, p principal)
 		return
 	}
 	writeData(w, http.StatusOK, res)
+}
+
+// quietHoursAnswer is GET /v1/quiet-hours' answer: every scope of the
+// tenant's send windows, ordered by scope (none: an empty list).
+type quietHoursAnswer struct {
+	QuietHours []ledger.QuietHours `json:"quiet_hours"`
+}
+
+// decodeQuietGet reads GET /v1/quiet-hours' query: only the tenant.
+func decodeQuietGet(q url.Values, p principal) (string, *apiError) {
+	for name, vals := range q {
+		if name != "tenant" {
+			return "", unknownField(name, "unknown query parameter; accepted: tenant")
+		}
+		if len(vals) > 1 {
+			return "", badField(name, "given %d times; give it once", len(vals))
+		}
+	}
+	return p.scope(q.Get("tenant"), "tenant")
+}
+
+func (s *server) getQuietHours(w http.ResponseWriter, r *http.Request, p principal) {
+	tenant, e := decodeQuietGet(r.URL.Query(), p)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if !s.enter(w, r, p, tenant) {
+		return
+	}
+	q, err := s.reads.QuietHoursOf(r.Context(), tenant)
+	if err != nil {
+		s.fail(w, r, err, changeNamer)
+		return
+	}
+	writeData(w, http.StatusOK, quietHoursAnswer{QuietHours: q})
 }

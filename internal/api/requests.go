@@ -90,12 +90,24 @@ type eventRequest struct {
 	ExpiresAt        string           `json:"expires_at"`
 	ExpiresInSeconds *int64           `json:"expires_in_seconds"`
 	Recipients       []eventRecipient `json:"recipients"`
+	// The local-time form, as a schedule's (docs/api.md, "Local time"):
+	// due_local instead of occurred_at and delay_seconds, on each
+	// recipient's wall clock in time_zone, in the recipient's own
+	// time_zone, or in its contact's zone.
+	DueLocal       string `json:"due_local"`
+	ExpiresLocal   string `json:"expires_local"`
+	TimeZone       string `json:"time_zone"`
+	Disambiguation string `json:"disambiguation"`
+	// Urgent rows are never held for quiet hours.
+	Urgent bool `json:"urgent"`
 }
 
 type eventRecipient struct {
 	Recipient string          `json:"recipient"`
 	Channel   string          `json:"channel"`
 	Payload   json.RawMessage `json:"payload"`
+	// TimeZone replaces the event's zone for this recipient.
+	TimeZone string `json:"time_zone"`
 }
 
 // scoped is a request body that names the tenant it acts for.
@@ -345,12 +357,21 @@ func decodeReschedule(body []byte, p principal, now time.Time) (string, reschedu
 // decodeEvent fans an event out into one ledger row per recipient. The due
 // time is occurred_at plus delay_seconds, both taken from the body: a replay
 // of the same event therefore lands on the same rows, which a due time
-// computed from the server's clock would not.
+// computed from the server's clock would not. due_local instead is a wall
+// clock time each recipient's zone resolves, as a schedule's is.
 func decodeEvent(body []byte, p principal, maxExpanded int64) (string, []ledger.NewNotification, *apiError) {
+	tenant, rows, _, e := decodeEventRequest(body, p, maxExpanded)
+	return tenant, rows, e
+}
+
+// decodeEventRequest is decodeEvent, also returning the request, which
+// names the fields of the ledger's errors (eventNamer).
+func decodeEventRequest(body []byte, p principal, maxExpanded int64) (string, []ledger.NewNotification, eventRequest,
+	*apiError) {
 	var req eventRequest
 	tenant, e := decodeScoped(body, p, &req)
 	if e != nil {
-		return "", nil, e
+		return "", nil, req, e
 	}
 	var bad []fieldDetail
 	add := func(fe *fieldDetail) {
@@ -358,18 +379,34 @@ func decodeEvent(body []byte, p principal, maxExpanded int64) (string, []ledger.
 			bad = append(bad, *fe)
 		}
 	}
+	local := req.DueLocal != ""
+	switch {
+	case local && req.OccurredAt != "":
+		add(&fieldDetail{Field: "due_local", Message: "give occurred_at (with delay_seconds) or due_local, not both"})
+	case local && req.DelaySeconds != nil:
+		add(&fieldDetail{Field: "delay_seconds", Message: "delay_seconds counts from occurred_at; with due_local " +
+			"give the local time itself"})
+	case local && req.ExpiresInSeconds != nil:
+		add(&fieldDetail{Field: "expires_in_seconds", Message: "with due_local give expires_local or expires_at: " +
+			"the due instant is known only once each recipient's zone resolves it"})
+	case !local && req.OccurredAt == "":
+		add(&fieldDetail{Field: "occurred_at", Message: "required (RFC 3339 time): when the event happened; " +
+			"or due_local, a local time in the recipients' zone"})
+	}
 	occurred, fe := parseTime("occurred_at", req.OccurredAt)
 	add(fe)
-	if req.OccurredAt == "" {
-		add(&fieldDetail{Field: "occurred_at", Message: "required (RFC 3339 time): when the event happened"})
-	}
 	delay, fe := parseSeconds("delay_seconds", req.DelaySeconds, 0)
 	add(fe)
-	due := occurred.Add(delay)
+	var due time.Time
+	if !local {
+		due = occurred.Add(delay)
+	}
 	var expires *time.Time
 	switch {
 	case req.ExpiresAt != "" && req.ExpiresInSeconds != nil:
 		add(&fieldDetail{Field: "expires_in_seconds", Message: "give expires_at or expires_in_seconds, not both"})
+	case req.ExpiresLocal != "" && (req.ExpiresAt != "" || req.ExpiresInSeconds != nil):
+		add(&fieldDetail{Field: "expires_local", Message: "give one of expires_at, expires_in_seconds and expires_local"})
 	case req.ExpiresAt != "":
 		exp, fe := parseTime("expires_at", req.ExpiresAt)
 		add(fe)
@@ -381,26 +418,33 @@ func decodeEvent(body []byte, p principal, maxExpanded int64) (string, []ledger.
 		expires = &exp
 	}
 	if e := fieldErrors(bad); e != nil {
-		return "", nil, e
+		return "", nil, req, e
 	}
 	rows := make([]ledger.NewNotification, len(req.Recipients))
 	for i, r := range req.Recipients {
 		rows[i] = ledger.NewNotification{Recipient: r.Recipient, Channel: req.Channel, Kind: req.Kind,
-			RefID: req.RefID, DueAt: due, ExpiresAt: expires, Payload: req.Payload}
+			RefID: req.RefID, DueAt: due, ExpiresAt: expires, Payload: req.Payload, TimeZone: req.TimeZone,
+			Urgent: req.Urgent}
 		if r.Channel != "" {
 			rows[i].Channel = r.Channel
 		}
 		if len(r.Payload) > 0 {
 			rows[i].Payload = r.Payload
 		}
+		if r.TimeZone != "" {
+			rows[i].TimeZone = r.TimeZone
+		}
+		if local || req.ExpiresLocal != "" || req.Disambiguation != "" {
+			rows[i].Local = &ledger.Local{Due: req.DueLocal, Expires: req.ExpiresLocal, Disambiguation: req.Disambiguation}
+		}
 	}
 	if e := checkExpanded(rows, "recipients", maxExpanded); e != nil {
-		return "", nil, e
+		return "", nil, req, e
 	}
 	if err := ledger.Validate(tenant, rows); err != nil {
-		return "", nil, fromLedger(err, eventNamer(req))
+		return "", nil, req, fromLedger(err, eventNamer(req))
 	}
-	return tenant, rows, nil
+	return tenant, rows, req, nil
 }
 
 // checkExpanded refuses with 413, naming list (the request's array of rows),
@@ -442,6 +486,10 @@ func eventNamer(req eventRequest) fieldNamer {
 			return "occurred_at"
 		case f.Field == "expires_at" && req.ExpiresInSeconds != nil:
 			return "expires_in_seconds"
+		case f.Field == "time_zone" && (r.TimeZone != "" || req.TimeZone == ""):
+			// The recipient's own zone, or its contact's: the zone is
+			// given (or missing) per recipient.
+			return own + "time_zone"
 		}
 		return f.Field
 	}

@@ -49,6 +49,7 @@ var (
 	qRestorePayloads      = queries.Get("RestoreEventPayloads")
 	qReapplyErasures      = queries.Get("ReapplyErasures")
 	qDropOrphanPayloads   = queries.Get("DropOrphanPayloads")
+	qRecordRestore        = queries.Get("RecordRestore")
 )
 
 // Format is the archive format this build writes and reads.
@@ -269,8 +270,14 @@ type Restored struct {
 // already in the ledger is left as it is, so restoring twice writes
 // nothing new. Rows an erasure named (owed_erasures) come back as
 // tombstones, and shared payloads only they pointed at do not come back.
-func Restore(ctx context.Context, db *sql.DB, dir string) (Restored, error) {
+// The restore is a line on the operators' audit trail (owed_operator_audit),
+// as an erasure is: by, the id range and the archive, and the rows it
+// wrote back, committed with them.
+func Restore(ctx context.Context, db *sql.DB, dir string, by Operator) (Restored, error) {
 	res := Restored{Rows: map[string]int64{}}
+	if err := by.validate(); err != nil {
+		return res, err
+	}
 	m, err := ReadManifest(dir)
 	if err != nil {
 		return res, err
@@ -349,7 +356,43 @@ func Restore(ctx context.Context, db *sql.DB, dir string) (Restored, error) {
 	if _, err := tx.ExecContext(ctx, qDropOrphanPayloads, pq.Array(payloadTenants), pq.Array(payloadIDs)); err != nil {
 		return res, fmt.Errorf("archive: drop the erased recipients' payloads: %w", err)
 	}
+	// The line commits with the rows it describes, or neither does.
+	target := fmt.Sprintf("ids [%d, %d) from %s written %s: attempts=%d receipts=%d payloads=%d erased_again=%d",
+		m.FromID, m.ToID, dir, m.WrittenAt.UTC().Format(time.RFC3339), res.Rows["owed_notification_attempts"],
+		res.Rows["owed_receipts"], res.Rows["owed_event_payloads"], res.Erased)
+	if _, err := tx.ExecContext(ctx, qRecordRestore, by.Name, target, res.Rows["owed_notifications"],
+		by.Reason); err != nil {
+		return res, fmt.Errorf("archive: record the restore on the operators' trail: %w", err)
+	}
 	return res, tx.Commit()
+}
+
+// Operator is who restores an archive, and why, as the operators' audit
+// trail (owed_operator_audit, internal/ledger/sql/operator.sql) records it.
+type Operator struct {
+	Name   string
+	Reason string
+}
+
+// The trail's bounds on who and why, as owed_operator_audit's checks hold
+// them.
+const (
+	maxOperator = 256
+	maxReason   = 1024
+)
+
+func (o Operator) validate() error {
+	switch {
+	case o.Name == "":
+		return errors.New("archive: a restore names the operator who runs it (owedctl's --operator, else the OS user), " +
+			"for the operators' audit trail; got none")
+	case len(o.Name) > maxOperator:
+		return fmt.Errorf("archive: the operator %q is %d bytes; the audit trail takes at most %d", o.Name, len(o.Name),
+			maxOperator)
+	case len(o.Reason) > maxReason:
+		return fmt.Errorf("archive: the reason is %d bytes; the audit trail takes at most %d", len(o.Reason), maxReason)
+	}
+	return nil
 }
 
 // eachBatch calls fn with the file's lines, restoreBatch at a time.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,9 @@ import (
 )
 
 var ctx = context.Background()
+
+// tester is who the tests' restores name.
+var tester = Operator{Name: "alice-oncall", Reason: "INC-7: restore January for an audit"}
 
 // seed writes, as the owner, four settled rows of two tenants (one
 // delivered with two attempts and a receipt, two of an event sharing a
@@ -176,12 +180,12 @@ func TestWriteAndRestore(t *testing.T) {
 	b, _ := os.ReadFile(name)
 	b[len(b)-1] ^= 0xff
 	os.WriteFile(name, b, 0o640)
-	if _, err := Restore(ctx, db.Owner, bad); err == nil || !strings.Contains(err.Error(), "owed_receipts.jsonl.gz") {
+	if _, err := Restore(ctx, db.Owner, bad, tester); err == nil || !strings.Contains(err.Error(), "owed_receipts.jsonl.gz") {
 		t.Errorf("restoring a changed file: %v, want a refusal naming it", err)
 	}
 
 	dropRange(t, db, owed)
-	res, err := Restore(ctx, db.Owner, dir)
+	res, err := Restore(ctx, db.Owner, dir, tester)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +201,7 @@ func TestWriteAndRestore(t *testing.T) {
 				strings.Join(before[table], "\n"))
 		}
 	}
-	if res, err := Restore(ctx, db.Owner, dir); err != nil || res.Rows["owed_notifications"] != 0 {
+	if res, err := Restore(ctx, db.Owner, dir, tester); err != nil || res.Rows["owed_notifications"] != 0 {
 		t.Errorf("a second restore: %+v (%v), want nothing new", res, err)
 	}
 }
@@ -218,7 +222,7 @@ func TestRestoreAppliesLaterErasures(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropRange(t, db, owed)
-	res, err := Restore(ctx, db.Owner, dir)
+	res, err := Restore(ctx, db.Owner, dir, tester)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,5 +235,41 @@ func TestRestoreAppliesLaterErasures(t *testing.T) {
 		    OR strpos(t::text, '+15550001') > 0`).Scan(&n); err != nil || n != 0 {
 			t.Errorf("%s holds alice in %d rows after the restore (%v)", table, n, err)
 		}
+	}
+}
+
+// A restore is a line on the operators' trail, as an erasure is: who ran
+// it and why, the id range and the archive it came from, and the rows it
+// wrote back; a restore that names no operator writes nothing. Before, a
+// restore left no trace an auditor could find.
+func TestRestoreIsOnTheOperatorsTrail(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	now := time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)
+	owed := seed(t, db, now)
+	dir := filepath.Join(t.TempDir(), "2026-01")
+	if _, err := Write(ctx, db.Owner, 1, owed, dir, now); err != nil {
+		t.Fatal(err)
+	}
+	dropRange(t, db, owed)
+	if _, err := Restore(ctx, db.Owner, dir, Operator{Reason: "no one"}); err == nil ||
+		!strings.Contains(err.Error(), "operator") {
+		t.Fatalf("a restore naming no operator: %v, want a refusal", err)
+	}
+	res, err := Restore(ctx, db.Owner, dir, tester)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var operator, target, reason, login string
+	var count int64
+	if err := db.Owner.QueryRow(`SELECT operator, target, count, reason, login FROM owed_operator_audit
+	    WHERE action = 'archive_restore'`).Scan(&operator, &target, &count, &reason, &login); err != nil {
+		t.Fatalf("the restore's line: %v", err)
+	}
+	wantTarget := fmt.Sprintf("ids [1, %d) from %s", owed, dir)
+	if operator != tester.Name || reason != tester.Reason || count != res.Rows["owed_notifications"] || count != 4 ||
+		!strings.HasPrefix(target, wantTarget) || !strings.Contains(target, "attempts=2") || login == "" {
+		t.Errorf("the restore's line: operator %q, target %q, count %d, reason %q, login %q; want %q, %q…, 4 rows, %q",
+			operator, target, count, reason, login, tester.Name, wantTarget, tester.Reason)
 	}
 }

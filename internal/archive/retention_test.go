@@ -143,7 +143,7 @@ func TestRetentionDropsAMonthWholeAfterItsArchive(t *testing.T) {
 
 	// The archive restores the month: its partitions come back, and its
 	// rows are the ledger's again, read through the API's role.
-	if _, err := Restore(ctx, db.Owner, m.Archive); err != nil {
+	if _, err := Restore(ctx, db.Owner, m.Archive, Operator{Name: "alice", Reason: "INC-28"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := partitionsOf(t, db, from, to); len(got) != 3 {

@@ -4,8 +4,9 @@
 // the provider pace, sends per minute with the last hour's chart, and the
 // history charts of the last hour or day, history.go), a tenant's
 // notifications filtered and paged, each one's timeline and its actions
-// (cancel, reschedule, send now, redrive), the dead letters with filtered
-// and bulk redrive and delete, pausing sends per provider account or tenant,
+// (cancel, reschedule, send now, redrive), a row held for quiet hours
+// saying until when and each tenant's send windows (quiethours.go), the
+// dead letters with filtered and bulk redrive and delete, pausing sends per provider account or tenant,
 // and the operators' sessions (sessions.go: kept in owed_console_sessions,
 // shared by every replica, so logging out or revoking ends them everywhere
 // and a restart keeps them; wrong tokens are throttled, throttle.go).
@@ -37,6 +38,7 @@ import (
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/ops"
 	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/service"
@@ -56,16 +58,17 @@ const dashboardTimeout = 15 * time.Second
 
 // Options are the console's parts and settings.
 type Options struct {
-	// Ledger is the ledger over on-call's login (owed_operator): the
-	// console's reads, actions and audit lines, and its sessions
-	// (owed_console_sessions), run as that login.
-	Ledger *ledger.Ledger
+	// Ledger is the ledger over on-call's login (owed_operator), its Reads
+	// and Actions roles (a *ledger.Ledger has both): the console's reads,
+	// actions and audit lines, and its sessions (owed_console_sessions),
+	// run as that login.
+	Ledger ops.Ledger
 	// Reads is where the pages that only read (the dashboard, the
 	// notification pages) read from: a replica's ledger
 	// (OWED_READ_DATABASE_URL), so an operator's reads never load the
 	// primary that delivers. nil: Ledger. Actions and their audit lines
 	// always go to Ledger.
-	Reads *ledger.Ledger
+	Reads ledger.HasReads
 	Queue queue.Queue
 	// Token is the operator token (OWED_CONSOLE_TOKEN); TrustedHeader the
 	// reverse proxy's header naming the operator
@@ -107,7 +110,7 @@ func New(o Options) *Console {
 	}
 	var sessions *session.Store
 	if o.Ledger != nil {
-		sessions = session.NewStore(o.Ledger.DB())
+		sessions = session.NewStore(o.Ledger.ReadsRole().DB())
 	}
 	if o.Reads == nil {
 		o.Reads = o.Ledger
@@ -115,7 +118,7 @@ func New(o Options) *Console {
 	c := &Console{o: o, auth: newAuth(o.Token, o.TrustedHeader, o.Clock.Now, sessions, newThrottle(o.Clock.Now, o.Metrics)),
 		mux: http.NewServeMux(), pages: parsePages()}
 	if o.Ledger != nil {
-		c.accounts, c.tenants = pace.NewAccounts(o.Ledger.DB(), o.Clock), pace.NewTenants(o.Ledger.DB(), o.Clock)
+		c.accounts, c.tenants = pace.NewAccounts(o.Ledger.ReadsRole().DB(), o.Clock), pace.NewTenants(o.Ledger.ReadsRole().DB(), o.Clock)
 	}
 	c.dash = &service.Cache[dashData]{Fetch: c.readDashboard, TTL: o.Refresh / 2, FetchTimeout: dashboardTimeout, Clock: o.Clock}
 	c.hist = &service.Cache[[]ledger.Sample]{Fetch: c.readHistory, TTL: historyTTL, FetchTimeout: dashboardTimeout, Clock: o.Clock}
@@ -138,6 +141,7 @@ func New(o Options) *Console {
 	c.mux.HandleFunc("GET "+Prefix+"pauses", c.authed(c.pauses))
 	c.mux.HandleFunc("POST "+Prefix+"pauses/action", c.authed(c.pauseAct))
 	c.mux.HandleFunc("GET "+Prefix+"audit", c.authed(c.audit))
+	c.mux.HandleFunc("GET "+Prefix+"quiet-hours", c.authed(c.quietHours))
 	c.mux.HandleFunc("GET "+Prefix+"sessions", c.authed(c.sessionsPage))
 	c.mux.HandleFunc("POST "+Prefix+"sessions/revoke", c.authed(c.revokeSession))
 	return c

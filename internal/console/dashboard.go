@@ -85,7 +85,7 @@ func (c *Console) readDashboard(ctx context.Context) (dashData, error) {
 	for _, s := range []ledger.State{ledger.StatePending, ledger.StateLeased, ledger.StateQueued, ledger.StateSending} {
 		d.States = append(d.States, stateCount{string(s), h.Backlog.ByState[s]})
 	}
-	minutes, err := c.o.Reads.SendsPerMinute(ctx, now.Add(-DashboardWindow).Truncate(time.Minute))
+	minutes, err := c.o.Reads.ReadsRole().SendsPerMinute(ctx, now.Add(-DashboardWindow).Truncate(time.Minute))
 	if err != nil {
 		d.Problems = append(d.Problems, "read the sends per minute: "+err.Error())
 	}

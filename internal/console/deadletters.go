@@ -201,7 +201,7 @@ type auditData struct {
 const auditLimit = 200
 
 func (c *Console) audit(w http.ResponseWriter, r *http.Request, op operator) {
-	list, err := c.o.Ledger.OperatorActions(r.Context(), auditLimit)
+	list, err := c.o.Ledger.ReadsRole().OperatorActions(r.Context(), auditLimit)
 	errText := ""
 	if err != nil {
 		errText = "read the audit trail: " + err.Error()

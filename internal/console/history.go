@@ -104,7 +104,7 @@ var historySpecs = []seriesSpec{
 // readHistory reads the last day of samples, shared by every viewer for
 // historyTTL.
 func (c *Console) readHistory(ctx context.Context) ([]ledger.Sample, error) {
-	return c.o.Ledger.History(ctx, c.o.Clock.Now().Add(-historyRanges[len(historyRanges)-1].Span).Truncate(time.Minute))
+	return c.o.Ledger.ReadsRole().History(ctx, c.o.Clock.Now().Add(-historyRanges[len(historyRanges)-1].Span).Truncate(time.Minute))
 }
 
 // buildHistory lays out every chart of r from samples, the window ending

@@ -59,7 +59,7 @@ type Stack struct {
 
 	cluster *cluster
 	appDB   *sql.DB
-	ledger  *ledger.Ledger
+	ledger  *ledger.Reads
 	queue   queue.Queue
 	sandbox *sandbox.Client
 	// queueVars are the queue settings every sweeper and worker gets, and
@@ -161,7 +161,7 @@ func (s *Stack) Start(ctx context.Context) (err error) {
 	if s.appDB, err = sql.Open("postgres", urls.app); err != nil {
 		return fmt.Errorf("open the application database: %w", err)
 	}
-	s.ledger = ledger.New(s.appDB, nil)
+	s.ledger = ledger.New(s.appDB, nil).Reads
 	if err := s.startChildren(ctx, bins, urls); err != nil {
 		return err
 	}

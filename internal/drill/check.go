@@ -177,7 +177,7 @@ func secs(v sql.NullFloat64) string {
 }
 
 func readLedger(ctx context.Context, db *sql.DB) (map[int64]ledgerRow, error) {
-	rows, err := ledger.New(db, nil).Audit(ctx, devstack.Tenant)
+	rows, err := ledger.New(db, nil).Reads.Audit(ctx, devstack.Tenant)
 	if err != nil {
 		return nil, fmt.Errorf("read the ledger: %w", err)
 	}
@@ -201,7 +201,7 @@ func check(ctx context.Context, db *sql.DB, s *devstack.Stack, rows []row, lostB
 	if err != nil {
 		return err
 	}
-	dups, err := checkDuplicates(ctx, ledger.New(db, nil), accepts)
+	dups, err := checkDuplicates(ctx, ledger.New(db, nil).Reads, accepts)
 	if err != nil {
 		return err
 	}

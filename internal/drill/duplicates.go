@@ -154,7 +154,7 @@ type duplicates struct {
 // more than once and applies the per-row duplicate invariant. The rows are
 // few (a duplicate needs a kill in the window between an accept and its
 // record), so each is one ledger read.
-func checkDuplicates(ctx context.Context, l *ledger.Ledger, receipts map[int64][]receipt) (duplicates, error) {
+func checkDuplicates(ctx context.Context, l *ledger.Reads, receipts map[int64][]receipt) (duplicates, error) {
 	var out duplicates
 	ids := make([]int64, 0)
 	for id, rc := range receipts {

@@ -95,7 +95,7 @@ func TestDuplicateCheckOverALedgerAndTheSandboxLog(t *testing.T) {
 	if len(receipts[unrecorded]) != 2 || len(receipts[flagged]) != 2 || len(receipts[once]) != 1 {
 		t.Fatalf("receipts per row = %d, %d, %d; want 2, 2, 1", len(receipts[unrecorded]), len(receipts[flagged]), len(receipts[once]))
 	}
-	dups, err := checkDuplicates(ctx, l, receipts)
+	dups, err := checkDuplicates(ctx, l.Reads, receipts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,12 @@ type Envelope struct {
 	// cannot make the provider drop this row's send as a repeat. A key
 	// unlike the row's is only counted and logged.
 	Key string `json:"key"`
+	// Digest, when set, says the message stands for the digest of that id
+	// (ledger.ClaimDigest): the worker claims every owed member of the
+	// digest due at DueAt, and ID is one of them. A worker older than
+	// digests refuses the field as unknown, so the workers are upgraded
+	// before a tenant declares a digest (docs/upgrade.md).
+	Digest int64 `json:"digest,omitempty"`
 }
 
 // Encode returns the JSON body of e.
@@ -84,6 +90,8 @@ func (e Envelope) validate() error {
 		// cannot write (and the ledger cannot hold): such a message could
 		// never be encoded again, nor its row claimed.
 		return fmt.Errorf("envelope: due_at %s is outside the years 0 to 9999 in UTC", e.DueAt.Format(time.RFC3339))
+	case e.Digest < 0:
+		return fmt.Errorf("envelope: digest must be a positive digest id, got %d", e.Digest)
 	case e.Key == "" || len(e.Key) > 256:
 		return errors.New("envelope: key must be 1 to 256 bytes")
 	}

@@ -7,7 +7,8 @@ import (
 )
 
 func TestRoundTrip(t *testing.T) {
-	in := Envelope{Tenant: "acme", ID: 42, DueAt: time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.FixedZone("x", 3600)), Key: "owed-42-1"}
+	in := Envelope{Tenant: "acme", ID: 42, DueAt: time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.FixedZone("x", 3600)), Key: "owed-42-1",
+		Digest: 41}
 	b, err := Encode(in)
 	if err != nil {
 		t.Fatal(err)
@@ -16,7 +17,8 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Tenant != in.Tenant || out.ID != in.ID || !out.DueAt.Equal(in.DueAt) || out.Key != in.Key || out.V != Version {
+	if out.Tenant != in.Tenant || out.ID != in.ID || !out.DueAt.Equal(in.DueAt) || out.Key != in.Key || out.V != Version ||
+		out.Digest != in.Digest {
 		t.Errorf("round trip: %+v != %+v", out, in)
 	}
 }
@@ -32,6 +34,7 @@ func TestDecodeRejects(t *testing.T) {
 		`{"v":1,"tenant_id":"a","id":1,"key":"k"}`:                                                                "due_at is required",
 		`{"v":1,"tenant_id":"a","id":1,"due_at":"2026-01-01T00:00:00Z","key":""}`:                                 "key must be",
 		`{"v":1,"tenant_id":"a","id":1,"due_at":"2026-01-01T00:00:00Z","key":"k","x":1}`:                          "unknown field",
+		`{"v":1,"tenant_id":"a","id":1,"due_at":"2026-01-01T00:00:00Z","key":"k","digest":-1}`:                    "digest must be",
 		`{"v":1,"tenant_id":"a","id":1,"due_at":"2026-01-01T00:00:00Z","key":"k"} {}`:                             "trailing data",
 		`{"v":1,"tenant_id":"a","id":"1","due_at":"2026-01-01T00:00:00Z","key":"k"}`:                              "not valid JSON",
 		`{"v":1,"tenant_id":"a","id":1,"due_at":"yesterday","key":"k"}`:                                           "not valid JSON",
@@ -66,7 +69,8 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted envelope does not encode: %v", err)
 		}
 		e2, err := Decode(again)
-		if err != nil || e2.ID != e.ID || e2.Tenant != e.Tenant || !e2.DueAt.Equal(e.DueAt) || e2.Key != e.Key {
+		if err != nil || e2.ID != e.ID || e2.Tenant != e.Tenant || !e2.DueAt.Equal(e.DueAt) || e2.Key != e.Key ||
+			e2.Digest != e.Digest {
 			t.Fatalf("re-decode: %+v %v, want %+v", e2, err, e)
 		}
 	})

@@ -101,7 +101,7 @@ type ClaimParams struct {
 // before a send, inside the tenant's scope. A row of another tenant is
 // invisible and reported as ErrNotFound. Only ClaimSend changes the row to
 // sending; ClaimExpired settles it expired.
-func (l *Ledger) ClaimForSend(ctx context.Context, tenant string, id int64, p ClaimParams) (Claim, error) {
+func (l *Work) ClaimForSend(ctx context.Context, tenant string, id int64, p ClaimParams) (Claim, error) {
 	claims, errs, err := l.ClaimForSendBatch(ctx, []ClaimRequest{{Tenant: tenant, ID: id, DueAt: p.DueAt}}, p)
 	if err != nil {
 		return Claim{}, err
@@ -112,7 +112,7 @@ func (l *Ledger) ClaimForSend(ctx context.Context, tenant string, id int64, p Cl
 // decide says why a claim statement took the row or did not, from the row
 // as it was before the statement; an expired row that no live claim holds
 // is settled expired here.
-func (l *Ledger) decide(ctx context.Context, row Notification, took bool, due, now time.Time,
+func (l *Work) decide(ctx context.Context, row Notification, took bool, due, now time.Time,
 	p ClaimParams) (Claim, error) {
 	c := Claim{Row: row, Now: now}
 	var err error
@@ -177,7 +177,7 @@ type ClaimRequest struct {
 // ledger holds). Such a request is left out of the statement, so it costs
 // the rest of the batch nothing; the error return is for the batch as a
 // whole (the ledger could not be reached).
-func (l *Ledger) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p ClaimParams) ([]Claim, []error, error) {
+func (l *Work) ClaimForSendBatch(ctx context.Context, reqs []ClaimRequest, p ClaimParams) ([]Claim, []error, error) {
 	if p.LeaseFor <= 0 {
 		return nil, nil, fmt.Errorf("ledger: claim lease must be above zero, got %s", p.LeaseFor)
 	}
@@ -285,7 +285,7 @@ func sqlTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.99
 // queryMany runs one of the worker's batch statements, its rows passed as
 // arrays (batchRows and the columns after them). It needs no transaction:
 // the SQL functions set the scope of the batch's tenants themselves.
-func (l *Ledger) queryMany(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+func (l *Work) queryMany(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	s, err := l.prepared(ctx, query)
 	if err != nil {
 		return nil, err

@@ -72,7 +72,7 @@ func (r EraseRequest) Validate() error {
 // in one transaction in the tenant's scope, and records the erasure in
 // owed_erasures. Erasing again is safe: it finds only the rows that were
 // in flight the first time.
-func (l *Ledger) Erase(ctx context.Context, r EraseRequest) (Erasure, error) {
+func (l *Scheduling) Erase(ctx context.Context, r EraseRequest) (Erasure, error) {
 	if err := r.Validate(); err != nil {
 		return Erasure{}, err
 	}

@@ -41,7 +41,7 @@ var ErrClaimLost = errors.New("ledger: the claim was superseded: the row is no l
 // when the lease was extended, ErrClaimLost when the claim is no longer the
 // row's, a *ValidationError for a hold the ledger can never take; the error
 // return is for the batch as a whole.
-func (l *Ledger) ExtendClaims(ctx context.Context, holds []Hold, leaseFor time.Duration) ([]error, error) {
+func (l *Work) ExtendClaims(ctx context.Context, holds []Hold, leaseFor time.Duration) ([]error, error) {
 	return l.extendClaims(ctx, holds, leaseFor, leaseFor, false)
 }
 
@@ -58,14 +58,14 @@ func (l *Ledger) ExtendClaims(ctx context.Context, holds []Hold, leaseFor time.D
 // included: that row must not be sent. It is always a ledger statement,
 // never an answer from memory, because the change that revokes a claim is
 // another process's write.
-func (l *Ledger) StartSends(ctx context.Context, holds []Hold, leaseFor, keep time.Duration) ([]error, error) {
+func (l *Work) StartSends(ctx context.Context, holds []Hold, leaseFor, keep time.Duration) ([]error, error) {
 	if keep <= 0 || keep > leaseFor {
 		return nil, fmt.Errorf("ledger: the lease a send keeps must be above zero and at most the claim lease %s, got %s", leaseFor, keep)
 	}
 	return l.extendClaims(ctx, holds, leaseFor, keep, true)
 }
 
-func (l *Ledger) extendClaims(ctx context.Context, holds []Hold, leaseFor, keep time.Duration, start bool) ([]error, error) {
+func (l *Work) extendClaims(ctx context.Context, holds []Hold, leaseFor, keep time.Duration, start bool) ([]error, error) {
 	if leaseFor <= 0 {
 		return nil, fmt.Errorf("ledger: claim lease must be above zero, got %s", leaseFor)
 	}
@@ -119,7 +119,7 @@ func (l *Ledger) extendClaims(ctx context.Context, holds []Hold, leaseFor, keep 
 // nothing, and the row's send under the claim that superseded it is
 // flagged a possible duplicate already (it took the row from a claim that
 // never ended, see Claim.PossibleDuplicate).
-func (l *Ledger) heldWrite(ctx context.Context, h Hold, a *Attempt, query string, args ...any) error {
+func (l *Work) heldWrite(ctx context.Context, h Hold, a *Attempt, query string, args ...any) error {
 	if a != nil && (a.StartedAt.IsZero() || a.FinishedAt.IsZero()) {
 		return errAttemptTimes
 	}
@@ -141,20 +141,20 @@ func (l *Ledger) heldWrite(ctx context.Context, h Hold, a *Attempt, query string
 // SettleExpired settles a held row whose expiry passed before it could be
 // sent (a worker that claimed it in time but waited past the expiry for the
 // due second or the provider's pace).
-func (l *Ledger) SettleExpired(ctx context.Context, h Hold) error {
+func (l *Work) SettleExpired(ctx context.Context, h Hold) error {
 	return l.heldWrite(ctx, h, nil, qSettleExpired)
 }
 
 // SettleExpiredAfter is SettleExpired recording the attempt a, if any, in
 // the same transaction: a send failed and the row's next retry would land
 // after its expiry, where a late retry would be a late nudge.
-func (l *Ledger) SettleExpiredAfter(ctx context.Context, h Hold, a *Attempt) error {
+func (l *Work) SettleExpiredAfter(ctx context.Context, h Hold, a *Attempt) error {
 	return l.heldWrite(ctx, h, a, qSettleExpired)
 }
 
 // SettleSkipped settles a held row the source says has nothing worth
 // saying.
-func (l *Ledger) SettleSkipped(ctx context.Context, h Hold, reason string) error {
+func (l *Work) SettleSkipped(ctx context.Context, h Hold, reason string) error {
 	return l.heldWrite(ctx, h, nil, qSettleSkipped, reason)
 }
 
@@ -165,7 +165,7 @@ func (l *Ledger) SettleSkipped(ctx context.Context, h Hold, reason string) error
 // send after a Redrive is recorded as a possible duplicate. The mark is kept
 // as well when a send of the row, this attempt included, was recorded as a
 // possible duplicate.
-func (l *Ledger) SettleFailed(ctx context.Context, h Hold, reason string, a *Attempt, uncertain bool) error {
+func (l *Work) SettleFailed(ctx context.Context, h Hold, reason string, a *Attempt, uncertain bool) error {
 	return l.heldWrite(ctx, h, a, qSettleFailed, reason, uncertain)
 }
 
@@ -177,7 +177,7 @@ func (l *Ledger) SettleFailed(ctx context.Context, h Hold, reason string, a *Att
 // attempt. uncertain says the provider may have accepted the send even so
 // (it timed out, or the connection dropped without an answer): the next
 // send of the row is then recorded as a possible duplicate.
-func (l *Ledger) ReleaseClaim(ctx context.Context, h Hold, retryAfter, requeueAfter time.Duration,
+func (l *Work) ReleaseClaim(ctx context.Context, h Hold, retryAfter, requeueAfter time.Duration,
 	reason string, a *Attempt, uncertain bool) error {
 	return l.heldWrite(ctx, h, a, qReleaseClaim,
 		seconds(max(retryAfter, 0)+max(requeueAfter, 0)), nullString(reason), uncertain)
@@ -191,7 +191,7 @@ func (l *Ledger) ReleaseClaim(ctx context.Context, h Hold, retryAfter, requeueAf
 // generation); the caller acks the message once HandBack returns nil. A
 // transient failure passes its attempt, and uncertain marks the next send
 // a possible duplicate, as for ReleaseClaim.
-func (l *Ledger) HandBack(ctx context.Context, h Hold, notBefore time.Duration, reason string, a *Attempt,
+func (l *Work) HandBack(ctx context.Context, h Hold, notBefore time.Duration, reason string, a *Attempt,
 	uncertain bool) error {
 	return l.heldWrite(ctx, h, a, qHandBackClaim, seconds(max(notBefore, 0)), nullString(reason), uncertain)
 }
@@ -202,7 +202,7 @@ func (l *Ledger) HandBack(ctx context.Context, h Hold, notBefore time.Duration, 
 // was already settled (a duplicate the provider accepted anyway; the attempt
 // is still recorded, since it happened), and ErrClaimLost when another live
 // claim holds the row.
-func (l *Ledger) SettleDelivered(ctx context.Context, h Hold, a Attempt) (bool, error) {
+func (l *Work) SettleDelivered(ctx context.Context, h Hold, a Attempt) (bool, error) {
 	if a.StartedAt.IsZero() || a.FinishedAt.IsZero() {
 		return false, errAttemptTimes
 	}
@@ -241,7 +241,7 @@ var ErrSetAside = errors.New("ledger: the row could not be applied and was set a
 // possible duplicate, and the row is left to that claim, so the caller must
 // not ack on its behalf. A superseded send whose row no live claim holds
 // settles it as usual (the provider has it), its attempt flagged likewise.
-func (l *Ledger) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (changed []bool, errs []error, err error) {
+func (l *Work) SettleDeliveredBatch(ctx context.Context, rows []Delivered) (changed []bool, errs []error, err error) {
 	fail := func(i int, err error) {
 		if errs == nil {
 			errs = make([]error, len(rows))

@@ -148,7 +148,7 @@ var qSetDefaultGrace = queries.Get("SetDefaultGrace")
 // database applies to every row inserted without an expiry from then on
 // (Grace). A default that is not configured writes nothing at all: the
 // database keeps what it holds.
-func (l *Ledger) SetDefaultGrace(ctx context.Context, def Grace, overrides GraceOverrides) error {
+func (l *Sweep) SetDefaultGrace(ctx context.Context, def Grace, overrides GraceOverrides) error {
 	if !def.configured() {
 		return nil
 	}

@@ -43,7 +43,7 @@ type Sample struct {
 // (by another replica, or an earlier cron call), with deadLetters as the
 // queue's depth (nil when it is unknown), and forgets the samples older
 // than HistoryKeep. It answers how many samples it wrote.
-func (l *Ledger) RecordHistory(ctx context.Context, deadLetters *int64) (int64, error) {
+func (l *Sweep) RecordHistory(ctx context.Context, deadLetters *int64) (int64, error) {
 	var depth sql.NullInt64
 	if deadLetters != nil {
 		depth = sql.NullInt64{Int64: *deadLetters, Valid: true}
@@ -54,7 +54,7 @@ func (l *Ledger) RecordHistory(ctx context.Context, deadLetters *int64) (int64, 
 }
 
 // History reads the samples from since on, oldest first.
-func (l *Ledger) History(ctx context.Context, since time.Time) ([]Sample, error) {
+func (l *Reads) History(ctx context.Context, since time.Time) ([]Sample, error) {
 	rows, err := l.db.QueryContext(ctx, qHistory, since.UTC())
 	if err != nil {
 		return nil, err

@@ -2,6 +2,16 @@
 // owed_notifications table, its owed_notification_attempts, and every
 // statement that reads or writes them. Nothing outside this package writes SQL against the ledger.
 //
+// Its operations are split by the role that calls them, each a handle on
+// one shared core (pool, clock, prepared statements; roles.go): Sweep (the
+// sweeper's survey, lease and its bookkeeping), Work (the worker's claim,
+// heartbeat, settles and releases), Scheduling (the API's and the
+// materialiser's writes), Reads (every read an operator or the API
+// answers), Actions (on-call's audited writes) and Receipts (the
+// providers' receipts). New returns a *Ledger holding every role; only a
+// composition root holds it, and every other package takes the role it
+// calls, so a package's dependency on the ledger is the part it uses.
+//
 // Row-level security is forced on both tables, and its policies name the
 // roles they serve (sql/notifications.sql, sql/attempts.sql; the roles are
 // internal/migrate/sql/roles.sql): owed_runtime, the services' group,
@@ -139,9 +149,10 @@ func QueueKey(prefix string, id int64, dueAt time.Time, generation int) string {
 	return fmt.Sprintf("%s-g%d", IdempotencyKey(prefix, id, dueAt), generation)
 }
 
-// Ledger runs the named ledger operations against a database connected as
-// the application role.
-type Ledger struct {
+// core is what every role shares: the pool, the clock and the prepared
+// statements. Every role of one Ledger points at the same core, so a
+// statement prepared for one role is reused by all of them.
+type core struct {
 	db *sql.DB
 	// clk decides "now" for every statement (see the package doc).
 	clk clock.Clock
@@ -152,30 +163,23 @@ type Ledger struct {
 	stmts sync.Map
 }
 
-// New returns a Ledger using db, telling the time by clk (nil: clock.Real).
-func New(db *sql.DB, clk clock.Clock) *Ledger {
-	if clk == nil {
-		clk = clock.Real()
-	}
-	return &Ledger{db: db, clk: clk}
-}
-
-// DB returns the underlying pool (for health checks).
-func (l *Ledger) DB() *sql.DB { return l.db }
+// DB returns the underlying pool (for health checks, and for the other
+// packages' tables that live in the same database).
+func (l *core) DB() *sql.DB { return l.db }
 
 // now is the $n of every coalesce($n::timestamptz, now()): nil in
 // production, so the database's clock decides.
-func (l *Ledger) now() *time.Time { return l.clk.NowOrNil() }
+func (l *core) now() *time.Time { return l.clk.NowOrNil() }
 
 // ErrNotFound is returned when a row does not exist in the caller's scope.
 var ErrNotFound = errors.New("ledger: notification not found")
 
 // withTenant runs fn in a transaction scoped to id.
-func (l *Ledger) withTenant(ctx context.Context, id string, fn func(*txn) error) error {
+func (l *core) withTenant(ctx context.Context, id string, fn func(*txn) error) error {
 	return l.inTx(ctx, func(tx *txn) error { return tenant.Enter(ctx, tx, id) }, fn)
 }
 
-func (l *Ledger) inTx(ctx context.Context, enter, fn func(*txn) error) error {
+func (l *core) inTx(ctx context.Context, enter, fn func(*txn) error) error {
 	sqlTx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -192,7 +196,7 @@ func (l *Ledger) inTx(ctx context.Context, enter, fn func(*txn) error) error {
 }
 
 // prepared returns the pool-wide prepared statement for query.
-func (l *Ledger) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
+func (l *core) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
 	if s, ok := l.stmts.Load(query); ok {
 		return s.(*sql.Stmt), nil
 	}
@@ -213,7 +217,7 @@ func (l *Ledger) prepared(ctx context.Context, query string) (*sql.Stmt, error) 
 type txn struct {
 	ctx context.Context
 	tx  *sql.Tx
-	l   *Ledger
+	l   *core
 }
 
 var _ tenant.Execer = (*txn)(nil)
@@ -289,6 +293,10 @@ type Notification struct {
 	// Hold says, while quiet hours hold the row, until when: "held for
 	// quiet hours until 2027-03-29T08:00:00+02:00", in the row's zone.
 	Hold string `json:"hold,omitempty"`
+	// DigestID names the digest the row is in (sql/digests.sql): one
+	// provider call lists its members, each settled with that call's
+	// provider message id. Zero for a row sent alone.
+	DigestID int64 `json:"digest_id,omitempty"`
 }
 
 type scanner interface{ Scan(...any) error }
@@ -319,13 +327,14 @@ func scanNotification(s scanner, extra ...any) (Notification, error) {
 // the reads that answer callers select them, then extra.
 func scanRow(s scanner, extra ...any) (Notification, error) {
 	var zone sql.NullString
-	var local, held sql.NullTime
+	var local, held, digestFrom sql.NullTime
 	var urgent bool
-	n, err := scanNotification(s, append([]any{&zone, &local, &held, &urgent}, extra...)...)
+	var digest sql.NullInt64
+	n, err := scanNotification(s, append([]any{&zone, &local, &held, &urgent, &digest, &digestFrom}, extra...)...)
 	if err != nil {
 		return n, err
 	}
-	n.TimeZone, n.Urgent = zone.String, urgent
+	n.TimeZone, n.Urgent, n.DigestID, n.DigestFrom = zone.String, urgent, digest.Int64, timePtr(digestFrom)
 	if local.Valid {
 		n.DueLocal = localtime.FormatCivil(local.Time)
 	}

@@ -594,7 +594,7 @@ func seqScans(t *testing.T, plan string) int {
 // which reads no page, so the scan tests leave them out.
 func (b *bundle) emptyPartitions(t *testing.T) map[string]bool {
 	t.Helper()
-	rows, err := b.db.Owner.Query(`SELECT relname FROM pg_class WHERE relispartition AND relkind = 'r' AND relpages = 0`)
+	rows, err := b.db.Owner.Query(`SELECT relname FROM pg_class WHERE relispartition AND relkind = 'r' AND pg_relation_size(oid) = 0`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ type Detail struct {
 }
 
 // Get returns one of tenant's rows with its attempts.
-func (l *Ledger) Get(ctx context.Context, tenant string, id int64) (Detail, error) {
+func (l *Reads) Get(ctx context.Context, tenant string, id int64) (Detail, error) {
 	var d Detail
 	err := l.withTenant(ctx, tenant, func(tx *txn) error { return getDetail(tx, id, &d) })
 	return d, err
@@ -29,7 +29,7 @@ func (l *Ledger) Get(ctx context.Context, tenant string, id int64) (Detail, erro
 // GetAny returns a row of any tenant, for operators (owedctl): the one
 // cross-tenant step is asking whose row id is (qTenantsOf); the row and its
 // attempts are then read in that tenant's scope, as Get reads them.
-func (l *Ledger) GetAny(ctx context.Context, id int64) (Detail, error) {
+func (l *Reads) GetAny(ctx context.Context, id int64) (Detail, error) {
 	owners, err := l.tenantsOf(ctx, []int64{id})
 	if err != nil {
 		return Detail{}, err
@@ -42,7 +42,7 @@ func (l *Ledger) GetAny(ctx context.Context, id int64) (Detail, error) {
 }
 
 // tenantsOf says whose rows ids are; an id of no row is absent.
-func (l *Ledger) tenantsOf(ctx context.Context, ids []int64) (map[int64]string, error) {
+func (l *core) tenantsOf(ctx context.Context, ids []int64) (map[int64]string, error) {
 	out := make(map[int64]string, len(ids))
 	err := l.queryAllTenants(ctx, qTenantsOf, []any{pq.Array(ids)}, func(rows *sql.Rows) error {
 		var id int64
@@ -124,7 +124,7 @@ const MaxFindLimit = 500
 
 // Find lists tenant's rows matching f, newest due first: FindPage's first
 // page.
-func (l *Ledger) Find(ctx context.Context, tenant string, f Filter) ([]Notification, error) {
+func (l *Reads) Find(ctx context.Context, tenant string, f Filter) ([]Notification, error) {
 	rows, _, err := l.FindPage(ctx, tenant, f, nil)
 	return rows, err
 }
@@ -145,7 +145,7 @@ type AuditRow struct {
 
 // Audit returns every one of tenant's rows with its sends summarised, for
 // the reliability drill's checks.
-func (l *Ledger) Audit(ctx context.Context, tenant string) ([]AuditRow, error) {
+func (l *Reads) Audit(ctx context.Context, tenant string) ([]AuditRow, error) {
 	var out []AuditRow
 	err := l.withTenant(ctx, tenant, func(tx *txn) error {
 		rows, err := tx.Query(qAudit, tenant)
@@ -183,7 +183,7 @@ type Backlog struct {
 // Backlog counts owed rows by state and finds the oldest one already due.
 // A growing OldestOwedAge while sweeps report nothing leased is the silent
 // failure the design warns about: a claim that matches nothing.
-func (l *Ledger) Backlog(ctx context.Context) (Backlog, error) {
+func (l *Reads) Backlog(ctx context.Context) (Backlog, error) {
 	var now time.Time
 	b := Backlog{ByState: map[State]int64{}}
 	err := l.queryAllTenants(ctx, qBacklog, []any{l.now()}, func(rows *sql.Rows) error {
@@ -226,7 +226,7 @@ type Stats struct {
 }
 
 // Stats reads delivery figures since since, across every tenant.
-func (l *Ledger) Stats(ctx context.Context, since time.Time) (Stats, error) {
+func (l *Reads) Stats(ctx context.Context, since time.Time) (Stats, error) {
 	s := Stats{Since: since.UTC()}
 	var p50, p95, max float64
 	if err := l.queryRowAllTenants(ctx, qStats, since).Scan(&s.Delivered, &s.Expired, &s.Failed, &s.Skipped,

@@ -32,7 +32,7 @@ type MinuteSends struct {
 
 // SendsPerMinute counts the send attempts finished in each minute since
 // since, across every tenant, oldest first; a minute without one is absent.
-func (l *Ledger) SendsPerMinute(ctx context.Context, since time.Time) ([]MinuteSends, error) {
+func (l *Reads) SendsPerMinute(ctx context.Context, since time.Time) ([]MinuteSends, error) {
 	out := []MinuteSends{}
 	err := l.queryAllTenants(ctx, qSendsPerMinute, []any{since}, func(rows *sql.Rows) error {
 		var m MinuteSends
@@ -49,7 +49,7 @@ func (l *Ledger) SendsPerMinute(ctx context.Context, since time.Time) ([]MinuteS
 // RowsAny reads the rows ids name, of any tenant, for operators: like
 // GetAny, the one cross-tenant step is asking whose the ids are; each
 // tenant's rows are then read in its own scope. An id of no row is absent.
-func (l *Ledger) RowsAny(ctx context.Context, ids []int64) (map[int64]Notification, error) {
+func (l *Reads) RowsAny(ctx context.Context, ids []int64) (map[int64]Notification, error) {
 	owners, err := l.tenantsOf(ctx, ids)
 	if err != nil {
 		return nil, err
@@ -109,7 +109,7 @@ const (
 
 // RecordOperatorAction appends a to the audit trail; its ID and At are the
 // database's.
-func (l *Ledger) RecordOperatorAction(ctx context.Context, a OperatorAction) (int64, error) {
+func (l *Actions) RecordOperatorAction(ctx context.Context, a OperatorAction) (int64, error) {
 	var id int64
 	err := l.queryRowAllTenants(ctx, qRecordAction, l.auditArgs(a)...).Scan(&id)
 	return id, err
@@ -117,7 +117,7 @@ func (l *Ledger) RecordOperatorAction(ctx context.Context, a OperatorAction) (in
 
 // recordAction appends a to the audit trail through queryRow: a
 // transaction's, so the line commits with the write it describes.
-func (l *Ledger) recordAction(queryRow func(string, ...any) scanner, a OperatorAction) error {
+func (l *Actions) recordAction(queryRow func(string, ...any) scanner, a OperatorAction) error {
 	var id int64
 	if err := queryRow(qRecordAction, l.auditArgs(a)...).Scan(&id); err != nil {
 		return fmt.Errorf("record the audit line: %w", err)
@@ -126,14 +126,14 @@ func (l *Ledger) recordAction(queryRow func(string, ...any) scanner, a OperatorA
 }
 
 // auditArgs are qRecordAction's arguments for a, cut to the trail's bounds.
-func (l *Ledger) auditArgs(a OperatorAction) []any {
+func (l *Actions) auditArgs(a OperatorAction) []any {
 	return []any{l.now(), cutBytes(a.Operator, MaxAuditOperator), cutBytes(a.Action, maxAuditAction),
 		cutBytes(a.Target, maxAuditTarget), max(a.Count, 0), cutBytes(a.Reason, MaxAuditReason)}
 }
 
 // OperatorActions reads the latest limit lines of the audit trail, newest
 // first.
-func (l *Ledger) OperatorActions(ctx context.Context, limit int) ([]OperatorAction, error) {
+func (l *Reads) OperatorActions(ctx context.Context, limit int) ([]OperatorAction, error) {
 	rows, err := l.db.QueryContext(ctx, qOperatorActions, limit)
 	if err != nil {
 		return nil, err

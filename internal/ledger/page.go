@@ -22,7 +22,7 @@ var (
 // FindPage lists one page of tenant's rows matching f, newest due first,
 // starting after from (nil: the first page). next is the position to ask
 // for the following page, nil when this page is the last.
-func (l *Ledger) FindPage(ctx context.Context, tenant string, f Filter, from *Position) (rows []Notification,
+func (l *Reads) FindPage(ctx context.Context, tenant string, f Filter, from *Position) (rows []Notification,
 	next *Position, err error) {
 	if err := ValidateTenant(tenant); err != nil {
 		return nil, nil, err
@@ -75,7 +75,7 @@ type Counts struct {
 
 // Count counts tenant's rows matching f by state (f.Limit is ignored),
 // reading at most MaxCount of them.
-func (l *Ledger) Count(ctx context.Context, tenant string, f Filter) (Counts, error) {
+func (l *Reads) Count(ctx context.Context, tenant string, f Filter) (Counts, error) {
 	if err := ValidateTenant(tenant); err != nil {
 		return Counts{}, err
 	}

@@ -51,10 +51,13 @@ var (
 	qPendingToHold    = queries.Get("PendingToHold")
 	qMoveHolds        = queries.Get("MoveHolds")
 	qSettleHeld       = queries.Get("SettleHeld")
+	qIntentsToHold    = queries.Get("IntentsToHold")
+	qMoveIntentHolds  = queries.Get("MoveIntentHolds")
 )
 
 // expiredInHold is the last_error of a row settled because its expiry falls
-// inside its hold.
+// inside its hold; owed_expired_in_hold (sql/intents.sql) writes the same
+// for a move waiting on a send.
 const expiredInHold = "expired before it was sent: its expiry falls inside the quiet hours that hold it"
 
 // quietRule is one scope's windows, parsed.
@@ -133,9 +136,10 @@ func loadQuiet(tx *txn, tenant string) (quietRules, error) {
 	return q, res.Err()
 }
 
-// holdOf is a row's hold under its rule: the effective due time, whether
-// it is held, and whether its expiry falls inside the hold (it then
-// expires unsent). zone is the row's zone, its contact's, or "".
+// holdOf is a row's hold under its rule: the effective due time (the
+// window's opening when it is held), whether it is held, and whether its
+// expiry falls inside the hold (it then expires unsent; due is still the
+// opening). zone is the row's zone, its contact's, or "".
 func holdOf(r quietRule, zone string, asked time.Time, expires *time.Time) (due time.Time, held, expire bool) {
 	if zone == "" {
 		zone = r.zone
@@ -151,7 +155,7 @@ func holdOf(r quietRule, zone string, asked time.Time, expires *time.Time) (due 
 		return asked, false, false
 	}
 	if expires != nil && !expires.After(open) {
-		return asked, false, true
+		return open, false, true
 	}
 	return open, true, false
 }
@@ -230,8 +234,11 @@ func holdRows(tx *txn, tenant string, rows []NewNotification) (out []NewNotifica
 // it) and, in the same transaction, moves every pending row of the tenant
 // that is not urgent to the new rule: held to the next opening, released
 // back to the time it was asked for, or settled expired when its expiry
-// falls inside its hold.
-func (l *Ledger) SetQuietHours(ctx context.Context, tenant string, q QuietHours) (HoldResult, error) {
+// falls inside its hold. A move waiting on a send (a reschedule or update
+// of a row in flight) is held or released the same way, and counted in
+// Held or Released; one whose expiry falls inside its new hold expires
+// the row when it applies.
+func (l *Scheduling) SetQuietHours(ctx context.Context, tenant string, q QuietHours) (HoldResult, error) {
 	if err := ValidateQuietHours(tenant, q); err != nil {
 		return HoldResult{}, err
 	}
@@ -246,13 +253,48 @@ func (l *Ledger) SetQuietHours(ctx context.Context, tenant string, q QuietHours)
 		if err != nil {
 			return err
 		}
-		res, err = l.rehold(tx, tenant, 0, "", "")
+		if res, err = l.rehold(tx, tenant, 0, "", ""); err != nil {
+			return err
+		}
+		held, released, err := l.reholdIntents(tx, tenant, 0, "", "")
+		res.Held, res.Released = res.Held+held, res.Released+released
 		return err
 	})
 	return res, err
 }
 
-// heldRow is a pending row as rehold reads it (PendingToHold).
+// QuietHoursOf reads every scope of tenant's send windows, as
+// SetQuietHours wrote them, ordered by scope.
+func (l *Reads) QuietHoursOf(ctx context.Context, tenant string) ([]QuietHours, error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return nil, err
+	}
+	out := []QuietHours{}
+	err := l.withTenant(ctx, tenant, func(tx *txn) error {
+		res, err := tx.Query(qQuietHours, tenant)
+		if err != nil {
+			return err
+		}
+		defer res.Close()
+		for res.Next() {
+			var q QuietHours
+			if err := res.Scan(&q.Scope, pq.Array(&q.Windows), &q.TimeZone); err != nil {
+				return err
+			}
+			out = append(out, q)
+		}
+		return res.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Scope < out[j].Scope })
+	return out, nil
+}
+
+// heldRow is a pending row as rehold reads it (PendingToHold), or a move
+// waiting on a send as reholdIntents does (IntentsToHold: asked, held and
+// due are the intent's).
 type heldRow struct {
 	id                                  int64
 	recipient, channel, kind, ref, zone string
@@ -261,17 +303,13 @@ type heldRow struct {
 	expires                             sql.NullTime
 }
 
-// rehold moves the tenant's pending rows (all, one id, or one subject) to
-// the quiet hours in force, as SetQuietHours describes.
-func (l *Ledger) rehold(tx *txn, tenant string, id int64, kind, ref string) (HoldResult, error) {
-	var res HoldResult
-	q, err := loadQuiet(tx, tenant)
+// readHolds runs query (PendingToHold or IntentsToHold) for tenant's rows
+// (all, one id, or one subject) and fills in the zone of each row that
+// has none of its own from its recipient's contact.
+func readHolds(tx *txn, query, tenant string, id int64, kind, ref string) ([]heldRow, error) {
+	rs, err := tx.Query(query, tenant, id, kind, ref)
 	if err != nil {
-		return res, err
-	}
-	rs, err := tx.Query(qPendingToHold, tenant, id, kind, ref)
-	if err != nil {
-		return res, err
+		return nil, err
 	}
 	var rows []heldRow
 	for rs.Next() {
@@ -279,13 +317,13 @@ func (l *Ledger) rehold(tx *txn, tenant string, id int64, kind, ref string) (Hol
 		if err := rs.Scan(&r.id, &r.recipient, &r.channel, &r.kind, &r.ref, &r.asked, &r.held, &r.due, &r.expires,
 			&r.zone); err != nil {
 			rs.Close()
-			return res, err
+			return nil, err
 		}
 		rows = append(rows, r)
 	}
 	rs.Close()
 	if err := rs.Err(); err != nil {
-		return res, err
+		return nil, err
 	}
 	var recipients, channels []string
 	var asked []int
@@ -296,10 +334,69 @@ func (l *Ledger) rehold(tx *txn, tenant string, id int64, kind, ref string) (Hol
 	}
 	byPair, err := contactZonesOf(tx, tenant, recipients, channels)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	for k, z := range byPair {
 		rows[asked[k]].zone = z
+	}
+	return rows, nil
+}
+
+// reholdIntents holds the tenant's moves waiting on a send (all, one row's,
+// or one subject's) for the quiet hours in force, as rehold holds pending
+// rows: a move into quiet hours waits for the opening (intent_held_from
+// keeps the time asked), one whose expiry falls inside that hold is
+// recorded with it and expires the row when it applies (owed_apply_intent,
+// sql/intents.sql), and one no window holds any more is released. It
+// returns how many moves it held and released.
+func (l *Scheduling) reholdIntents(tx *txn, tenant string, id int64, kind, ref string) (held, released int, err error) {
+	q, err := loadQuiet(tx, tenant)
+	if err != nil {
+		return 0, 0, err
+	}
+	rows, err := readHolds(tx, qIntentsToHold, tenant, id, kind, ref)
+	if err != nil || len(rows) == 0 {
+		return 0, 0, err
+	}
+	var ids []int64
+	var dues []time.Time
+	var helds []sql.NullTime
+	for _, r := range rows {
+		due, hold := r.asked, false
+		if rule, ok := q.rule(r.recipient, r.kind); ok {
+			var exp bool
+			due, hold, exp = holdOf(rule, r.zone, r.asked.UTC(), timePtr(r.expires))
+			hold = hold || exp
+		}
+		if due.Equal(r.due) && hold == r.held {
+			continue
+		}
+		ids, dues = append(ids, r.id), append(dues, due)
+		helds = append(helds, sql.NullTime{Time: r.asked, Valid: hold})
+		if hold {
+			held++
+		} else {
+			released++
+		}
+	}
+	if len(ids) == 0 {
+		return 0, 0, nil
+	}
+	_, err = tx.Exec(qMoveIntentHolds, tenant, pq.Array(ids), pq.Array(dues), nullTimes(helds), l.now())
+	return held, released, err
+}
+
+// rehold moves the tenant's pending rows (all, one id, or one subject) to
+// the quiet hours in force, as SetQuietHours describes.
+func (l *Scheduling) rehold(tx *txn, tenant string, id int64, kind, ref string) (HoldResult, error) {
+	var res HoldResult
+	q, err := loadQuiet(tx, tenant)
+	if err != nil {
+		return res, err
+	}
+	rows, err := readHolds(tx, qPendingToHold, tenant, id, kind, ref)
+	if err != nil {
+		return res, err
 	}
 	// Each row's new (due, held) where it changes; two rows of one key
 	// landing on one opening are one send: the earlier asked keeps it.

@@ -99,7 +99,7 @@ type ReceiptResult struct {
 // (sql/receipts.sql), which also moves the row's confirmed outcome on. A
 // replay records nothing and an unknown id is no error: both are reported
 // in the result.
-func (l *Ledger) RecordReceipt(ctx context.Context, r Receipt) (ReceiptResult, error) {
+func (l *Receipts) RecordReceipt(ctx context.Context, r Receipt) (ReceiptResult, error) {
 	var res ReceiptResult
 	if err := r.Validate(); err != nil {
 		return res, err
@@ -175,7 +175,7 @@ type ReceiptStats struct {
 
 // ReceiptStats reads the receipt figures of rows settled since since,
 // across every tenant (owed_ledger_receipt_stats).
-func (l *Ledger) ReceiptStats(ctx context.Context, since time.Time) (ReceiptStats, error) {
+func (l *Reads) ReceiptStats(ctx context.Context, since time.Time) (ReceiptStats, error) {
 	var s ReceiptStats
 	err := l.queryRowAllTenants(ctx, qReceiptStats, since).Scan(&s.Accepted, &s.ConfirmedDelivered, &s.Bounced,
 		&s.Failed, &s.Unconfirmed)

@@ -64,7 +64,7 @@ var (
 // settled or is another tenant's is left alone, and so is a row that
 // already carries the change, so applying the same changes twice changes
 // nothing the second time. At most MaxScheduleBatch changes per call.
-func (l *Ledger) ChangeMaterialised(ctx context.Context, tenant string, changes []MaterialisedChange) (MaterialisedChanges, error) {
+func (l *Scheduling) ChangeMaterialised(ctx context.Context, tenant string, changes []MaterialisedChange) (MaterialisedChanges, error) {
 	var res MaterialisedChanges
 	if err := ValidateTenant(tenant); err != nil {
 		return res, err
@@ -126,6 +126,19 @@ func (l *Ledger) ChangeMaterialised(ctx context.Context, tenant string, changes 
 				res.Intents += n
 			}
 		}
+		// A moved nudge, or a move recorded on one in flight, takes the
+		// quiet hours in force at its new time, as a reschedule does.
+		for _, c := range in {
+			if c.Cancel {
+				continue
+			}
+			if _, err := l.rehold(tx, tenant, c.ID, "", ""); err != nil {
+				return err
+			}
+			if _, _, err := l.reholdIntents(tx, tenant, c.ID, "", ""); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -142,7 +155,7 @@ func (l *Ledger) ChangeMaterialised(ctx context.Context, tenant string, changes 
 // sees (a moved item got two, a deleted one still got its own). Now the
 // rows and their mark commit together or not at all. A row already marked,
 // or settled, is left alone.
-func (l *Ledger) ScheduleMaterialised(ctx context.Context, tenant string, rows []NewNotification) ([]Scheduled, error) {
+func (l *Scheduling) ScheduleMaterialised(ctx context.Context, tenant string, rows []NewNotification) ([]Scheduled, error) {
 	return l.schedule(ctx, tenant, rows, func(tx *txn, out []Scheduled) error {
 		ids := make([]int64, len(out))
 		for i, s := range out {

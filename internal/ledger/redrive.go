@@ -63,14 +63,14 @@ const ErrPermanentNeedsForce = "failed permanently"
 // past its expiry, is left exactly as it was and reported with
 // Reopened=false and the Reason; an id not visible in tenant's scope is
 // reported with Reason "not found". Redriving a row twice reopens it once.
-func (l *Ledger) Redrive(ctx context.Context, tenant string, ids ...int64) ([]Redriven, error) {
+func (l *Actions) Redrive(ctx context.Context, tenant string, ids ...int64) ([]Redriven, error) {
 	return l.RedriveTenant(ctx, tenant, false, ids...)
 }
 
 // RedriveTenant is Redrive, forced when force is set: a row whose last
 // attempt failed permanently is reopened too (the console's redrive of one
 // notification, which writes its own audit line).
-func (l *Ledger) RedriveTenant(ctx context.Context, tenant string, force bool, ids ...int64) ([]Redriven, error) {
+func (l *Actions) RedriveTenant(ctx context.Context, tenant string, force bool, ids ...int64) ([]Redriven, error) {
 	if err := ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func (l *Ledger) RedriveTenant(ctx context.Context, tenant string, force bool, i
 // redrive commits without its line. force reopens a row whose last attempt
 // failed permanently too. by.Action is "redrive" unless the caller names
 // another (ops: dlq_redrive).
-func (l *Ledger) RedriveAny(ctx context.Context, by OperatorAction, force bool, ids ...int64) ([]Redriven, error) {
+func (l *Actions) RedriveAny(ctx context.Context, by OperatorAction, force bool, ids ...int64) ([]Redriven, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -142,7 +142,7 @@ func (l *Ledger) RedriveAny(ctx context.Context, by OperatorAction, force bool, 
 
 // redriveIn runs qRedrive on ids in tx's tenant scope and adds each row it
 // saw to found.
-func (l *Ledger) redriveIn(tx *txn, ids []int64, force bool, found map[int64]Redriven) error {
+func (l *Actions) redriveIn(tx *txn, ids []int64, force bool, found map[int64]Redriven) error {
 	rows, err := tx.Query(qRedrive, pq.Array(ids), l.now(), force)
 	if err != nil {
 		return err

@@ -60,7 +60,7 @@ type lockedRow struct {
 const CancelRowReason = "cancelled by an operator"
 
 // CancelRow settles tenant's row id cancelled.
-func (l *Ledger) CancelRow(ctx context.Context, tenant string, id int64) (RowChange, error) {
+func (l *Actions) CancelRow(ctx context.Context, tenant string, id int64) (RowChange, error) {
 	return l.changeRow(ctx, tenant, id, func(tx *txn, r lockedRow, c *RowChange) error {
 		c.State = StateCancelled
 		_, err := tx.Exec(qCancelRow, id, l.now(), CancelRowReason)
@@ -72,7 +72,7 @@ func (l *Ledger) CancelRow(ctx context.Context, tenant string, id int64) (RowCha
 // window it is worth sending in keeps its length), as Reschedule moves a
 // subject's rows. A due time its recipient already has a row at for the
 // same kind and ref is ErrConflict.
-func (l *Ledger) RescheduleRow(ctx context.Context, tenant string, id int64, newDue time.Time) (RowChange, error) {
+func (l *Actions) RescheduleRow(ctx context.Context, tenant string, id int64, newDue time.Time) (RowChange, error) {
 	if !InRange(newDue) {
 		return RowChange{}, fmt.Errorf("due_at %s is outside the years 1 to 9999", newDue.Format(time.RFC3339))
 	}
@@ -98,7 +98,7 @@ func (l *Ledger) RescheduleRow(ctx context.Context, tenant string, id int64, new
 // wake-up has the sweeper publish it at once. Its expiry stays: a row that
 // is already past it is never sent, and a row already due is the sweep's
 // to send (if it waits, a pause or the backlog holds it).
-func (l *Ledger) SendNowRow(ctx context.Context, tenant string, id int64) (RowChange, error) {
+func (l *Actions) SendNowRow(ctx context.Context, tenant string, id int64) (RowChange, error) {
 	return l.changeRow(ctx, tenant, id, func(tx *txn, r lockedRow, c *RowChange) error {
 		switch {
 		case r.expires != nil && !r.expires.After(r.now):
@@ -112,7 +112,7 @@ func (l *Ledger) SendNowRow(ctx context.Context, tenant string, id int64) (RowCh
 	})
 }
 
-func moveRow(tx *txn, l *Ledger, id int64, due time.Time, exp *time.Time, c *RowChange) error {
+func moveRow(tx *txn, l *Actions, id int64, due time.Time, exp *time.Time, c *RowChange) error {
 	var e sql.NullTime
 	if exp != nil {
 		e = sql.NullTime{Time: exp.UTC(), Valid: true}
@@ -128,7 +128,7 @@ func moveRow(tx *txn, l *Ledger, id int64, due time.Time, exp *time.Time, c *Row
 
 // changeRow locks tenant's row id, refuses a settled one or one a live
 // worker is sending, and runs change on it, in one transaction.
-func (l *Ledger) changeRow(ctx context.Context, tenant string, id int64,
+func (l *Actions) changeRow(ctx context.Context, tenant string, id int64,
 	change func(*txn, lockedRow, *RowChange) error) (RowChange, error) {
 	if err := ValidateTenant(tenant); err != nil {
 		return RowChange{}, err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/lib/pq"
@@ -37,6 +38,9 @@ type NewNotification struct {
 	// HeldFrom is the due time asked for, when quiet hours hold the row:
 	// DueAt is then the window's opening (sql/quiet_hours.sql).
 	HeldFrom *time.Time `json:"held_from,omitempty"`
+	// DigestFrom is the due time asked for, when the row is in a digest:
+	// DueAt is then the digest's send time (sql/digests.sql).
+	DigestFrom *time.Time `json:"digest_from,omitempty"`
 }
 
 // Local is a row's times as the recipient's wall clock shows them
@@ -122,14 +126,14 @@ var (
 // batch is validated first; if any field is bad nothing is written. A
 // payload several rows share (an event's) is stored once, and rows are
 // inserted in chunks, all in one transaction.
-func (l *Ledger) Schedule(ctx context.Context, tenant string, rows []NewNotification) ([]Scheduled, error) {
+func (l *Scheduling) Schedule(ctx context.Context, tenant string, rows []NewNotification) ([]Scheduled, error) {
 	return l.schedule(ctx, tenant, rows, nil)
 }
 
 // schedule is Schedule, running then (when not nil) in the same
 // transaction after the rows are written, with what was scheduled: a
 // failure of then writes nothing at all.
-func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotification,
+func (l *Scheduling) schedule(ctx context.Context, tenant string, rows []NewNotification,
 	then func(tx *txn, out []Scheduled) error) ([]Scheduled, error) {
 	canon, err := validate(tenant, rows)
 	if err != nil {
@@ -146,6 +150,23 @@ func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotifica
 		rows, expire, err := holdRows(tx, tenant, rows)
 		if err != nil {
 			return err
+		}
+		rows, digests, err := l.digestRows(tx, tenant, rows, expire)
+		if err != nil {
+			return err
+		}
+		if digests != nil {
+			// A digest's send time is held for quiet hours as its members'
+			// due times were: the window may close outside a send window.
+			var again []int
+			if rows, again, err = holdRows(tx, tenant, rows); err != nil {
+				return err
+			}
+			for _, i := range again {
+				if !slices.Contains(expire, i) {
+					expire = append(expire, i)
+				}
+			}
 		}
 		ids := make([]int64, len(shared))
 		for k, p := range shared {
@@ -183,6 +204,9 @@ func (l *Ledger) schedule(ctx context.Context, tenant string, rows []NewNotifica
 				Scan(&out[i].ID, &out[i].State); err != nil {
 				return fmt.Errorf("find row scheduled concurrently: %w", err)
 			}
+		}
+		if err := nameDigests(tx, tenant, digests, out); err != nil {
+			return fmt.Errorf("name the rows' digests: %w", err)
 		}
 		// A row whose expiry falls inside its hold is written, so its
 		// replay finds it, and settled expired: it is never sent.
@@ -360,7 +384,7 @@ type ChangeResult struct {
 // when the ticket was closed, and records the cancel on every row a worker
 // is sending (ChangeResult.Intents). Settled rows, delivered ones above all,
 // are never changed.
-func (l *Ledger) Cancel(ctx context.Context, tenant, kind, ref string) (ChangeResult, error) {
+func (l *Scheduling) Cancel(ctx context.Context, tenant, kind, ref string) (ChangeResult, error) {
 	if err := ValidateCancel(tenant, kind, ref); err != nil {
 		return ChangeResult{}, err
 	}
@@ -379,14 +403,19 @@ var ErrConflict = errors.New("ledger: a notification for this recipient, kind an
 // moved with it, would pass the last time the ledger holds (expiryGuard) or
 // would not be after it: a move the row could never take, refused before it
 // is recorded, so no batch that ends the row's send ever meets it.
-func (l *Ledger) Reschedule(ctx context.Context, tenant, kind, ref string, newDue time.Time) (ChangeResult, error) {
+func (l *Scheduling) Reschedule(ctx context.Context, tenant, kind, ref string, newDue time.Time) (ChangeResult, error) {
 	if err := ValidateReschedule(tenant, kind, ref, newDue); err != nil {
 		return ChangeResult{}, err
 	}
 	due := newDue.UTC().Truncate(time.Microsecond)
-	// The moved rows take the quiet hours in force at their new time.
+	// The moved rows take the quiet hours in force at their new time, and
+	// so do the moves recorded on rows in flight, which take them when
+	// their send is handed back.
 	rehold := func(tx *txn) error {
-		_, err := l.rehold(tx, tenant, 0, kind, ref)
+		if _, err := l.rehold(tx, tenant, 0, kind, ref); err != nil {
+			return err
+		}
+		_, _, err := l.reholdIntents(tx, tenant, 0, kind, ref)
 		return err
 	}
 	res, err := l.changeSubject(ctx, tenant, kind, ref, expiryGuard(due), rehold, qReschedule, qRecordReschedule, due)
@@ -429,14 +458,16 @@ func expiryGuard(due time.Time) func(*txn, []any) error {
 }
 
 // changeSubject runs guard (nil for none; a refusal it returns ends the
-// change), then change (and after it, when not nil, after) (qCancel or qReschedule: $1 to $3 name the subject,
+// change), then change (qCancel or qReschedule: $1 to $3 name the subject,
 // $4 is now, extra follow) on the open rows, then intent (its qRecord…
-// statement, same arguments) on the rows in flight, and counts what is in
-// flight, all at the one instant of its transaction. change locks every
+// statement, same arguments) on the rows in flight, then after (when not
+// nil), and counts what is in flight, all at the one instant of its
+// transaction. after runs once both are written, so intent's check for a
+// clash sees every row where the change put it, as without quiet hours. change locks every
 // unsettled row of the subject first, so no worker's release or settle
 // slips between the two statements. A clash the intent statement reports
 // rolls the whole change back as ErrConflict.
-func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref string, guard func(*txn, []any) error,
+func (l *Scheduling) changeSubject(ctx context.Context, tenant, kind, ref string, guard func(*txn, []any) error,
 	after func(*txn) error, change, intent string, extra ...any) (ChangeResult, error) {
 	var res ChangeResult
 	now := l.now()
@@ -454,17 +485,17 @@ func (l *Ledger) changeSubject(ctx context.Context, tenant, kind, ref string, gu
 		if res.Changed, err = r.RowsAffected(); err != nil {
 			return err
 		}
-		if after != nil {
-			if err := after(tx); err != nil {
-				return err
-			}
-		}
 		var clash bool
 		if err := tx.QueryRow(intent, args...).Scan(&res.Intents, &clash); err != nil {
 			return err
 		}
 		if clash {
 			return ErrConflict
+		}
+		if after != nil {
+			if err := after(tx); err != nil {
+				return err
+			}
 		}
 		return tx.QueryRow(qCountInFlight, tenant, kind, ref, now).Scan(&res.InFlight)
 	})

@@ -7,7 +7,7 @@ import "context"
 // into the table) as failed with reason, so it no longer stops every run
 // and the reason is on the row for the operator. It reports whether the row
 // was still leased.
-func (l *Ledger) SetAside(ctx context.Context, id int64, reason string) (bool, error) {
+func (l *Sweep) SetAside(ctx context.Context, id int64, reason string) (bool, error) {
 	n, err := l.execAllTenants(ctx, qSetAside, id, l.now(), reason)
 	return n == 1, err
 }

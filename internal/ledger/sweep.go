@@ -197,7 +197,7 @@ type LeaseResult struct {
 }
 
 // Lease is LeaseSlice's rows.
-func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
+func (l *Sweep) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
 	r, err := l.LeaseSlice(ctx, p)
 	return r.Rows, err
 }
@@ -213,7 +213,7 @@ func (l *Ledger) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
 // created_at)). Rows past their expiry, of a paused tenant or of a held
 // account are never returned. Concurrent calls never return the same row.
 // A row published before gets its next queue generation here.
-func (l *Ledger) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, error) {
+func (l *Sweep) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, error) {
 	if err := p.validate(); err != nil {
 		return LeaseResult{}, err
 	}
@@ -272,17 +272,15 @@ type Survey struct {
 // Survey reads, in one statement across every tenant, each account's work
 // in flight (reading at most countUpTo rows), whether anything waits to be
 // leased within ahead, and the oldest owed age (owed_sweep_survey_fair).
-func (l *Ledger) Survey(ctx context.Context, ahead time.Duration, s Sharing, countUpTo int) (Survey, error) {
+func (l *Sweep) Survey(ctx context.Context, ahead time.Duration, s Sharing, countUpTo int) (Survey, error) {
 	if countUpTo <= 0 {
 		return Survey{}, fmt.Errorf("ledger: survey count limit must be above zero, got %d", countUpTo)
 	}
-	channels, accountOf, names, _ := s.args()
 	var sv Survey
 	var inFlight pq.Int64Array
 	var oldest sql.NullFloat64
 	var asked time.Time
-	if err := l.queryRowAllTenants(ctx, qSurveyFair, l.now(), seconds(ahead), seconds(s.liveFor()),
-		pq.Array(channels), pq.Array(accountOf), pq.Array(names), countUpTo).
+	if err := l.queryRowAllTenants(ctx, qSurveyFair, surveyArgs(l.now(), ahead, s, countUpTo)...).
 		Scan(&inFlight, &sv.Pending, &sv.Requeues, &oldest, &asked); err != nil {
 		return Survey{}, err
 	}
@@ -295,27 +293,38 @@ func (l *Ledger) Survey(ctx context.Context, ahead time.Duration, s Sharing, cou
 	return sv, nil
 }
 
+// surveyArgs are qSurveyFair's arguments.
+func surveyArgs(now any, ahead time.Duration, s Sharing, countUpTo int) []any {
+	channels, accountOf, names, _ := s.args()
+	return []any{now, seconds(ahead), seconds(s.liveFor()), pq.Array(channels), pq.Array(accountOf), pq.Array(names),
+		countUpTo}
+}
+
 // Leasable reports whether a row is owed and free to lease within ahead,
 // room allowing, of a tenant not paused on an account s does not hold:
 // when a sweep leased nothing and held nothing back but this is true, the
 // lease is broken (the silent zero), not idle.
-func (l *Ledger) Leasable(ctx context.Context, ahead time.Duration, s Sharing) (bool, error) {
-	channels, accountOf, names, _ := s.args()
+func (l *Sweep) Leasable(ctx context.Context, ahead time.Duration, s Sharing) (bool, error) {
 	var ok bool
-	err := l.queryRowAllTenants(ctx, qLeasableFair, l.now(), seconds(ahead), pq.Array(channels),
-		pq.Array(accountOf), pq.Array(names)).Scan(&ok)
+	err := l.queryRowAllTenants(ctx, qLeasableFair, leasableArgs(l.now(), ahead, s)...).Scan(&ok)
 	return ok, err
+}
+
+// leasableArgs are qLeasableFair's arguments.
+func leasableArgs(now any, ahead time.Duration, s Sharing) []any {
+	channels, accountOf, names, _ := s.args()
+	return []any{now, seconds(ahead), pq.Array(channels), pq.Array(accountOf), pq.Array(names)}
 }
 
 // SendRates counts, per provider (the part of an account's name before
 // ':'), the sends the workers finished in the window up to now, reading at
 // most countUpTo attempts (owed_sweep_send_rates).
-func (l *Ledger) SendRates(ctx context.Context, window time.Duration, countUpTo int) (map[string]int64, error) {
+func (l *Sweep) SendRates(ctx context.Context, window time.Duration, countUpTo int) (map[string]int64, error) {
 	if window <= 0 || countUpTo <= 0 {
 		return nil, fmt.Errorf("ledger: send rates need a window and a count limit above zero, got %s and %d", window, countUpTo)
 	}
 	out := map[string]int64{}
-	err := l.queryAllTenants(ctx, qSendRates, []any{l.now(), seconds(window), countUpTo}, func(rows *sql.Rows) error {
+	err := l.queryAllTenants(ctx, qSendRates, sendRatesArgs(l.now(), window, countUpTo), func(rows *sql.Rows) error {
 		var provider string
 		var n int64
 		if err := rows.Scan(&provider, &n); err != nil {
@@ -327,9 +336,14 @@ func (l *Ledger) SendRates(ctx context.Context, window time.Duration, countUpTo 
 	return out, err
 }
 
+// sendRatesArgs are qSendRates' arguments.
+func sendRatesArgs(now any, window time.Duration, countUpTo int) []any {
+	return []any{now, seconds(window), countUpTo}
+}
+
 // ExpireOverdue settles up to limit owed rows whose expires_at has passed as
 // expired, across every tenant, and returns how many it settled.
-func (l *Ledger) ExpireOverdue(ctx context.Context, limit int) (int64, error) {
+func (l *Sweep) ExpireOverdue(ctx context.Context, limit int) (int64, error) {
 	if limit <= 0 {
 		return 0, fmt.Errorf("ledger: expiry limit must be above zero, got %d", limit)
 	}
@@ -339,7 +353,7 @@ func (l *Ledger) ExpireOverdue(ctx context.Context, limit int) (int64, error) {
 // MarkQueued records that the queue accepted the messages of rows ids. A
 // queued row that stays unsettled for requeueAfter past its due time is
 // leased and published again (OWED_REQUEUE_AFTER).
-func (l *Ledger) MarkQueued(ctx context.Context, ids []int64, requeueAfter time.Duration) (int64, error) {
+func (l *Sweep) MarkQueued(ctx context.Context, ids []int64, requeueAfter time.Duration) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
@@ -348,7 +362,7 @@ func (l *Ledger) MarkQueued(ctx context.Context, ids []int64, requeueAfter time.
 
 // ReleaseLeased hands back leased rows whose messages the queue did not
 // accept, so the next sweep takes them without waiting for the lease.
-func (l *Ledger) ReleaseLeased(ctx context.Context, ids []int64) (int64, error) {
+func (l *Sweep) ReleaseLeased(ctx context.Context, ids []int64) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
@@ -357,7 +371,7 @@ func (l *Ledger) ReleaseLeased(ctx context.Context, ids []int64) (int64, error) 
 
 // execAllTenants runs one of the sweeper's cross-tenant updates, a
 // function that answers how many rows it changed.
-func (l *Ledger) execAllTenants(ctx context.Context, query string, args ...any) (int64, error) {
+func (l *core) execAllTenants(ctx context.Context, query string, args ...any) (int64, error) {
 	var n int64
 	err := l.queryRowAllTenants(ctx, query, args...).Scan(&n)
 	return n, err
@@ -370,7 +384,7 @@ func (l *Ledger) execAllTenants(ctx context.Context, query string, args ...any) 
 // a prepared statement of its own transaction: no scope is entered, since
 // the function's owner, not the caller's setting, is what sees every
 // tenant.
-func (l *Ledger) queryRowAllTenants(ctx context.Context, query string, args ...any) scanner {
+func (l *core) queryRowAllTenants(ctx context.Context, query string, args ...any) scanner {
 	s, err := l.prepared(ctx, query)
 	if err != nil {
 		return errScanner{err}
@@ -380,7 +394,7 @@ func (l *Ledger) queryRowAllTenants(ctx context.Context, query string, args ...a
 
 // queryAllTenants is queryRowAllTenants for a function answering rows:
 // scan reads each.
-func (l *Ledger) queryAllTenants(ctx context.Context, query string, args []any, scan func(*sql.Rows) error) error {
+func (l *core) queryAllTenants(ctx context.Context, query string, args []any, scan func(*sql.Rows) error) error {
 	s, err := l.prepared(ctx, query)
 	if err != nil {
 		return err
@@ -404,7 +418,7 @@ func (l *Ledger) queryAllTenants(ctx context.Context, query string, args []any, 
 // and the server-side execution time. Operators and the benchmark use it to
 // check that the lease reads the partial index and costs what is owed, not
 // what the ledger holds.
-func (l *Ledger) ExplainLease(ctx context.Context, p LeaseParams) (plan string, execution time.Duration, err error) {
+func (l *Sweep) ExplainLease(ctx context.Context, p LeaseParams) (plan string, execution time.Duration, err error) {
 	if err := p.validate(); err != nil {
 		return "", 0, err
 	}

@@ -49,7 +49,7 @@ func clip(s string, n int) string {
 
 // MarkUndeliverable records u's address as undeliverable in u.Tenant's scope; marking
 // it again replaces the earlier failure with this one.
-func (l *Ledger) MarkUndeliverable(ctx context.Context, u Undeliverable) error {
+func (l *Work) MarkUndeliverable(ctx context.Context, u Undeliverable) error {
 	if u.Channel == "" || u.Address == "" || len(u.Address) > maxUndeliverableAddress || u.Provider == "" {
 		return errors.New("ledger: an undeliverable mark needs a channel, an address (at most 1024 bytes) and a provider")
 	}
@@ -81,7 +81,7 @@ func scanUndeliverable(s interface{ Scan(...any) error }) (Undeliverable, error)
 
 // LookupUndeliverable reads the mark of address on channel in tenant's scope: one read
 // by the table's key. ok is false when the address is not marked.
-func (l *Ledger) LookupUndeliverable(ctx context.Context, tenantID, channel, address string) (u Undeliverable, ok bool, err error) {
+func (l *Work) LookupUndeliverable(ctx context.Context, tenantID, channel, address string) (u Undeliverable, ok bool, err error) {
 	err = tenant.InTx(ctx, l.db, tenantID, func(tx *sql.Tx) error {
 		u, err = scanUndeliverable(tx.QueryRowContext(ctx, qLookupUndeliverable, tenantID, channel, address))
 		return err
@@ -94,7 +94,7 @@ func (l *Ledger) LookupUndeliverable(ctx context.Context, tenantID, channel, add
 
 // ClearUndeliverable removes the mark of address on channel in tenant's scope (the
 // customer re-subscribed) and says whether there was one.
-func (l *Ledger) ClearUndeliverable(ctx context.Context, tenantID, channel, address string) (bool, error) {
+func (l *Actions) ClearUndeliverable(ctx context.Context, tenantID, channel, address string) (bool, error) {
 	var n int64
 	err := tenant.InTx(ctx, l.db, tenantID, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, qClearUndeliverable, tenantID, channel, address)
@@ -108,7 +108,7 @@ func (l *Ledger) ClearUndeliverable(ctx context.Context, tenantID, channel, addr
 
 // ListUndeliverable returns tenant's marks, newest first, on channel only unless it is
 // empty.
-func (l *Ledger) ListUndeliverable(ctx context.Context, tenantID, channel string) ([]Undeliverable, error) {
+func (l *Reads) ListUndeliverable(ctx context.Context, tenantID, channel string) ([]Undeliverable, error) {
 	var out []Undeliverable
 	err := tenant.InTx(ctx, l.db, tenantID, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, qListUndeliverable, tenantID, channel)

@@ -89,7 +89,7 @@ var (
 // returns ErrNotFound, *ErrSettled, ErrCancelWaiting, ErrConflict (a new
 // due time another row of the recipient already has) or a
 // *ValidationError naming the field.
-func (l *Ledger) Update(ctx context.Context, tenant string, id int64, c Change) (UpdateResult, error) {
+func (l *Scheduling) Update(ctx context.Context, tenant string, id int64, c Change) (UpdateResult, error) {
 	return l.update(ctx, tenant, c, func(tx *txn, now any) scanner {
 		return tx.QueryRow(qLockRowByID, id, now)
 	}, func(tx *txn) error {
@@ -104,7 +104,7 @@ func (l *Ledger) Update(ctx context.Context, tenant string, id int64, c Change) 
 }
 
 // UpdateByKey is Update of the row with the schedule key k.
-func (l *Ledger) UpdateByKey(ctx context.Context, tenant string, k Key, c Change) (UpdateResult, error) {
+func (l *Scheduling) UpdateByKey(ctx context.Context, tenant string, k Key, c Change) (UpdateResult, error) {
 	if err := ValidateKey(tenant, k); err != nil {
 		return UpdateResult{}, err
 	}
@@ -172,7 +172,7 @@ func checkChange(v *ValidationError, c Change) {
 	}
 }
 
-func (l *Ledger) update(ctx context.Context, tenant string, c Change, lock func(*txn, any) scanner,
+func (l *Scheduling) update(ctx context.Context, tenant string, c Change, lock func(*txn, any) scanner,
 	missing func(*txn) error) (UpdateResult, error) {
 	if err := ValidateChange(tenant, c); err != nil {
 		return UpdateResult{}, err
@@ -222,11 +222,15 @@ func (l *Ledger) update(ctx context.Context, tenant string, c Change, lock func(
 		}
 		res.ID = r.id
 		if r.inFlight {
-			if _, err := tx.Exec(qRecordUpdate, r.id, now, next.payload, next.due, next.expires, next.dueLocal); err != nil {
+			if _, err := tx.Exec(qRecordUpdate, r.id, now, next.payload, next.due, next.expires, next.dueLocal,
+				next.zone); err != nil {
 				return err
 			}
 			res.State, res.InFlight, res.Intent = StateSending, true, true
-			return nil
+			// The move takes the quiet hours in force at its new time when
+			// the send is handed back.
+			_, _, err := l.reholdIntents(tx, tenant, r.id, "", "")
+			return err
 		}
 		if _, err := tx.Exec(qUpdateOpen, r.id, now, next.payload, next.due, next.expires, next.dueLocal,
 			next.zone); err != nil {

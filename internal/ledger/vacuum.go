@@ -23,7 +23,7 @@ type TableVacuum struct {
 
 // TableVacuum reads the vacuum statistics of every owed table, partitions
 // on their own, by name.
-func (l *Ledger) TableVacuum(ctx context.Context) ([]TableVacuum, error) {
+func (l *Reads) TableVacuum(ctx context.Context) ([]TableVacuum, error) {
 	var out []TableVacuum
 	err := l.queryAllTenants(ctx, qTableVacuum, nil, func(rows *sql.Rows) error {
 		var v TableVacuum

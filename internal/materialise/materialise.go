@@ -112,18 +112,23 @@ type Source interface {
 // Materialiser schedules a Source's upcoming items into the ledger.
 type Materialiser struct {
 	source Source
-	ledger *ledger.Ledger
+	ledger *ledger.Scheduling
 	cfg    Config
 	clk    clock.Clock
 }
 
-// New returns a Materialiser configured by c that tells the time by clk
-// (nil: clock.Real).
-func New(src Source, l *ledger.Ledger, c Config, clk clock.Clock) *Materialiser {
+// New returns a Materialiser writing through l's Scheduling role,
+// configured by c, that tells the time by clk (nil: clock.Real).
+func New(src Source, l ledger.HasScheduling, c Config, clk clock.Clock) *Materialiser {
 	if clk == nil {
 		clk = clock.Real()
 	}
-	return &Materialiser{source: src, ledger: l, cfg: c, clk: clk}
+	m := &Materialiser{source: src, cfg: c, clk: clk}
+	// A nil l is a materialiser that only plans (its tests): it writes nothing.
+	if l != nil {
+		m.ledger = l.SchedulingRole()
+	}
+	return m
 }
 
 // Result reports one run.

@@ -13,9 +13,9 @@ import (
 // reason, and the same in owed_operator_audit. The log line is written
 // first, so a database that refuses the row still leaves the record; the
 // error is then the caller's to show.
-func Record(ctx context.Context, l *ledger.Ledger, log zerolog.Logger, a ledger.OperatorAction) error {
+func Record(ctx context.Context, l ledger.HasActions, log zerolog.Logger, a ledger.OperatorAction) error {
 	Log(log, a)
-	if _, err := l.RecordOperatorAction(ctx, a); err != nil {
+	if _, err := l.ActionsRole().RecordOperatorAction(ctx, a); err != nil {
 		log.Error().Err(err).Str("operator", a.Operator).Str("action", a.Action).Msg("operator action: the audit row was not written")
 		return err
 	}

@@ -108,7 +108,7 @@ type Described struct {
 
 // Describe decodes each dead letter's envelope and reads the rows they
 // name (ledger.RowsAny: each in its own tenant's scope).
-func Describe(ctx context.Context, l *ledger.Ledger, list []queue.DeadLetter) ([]Described, error) {
+func Describe(ctx context.Context, l ledger.HasReads, list []queue.DeadLetter) ([]Described, error) {
 	out := make([]Described, len(list))
 	var ids []int64
 	for i, d := range list {
@@ -124,7 +124,7 @@ func Describe(ctx context.Context, l *ledger.Ledger, list []queue.DeadLetter) ([
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := l.RowsAny(ctx, ids)
+	rows, err := l.ReadsRole().RowsAny(ctx, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read the dead letters' rows: %w", err)
 	}
@@ -193,7 +193,7 @@ func (f DeadLetterFilter) Match(d Described, now time.Time) bool {
 
 // FindDeadLetters reads every dead letter, describes them and keeps those
 // f matches at now.
-func FindDeadLetters(ctx context.Context, q queue.Queue, l *ledger.Ledger, f DeadLetterFilter, now time.Time) ([]Described, error) {
+func FindDeadLetters(ctx context.Context, q queue.Queue, l ledger.HasReads, f DeadLetterFilter, now time.Time) ([]Described, error) {
 	all, _, err := ListDeadLetters(ctx, q, DeadLetterPageMax, "", true)
 	if err != nil {
 		return nil, fmt.Errorf("list the dead letters: %w", err)
@@ -261,7 +261,7 @@ type KeptDeadLetter struct {
 // instead would be refused by the worker (the row is still failed until
 // reopened), and a dead letter whose row is not failed is kept for the
 // operator to look at.
-func RedriveDeadLetters(ctx context.Context, q queue.Queue, l *ledger.Ledger, list []queue.DeadLetter,
+func RedriveDeadLetters(ctx context.Context, q queue.Queue, l ledger.HasActions, list []queue.DeadLetter,
 	by ledger.OperatorAction, force bool) (RedriveResult, error) {
 	var res RedriveResult
 	byRow := map[int64][]string{}
@@ -280,10 +280,10 @@ func RedriveDeadLetters(ctx context.Context, q queue.Queue, l *ledger.Ledger, li
 	by.Action = "dlq_redrive"
 	if len(rows) == 0 {
 		// Nothing to reopen is still an operator's write asked for.
-		_, err := l.RecordOperatorAction(ctx, by)
+		_, err := l.ActionsRole().RecordOperatorAction(ctx, by)
 		return res, err
 	}
-	answers, err := l.RedriveAny(ctx, by, force, rows...)
+	answers, err := l.ActionsRole().RedriveAny(ctx, by, force, rows...)
 	if err != nil {
 		return res, fmt.Errorf("reopen the rows: %w", err)
 	}
@@ -315,7 +315,7 @@ func RedriveDeadLetters(ctx context.Context, q queue.Queue, l *ledger.Ledger, li
 // written first, and nothing is removed when it cannot be: the queue is
 // not the database, so the two cannot commit together, and a line for a
 // removal that then failed is the lesser wrong than a removal without one.
-func DeleteDeadLetters(ctx context.Context, q queue.Queue, l *ledger.Ledger, list []queue.DeadLetter, by ledger.OperatorAction) (int, error) {
+func DeleteDeadLetters(ctx context.Context, q queue.Queue, l ledger.HasActions, list []queue.DeadLetter, by ledger.OperatorAction) (int, error) {
 	if len(list) == 0 {
 		return 0, nil
 	}
@@ -324,7 +324,7 @@ func DeleteDeadLetters(ctx context.Context, q queue.Queue, l *ledger.Ledger, lis
 		ids[i] = d.ID
 	}
 	by.Action, by.Count = "dlq_delete", len(list)
-	if _, err := l.RecordOperatorAction(ctx, by); err != nil {
+	if _, err := l.ActionsRole().RecordOperatorAction(ctx, by); err != nil {
 		return 0, fmt.Errorf("record the audit line (nothing was deleted): %w", err)
 	}
 	return q.DeleteDeadLetters(ctx, queueIDs(ids)...)

@@ -23,8 +23,8 @@ func ParseID(s string) (int64, error) {
 
 // ShowNotification reads one row of any tenant with every attempt and
 // receipt (ledger.GetAny: the row is read in its own tenant's scope).
-func ShowNotification(ctx context.Context, l *ledger.Ledger, id int64) (ledger.Detail, error) {
-	d, err := l.GetAny(ctx, id)
+func ShowNotification(ctx context.Context, l ledger.HasReads, id int64) (ledger.Detail, error) {
+	d, err := l.ReadsRole().GetAny(ctx, id)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return d, fmt.Errorf("notification %d not found in any tenant", id)
 	}
@@ -49,18 +49,39 @@ type Event struct {
 	Detail            string `json:"detail,omitempty"`
 }
 
-// Timeline is d's life in time order: when it was scheduled and due, when
-// the sweep published it, its lease, the worker's claim, every send attempt
+// Timeline is d's life in time order: when it was scheduled and due (and,
+// when quiet hours held it, the time asked and until when), when the sweep
+// published it, its lease, the worker's claim, every send attempt
 // with its outcome and provider id, every receipt, and when it settled.
 // Steps that have not happened are absent.
 func Timeline(d ledger.Detail) []Event {
 	n := d.Notification
-	ev := []Event{{At: n.CreatedAt, What: "scheduled"}, {At: n.DueAt, What: "due"}}
+	// A digest's member is due at the digest's send time, and goes out in
+	// the digest's one send (docs/api.md, "Digests").
+	var digest string
+	due := Event{At: n.DueAt, What: "due"}
+	if n.DigestID != 0 {
+		digest = "in digest " + strconv.FormatInt(n.DigestID, 10)
+		due.Detail = digest
+		if n.DigestFrom != nil {
+			due.Detail += ", asked for " + n.DigestFrom.Format(time.RFC3339Nano)
+		}
+	}
+	ev := []Event{{At: n.CreatedAt, What: "scheduled"}, due}
 	add := func(t *time.Time, e Event) {
 		if t != nil && !t.IsZero() {
 			e.At = *t
 			ev = append(ev, e)
 		}
+	}
+	if n.HeldFrom != nil {
+		// The time asked, when quiet hours moved the row to a window's
+		// opening: its due time above.
+		until := strings.TrimPrefix(n.Hold, "held for quiet hours ")
+		if until == "" {
+			until = "until " + n.DueAt.UTC().Format(time.RFC3339)
+		}
+		add(n.HeldFrom, Event{What: "held for quiet hours", Detail: until})
 	}
 	add(n.PublishedAt, Event{What: "published", Detail: "queue generation " + strconv.Itoa(n.QueueGeneration)})
 	if !n.State.Settled() {
@@ -87,7 +108,8 @@ func Timeline(d ledger.Detail) []Event {
 		ev = append(ev, Event{At: at, What: "receipt", Outcome: string(r.Status), Provider: r.Provider,
 			ProviderMessageID: r.ProviderMessageID, Detail: r.Code})
 	}
-	add(n.DeliveredAt, Event{What: "delivered", Provider: n.Provider, ProviderMessageID: n.ProviderMessageID})
+	add(n.DeliveredAt, Event{What: "delivered", Provider: n.Provider, ProviderMessageID: n.ProviderMessageID,
+		Detail: digest})
 	add(n.SettledAt, Event{What: "settled", Outcome: string(n.State), Detail: n.LastError})
 	slices.SortStableFunc(ev, func(a, b Event) int { return a.At.Compare(b.At) })
 	return ev
@@ -192,7 +214,7 @@ type ListPage struct {
 
 // ListNotifications reads one page of q's rows, newest due first, limit at
 // most, and counts what the filter matches by state.
-func ListNotifications(ctx context.Context, l *ledger.Ledger, q ListQuery, limit int) (ListPage, error) {
+func ListNotifications(ctx context.Context, l ledger.HasReads, q ListQuery, limit int) (ListPage, error) {
 	f, from, err := q.Parse()
 	if err != nil {
 		return ListPage{}, err
@@ -203,13 +225,13 @@ func ListNotifications(ctx context.Context, l *ledger.Ledger, q ListQuery, limit
 	f.Limit = limit
 	var p ListPage
 	var next *ledger.Position
-	if p.Rows, next, err = l.FindPage(ctx, q.Tenant, f, from); err != nil {
+	if p.Rows, next, err = l.ReadsRole().FindPage(ctx, q.Tenant, f, from); err != nil {
 		return p, fmt.Errorf("list the notifications of tenant %q: %w", q.Tenant, err)
 	}
 	if next != nil {
 		p.Next = next.Cursor()
 	}
-	if p.Counts, err = l.Count(ctx, q.Tenant, f); err != nil {
+	if p.Counts, err = l.ReadsRole().Count(ctx, q.Tenant, f); err != nil {
 		return p, fmt.Errorf("count the notifications of tenant %q: %w", q.Tenant, err)
 	}
 	return p, nil

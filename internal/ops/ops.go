@@ -44,7 +44,8 @@ type Health struct {
 // ReadHealth reads the ledger's side of Health over the window of length
 // since that ends now (the caller's clock); the dead-letter depth is the
 // caller's (DeadLetterDepth), since the queue may not be configured at all.
-func ReadHealth(ctx context.Context, l *ledger.Ledger, now time.Time, since time.Duration) (Health, error) {
+func ReadHealth(ctx context.Context, reads ledger.HasReads, now time.Time, since time.Duration) (Health, error) {
+	l := reads.ReadsRole()
 	h := Health{WindowMinutes: int((since + time.Minute - 1) / time.Minute)}
 	from := now.Add(-since)
 	var err error

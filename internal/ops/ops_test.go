@@ -39,6 +39,28 @@ func TestTimelineIsInTimeOrderWithEveryStepThatHappened(t *testing.T) {
 	}
 }
 
+// A digest's member says on its timeline which digest it went out in, and
+// the due time it asked for.
+func TestTimelineNamesTheDigest(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	asked, sent := t0.Add(time.Minute), t0.Add(11*time.Minute)
+	d := ledger.Detail{Notification: ledger.Notification{ID: 8, State: ledger.StateDelivered, CreatedAt: t0,
+		NewNotification: ledger.NewNotification{DueAt: sent, DigestFrom: &asked}, DigestID: 7,
+		DeliveredAt: &sent, SettledAt: &sent, ProviderMessageID: "sbx_9"}}
+	for _, e := range Timeline(d) {
+		switch e.What {
+		case "due":
+			if e.Detail != "in digest 7, asked for 2026-12-01T12:01:00Z" {
+				t.Errorf("due: %+v, want the digest and the time asked", e)
+			}
+		case "delivered":
+			if e.Detail != "in digest 7" || e.ProviderMessageID != "sbx_9" {
+				t.Errorf("delivered: %+v, want in digest 7 with the digest's provider id", e)
+			}
+		}
+	}
+}
+
 func TestDeadLetterFilterMatchesTheRowAndTheReason(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	row := &ledger.Notification{Tenant: "acme", NewNotification: ledger.NewNotification{Kind: "reminder"}}

@@ -69,22 +69,29 @@ func PermanentFailure(d ledger.Detail) (string, bool) {
 	return last.Error, true
 }
 
+// Ledger is the part of the ledger a row's change calls: the reads that
+// find the row and on-call's audited writes.
+type Ledger interface {
+	ledger.HasReads
+	ledger.HasActions
+}
+
 // ChangeNotification runs action on row id of any tenant: due is the new
 // due time of a reschedule, force redrives a permanent failure anyway.
-func ChangeNotification(ctx context.Context, l *ledger.Ledger, id int64, action RowAction, due time.Time, force bool) (ledger.RowChange, error) {
+func ChangeNotification(ctx context.Context, l Ledger, id int64, action RowAction, due time.Time, force bool) (ledger.RowChange, error) {
 	d, err := ShowNotification(ctx, l, id)
 	if err != nil {
 		return ledger.RowChange{}, err
 	}
 	switch action {
 	case ActionCancel:
-		return l.CancelRow(ctx, d.Tenant, id)
+		return l.ActionsRole().CancelRow(ctx, d.Tenant, id)
 	case ActionReschedule:
-		return l.RescheduleRow(ctx, d.Tenant, id, due)
+		return l.ActionsRole().RescheduleRow(ctx, d.Tenant, id, due)
 	case ActionSendNow:
-		return l.SendNowRow(ctx, d.Tenant, id)
+		return l.ActionsRole().SendNowRow(ctx, d.Tenant, id)
 	case ActionRedrive:
-		return redriveRow(ctx, l, d, force)
+		return redriveRow(ctx, l.ActionsRole(), d, force)
 	}
 	return ledger.RowChange{}, fmt.Errorf("unknown action %q", action)
 }
@@ -99,7 +106,7 @@ func CheckRedrive(d ledger.Detail) error {
 	return nil
 }
 
-func redriveRow(ctx context.Context, l *ledger.Ledger, d ledger.Detail, force bool) (ledger.RowChange, error) {
+func redriveRow(ctx context.Context, l *ledger.Actions, d ledger.Detail, force bool) (ledger.RowChange, error) {
 	c := ledger.RowChange{ID: d.ID, Tenant: d.Tenant, Was: d.State, State: d.State, DueAt: d.DueAt, ExpiresAt: d.ExpiresAt}
 	if err := CheckRedrive(d); err != nil && !force {
 		return c, err

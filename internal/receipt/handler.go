@@ -17,7 +17,7 @@ import (
 	"github.com/owedhq/owed/internal/ledger"
 )
 
-// Recorder keeps receipts: *ledger.Ledger.
+// Recorder keeps receipts: the ledger's Receipts role (ledger.Receipts).
 type Recorder interface {
 	RecordReceipt(ctx context.Context, r ledger.Receipt) (ledger.ReceiptResult, error)
 }

@@ -28,7 +28,11 @@ var homeFiles = []string{
 	"internal/session/sql/sessions.sql",
 	"internal/ledger/sql/notifications.sql",
 	"internal/ledger/sql/quiet_hours.sql",
+	"internal/ledger/sql/digests.sql",
 	"internal/ledger/sql/attempts.sql",
+	// The per-minute counters count the rows and the attempts settled;
+	// operator.sql's stats read them.
+	"internal/ledger/sql/minutes.sql",
 	"internal/ledger/sql/undeliverable.sql",
 	"internal/ledger/sql/receipts.sql",
 	"internal/ledger/sql/operator.sql",

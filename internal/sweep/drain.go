@@ -187,7 +187,11 @@ func (s *Sweeper) publishSlice(ctx context.Context, leased []ledger.Leased, at f
 // rows queued; now is the database's instant. A row whose message cannot
 // be built is set aside first, and the rest go out.
 func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, now time.Time, res *Result) error {
-	chunk, bodies, err := s.encodeChunk(ctx, chunk, res)
+	chunk, digests, err := s.foldDigests(ctx, chunk)
+	if err != nil {
+		return err
+	}
+	chunk, bodies, err := s.encodeChunk(ctx, chunk, digests, res)
 	if err != nil || len(chunk) == 0 {
 		return err
 	}
@@ -226,15 +230,17 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, now time.T
 	var accepted, refused []int64
 	var firstRefusal string
 	for i, r := range results {
+		// A digest's message stands for every member the chunk leased.
+		rows := digests.rows(chunk[i].ID)
 		if r.Err != nil {
-			refused = append(refused, chunk[i].ID)
+			refused = append(refused, rows...)
 			if firstRefusal == "" {
 				firstRefusal = r.Err.Error()
 			}
 			continue
 		}
-		accepted = append(accepted, chunk[i].ID)
-		res.Published++
+		accepted = append(accepted, rows...)
+		res.Published += len(rows)
 		if chunk[i].Republish {
 			res.Republished++
 		}
@@ -273,11 +279,12 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, now time.T
 // is settled failed with the reason and logged: one such row used to end
 // every run, for every tenant. The settle outlives a cancelled run like the
 // mark: the row is no use to anyone leased.
-func (s *Sweeper) encodeChunk(ctx context.Context, chunk []ledger.Leased, res *Result) ([]ledger.Leased, [][]byte, error) {
+func (s *Sweeper) encodeChunk(ctx context.Context, chunk []ledger.Leased, digests folded, res *Result) ([]ledger.Leased, [][]byte, error) {
 	keep, bodies := make([]ledger.Leased, 0, len(chunk)), make([][]byte, 0, len(chunk))
 	for _, r := range chunk {
 		key := ledger.IdempotencyKey(s.cfg.KeyPrefix, r.ID, r.DueAt)
-		body, err := envelope.Encode(envelope.Envelope{Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt, Key: key})
+		body, err := envelope.Encode(envelope.Envelope{Tenant: r.Tenant, ID: r.ID, DueAt: r.DueAt, Key: key,
+			Digest: digests.digest[r.ID]})
 		if err == nil {
 			keep, bodies = append(keep, r), append(bodies, body)
 			continue

@@ -61,11 +61,14 @@ const (
 	// need only outlast a top-up and the workers' own reach: a worker of one
 	// paced account takes its slots up to worker.PaceMaxWaitDefault (500 ms)
 	// ahead and receives a message for each, so a queue shallower than that
-	// leaves slots unused. Measured (docs/fairness.md): with the workers'
-	// former 2 s reach, 1 s kept one account at 50/s 88 % busy; with 500 ms,
-	// 1 s keeps it busy, and another account's rows, which wait behind this
-	// depth in the one queue, wait half as long as behind 2 s.
-	QueueDepthDefault = time.Second
+	// leaves slots unused, and so does a top-up that comes late. Measured on
+	// a quiet machine (bench/fairness, docs/fairness.md): with a 500 ms
+	// reach, 1 s kept the paced account at 94 % of its pace (A's drain
+	// 1.06× its provider bound, short of 1.05×), 1.5 s at 97.6 % (1.02×)
+	// while another account's rows, which wait behind this depth in the one
+	// queue, still went out within 0.6 s (p99), inside their 2 s bound; 2 s
+	// had made them wait up to 2 s.
+	QueueDepthDefault = 1500 * time.Millisecond
 	// topUpEveryMax bounds TopUpEvery: a deep queue is still topped up
 	// twice a second.
 	topUpEveryMax = 500 * time.Millisecond
@@ -287,7 +290,7 @@ type AccountResult struct {
 
 // Sweeper runs sweeps. Its Run is safe to call concurrently.
 type Sweeper struct {
-	ledger *ledger.Ledger
+	ledger *ledger.Sweep
 	queue  Publisher
 	cfg    Config
 	log    zerolog.Logger
@@ -296,13 +299,13 @@ type Sweeper struct {
 	afterPublish func(ids []int64) error
 }
 
-// New returns a Sweeper; cfg must be valid.
-func New(l *ledger.Ledger, q Publisher, cfg Config, log zerolog.Logger) (*Sweeper, error) {
+// New returns a Sweeper over l's Sweep role; cfg must be valid.
+func New(l ledger.HasSweep, q Publisher, cfg Config, log zerolog.Logger) (*Sweeper, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Sweeper{ledger: l, queue: q, cfg: cfg, log: log}, nil
+	return &Sweeper{ledger: l.SweepRole(), queue: q, cfg: cfg, log: log}, nil
 }
 
 // sharing is how a run shares its slices: the accounts with their caps

@@ -32,6 +32,7 @@ import (
 	"github.com/owedhq/owed/internal/console"
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/materialise"
+	"github.com/owedhq/owed/internal/ops"
 	"github.com/owedhq/owed/internal/queue"
 	"github.com/owedhq/owed/internal/receipt"
 	"github.com/owedhq/owed/internal/service"
@@ -47,7 +48,7 @@ const MetricsAddrDefault = "127.0.0.1:8081"
 type Server struct {
 	cfg     Config
 	clock   clock.Clock
-	ledger  *ledger.Ledger
+	ledger  *ledger.Sweep
 	queue   queue.Queue
 	sweeper *sweep.Sweeper
 	mat     *materialise.Materialiser
@@ -75,24 +76,31 @@ type Server struct {
 // Option is an optional part of the service.
 type Option func(*options)
 
-type options struct{ operator, reads *ledger.Ledger }
+type options struct {
+	operator ops.Ledger
+	reads    ledger.HasReads
+}
 
 // WithOperator gives the console the ledger over on-call's login (a member
 // of owed_operator, OWED_OPERATOR_DATABASE_URL): its holds, tenant pauses
 // and audit lines run as that login. Without it the console runs on l, the
 // services' login, which the database refuses them.
-func WithOperator(l *ledger.Ledger) Option { return func(o *options) { o.operator = l } }
+func WithOperator(l ops.Ledger) Option { return func(o *options) { o.operator = l } }
 
 // WithReads gives the console the ledger on a read replica
 // (OWED_READ_DATABASE_URL) for its pages that only read; without it they
 // read the console's own ledger.
-func WithReads(l *ledger.Ledger) Option { return func(o *options) { o.reads = l } }
+func WithReads(l ledger.HasReads) Option { return func(o *options) { o.reads = l } }
 
 // graceWriteTimeout bounds New's write of the default grace.
 const graceWriteTimeout = 10 * time.Second
 
-// New assembles the service from its parts. clk (nil is clock.Real()) is the
-// one clock of every part; l should be built on the same one. It stores the
+// New assembles the service from its parts. l is the whole ledger, as the
+// sweeper is a composition root: it hands each part the role that part calls
+// (the sweep its Sweep, the API its Scheduling and Reads, the receipts their
+// Receipts, the console its Reads and Actions) and keeps the Sweep for the
+// history sample. clk (nil is clock.Real()) is the one clock of every part;
+// l should be built on the same one. It stores the
 // default grace (OWED_DEFAULT_GRACE, OWED_DEFAULT_GRACE_OVERRIDES) in the
 // database, which applies it to every row scheduled from then on, whoever
 // writes it; a sweeper that cannot store it does not start.
@@ -131,9 +139,9 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 		// console has its own login.
 		collectors.NewDBStatsCollector(l.DB(), "runtime"))
 	if o.operator != l {
-		reg.MustRegister(collectors.NewDBStatsCollector(o.operator.DB(), "operator"))
+		reg.MustRegister(collectors.NewDBStatsCollector(o.operator.ReadsRole().DB(), "operator"))
 	}
-	s := &Server{cfg: cfg, clock: clk, ledger: l, queue: watch, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
+	s := &Server{cfg: cfg, clock: clk, ledger: l.Sweep, queue: watch, sweeper: sw, metrics: sweep.NewMetrics(reg), reg: reg,
 		cronSecret: service.NewBearer(cfg.CronSecret), log: log, stats: stats,
 		mux: http.NewServeMux(), ops: http.NewServeMux(), mat: materialise.New(materialise.NewSQLSource(l.DB()), l, cfg.Materialise, clk)}
 	s.ready = &service.Cache[readiness]{Fetch: s.readiness, Clock: clk}
@@ -143,7 +151,7 @@ func New(cfg Config, l *ledger.Ledger, q queue.Queue, log zerolog.Logger, clk cl
 	reg.MustRegister(limits)
 	s.mux.Handle("/v1/", api.New(api.Options{Ledger: l, Tokens: api.NewTokens(l.DB(), clk), ServiceToken: cfg.APIToken,
 		Log: log, Clock: clk, MaxExpandedBytes: cfg.APIMaxExpandedBytes, Limits: limits, Metrics: reg}))
-	receipts, err := receipt.New(cfg.Receipt, l, clk, log)
+	receipts, err := receipt.New(cfg.Receipt, l.Receipts, clk, log)
 	if err != nil {
 		return nil, err
 	}

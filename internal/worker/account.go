@@ -89,44 +89,44 @@ func (c *clearAccounts) forget(account string) {
 
 // admit asks the account circuit whether dl may be sent now. It returns
 // false when the row was released instead.
-func (w *Worker) admit(ctx context.Context, dl *delivery) bool {
+func (e *executor) admit(ctx context.Context, dl *delivery) bool {
 	name := dl.sender.Name()
-	if w.clear.fresh(name) {
+	if e.clear.fresh(name) {
 		return true
 	}
-	a, err := w.o.Accounts.Admit(ctx, name, w.o.AccountPause)
+	a, err := e.accounts.Admit(ctx, name, e.accountPause)
 	if err != nil {
-		w.clear.forget(name)
+		e.clear.forget(name)
 	}
 	if err != nil {
-		w.unknown(ctx, dl, "provider account state unavailable", err)
+		e.completer.unknown(ctx, dl, "provider account state unavailable", err)
 		return false
 	}
-	w.o.Metrics.account(a.AccountState)
-	w.clear.saw(a.AccountState)
+	e.metrics.account(a.AccountState)
+	e.clear.saw(a.AccountState)
 	switch {
 	case a.Held():
 		// On-call's hold outranks everything the workers decide: no send,
 		// no probe, until owedctl provider resume.
 		h := a.Hold
-		w.release(ctx, dl, retry{after: jitter(pausedRetry), indefinite: true,
+		e.completer.release(ctx, dl, retry{after: jitter(pausedRetry), indefinite: true,
 			reason: fmt.Sprintf("provider account %s held by %s since %s: %s", name, h.Actor, h.Since.Format(time.RFC3339), h.Reason)})
-		w.o.Metrics.outcome("account_held")
+		e.metrics.outcome("account_held")
 		return false
 	case a.Probe:
 		dl.probe = true
 		dl.log.Info().Str("account", name).Str("reason", a.Reason).Msg("probing a paused provider account with one send")
 	case a.Open():
-		w.release(ctx, dl, retry{after: a.Wait, reason: fmt.Sprintf("provider account %s is paused (%s): %s", name, a.Reason, a.Error)})
-		w.o.Metrics.outcome("account_paused")
+		e.completer.release(ctx, dl, retry{after: a.Wait, reason: fmt.Sprintf("provider account %s is paused (%s): %s", name, a.Reason, a.Error)})
+		e.metrics.outcome("account_paused")
 		return false
-	case a.Wait > w.o.PaceMaxWait:
+	case a.Wait > e.paceMaxWait:
 		// Another worker's 429 paused the account, whatever its rate.
-		w.release(ctx, dl, retry{after: a.Wait, reason: "rate limited by the provider"})
-		w.o.Metrics.outcome("rate_limited")
+		e.completer.release(ctx, dl, retry{after: a.Wait, reason: "rate limited by the provider"})
+		e.metrics.outcome("rate_limited")
 		return false
 	case a.Wait > 0 && !clock.Sleep(ctx, a.Wait):
-		w.abandon(ctx, dl, false)
+		e.completer.abandon(ctx, dl, false)
 		return false
 	}
 	return true
@@ -134,17 +134,17 @@ func (w *Worker) admit(ctx context.Context, dl *delivery) bool {
 
 // tripAccount records an Account error: the account's circuit opens for
 // every worker.
-func (w *Worker) tripAccount(ctx context.Context, dl *delivery, pe *provider.Error) {
+func (e *executor) tripAccount(ctx context.Context, dl *delivery, pe *provider.Error) {
 	name := dl.sender.Name()
 	reason := accountReason(pe)
-	w.clear.forget(name)
-	w.o.Metrics.accountErrors.WithLabelValues(name).Inc()
-	if err := w.o.Accounts.Trip(ctx, name, w.o.AccountPause, reason, pe.Error()); err != nil {
+	e.clear.forget(name)
+	e.metrics.accountErrors.WithLabelValues(name).Inc()
+	if err := e.accounts.Trip(ctx, name, e.accountPause, reason, pe.Error()); err != nil {
 		dl.log.Warn().Err(err).Msg("could not record the provider account's pause; it is paused at its next account error")
 	}
-	w.o.Metrics.account(pace.AccountState{Account: name, Reason: reason, Wait: w.o.AccountPause})
+	e.metrics.account(pace.AccountState{Account: name, Reason: reason, Wait: e.accountPause})
 	dl.log.Error().Str("account", name).Str("reason", reason).Str("error", pe.Error()).
-		Dur("pause", w.o.AccountPause).
+		Dur("pause", e.accountPause).
 		Msg("the provider account cannot send: every send on it is paused and the row returns to the queue without an attempt")
 }
 
@@ -152,17 +152,17 @@ func (w *Worker) tripAccount(ctx context.Context, dl *delivery, pe *provider.Err
 // works closes the circuit. An account error trips it again elsewhere
 // (tripAccount); an answer that says nothing (a timeout, a 5xx) leaves it
 // open, and another worker probes a pause later.
-func (w *Worker) probed(ctx context.Context, dl *delivery, pe *provider.Error) {
+func (e *executor) probed(ctx context.Context, dl *delivery, pe *provider.Error) {
 	if !dl.probe || (pe != nil && pe.Class != provider.RateLimited && pe.Class != provider.Permanent) {
 		return
 	}
 	name := dl.sender.Name()
-	w.clear.forget(name)
-	if _, err := w.o.Accounts.Close(ctx, name); err != nil {
+	e.clear.forget(name)
+	if _, err := e.accounts.Close(ctx, name); err != nil {
 		dl.log.Warn().Err(err).Msg("could not resume the provider account after a good probe; the next probe tries again")
 		return
 	}
-	w.o.Metrics.account(pace.AccountState{Account: name})
+	e.metrics.account(pace.AccountState{Account: name})
 	dl.log.Info().Str("account", name).Msg("provider account resumed: the probe send got through")
 }
 

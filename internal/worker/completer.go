@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/rs/zerolog"
 
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/ledger"
@@ -43,6 +44,51 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 }
 
+// completer writes every outcome of a delivery and acks (River's
+// completer): accepted sends buffered into shared ledger commits, acks after
+// them, the other settles, releases and hand-backs with the retry policy, the
+// returns and the dead letters.
+type completer struct {
+	ledger  *ledger.Work
+	queue   Queue
+	log     zerolog.Logger
+	metrics *Metrics
+	clock   clock.Clock
+	// The retry policy and the waits (Options' fields of the same names).
+	retries         Retries
+	retryBase       time.Duration
+	attemptLimit    int // Options.MaxAttempts
+	retryAfterMax   time.Duration
+	queueDelayMax   time.Duration
+	requeueAfter    time.Duration
+	noUndeliverable bool
+	// settles and acks share ledger commits and queue calls among the
+	// messages in flight.
+	settles *batcher[settle, struct{}]
+	acks    *batcher[string, struct{}]
+}
+
+func newCompleter(o Options, work *ledger.Work) *completer {
+	c := &completer{ledger: work, queue: o.Queue, log: o.Log, metrics: o.Metrics, clock: o.Clock,
+		retries: o.Retries, retryBase: o.RetryBase, attemptLimit: o.MaxAttempts, retryAfterMax: o.RetryAfterMax,
+		queueDelayMax: o.QueueDelayMax, requeueAfter: o.RequeueAfter, noUndeliverable: o.NoUndeliverable}
+	c.settles = newBatcher(settleBatch, o.SettleLinger, c.flushSettles)
+	c.acks = newBatcher(ackBatch, ackLinger, c.flushAcks)
+	return c
+}
+
+// start runs the completer's batchers; stop flushes what they hold, the
+// settles before the acks that follow them.
+func (c *completer) start(ctx context.Context) {
+	c.acks.start(ctx)
+	c.settles.start(ctx)
+}
+
+func (c *completer) stop() {
+	c.settles.stop()
+	c.acks.stop()
+}
+
 // retry says when and why a released row's message comes back.
 type retry struct {
 	after  time.Duration
@@ -70,9 +116,9 @@ type retry struct {
 // sends that gathered in one ledger commit (flushSettles) and only then
 // acks each message (settled). A full completer holds the sender here until
 // a flush makes room, so no more sends finish than the ledger records.
-func (w *Worker) delivered(dl *delivery, a ledger.Attempt) {
+func (c *completer) delivered(dl *delivery, a ledger.Attempt) {
 	dl.lease.end()
-	w.settles.post(settle{dl: dl, d: ledger.Delivered{Hold: dl.hold, Attempt: a}})
+	c.settles.post(settle{dl: dl, d: ledger.Delivered{Hold: dl.hold, Attempt: a}})
 }
 
 // settle is one accepted send waiting in the completer for its commit.
@@ -87,73 +133,75 @@ type settle struct {
 // ends, and the resend carries the same idempotency key. A send whose claim
 // was superseded is still recorded, as a possible duplicate; if another
 // worker holds the row now, the row and the message are left to it.
-func (w *Worker) settled(s settle, err error) {
+func (c *completer) settled(s settle, err error) {
 	dl, a := s.dl, s.d.Attempt
 	if errors.Is(err, ledger.ErrClaimLost) {
-		w.claimLost(dl, "the delivered settle (the accepted send is recorded as a possible duplicate)")
+		c.claimLost(dl, "the delivered settle (the accepted send is recorded as a possible duplicate)")
 		return
 	}
 	if err != nil {
 		dl.log.Error().Err(err).Msg("provider accepted the send but the ledger could not record it; the message will be redelivered")
 		return
 	}
-	w.o.Metrics.outcome("delivered")
-	w.o.Metrics.lag.Observe(a.FinishedAt.Sub(dl.row.DueAt).Seconds())
-	w.ack(dl.msg.Receipt)
+	c.metrics.outcome("delivered")
+	c.metrics.lag.Observe(a.FinishedAt.Sub(dl.row.DueAt).Seconds())
+	c.ack(dl.msg.Receipt)
 }
 
 // skip settles a row that is not to be sent (the contact opted out, the
 // address is marked undeliverable) with reason, counts outcome and acks
 // its message.
-func (w *Worker) skip(ctx context.Context, dl *delivery, reason, outcome string) {
+func (c *completer) skip(ctx context.Context, dl *delivery, reason, outcome string) {
 	dl.lease.end()
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	err := w.o.Ledger.SettleSkipped(ctx, dl.hold, reason)
+	err := c.ledger.SettleSkipped(ctx, dl.hold, reason)
 	if errors.Is(err, ledger.ErrClaimLost) {
-		w.claimLost(dl, "the skipped settle")
+		c.claimLost(dl, "the skipped settle")
 		return
 	}
 	if err != nil {
-		w.returnAfter(ctx, dl.msg, jitter(unavailableRetry), "ledger unavailable")
+		c.returnAfter(ctx, dl.msg, jitter(unavailableRetry), "ledger unavailable")
 		return
 	}
-	w.o.Metrics.outcome(outcome)
-	w.ack(dl.msg.Receipt)
+	c.follow(ctx, dl, func(ctx context.Context, h ledger.Hold) error { return c.ledger.SettleSkipped(ctx, h, reason) })
+	c.metrics.outcome(outcome)
+	c.ack(dl.msg.Receipt)
 }
 
 // expire settles a row whose expiry passed after its claim and acks its
 // message. a is the attempt that failed when the row expires because its
 // next retry would land after its expiry (retryOrFail), nil when it was
 // never sent.
-func (w *Worker) expire(ctx context.Context, dl *delivery, a *ledger.Attempt) {
+func (c *completer) expire(ctx context.Context, dl *delivery, a *ledger.Attempt) {
 	dl.lease.end()
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	err := w.o.Ledger.SettleExpiredAfter(ctx, dl.hold, a)
+	err := c.ledger.SettleExpiredAfter(ctx, dl.hold, a)
 	if errors.Is(err, ledger.ErrClaimLost) {
-		w.claimLost(dl, "the expired settle")
+		c.claimLost(dl, "the expired settle")
 		return
 	}
 	if err != nil {
-		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "ledger unavailable"})
+		c.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "ledger unavailable"})
 		return
 	}
-	w.o.Metrics.outcome("expired")
-	w.ack(dl.msg.Receipt)
+	c.follow(ctx, dl, func(ctx context.Context, h ledger.Hold) error { return c.ledger.SettleExpiredAfter(ctx, h, a) })
+	c.metrics.outcome("expired")
+	c.ack(dl.msg.Receipt)
 }
 
 // unknown hands dl back when a read it needed before the send failed (the
 // account, the pace, a mark, the pauses): the row is not at fault, so it
 // costs no attempt. A read the shutdown cut off is abandoned; any other
 // comes back after unavailableRetry, counted as retried.
-func (w *Worker) unknown(ctx context.Context, dl *delivery, what string, err error) {
+func (c *completer) unknown(ctx context.Context, dl *delivery, what string, err error) {
 	if ctx.Err() != nil {
-		w.abandon(ctx, dl, false)
+		c.abandon(ctx, dl, false)
 		return
 	}
-	w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: what + ": " + err.Error()})
-	w.o.Metrics.outcome("retried")
+	c.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: what + ": " + err.Error()})
+	c.metrics.outcome("retried")
 }
 
 // failure says why a row is settled failed: the cause counted in
@@ -169,7 +217,7 @@ type failure struct {
 
 // fail settles the row failed and dead-letters or acks its message as f
 // says.
-func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledger.Attempt, f failure) {
+func (c *completer) fail(ctx context.Context, dl *delivery, reason string, a *ledger.Attempt, f failure) {
 	dl.lease.end()
 	ctx, cancel := detach(ctx)
 	defer cancel()
@@ -184,12 +232,12 @@ func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledge
 	// and the row still settles: the ledger has the failure either way.
 	var dlErr error
 	if f.deadLetter {
-		dlErr = w.deadLetter(ctx, dl.msg, reason, "failed")
+		dlErr = c.deadLetter(ctx, dl.msg, reason, "failed")
 	}
-	err := w.o.Ledger.SettleFailed(ctx, dl.hold, reason, a, maybe)
+	err := c.ledger.SettleFailed(ctx, dl.hold, reason, a, maybe)
 	if errors.Is(err, ledger.ErrClaimLost) {
 		// Another claim holds the row now; it settles the row its own way.
-		w.claimLost(dl, "the failed settle")
+		c.claimLost(dl, "the failed settle")
 		return
 	}
 	if err != nil {
@@ -199,12 +247,15 @@ func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledge
 		dl.log.Warn().Err(err).Msg("could not settle the row failed; it is retried once its lease runs out")
 		return
 	}
-	w.o.Metrics.outcome("failed")
-	w.o.Metrics.failed.WithLabelValues(f.cause).Inc()
+	c.follow(ctx, dl, func(ctx context.Context, h ledger.Hold) error {
+		return c.ledger.SettleFailed(ctx, h, reason, a, maybe)
+	})
+	c.metrics.outcome("failed")
+	c.metrics.failed.WithLabelValues(f.cause).Inc()
 	switch {
 	case !f.deadLetter:
 		dl.log.Info().Str("reason", reason).Msg("notification failed at the recipient; recorded, not dead-lettered")
-		w.ack(dl.msg.Receipt)
+		c.ack(dl.msg.Receipt)
 	case dlErr == nil:
 		dl.log.Warn().Str("reason", reason).Msg("notification failed; message dead-lettered")
 	}
@@ -215,27 +266,27 @@ func (w *Worker) fail(ctx context.Context, dl *delivery, reason string, a *ledge
 // for longer), settled failed once its attempts run out, or settled expired
 // when the retry would land after the row's expiry: a late retry would be a
 // late nudge, and the row did not fail.
-func (w *Worker) retryOrFail(ctx context.Context, dl *delivery, a ledger.Attempt, retryAfter time.Duration, uncertain bool) {
+func (c *completer) retryOrFail(ctx context.Context, dl *delivery, a ledger.Attempt, retryAfter time.Duration, uncertain bool) {
 	n := dl.row.Attempts + 1
-	if n >= w.maxAttempts(dl.row.Channel) {
-		w.fail(ctx, dl, fmt.Sprintf("attempts exhausted (%d): %s", n, a.Error), &a,
+	if n >= c.maxAttempts(dl.row.Channel) {
+		c.fail(ctx, dl, fmt.Sprintf("attempts exhausted (%d): %s", n, a.Error), &a,
 			failure{cause: "exhausted", deadLetter: true, uncertain: uncertain})
 		return
 	}
-	delay := w.retryDelay(dl.row.Channel, n)
+	delay := c.retryDelay(dl.row.Channel, n)
 	if retryAfter > delay {
-		delay = min(retryAfter, w.o.RetryAfterMax)
+		delay = min(retryAfter, c.retryAfterMax)
 	}
 	// Reckoned on the clock's Readings, as the check before the send is: a
 	// step of the wall clock neither expires a row whose retry fits (a step
 	// forwards) nor retries one whose retry would land after its expiry (a
 	// step backwards).
-	if exp := dl.row.ExpiresAt; exp != nil && !dl.deadline(*exp).After(clock.Read(w.o.Clock).Add(delay)) {
-		w.expire(ctx, dl, &a)
+	if exp := dl.row.ExpiresAt; exp != nil && !dl.deadline(*exp).After(clock.Read(c.clock).Add(delay)) {
+		c.expire(ctx, dl, &a)
 		return
 	}
-	w.release(ctx, dl, retry{after: delay, reason: a.Error, attempt: &a, uncertain: uncertain})
-	w.o.Metrics.outcome("retried")
+	c.release(ctx, dl, retry{after: delay, reason: a.Error, attempt: &a, uncertain: uncertain})
+	c.metrics.outcome("retried")
 }
 
 // release gives the row back and brings its message back after r.after.
@@ -246,7 +297,7 @@ func (w *Worker) retryOrFail(ctx context.Context, dl *delivery, a ledger.Attempt
 // received. A fixed grace longer than that window left a row whose returned
 // message the queue lost (an SQS server killed -9) owed longer than one
 // whose published message it lost.
-func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
+func (c *completer) release(ctx context.Context, dl *delivery, r retry) {
 	dl.lease.end()
 	ctx, cancel := detach(ctx)
 	defer cancel()
@@ -266,45 +317,53 @@ func (w *Worker) release(ctx context.Context, dl *delivery, r retry) {
 	// again to surface then (a new queue key: the republish of a published
 	// row moves its generation). The message is acked only once the ledger
 	// holds the row, so the row is owed and visible all along.
-	handoff := r.indefinite || r.after > w.o.QueueDelayMax
+	handoff := r.indefinite || r.after > c.queueDelayMax
 	var err error
 	if handoff {
-		err = w.o.Ledger.HandBack(ctx, dl.hold, r.after, r.reason, r.attempt, uncertain)
+		err = c.ledger.HandBack(ctx, dl.hold, r.after, r.reason, r.attempt, uncertain)
 	} else {
-		err = w.o.Ledger.ReleaseClaim(ctx, dl.hold, r.after, w.o.RequeueAfter, r.reason, r.attempt, uncertain)
+		err = c.ledger.ReleaseClaim(ctx, dl.hold, r.after, c.requeueAfter, r.reason, r.attempt, uncertain)
 	}
 	if errors.Is(err, ledger.ErrClaimLost) {
 		// Another claim holds the row: its message, maybe this very one, is
 		// not this worker's to return.
-		w.claimLost(dl, "the release")
+		c.claimLost(dl, "the release")
 		return
+	}
+	if err == nil {
+		c.follow(ctx, dl, func(ctx context.Context, h ledger.Hold) error {
+			if handoff {
+				return c.ledger.HandBack(ctx, h, r.after, r.reason, r.attempt, uncertain)
+			}
+			return c.ledger.ReleaseClaim(ctx, h, r.after, c.requeueAfter, r.reason, r.attempt, uncertain)
+		})
 	}
 	if err != nil {
 		// The claim's own lease will run out; the return still schedules
 		// the message, so the row is not stranded.
 		dl.log.Warn().Err(err).Msg("could not release the claim")
 	} else if handoff {
-		w.o.Metrics.handedBack.Inc()
-		w.ack(dl.msg.Receipt)
+		c.metrics.handedBack.Inc()
+		c.ack(dl.msg.Receipt)
 		return
 	}
-	w.returnAfter(ctx, dl.msg, r.after, r.reason)
+	c.returnAfter(ctx, dl.msg, r.after, r.reason)
 }
 
 // abandon gives back a claimed row the worker stops working on because it
 // is shutting down (the shutdown timeout cut a step short): no attempt is
 // counted, and its message comes back at once. uncertain says a send was
 // under way when it was cut off.
-func (w *Worker) abandon(ctx context.Context, dl *delivery, uncertain bool) {
-	w.release(ctx, dl, retry{reason: "worker shutting down", uncertain: uncertain})
-	w.o.Metrics.outcome("retried")
+func (c *completer) abandon(ctx context.Context, dl *delivery, uncertain bool) {
+	c.release(ctx, dl, retry{reason: "worker shutting down", uncertain: uncertain})
+	c.metrics.outcome("retried")
 }
 
 // ack hands a settled row's message to the acker. Batching acks changes
 // when the queue hears of them, never their order relative to the settle:
 // only a message whose row is already settled gets here. A crash before the
 // batch is sent leaves copies the claim absorbs.
-func (w *Worker) ack(receipt string) { w.acks.post(receipt) }
+func (c *completer) ack(receipt string) { c.acks.post(receipt) }
 
 // returnAfter gives the message back to the queue to surface again after
 // delay (0 = now), at most QueueDelayMax: a message back sooner than asked
@@ -313,12 +372,12 @@ func (w *Worker) ack(receipt string) { w.acks.post(receipt) }
 // queue's in-flight set longer than that for a wait. On every real queue
 // the next receive counts, and that is fine: the ledger, not the queue's
 // receive count, decides dead letters.
-func (w *Worker) returnAfter(ctx context.Context, msg queue.Delivery, delay time.Duration, reason string) {
+func (c *completer) returnAfter(ctx context.Context, msg queue.Delivery, delay time.Duration, reason string) {
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	delay = min(max(delay, 0), w.o.QueueDelayMax, queue.MaxVisibility)
-	if err := w.o.Queue.ChangeVisibility(ctx, msg.Receipt, delay); err != nil {
-		w.o.Log.Warn().Err(err).Str("message_id", msg.ID).Str("reason", reason).
+	delay = min(max(delay, 0), c.queueDelayMax, queue.MaxVisibility)
+	if err := c.queue.ChangeVisibility(ctx, msg.Receipt, delay); err != nil {
+		c.log.Warn().Err(err).Str("message_id", msg.ID).Str("reason", reason).
 			Msg("return to the queue failed; the message returns after its visibility timeout")
 	}
 }
@@ -326,72 +385,55 @@ func (w *Worker) returnAfter(ctx context.Context, msg queue.Delivery, delay time
 // deadLetter moves the message to the queue's dead letters with the reason
 // and acks the original: the row is settled failed, or the message is
 // poison.
-func (w *Worker) deadLetter(ctx context.Context, msg queue.Delivery, reason, kind string) error {
+func (c *completer) deadLetter(ctx context.Context, msg queue.Delivery, reason, kind string) error {
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	w.o.Metrics.deadLettered.WithLabelValues(kind).Inc()
-	err := w.o.Queue.DeadLetter(ctx, msg, reason)
+	c.metrics.deadLettered.WithLabelValues(kind).Inc()
+	err := c.queue.DeadLetter(ctx, msg, reason)
 	if err != nil {
-		w.o.Log.Warn().Err(err).Str("message_id", msg.ID).Msg("dead-letter failed; the message returns after its visibility timeout")
+		c.log.Warn().Err(err).Str("message_id", msg.ID).Msg("dead-letter failed; the message returns after its visibility timeout")
 	}
 	return err
 }
 
 // flushAcks acknowledges one batch of messages in one queue call.
-func (w *Worker) flushAcks(ctx context.Context, receipts []string) ([]struct{}, []error) {
+func (c *completer) flushAcks(ctx context.Context, receipts []string) ([]struct{}, []error) {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	if err := w.o.Queue.Ack(ctx, receipts...); err != nil {
+	if err := c.queue.Ack(ctx, receipts...); err != nil {
 		// The rows are settled; redelivered copies are absorbed.
-		w.o.Log.Warn().Err(err).Int("messages", len(receipts)).Msg("ack failed; the copies will be absorbed")
+		c.log.Warn().Err(err).Int("messages", len(receipts)).Msg("ack failed; the copies will be absorbed")
 	}
 	return nil, nil
-}
-
-// flushClaims claims one batch of rows in one ledger statement.
-func (w *Worker) flushClaims(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, []error) {
-	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
-	defer cancel()
-	// The claims are revocable until each send starts (startSend), so a
-	// cancel or reschedule that lands while a row waits for its due second,
-	// its account, the pace or its recipient is honoured.
-	claims, errs, err := w.o.Ledger.ClaimForSendBatch(ctx, reqs, ledger.ClaimParams{
-		LeaseFor: w.leaseFor(), EarlyTolerance: w.o.EarlyTolerance, Revocable: true,
-	})
-	if err != nil {
-		return nil, fill(len(reqs), err)
-	}
-	return claims, errs
 }
 
 // flushSettles settles one batch of accepted sends in one ledger commit,
 // retrying a failed batch with backoff for settleRetry (the sends already
 // happened, and losing their record would resend them), then finishes each
 // send by its answer (settled): acks follow the commit, never precede it.
-func (w *Worker) flushSettles(ctx context.Context, batch []settle) ([]struct{}, []error) {
-	rows := make([]ledger.Delivered, len(batch))
-	for i, s := range batch {
-		rows[i] = s.d
-	}
-	errs := w.settleBatch(ctx, rows)
+func (c *completer) flushSettles(ctx context.Context, batch []settle) ([]struct{}, []error) {
+	// A digest's members settle in the same commit as its lead.
+	rows, lead := settleRows(batch)
+	errs := c.settleBatch(ctx, rows)
 	for i, s := range batch {
 		var err error
 		if errs != nil {
-			err = errs[i]
+			err = errs[lead[i]]
 		}
-		w.settled(s, err)
+		settledMembers(s, errs, lead[i])
+		c.settled(s, err)
 	}
 	return nil, nil
 }
 
 // settleBatch records rows in one ledger commit, retrying for settleRetry,
 // and answers an error per row (nil when none failed).
-func (w *Worker) settleBatch(ctx context.Context, rows []ledger.Delivered) []error {
+func (c *completer) settleBatch(ctx context.Context, rows []ledger.Delivered) []error {
 	ctx, cancel := context.WithTimeout(ctx, settleRetry)
 	defer cancel()
 	delay := 100 * time.Millisecond
 	for {
-		_, errs, err := w.o.Ledger.SettleDeliveredBatch(ctx, rows)
+		_, errs, err := c.ledger.SettleDeliveredBatch(ctx, rows)
 		if err == nil {
 			return errs
 		}

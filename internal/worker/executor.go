@@ -12,10 +12,79 @@ import (
 	"github.com/owedhq/owed/internal/clock"
 	"github.com/owedhq/owed/internal/envelope"
 	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/payload"
 	"github.com/owedhq/owed/internal/provider"
 	"github.com/owedhq/owed/internal/queue"
 )
+
+// executor takes one message at a time from its claim to the provider's
+// answer (River's executor): the claim and its heartbeat, the checks before
+// the send (due, recipient, account, pace, expiry, the claim still held) and
+// the send. It decides; every outcome it hands to the completer.
+type executor struct {
+	ledger *ledger.Work
+	// queue is the heartbeat's: it keeps a held message hidden.
+	queue     Queue
+	completer *completer
+	route     func(channel string) (provider.Sender, error)
+	paces     func(account string) Pacer
+	resolver  Resolver
+	accounts  *pace.Accounts
+	log       zerolog.Logger
+	metrics   *Metrics
+	clock     clock.Clock
+	keyPrefix string
+	// The timings and limits (Options' fields of the same names).
+	accountPause, paceMaxWait, sendTimeout, visibilityTimeout time.Duration
+	queueDelayMax, retryAfterMax, earlyTolerance              time.Duration
+	noUndeliverable                                           bool
+	// claims, extends (the claims' heartbeats) and starts (the checks right
+	// before the sends) share ledger commits among the messages in flight.
+	claims  *batcher[ledger.ClaimRequest, ledger.Claim]
+	extends *batcher[ledger.Hold, struct{}]
+	starts  *batcher[ledger.Hold, struct{}]
+	// gate is shared with the fetcher: a message holds its place from its
+	// receive until its slot is reserved here.
+	gate   *gate
+	pauses *pauses
+	// recipients is what this process knows of per-recipient limits and
+	// paces (recipients.go).
+	recipients *recipients
+	live       *liveness
+	// clear is what this process knows of the accounts it found clear
+	// (account.go).
+	clear clearAccounts
+}
+
+func newExecutor(o Options, work *ledger.Work, c *completer, live *liveness) *executor {
+	db := work.DB()
+	e := &executor{ledger: work, queue: o.Queue, completer: c, route: o.Route, paces: o.Pace, resolver: o.Resolver,
+		accounts: o.Accounts, log: o.Log, metrics: o.Metrics, clock: o.Clock, keyPrefix: o.KeyPrefix,
+		accountPause: o.AccountPause, paceMaxWait: o.PaceMaxWait, sendTimeout: o.SendTimeout,
+		visibilityTimeout: o.VisibilityTimeout, queueDelayMax: o.QueueDelayMax, retryAfterMax: o.RetryAfterMax,
+		earlyTolerance: o.EarlyTolerance, noUndeliverable: o.NoUndeliverable,
+		gate: newGate(o), live: live, recipients: newRecipients(o.Clock, o.RecipientRates),
+		pauses: newPauses(func(ctx context.Context) (pace.Pauses, error) { return pace.ReadPauses(ctx, db) }, o.Metrics)}
+	e.gate.live, e.gate.onHold = live, e.pauses.held
+	e.claims = newBatcher(claimBatch, claimLinger, e.flushClaims)
+	e.extends = newBatcher(claimBatch, claimLinger, e.flushExtends)
+	e.starts = newBatcher(claimBatch, claimLinger, e.flushStarts)
+	return e
+}
+
+// start runs the executor's batchers; stop flushes what they hold.
+func (e *executor) start(ctx context.Context) {
+	e.claims.start(ctx)
+	e.extends.start(ctx)
+	e.starts.start(ctx)
+}
+
+func (e *executor) stop() {
+	e.starts.stop()
+	e.extends.stop()
+	e.claims.stop()
+}
 
 // delivery is one claimed message on its way through the executor: what the
 // steps found out so far, handed to the completer when the message's fate
@@ -53,6 +122,9 @@ type delivery struct {
 	// possibleDuplicate says an earlier claim may have reached the
 	// provider: this send is flagged and counted.
 	possibleDuplicate bool
+	// digest is the rest of the digest the row leads (digest.go); nil for
+	// a row sent alone.
+	digest *digestSend
 	// probe says this send is the probe of a paused provider account
 	// (admit): its answer decides whether the account resumes.
 	probe bool
@@ -74,19 +146,19 @@ type delivery struct {
 // dead-letter. ctx ends the shutdown timeout after the worker was told to
 // stop; whatever step it cuts short hands the row and its message back
 // without counting an attempt (abandon).
-func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
-	defer w.live.finished(1)
+func (e *executor) execute(ctx context.Context, msg queue.Delivery) {
+	defer e.live.finished(1)
 	// The message holds a place in the gate from its receive until its
 	// slot is reserved, or until it leaves without one.
 	held := true
 	unhold := func() {
 		if held {
 			held = false
-			w.gate.done(1)
+			e.gate.done(1)
 		}
 	}
 	defer unhold()
-	dl, ok := w.claim(ctx, msg)
+	dl, ok := e.claim(ctx, msg)
 	if !ok {
 		return
 	}
@@ -94,7 +166,7 @@ func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
 	// path the delivery takes; every outcome write ends it first.
 	defer dl.lease.end()
 	dl.unhold = unhold
-	if w.tenantPaused(ctx, dl) {
+	if e.tenantPaused(ctx, dl) {
 		return
 	}
 	// A message may surface up to the early tolerance before its due time
@@ -102,50 +174,53 @@ func (w *Worker) execute(ctx context.Context, msg queue.Delivery) {
 	// wait out the rest so the send is on time, not early. The wait is the
 	// ledger's, counted from the claim's answer, so it never ends early.
 	if !clock.Sleep(ctx, dl.dueIn) {
-		w.abandon(ctx, dl, false)
+		e.completer.abandon(ctx, dl, false)
 		return
 	}
-	if !w.prepare(ctx, dl) || w.undeliverable(ctx, dl) || !w.admit(ctx, dl) || !w.recipientTurn(ctx, dl) ||
-		!w.reserve(ctx, dl) {
+	if !e.prepare(ctx, dl) || e.undeliverable(ctx, dl) || !e.admit(ctx, dl) || !e.recipientTurn(ctx, dl) ||
+		!e.reserve(ctx, dl) {
 		return
 	}
-	w.send(ctx, dl)
+	e.send(ctx, dl)
 }
 
 // claim decodes the message and claims its row in the tenant's scope. It
 // returns false when the message needs no send and has been acked,
 // returned or dead-lettered.
-func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool) {
-	m := w.o.Metrics
+func (e *executor) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool) {
+	m := e.metrics
 	env, err := envelope.Decode(msg.Body)
 	if err != nil {
-		w.deadLetter(ctx, msg, "malformed message: "+err.Error(), "malformed")
+		e.completer.deadLetter(ctx, msg, "malformed message: "+err.Error(), "malformed")
 		m.outcome("poison")
 		return nil, false
 	}
-	log := w.o.Log.With().Str("tenant_id", env.Tenant).Int64("id", env.ID).Str("message_id", msg.ID).Logger()
-	asked, reading := w.o.Clock.Now(), clock.Read(w.o.Clock)
-	claim, err := w.claims.do(ledger.ClaimRequest{Tenant: env.Tenant, ID: env.ID, DueAt: env.DueAt})
+	log := e.log.With().Str("tenant_id", env.Tenant).Int64("id", env.ID).Str("message_id", msg.ID).Logger()
+	if env.Digest != 0 {
+		return e.claimDigest(ctx, msg, env, log)
+	}
+	asked, reading := e.clock.Now(), clock.Read(e.clock)
+	claim, err := e.claims.do(ledger.ClaimRequest{Tenant: env.Tenant, ID: env.ID, DueAt: env.DueAt})
 	var invalid *ledger.ValidationError
 	switch {
 	case errors.As(err, &invalid):
 		// The ledger can never take this message's claim (a tenant id or a
 		// due time it cannot hold): dead-letter it alone, with the reason;
 		// the rest of its claim batch went on without it.
-		w.deadLetter(ctx, msg, "the ledger refuses the message: "+invalid.Error(), "invalid")
+		e.completer.deadLetter(ctx, msg, "the ledger refuses the message: "+invalid.Error(), "invalid")
 		m.outcome("poison")
 		return nil, false
 	case errors.Is(err, ledger.ErrNotFound):
 		// The tenant named in the message cannot see this row: a forged or
 		// corrupted message, never something to retry.
-		w.deadLetter(ctx, msg, fmt.Sprintf("row %d is not visible in tenant %q", env.ID, env.Tenant), "not_found")
+		e.completer.deadLetter(ctx, msg, fmt.Sprintf("row %d is not visible in tenant %q", env.ID, env.Tenant), "not_found")
 		m.outcome("poison")
 		return nil, false
 	case err != nil:
 		// The ledger is unreachable. The message is not at fault, so this
 		// costs the row no attempt.
 		log.Warn().Err(err).Msg("claim failed; message returns later")
-		w.returnAfter(ctx, msg, jitter(unavailableRetry), "ledger unavailable")
+		e.completer.returnAfter(ctx, msg, jitter(unavailableRetry), "ledger unavailable")
 		m.outcome("retried")
 		return nil, false
 	}
@@ -153,30 +228,30 @@ func (w *Worker) claim(ctx context.Context, msg queue.Delivery) (*delivery, bool
 	case ledger.ClaimSettled:
 		m.duplicatesAbsorbed.Inc()
 		m.outcome("absorbed_duplicate")
-		w.ack(msg.Receipt)
+		e.completer.ack(msg.Receipt)
 		return nil, false
 	case ledger.ClaimExpired:
 		m.outcome("expired")
-		w.ack(msg.Receipt)
+		e.completer.ack(msg.Receipt)
 		return nil, false
 	case ledger.ClaimStale:
 		m.outcome("stale")
-		w.ack(msg.Receipt)
+		e.completer.ack(msg.Receipt)
 		return nil, false
 	case ledger.ClaimHeld:
 		// Another live worker is sending it; look again when its lease ends
 		// (by the ledger's clock: claim.Wait).
 		m.outcome("held")
-		w.returnAfter(ctx, msg, max(claim.Wait, time.Second), "held by another worker")
+		e.completer.returnAfter(ctx, msg, max(claim.Wait, time.Second), "held by another worker")
 		return nil, false
 	case ledger.ClaimEarly:
 		m.outcome("early")
-		w.returnAfter(ctx, msg, claim.Wait, "not due yet")
+		e.completer.returnAfter(ctx, msg, claim.Wait, "not due yet")
 		return nil, false
 	}
 	dl := &delivery{msg: msg, env: env, row: claim.Row, hold: claim.Hold, asked: asked, claimedAt: claim.Now, reading: reading,
 		dueIn: claim.Wait, possibleDuplicate: claim.PossibleDuplicate, mark: claim.Undeliverable, log: log}
-	dl.lease = w.holdClaim(dl, reading)
+	dl.lease = e.holdClaim(dl, reading)
 	return dl, true
 }
 
@@ -195,9 +270,9 @@ func (dl *delivery) deadline(t time.Time) clock.Reading { return dl.reading.Add(
 // prepare routes the row to its provider, parses its payload and resolves
 // its recipient. It returns false when the row was settled or released
 // instead.
-func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
+func (e *executor) prepare(ctx context.Context, dl *delivery) bool {
 	row := dl.row
-	sender, err := w.o.Route(row.Channel)
+	sender, err := e.route(row.Channel)
 	if err != nil {
 		// No provider carries the channel in this process: it is
 		// configured none, or this worker of a rolling deploy does not
@@ -208,41 +283,41 @@ func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
 		dl.log.Warn().Str("channel", row.Channel).Msg(reason + "; the message returns later")
 		// It is looked at again within QueueDelayMax, in the queue: the
 		// wait is for a worker that carries the channel, not for a time.
-		w.release(ctx, dl, retry{after: min(jitter(unroutedRetry), w.o.QueueDelayMax), reason: reason})
-		w.o.Metrics.outcome("unrouted")
+		e.completer.release(ctx, dl, retry{after: min(jitter(unroutedRetry), e.queueDelayMax), reason: reason})
+		e.metrics.outcome("unrouted")
 		return false
 	}
 	msg, err := payload.Parse(row.Channel, row.Payload)
 	if err != nil {
-		w.fail(ctx, dl, "payload: "+err.Error(), nil, failure{cause: "payload", deadLetter: true})
+		e.completer.fail(ctx, dl, "payload: "+err.Error(), nil, failure{cause: "payload", deadLetter: true})
 		return false
 	}
-	addr, skip, err := w.o.Resolver.Resolve(ctx, row.Tenant, row.Recipient, row.Channel)
+	addr, skip, err := e.resolver.Resolve(ctx, row.Tenant, row.Recipient, row.Channel)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// The shutdown cut the look-up off: the recipient is not at fault.
-		w.abandon(ctx, dl, false)
+		e.completer.abandon(ctx, dl, false)
 		return false
 	case err != nil:
 		// An unresolvable recipient is an attempt that failed before the
 		// provider: it backs off like one and, when attempts run out, ends
 		// failed with the reason instead of cycling through the queue.
-		now := w.o.Clock.Now()
-		w.retryOrFail(ctx, dl, ledger.Attempt{Provider: sender.Name(), StartedAt: now, FinishedAt: now,
+		now := e.clock.Now()
+		e.completer.retryOrFail(ctx, dl, ledger.Attempt{Provider: sender.Name(), StartedAt: now, FinishedAt: now,
 			Outcome: ledger.AttemptTransient, Error: "resolve recipient: " + err.Error()}, 0, false)
 		return false
 	case skip:
-		w.skip(ctx, dl, "recipient has nothing to receive", "skipped")
+		e.completer.skip(ctx, dl, "recipient has nothing to receive", "skipped")
 		return false
 	}
-	dl.sender, dl.pace = sender, w.o.Pace(sender.Name())
+	dl.sender, dl.pace = sender, e.paces(sender.Name())
 	// The key is derived from the claimed row, as the sweeper derives it,
 	// never taken from the message: a message carrying another row's key
 	// would have the provider drop this row's send as a repeat of that one
 	// while the ledger records it delivered.
-	key := ledger.IdempotencyKey(w.o.KeyPrefix, row.ID, row.DueAt)
+	key := ledger.IdempotencyKey(e.keyPrefix, row.ID, row.DueAt)
 	if dl.env.Key != key {
-		w.o.Metrics.keyMismatches.Inc()
+		e.metrics.keyMismatches.Inc()
 		dl.log.Warn().Str("message_key", dl.env.Key).Str("key", key).
 			Msg("the message's idempotency key is not the row's (a forged message, or OWED_IDEMPOTENCY_PREFIX differs from the sweeper's); sending with the row's")
 	}
@@ -261,28 +336,28 @@ func (w *Worker) prepare(ctx context.Context, dl *delivery) bool {
 // it: the slot the gate took for it before the receive when there is one,
 // otherwise one reserved now. It returns false when the row was released
 // instead.
-func (w *Worker) reserve(ctx context.Context, dl *delivery) bool {
-	m := w.o.Metrics
-	wait, granted := w.gate.slot(dl.sender.Name())
+func (e *executor) reserve(ctx context.Context, dl *delivery) bool {
+	m := e.metrics
+	wait, granted := e.gate.slot(dl.sender.Name())
 	var err error
 	if !granted {
-		wait, granted, err = dl.pace.Reserve(ctx, w.o.PaceMaxWait)
+		wait, granted, err = dl.pace.Reserve(ctx, e.paceMaxWait)
 	}
 	// The slot is taken (or refused): the gate may count the next message.
 	dl.unhold()
 	if err != nil {
-		w.unknown(ctx, dl, "pace unavailable", err)
+		e.completer.unknown(ctx, dl, "pace unavailable", err)
 		return false
 	}
 	if !granted {
 		// The account is busy further ahead than we hold messages: give the
 		// row back and let the queue keep the message until its turn.
-		w.release(ctx, dl, retry{after: wait, reason: "waiting for the provider's pace"})
+		e.completer.release(ctx, dl, retry{after: wait, reason: "waiting for the provider's pace"})
 		m.outcome("paced")
 		return false
 	}
 	if wait > 0 && !clock.Sleep(ctx, wait) {
-		w.abandon(ctx, dl, false)
+		e.completer.abandon(ctx, dl, false)
 		return false
 	}
 	return true
@@ -290,17 +365,17 @@ func (w *Worker) reserve(ctx context.Context, dl *delivery) bool {
 
 // send runs a claimed, paced row through the provider and hands the answer
 // to the completer.
-func (w *Worker) send(ctx context.Context, dl *delivery) {
-	m := w.o.Metrics
+func (e *executor) send(ctx context.Context, dl *delivery) {
+	m := e.metrics
 	row := dl.row
 	// The claim checked the expiry, but waiting for the due second and for
 	// the provider's pace takes time: a nudge that expired meanwhile is
 	// settled expired, never sent late.
-	timeout := w.o.SendTimeout
+	timeout := e.sendTimeout
 	if row.ExpiresAt != nil {
-		left := dl.deadline(*row.ExpiresAt).Sub(clock.Read(w.o.Clock))
+		left := dl.deadline(*row.ExpiresAt).Sub(clock.Read(e.clock))
 		if left <= 0 {
-			w.expire(ctx, dl, nil)
+			e.completer.expire(ctx, dl, nil)
 			return
 		}
 		timeout = min(timeout, left)
@@ -312,31 +387,32 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 	// taken: the ledger is asked every time. From here on a change waits on
 	// the send as an intent. The heartbeat keeps the lease beyond that while
 	// the send runs.
-	held, err := dl.lease.startSend(timeout + w.beat())
+	held, err := dl.lease.startSend(timeout + e.beat())
 	if err != nil {
-		w.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "could not confirm the claim before sending: " + err.Error()})
+		e.completer.release(ctx, dl, retry{after: jitter(unavailableRetry), reason: "could not confirm the claim before sending: " + err.Error()})
 		m.outcome("retried")
 		return
 	}
 	if !held {
-		w.claimLost(dl, "the check before the send")
+		e.completer.claimLost(dl, "the check before the send")
 		return
 	}
+	e.digestRequest(dl)
 	// The check is a ledger round trip, so the time left before the expiry
 	// is read again after it: the send's deadline is the row's expiry
 	// however long the check took. Read before it, the deadline was late by
 	// the round trip, and a loaded database's made a send reach the
 	// provider after the row's expiry (the 100,000-row drill's row 1726).
-	started := w.o.Clock.Now()
+	started := e.clock.Now()
 	if row.ExpiresAt != nil {
-		left := dl.deadline(*row.ExpiresAt).Sub(clock.Read(w.o.Clock))
+		left := dl.deadline(*row.ExpiresAt).Sub(clock.Read(e.clock))
 		if left <= 0 {
-			w.expire(ctx, dl, nil)
+			e.completer.expire(ctx, dl, nil)
 			return
 		}
 		// A send still under way when the row expires is abandoned: an
 		// answer after the expiry would be a late nudge.
-		timeout = min(w.o.SendTimeout, left)
+		timeout = min(e.sendTimeout, left)
 		// The provider's expiry is placed again from what is left now, so
 		// a step of the wall clock since the claim does not stretch the
 		// validity a provider enforces (Twilio's ValidityPeriod).
@@ -351,9 +427,9 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 	inFlight := m.inFlight.WithLabelValues(account, channel)
 	inFlight.Inc()
 	sctx, cancel := context.WithTimeout(ctx, timeout)
-	sending := clock.Read(w.o.Clock)
+	sending := clock.Read(e.clock)
 	res, sendErr := dl.sender.Send(sctx, dl.request)
-	took, finished := clock.Read(w.o.Clock).Sub(sending), w.o.Clock.Now()
+	took, finished := clock.Read(e.clock).Sub(sending), e.clock.Now()
 	cancel()
 	inFlight.Dec()
 	// sent counts the send by its result, with how long the provider took.
@@ -363,7 +439,7 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		// no attempt and never fails the row. The request may have reached
 		// the provider, so the next send is flagged a possible duplicate.
 		dl.log.Warn().Err(sendErr).Msg("send cut off by the shutdown timeout; the row is released without an attempt")
-		w.abandon(ctx, dl, true)
+		e.completer.abandon(ctx, dl, true)
 		return
 	}
 	attempt := ledger.Attempt{Provider: account, StartedAt: started, FinishedAt: finished,
@@ -376,8 +452,8 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 	if sendErr == nil {
 		attempt.ProviderMessageID, attempt.HTTPStatus = res.MessageID, res.HTTPStatus
 		sent("accepted")
-		w.probed(ctx, dl, nil)
-		w.delivered(dl, attempt)
+		e.probed(ctx, dl, nil)
+		e.completer.delivered(dl, attempt)
 		return
 	}
 
@@ -387,20 +463,20 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		// settles expired, as the check before the send would have a
 		// moment later.
 		sent("expired")
-		w.expire(ctx, dl, nil)
+		e.completer.expire(ctx, dl, nil)
 		return
 	}
 	pe := provider.Classify(sendErr)
 	attempt.HTTPStatus, attempt.Error = pe.HTTPStatus, pe.Error()
-	w.probed(ctx, dl, pe)
+	e.probed(ctx, dl, pe)
 	switch pe.Class {
 	case provider.Account:
 		// The account cannot send anything: the row is not at fault, so it
 		// burns no attempt and goes back to the queue until the account is
 		// resumed; every worker stops sending on the account meanwhile.
 		sent("account")
-		w.tripAccount(ctx, dl, pe)
-		w.release(ctx, dl, retry{after: w.o.AccountPause, reason: "provider account paused: " + pe.Error(),
+		e.tripAccount(ctx, dl, pe)
+		e.completer.release(ctx, dl, retry{after: e.accountPause, reason: "provider account paused: " + pe.Error(),
 			uncertain: pe.MaybeSent})
 		m.outcome("account_paused")
 	case provider.RateLimited:
@@ -410,18 +486,18 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		if after <= 0 {
 			after = time.Second
 		}
-		after = min(after, w.o.RetryAfterMax)
+		after = min(after, e.retryAfterMax)
 		// A limit the provider scoped to the recipient delays that
 		// recipient's rows only; the account's other recipients go on.
-		if pe.Recipient && w.recipientLimited(ctx, dl, after) {
+		if pe.Recipient && e.recipientLimited(ctx, dl, after) {
 			return
 		}
-		w.clear.forget(dl.sender.Name())
+		e.clear.forget(dl.sender.Name())
 		if err := dl.pace.Pause(ctx, after); err != nil {
 			dl.log.Warn().Err(err).Msg("could not pause the shared pace")
 		}
 		// No attempt is recorded: a 429 is the provider's schedule.
-		w.release(ctx, dl, retry{after: after, reason: "rate limited by the provider"})
+		e.completer.release(ctx, dl, retry{after: after, reason: "rate limited by the provider"})
 		m.outcome("rate_limited")
 	case provider.Permanent:
 		sent("permanent")
@@ -437,9 +513,9 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		if pe.Recipient {
 			f = failure{cause: "recipient"}
 		}
-		w.fail(ctx, dl, pe.Error(), &attempt, f)
+		e.completer.fail(ctx, dl, pe.Error(), &attempt, f)
 		if pe.Recipient {
-			w.markUndeliverable(ctx, dl, pe)
+			e.completer.markUndeliverable(ctx, dl, pe)
 		}
 	default:
 		sent("transient")
@@ -453,6 +529,22 @@ func (w *Worker) send(ctx context.Context, dl *delivery) {
 		// too: a false mark costs a line in the stats, a missed one hides a
 		// duplicate.
 		uncertain := pe.MaybeSent || pe.HTTPStatus == 0 || pe.HTTPStatus == http.StatusGatewayTimeout
-		w.retryOrFail(ctx, dl, attempt, pe.RetryAfter, uncertain)
+		e.completer.retryOrFail(ctx, dl, attempt, pe.RetryAfter, uncertain)
 	}
+}
+
+// flushClaims claims one batch of rows in one ledger statement.
+func (e *executor) flushClaims(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, []error) {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	// The claims are revocable until each send starts (startSend), so a
+	// cancel or reschedule that lands while a row waits for its due second,
+	// its account, the pace or its recipient is honoured.
+	claims, errs, err := e.ledger.ClaimForSendBatch(ctx, reqs, ledger.ClaimParams{
+		LeaseFor: e.leaseFor(), EarlyTolerance: e.earlyTolerance, Revocable: true,
+	})
+	if err != nil {
+		return nil, fill(len(reqs), err)
+	}
+	return claims, errs
 }

@@ -18,10 +18,10 @@ const beatsPerVisibility = 3
 
 // leaseFor is how long a claim, and each heartbeat, holds the row: long
 // enough for a whole send after a beat the worker could not make.
-func (w *Worker) leaseFor() time.Duration { return w.o.SendTimeout + w.o.VisibilityTimeout }
+func (e *executor) leaseFor() time.Duration { return e.sendTimeout + e.visibilityTimeout }
 
 // beat is the interval of a claim's heartbeat.
-func (w *Worker) beat() time.Duration { return w.o.VisibilityTimeout / beatsPerVisibility }
+func (e *executor) beat() time.Duration { return e.visibilityTimeout / beatsPerVisibility }
 
 // sendKeep is how much of the claim's lease the check before the send
 // makes sure of (ledger.StartSends): the longest send, a beat in which the
@@ -29,7 +29,7 @@ func (w *Worker) beat() time.Duration { return w.o.VisibilityTimeout / beatsPerV
 // worker reckons the lease from before its request. A claim made less than
 // a beat before its send has that much left already, so the check leaves
 // the lease alone and its ledger update can be HOT.
-func (w *Worker) sendKeep() time.Duration { return w.o.SendTimeout + 2*w.beat() }
+func (e *executor) sendKeep() time.Duration { return e.sendTimeout + 2*e.beat() }
 
 // claimLease keeps one claim alive from the claim to the outcome write:
 // every beat it extends the row's lease in the ledger (fenced by the
@@ -49,7 +49,7 @@ func (w *Worker) sendKeep() time.Duration { return w.o.SendTimeout + 2*w.beat() 
 // large, cancels out). The readings are clock.Readings, so a step of the
 // host's wall clock does not stretch the lease either.
 type claimLease struct {
-	w  *Worker
+	e  *executor
 	dl *delivery
 
 	mu sync.Mutex
@@ -66,15 +66,15 @@ type claimLease struct {
 // holdClaim starts the heartbeat of dl's claim, which the ledger granted
 // for leaseFor in answer to a request made at asked (the worker clock's
 // Reading).
-func (w *Worker) holdClaim(dl *delivery, asked clock.Reading) *claimLease {
-	cl := &claimLease{w: w, dl: dl, until: asked.Add(w.leaseFor()), stop: make(chan struct{}), done: make(chan struct{})}
+func (e *executor) holdClaim(dl *delivery, asked clock.Reading) *claimLease {
+	cl := &claimLease{e: e, dl: dl, until: asked.Add(e.leaseFor()), stop: make(chan struct{}), done: make(chan struct{})}
 	go cl.run()
 	return cl
 }
 
 func (cl *claimLease) run() {
 	defer close(cl.done)
-	t := time.NewTicker(cl.w.beat())
+	t := time.NewTicker(cl.e.beat())
 	defer t.Stop()
 	for {
 		select {
@@ -83,29 +83,38 @@ func (cl *claimLease) run() {
 		case <-t.C:
 		}
 		err := cl.renew()
-		if errors.Is(err, ledger.ErrClaimLost) {
+		if errors.Is(err, ledger.ErrClaimLost) && !cl.dl.digest.held() {
 			// Not ours any more: the message is not this worker's to keep
-			// hidden either.
+			// hidden either. A digest whose lead alone was taken back is
+			// still its members' (promote).
 			return
 		}
 		if err != nil {
 			cl.dl.log.Warn().Err(err).Msg("could not extend the claim's lease; trying again at the next beat")
 		}
-		cl.w.keepVisible(cl.dl)
+		cl.e.keepVisible(cl.dl)
 	}
 }
 
 // renew extends the claim's lease in the ledger now: nil when it did,
 // ledger.ErrClaimLost when the claim is no longer the row's.
-func (cl *claimLease) renew() error { return cl.ask(cl.w.extends, cl.w.leaseFor()) }
+func (cl *claimLease) renew() error {
+	err := cl.ask(cl.e.extends, cl.e.leaseFor())
+	if err == nil || errors.Is(err, ledger.ErrClaimLost) {
+		// A digest's members' claims are their own: kept while the
+		// worker holds them, whatever became of the lead's.
+		cl.e.extendMembers(cl.dl, false)
+	}
+	return err
+}
 
 // ask extends the claim's lease through b (the heartbeat's extends, or the
 // check before the send's starts) and records the answer: a grant of at
 // least granted from the ledger's now (leaseFor for the heartbeat,
 // sendKeep for the check).
 func (cl *claimLease) ask(b *batcher[ledger.Hold, struct{}], granted time.Duration) error {
-	asked := clock.Read(cl.w.o.Clock)
-	_, err := b.do(cl.dl.hold)
+	asked := clock.Read(cl.e.clock)
+	_, err := b.do(cl.hold())
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	switch {
@@ -127,15 +136,26 @@ func (cl *claimLease) ask(b *batcher[ledger.Hold, struct{}], granted time.Durati
 // It reports false with a nil error when the claim is lost or revoked, and
 // an error when the ledger could not say.
 func (cl *claimLease) startSend(need time.Duration) (bool, error) {
-	if err := cl.ask(cl.w.starts, cl.w.sendKeep()); errors.Is(err, ledger.ErrClaimLost) {
-		return false, nil
+	if err := cl.ask(cl.e.starts, cl.e.sendKeep()); errors.Is(err, ledger.ErrClaimLost) {
+		if !cl.promote() {
+			return false, nil
+		}
 	} else if err != nil {
 		return false, err
 	}
+	cl.e.extendMembers(cl.dl, true)
 	if left, _ := cl.left(); left < need {
 		return false, fmt.Errorf("the claim's lease was extended, but only %s of it is left for a send of up to %s", left, need)
 	}
 	return true, nil
+}
+
+// hold is the claim the lease keeps: the delivery's, which a digest's
+// promote may change under the heartbeat.
+func (cl *claimLease) hold() ledger.Hold {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.dl.hold
 }
 
 // left is how much of the claim's lease is certainly left, and whether the
@@ -143,7 +163,7 @@ func (cl *claimLease) startSend(need time.Duration) (bool, error) {
 func (cl *claimLease) left() (time.Duration, bool) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return cl.until.Sub(clock.Read(cl.w.o.Clock)), cl.lost
+	return cl.until.Sub(clock.Read(cl.e.clock)), cl.lost
 }
 
 // end stops the heartbeat and waits for a beat under way to finish, so
@@ -157,32 +177,32 @@ func (cl *claimLease) end() {
 // keepVisible extends the message's visibility by another visibility
 // timeout, so the queue does not hand it to another worker while its row is
 // held.
-func (w *Worker) keepVisible(dl *delivery) {
+func (e *executor) keepVisible(dl *delivery) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	if err := w.o.Queue.ChangeVisibility(ctx, dl.msg.Receipt, w.o.VisibilityTimeout); err != nil {
+	if err := e.queue.ChangeVisibility(ctx, dl.msg.Receipt, e.visibilityTimeout); err != nil {
 		dl.log.Warn().Err(err).Msg("extend visibility failed")
 	}
 }
 
 // flushExtends extends one batch of claims' leases in one ledger statement.
-func (w *Worker) flushExtends(ctx context.Context, holds []ledger.Hold) ([]struct{}, []error) {
-	return w.flushHolds(ctx, holds, w.o.Ledger.ExtendClaims)
+func (e *executor) flushExtends(ctx context.Context, holds []ledger.Hold) ([]struct{}, []error) {
+	return e.flushHolds(ctx, holds, e.ledger.ExtendClaims)
 }
 
 // flushStarts makes one batch of checks before the send in one ledger
 // statement.
-func (w *Worker) flushStarts(ctx context.Context, holds []ledger.Hold) ([]struct{}, []error) {
-	return w.flushHolds(ctx, holds, func(ctx context.Context, holds []ledger.Hold, leaseFor time.Duration) ([]error, error) {
-		return w.o.Ledger.StartSends(ctx, holds, leaseFor, w.sendKeep())
+func (e *executor) flushStarts(ctx context.Context, holds []ledger.Hold) ([]struct{}, []error) {
+	return e.flushHolds(ctx, holds, func(ctx context.Context, holds []ledger.Hold, leaseFor time.Duration) ([]error, error) {
+		return e.ledger.StartSends(ctx, holds, leaseFor, e.sendKeep())
 	})
 }
 
-func (w *Worker) flushHolds(ctx context.Context, holds []ledger.Hold,
+func (e *executor) flushHolds(ctx context.Context, holds []ledger.Hold,
 	extend func(context.Context, []ledger.Hold, time.Duration) ([]error, error)) ([]struct{}, []error) {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	errs, err := extend(ctx, holds, w.leaseFor())
+	errs, err := extend(ctx, holds, e.leaseFor())
 	if err != nil {
 		return nil, fill(len(holds), err)
 	}
@@ -200,9 +220,9 @@ func (w *Worker) flushHolds(ctx context.Context, holds []ledger.Hold,
 // longer extends it) and is absorbed or held like any other copy. A claim
 // a cancel or reschedule revoked before its send (startSend) ends here too:
 // its message then finds the row cancelled or moved, and is acked.
-func (w *Worker) claimLost(dl *delivery, during string) {
+func (c *completer) claimLost(dl *delivery, during string) {
 	dl.lease.end()
-	w.o.Metrics.outcome("claim_lost")
+	c.metrics.outcome("claim_lost")
 	dl.log.Warn().Str("during", during).Int64("claim_seq", dl.hold.Seq).
 		Msg("claim superseded (another worker or the sweep holds the row now) or revoked by a cancel or reschedule; the message is left alone")
 }

@@ -46,8 +46,9 @@ const (
 	// sending published (sweep.QueueDepthDefault), and that depth has to
 	// outlast the worker's reach, or slots taken ahead go unused: with a 2 s
 	// reach a 1 s depth kept one paced account 88 % busy, and a 2 s depth
-	// made another account's row wait up to 2 s behind it in the queue
-	// (bench/limitedsweep, bench/fairness: docs/fairness.md).
+	// made another account's row wait up to 2 s behind it in the queue; the
+	// depth is 1.5 s now, which keeps a paced account busy with a 500 ms
+	// reach (bench/limitedsweep, bench/fairness: docs/fairness.md).
 	PaceMaxWaitDefault = 500 * time.Millisecond
 	// RetryBaseDefault is the first backoff after a transient failure
 	// without a retry schedule; it doubles per attempt up to retryCap.
@@ -101,7 +102,9 @@ func (RecipientResolver) Resolve(_ context.Context, _, recipient, _ string) (str
 
 // Options configure a Worker.
 type Options struct {
-	Ledger *ledger.Ledger
+	// Ledger is the worker's part of the ledger: its Work role, or a
+	// *ledger.Ledger, which has it. The worker keeps only the role.
+	Ledger ledger.HasWork
 	Queue  Queue
 	// Route returns the Sender for a channel.
 	Route func(channel string) (provider.Sender, error)
@@ -220,7 +223,7 @@ func (o *Options) defaults() {
 		o.Clock = clock.Real()
 	}
 	if o.Accounts == nil {
-		o.Accounts = pace.NewAccounts(o.Ledger.DB(), o.Clock)
+		o.Accounts = pace.NewAccounts(o.Ledger.WorkRole().DB(), o.Clock)
 	}
 }
 

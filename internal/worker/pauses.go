@@ -94,17 +94,17 @@ func (p *pauses) fresh(ctx context.Context) error {
 
 // tenantPaused gives back a row whose tenant on-call paused. It returns
 // true when the row was released instead of sent.
-func (w *Worker) tenantPaused(ctx context.Context, dl *delivery) bool {
-	t, paused, err := w.pauses.tenant(ctx, dl.row.Tenant)
+func (e *executor) tenantPaused(ctx context.Context, dl *delivery) bool {
+	t, paused, err := e.pauses.tenant(ctx, dl.row.Tenant)
 	switch {
 	case err != nil:
-		w.unknown(ctx, dl, "operator pauses unavailable", err)
+		e.completer.unknown(ctx, dl, "operator pauses unavailable", err)
 		return true
 	case !paused:
 		return false
 	}
-	w.release(ctx, dl, retry{after: jitter(pausedRetry), indefinite: true,
+	e.completer.release(ctx, dl, retry{after: jitter(pausedRetry), indefinite: true,
 		reason: fmt.Sprintf("tenant paused by %s since %s: %s", t.Actor, t.Since.Format(time.RFC3339), t.Reason)})
-	w.o.Metrics.outcome("tenant_paused")
+	e.metrics.outcome("tenant_paused")
 	return true
 }

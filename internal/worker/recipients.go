@@ -155,15 +155,15 @@ func (r *recipients) limited(account, address string, d time.Duration) (accountW
 // recipientTurn waits for the row's recipient: a provider's limit on it, or
 // its per-recipient pace. It returns false when the row was given back
 // instead, with no attempt, until the recipient may be sent to.
-func (w *Worker) recipientTurn(ctx context.Context, dl *delivery) bool {
-	wait, granted := w.recipients.turn(dl.sender.Name(), dl.row.Channel, dl.request.Recipient, w.o.PaceMaxWait)
+func (e *executor) recipientTurn(ctx context.Context, dl *delivery) bool {
+	wait, granted := e.recipients.turn(dl.sender.Name(), dl.row.Channel, dl.request.Recipient, e.paceMaxWait)
 	if !granted {
-		w.release(ctx, dl, retry{after: wait, reason: "waiting for the recipient's limit at the provider"})
-		w.o.Metrics.outcome("recipient_limited")
+		e.completer.release(ctx, dl, retry{after: wait, reason: "waiting for the recipient's limit at the provider"})
+		e.metrics.outcome("recipient_limited")
 		return false
 	}
 	if wait > 0 && !clock.Sleep(ctx, wait) {
-		w.abandon(ctx, dl, false)
+		e.completer.abandon(ctx, dl, false)
 		return false
 	}
 	return true
@@ -174,14 +174,14 @@ func (w *Worker) recipientTurn(ctx context.Context, dl *delivery) bool {
 // no attempt, and the account is not paused, unless several of its
 // recipients were limited at once (recipients.limited), when it reports
 // false and the caller pauses the account as for any 429.
-func (w *Worker) recipientLimited(ctx context.Context, dl *delivery, after time.Duration) bool {
+func (e *executor) recipientLimited(ctx context.Context, dl *delivery, after time.Duration) bool {
 	account := dl.sender.Name()
-	if w.recipients.limited(account, dl.request.Recipient, after) {
+	if e.recipients.limited(account, dl.request.Recipient, after) {
 		dl.log.Warn().Str("account", account).Int("recipients", recipientLimitsAccountWide).Dur("window", recipientLimitWindow).
 			Msg("several recipients of the account were rate limited at once: taking the limit as the account's and pausing it")
 		return false
 	}
-	w.release(ctx, dl, retry{after: after, reason: "rate limited by the provider for this recipient"})
-	w.o.Metrics.outcome("recipient_limited")
+	e.completer.release(ctx, dl, retry{after: after, reason: "rate limited by the provider for this recipient"})
+	e.metrics.outcome("recipient_limited")
 	return true
 }

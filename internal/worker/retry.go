@@ -100,11 +100,11 @@ func (r Retries) schedule(channel string) Schedule {
 
 // maxAttempts is how many sends a row of channel gets: Options.MaxAttempts
 // when it was set, otherwise the schedule's length plus the first send.
-func (w *Worker) maxAttempts(channel string) int {
-	if w.o.MaxAttempts > 0 {
-		return w.o.MaxAttempts
+func (c *completer) maxAttempts(channel string) int {
+	if c.attemptLimit > 0 {
+		return c.attemptLimit
 	}
-	if s := w.o.Retries.schedule(channel); len(s) > 0 {
+	if s := c.retries.schedule(channel); len(s) > 0 {
 		return len(s) + 1
 	}
 	return MaxAttemptsDefault
@@ -115,10 +115,10 @@ func (w *Worker) maxAttempts(channel string) int {
 // its end, when OWED_MAX_ATTEMPTS allows more), or the exponential backoff
 // without a schedule; both with jitter, so rows that failed together do
 // not come back in lockstep.
-func (w *Worker) retryDelay(channel string, n int) time.Duration {
-	s := w.o.Retries.schedule(channel)
+func (c *completer) retryDelay(channel string, n int) time.Duration {
+	s := c.retries.schedule(channel)
 	if len(s) == 0 {
-		return backoffDelay(w.o.RetryBase, n)
+		return backoffDelay(c.retryBase, n)
 	}
 	return jitter(s[min(n, len(s))-1])
 }

@@ -49,8 +49,13 @@ func TestWebhookReceiverDownTenMinutesLosesNoRow(t *testing.T) {
 	b := setup(t, stacktest.Options{Sandbox: func(c *sandbox.Config) { c.Faults.ErrorRate = 1 }})
 	clk := &travel{}
 	l := ledger.New(b.DB.App, clk)
+	// PublishAhead is short because quiet, below, waits for the queue to
+	// drain in real time: a retry the sweep published a minute ahead
+	// stayed delayed in the queue for that minute, as long as quiet's
+	// deadline, and the test failed whenever a retry's jittered due time
+	// fell near the end of that window.
 	sw, err := sweep.New(l, b.Queue, sweep.Config{Batch: 500, Budget: 30 * time.Second, ProviderRate: testSweepRate,
-		PublishAhead: time.Minute, RequeueAfter: 10 * time.Minute, KeyPrefix: "owed-"}, zerolog.Nop())
+		PublishAhead: 5 * time.Second, RequeueAfter: 10 * time.Minute, KeyPrefix: "owed-"}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,20 +45,24 @@
 // the send alike; and before the send the worker makes sure the claim is
 // still its own with lease enough left to cover the send, or does not send.
 //
-// The package is laid out the way River splits a job's life:
-//   - worker.go is the loop: Start, Stop and Run, the fetchers that
-//     long-poll the queue, the pool of senders, and the graceful shutdown.
-//   - executor.go is one message's delivery, a delivery value carried
-//     from the claim through the checks (due, recipient, account, pace,
-//     expiry, the claim still held) to the provider's answer. It decides;
-//     it writes nothing itself.
+// The package is laid out the way River splits a job's life, into three
+// types that Worker wires, each holding only what it needs:
+//   - worker.go is the loop: Start, Stop and Run, the pool of senders, the
+//     graceful shutdown, and the fetcher (River's producer), which
+//     long-polls the queue for what the gate admits and hands it out.
+//   - executor.go is the executor: one message's delivery, a delivery
+//     value carried from the claim through the checks (due, recipient,
+//     account, pace, expiry, the claim still held) to the provider's
+//     answer. It decides; it writes no outcome itself.
 //   - account.go is the provider account's circuit as the worker uses it;
 //     recipients.go the limits a provider sets on one recipient, and the
 //     per-recipient paces; retry.go the retry schedules.
 //   - lease.go is a claim's heartbeat and the reckoning of how long the
 //     claim is certainly still the worker's.
-//   - completer.go writes every outcome: settle delivered, skipped, expired
-//     or failed, release with backoff, dead-letter, return and ack.
+//   - completer.go is the completer: it writes every outcome (settle
+//     delivered, skipped, expired or failed, release with backoff,
+//     dead-letter, return and ack), the delivered settles buffered into
+//     shared commits and acked only after them.
 //   - gate.go keeps the fetchers from receiving more than the providers'
 //     shared pace can send soon.
 //   - batch.go shares ledger commits and queue calls among the messages in
@@ -90,9 +94,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/owedhq/owed/internal/clock"
-	"github.com/owedhq/owed/internal/ledger"
-	"github.com/owedhq/owed/internal/pace"
 	"github.com/owedhq/owed/internal/queue"
 )
 
@@ -145,28 +149,18 @@ const (
 // started: a Worker runs once, and a second pool would share its batchers.
 var ErrStarted = errors.New("worker: already started; a Worker runs once, build another with New")
 
-// Worker is a pool of senders draining one queue.
+// Worker is a pool of senders draining one queue. It wires the three parts
+// of a message's life, each holding only what it needs, as River's producer,
+// executor and completer: the fetcher receives what the gate admits and
+// hands it out, an executor takes each message from its claim to the
+// provider's answer, and the completer writes every outcome and acks.
 type Worker struct {
-	o Options
-	// claims, extends (the claims' heartbeats), starts (the checks right
-	// before the sends), settles and acks share ledger commits and queue
-	// calls among the messages in flight. New builds them; the pool starts
-	// them and stops them after its last sender.
-	claims  *batcher[ledger.ClaimRequest, ledger.Claim]
-	extends *batcher[ledger.Hold, struct{}]
-	starts  *batcher[ledger.Hold, struct{}]
-	settles *batcher[settle, struct{}]
-	acks    *batcher[string, struct{}]
-	gate    *gate
-	pauses  *pauses
-	// recipients is what this process knows of per-recipient limits and
-	// paces (recipients.go).
-	recipients *recipients
+	o         Options
+	fetcher   *fetcher
+	executor  *executor
+	completer *completer
 	// live is the loop's progress, for /healthz (liveness.go).
 	live *liveness
-	// clear is what this process knows of the accounts it found clear
-	// (account.go).
-	clear clearAccounts
 
 	mu      sync.Mutex
 	started bool
@@ -183,18 +177,12 @@ func New(o Options) (*Worker, error) {
 	if err := checkKeyPrefix(o.KeyPrefix); err != nil {
 		return nil, fmt.Errorf("worker: KeyPrefix: %w", err)
 	}
-	db := o.Ledger.DB()
-	w := &Worker{o: o, gate: newGate(o),
-		pauses: newPauses(func(ctx context.Context) (pace.Pauses, error) { return pace.ReadPauses(ctx, db) }, o.Metrics)}
-	w.live = newLiveness(o.StallAfter)
-	w.recipients = newRecipients(o.Clock, o.RecipientRates)
-	w.gate.live, w.gate.onHold = w.live, w.pauses.held
-	w.claims = newBatcher(claimBatch, claimLinger, w.flushClaims)
-	w.extends = newBatcher(claimBatch, claimLinger, w.flushExtends)
-	w.starts = newBatcher(claimBatch, claimLinger, w.flushStarts)
-	w.settles = newBatcher(settleBatch, o.SettleLinger, w.flushSettles)
-	w.acks = newBatcher(ackBatch, ackLinger, w.flushAcks)
-	return w, nil
+	work := o.Ledger.WorkRole()
+	live := newLiveness(o.StallAfter)
+	c := newCompleter(o, work)
+	e := newExecutor(o, work, c, live)
+	f := &fetcher{queue: o.Queue, visibility: o.VisibilityTimeout, log: o.Log, gate: e.gate, live: live, completer: c}
+	return &Worker{o: o, fetcher: f, executor: e, completer: c, live: live}, nil
 }
 
 // Start begins consuming and returns at once. The pool runs until Stop is
@@ -264,29 +252,23 @@ func (w *Worker) run(ctx context.Context) {
 	// its ack sent before the pool returns. Acks stop last. Each flush has
 	// its own deadline.
 	bctx := context.WithoutCancel(ctx)
-	w.acks.start(bctx)
-	defer w.acks.stop()
-	w.settles.start(bctx)
-	defer w.settles.stop()
-	w.claims.start(bctx)
-	defer w.claims.stop()
-	w.extends.start(bctx)
-	defer w.extends.stop()
-	w.starts.start(bctx)
-	defer w.starts.stop()
+	w.completer.start(bctx)
+	defer w.completer.stop()
+	w.executor.start(bctx)
+	defer w.executor.stop()
 
 	var senders sync.WaitGroup
 	for i := 0; i < w.o.Concurrency; i++ {
 		senders.Go(func() {
 			for msg := range work {
-				w.execute(sendCtx, msg)
+				w.executor.execute(sendCtx, msg)
 			}
 		})
 	}
 	fetchers := max(1, (w.o.Concurrency+9)/10)
 	var fetching sync.WaitGroup
 	for i := 0; i < fetchers; i++ {
-		fetching.Go(func() { w.fetch(ctx, work) })
+		fetching.Go(func() { w.fetcher.fetch(ctx, work) })
 	}
 	<-ctx.Done()
 	// The shutdown timeout runs from the stop, while a receive under way
@@ -303,21 +285,33 @@ func (w *Worker) run(ctx context.Context) {
 	senders.Wait()
 }
 
+// fetcher receives from the queue as much as the gate admits and hands each
+// message to a free executor (River's producer). What it received but could
+// not hand out at shutdown it gives back through the completer.
+type fetcher struct {
+	queue      Queue
+	visibility time.Duration
+	log        zerolog.Logger
+	gate       *gate
+	live       *liveness
+	completer  *completer
+}
+
 // fetch receives as much as the gate lets through and hands it to
 // senders, until ctx ends. At shutdown, messages already received but not
 // handed over, including those of a receive that was under way, are
 // returned so they come back at once instead of after their visibility
 // timeout.
-func (w *Worker) fetch(ctx context.Context, work chan<- queue.Delivery) {
+func (f *fetcher) fetch(ctx context.Context, work chan<- queue.Delivery) {
 	fail := 0
 	retry := func(err error, msg string) bool {
 		fail++
 		delay := jitter(min(time.Duration(fail)*time.Second, consumeRetryMax))
-		w.o.Log.Warn().Err(err).Dur("retry_in", delay).Msg(msg)
+		f.log.Warn().Err(err).Dur("retry_in", delay).Msg(msg)
 		return clock.Sleep(ctx, delay)
 	}
 	for ctx.Err() == nil {
-		n, err := w.gate.take(ctx)
+		n, err := f.gate.take(ctx)
 		if err != nil {
 			if ctx.Err() != nil || !retry(err, "pace unreadable; not receiving") {
 				return
@@ -327,11 +321,11 @@ func (w *Worker) fetch(ctx context.Context, work chan<- queue.Delivery) {
 		if n == 0 {
 			return
 		}
-		end := w.live.begin("receiving", consumeWait+receiveMargin)
-		msgs, err := w.receive(ctx, n)
+		end := f.live.begin("receiving", consumeWait+receiveMargin)
+		msgs, err := f.receive(ctx, n)
 		end()
-		w.live.received(len(msgs))
-		w.gate.received(ctx, n, len(msgs))
+		f.live.received(len(msgs))
+		f.gate.received(ctx, n, len(msgs))
 		if err != nil {
 			if ctx.Err() != nil || !retry(err, "receive failed") {
 				return
@@ -339,22 +333,22 @@ func (w *Worker) fetch(ctx context.Context, work chan<- queue.Delivery) {
 			continue
 		}
 		fail = 0
-		w.handOut(ctx, msgs, work)
+		f.handOut(ctx, msgs, work)
 	}
 }
 
 // receive runs one long poll for up to n messages on a context detached
 // from ctx, so a shutdown lets it finish (see consumeWait) rather than cut
 // it off.
-func (w *Worker) receive(ctx context.Context, n int) ([]queue.Delivery, error) {
+func (f *fetcher) receive(ctx context.Context, n int) ([]queue.Delivery, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), consumeWait+receiveMargin)
 	defer cancel()
-	return w.o.Queue.Receive(rctx, n, consumeWait, w.o.VisibilityTimeout)
+	return f.queue.Receive(rctx, n, consumeWait, f.visibility)
 }
 
 // handOut gives msgs to senders one by one while ctx lasts; once it ends,
 // the rest go back to the queue at once.
-func (w *Worker) handOut(ctx context.Context, msgs []queue.Delivery, work chan<- queue.Delivery) {
+func (f *fetcher) handOut(ctx context.Context, msgs []queue.Delivery, work chan<- queue.Delivery) {
 	for i, msg := range msgs {
 		if ctx.Err() == nil {
 			select {
@@ -364,10 +358,10 @@ func (w *Worker) handOut(ctx context.Context, msgs []queue.Delivery, work chan<-
 			}
 		}
 		for _, left := range msgs[i:] {
-			w.returnAfter(ctx, left, 0, "worker shutting down")
+			f.completer.returnAfter(ctx, left, 0, "worker shutting down")
 		}
-		w.gate.done(len(msgs) - i)
-		w.live.finished(len(msgs) - i)
+		f.gate.done(len(msgs) - i)
+		f.live.finished(len(msgs) - i)
 		return
 	}
 }

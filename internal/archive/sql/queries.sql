@@ -105,6 +105,16 @@ DELETE FROM owed_event_payloads p
  WHERE p.tenant_id = r.tenant_id AND p.id = r.id
    AND NOT EXISTS (SELECT 1 FROM owed_notifications n WHERE n.tenant_id = p.tenant_id AND n.payload_id = p.id)
 
+-- name: RecordRestore
+-- RecordRestore appends the restore's line to the operators' audit trail
+-- (owed_operator_audit, internal/ledger/sql/operator.sql), in the restore's
+-- transaction: $1 the operator, $2 the id range and the archive, $3 the
+-- ledger rows restored, $4 the reason. The restore runs as the schema's
+-- owner, who owns the trail; the login is the database's own record of
+-- who wrote the line, as owed_operator_audit_record writes it.
+INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
+VALUES (now(), $1, 'archive_restore', $2, $3, $4, session_user)
+
 -- name: EnsurePartitions
 -- EnsurePartitions creates the partitions of the ledger, its attempts and
 -- its receipts of $1's month and of the $2 months after it that are

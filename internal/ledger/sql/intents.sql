@@ -27,6 +27,14 @@
 --               owed_notifications_intent_outcome); the send's outcome
 --               stands.
 --
+-- A move (a reschedule, an update's new due time) takes the quiet hours in
+-- force as a pending row does (quiet_hours.sql): the ledger records it
+-- already held, intent_due_at at the window's opening and intent_held_from
+-- the time asked, and keeps it so when the windows change, so the row, or
+-- the new row of a send that settled, lands held; an intent whose expiry
+-- falls inside its hold ends the row expired, never sent. Only the Go side
+-- reads windows, on the recipient's wall clock in its tz database.
+--
 -- A reschedule of a row just delivered schedules the send again because
 -- that is what the caller was promised: the API answered that the snooze
 -- was recorded. A cancel cannot take back a delivered send; its answer said
@@ -39,6 +47,23 @@
 -- the row (SECURITY INVOKER): that statement runs in the row's tenant
 -- scope, or the definer's across tenants, which is the scope its look-up
 -- and its new row need.
+-- owed_intent_expires_in_hold says whether an intent held for quiet hours
+-- (p_held_from, the time asked; p_due, the opening) expires before its
+-- opening (p_expires): applied, it settles the row expired, never sent.
+CREATE FUNCTION owed_intent_expires_in_hold(p_held_from timestamptz, p_due timestamptz, p_expires timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT p_held_from IS NOT NULL AND p_expires IS NOT NULL AND p_expires <= p_due
+$$;
+
+-- owed_expired_in_hold is the last_error of a row settled because its
+-- expiry falls inside its hold: ledger.expiredInHold's text, which the Go
+-- side writes for the rows it settles itself.
+CREATE FUNCTION owed_expired_in_hold() RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT 'expired before it was sent: its expiry falls inside the quiet hours that hold it'::text
+$$;
+
 CREATE FUNCTION owed_apply_intent() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -65,7 +90,20 @@ BEGIN
             NEW.payload_id := NULL;
         END IF;
         NEW.expires_at := OLD.intent_expires_at;
+        NEW.time_zone := coalesce(OLD.intent_time_zone, NEW.time_zone);
         IF OLD.intent_due_at IS DISTINCT FROM OLD.due_at THEN
+            IF owed_intent_expires_in_hold(OLD.intent_held_from, OLD.intent_due_at, OLD.intent_expires_at) THEN
+                -- A failed send keeps its failure in the reason.
+                NEW.last_error := CASE WHEN NEW.state = 'failed'
+                                       THEN owed_expired_in_hold() || '; the send in flight failed: '
+                                            || coalesce(NEW.last_error, 'failed')
+                                       ELSE owed_expired_in_hold() END;
+                NEW.state := 'expired';
+                NEW.settled_at := ended_at;
+                NEW.lease_until := NULL;
+                NEW.intent_outcome := 'applied';
+                RETURN NEW;
+            END IF;
             IF EXISTS (SELECT 1 FROM owed_notifications o
                         WHERE o.tenant_id = OLD.tenant_id AND o.recipient = OLD.recipient AND o.kind = OLD.kind
                           AND o.ref_id = OLD.ref_id AND o.due_at = OLD.intent_due_at AND o.id <> OLD.id) THEN
@@ -80,6 +118,7 @@ BEGIN
             END IF;
             NEW.due_at := OLD.intent_due_at;
             NEW.due_local := OLD.intent_due_local;
+            NEW.held_from := OLD.intent_held_from;
             NEW.published_at := NULL;
             NEW.queue_generation := greatest(NEW.queue_generation, OLD.queue_generation + 1);
             IF NEW.state NOT IN ('leased', 'failed') THEN
@@ -121,11 +160,26 @@ BEGIN
         -- reason. The block costs a subtransaction only here, on the rare
         -- send that ends with a reschedule waiting.
         BEGIN
-            INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
-                                            payload, payload_id, created_at, updated_at, time_zone)
-            VALUES (OLD.tenant_id, OLD.recipient, OLD.channel, OLD.kind, OLD.ref_id, OLD.intent_due_at,
-                    OLD.intent_expires_at, OLD.payload, OLD.payload_id, ended_at, ended_at, OLD.time_zone)
-            ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING;
+            IF owed_intent_expires_in_hold(OLD.intent_held_from, OLD.intent_due_at, OLD.intent_expires_at) THEN
+                -- Written settled, as ledger.Schedule writes a row whose
+                -- expiry falls inside its hold: the record says why it
+                -- was never sent.
+                INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
+                                                payload, payload_id, created_at, updated_at, time_zone, urgent,
+                                                state, settled_at, last_error)
+                VALUES (OLD.tenant_id, OLD.recipient, OLD.channel, OLD.kind, OLD.ref_id, OLD.intent_held_from,
+                        OLD.intent_expires_at, OLD.payload, OLD.payload_id, ended_at, ended_at, OLD.time_zone,
+                        OLD.urgent, 'expired', ended_at, owed_expired_in_hold())
+                ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING;
+            ELSE
+                INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
+                                                payload, payload_id, created_at, updated_at, time_zone, urgent,
+                                                held_from)
+                VALUES (OLD.tenant_id, OLD.recipient, OLD.channel, OLD.kind, OLD.ref_id, OLD.intent_due_at,
+                        OLD.intent_expires_at, OLD.payload, OLD.payload_id, ended_at, ended_at, OLD.time_zone,
+                        OLD.urgent, OLD.intent_held_from)
+                ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING;
+            END IF;
             NEW.intent_outcome := 'new_row';
         EXCEPTION WHEN data_exception OR integrity_constraint_violation OR plpgsql_error
                        OR insufficient_privilege THEN
@@ -133,6 +187,12 @@ BEGIN
             NEW.last_error := concat_ws('; ', NEW.last_error,
                                         'the reschedule waiting on the send was refused: ' || SQLERRM);
         END;
+    ELSIF owed_intent_expires_in_hold(OLD.intent_held_from, OLD.intent_due_at, OLD.intent_expires_at) THEN
+        NEW.state := 'expired';
+        NEW.settled_at := ended_at;
+        NEW.lease_until := NULL;
+        NEW.last_error := owed_expired_in_hold();
+        NEW.intent_outcome := 'applied';
     ELSIF EXISTS (SELECT 1 FROM owed_notifications o
                    WHERE o.tenant_id = OLD.tenant_id AND o.recipient = OLD.recipient AND o.kind = OLD.kind
                      AND o.ref_id = OLD.ref_id AND o.due_at = OLD.intent_due_at AND o.id <> OLD.id) THEN
@@ -154,6 +214,7 @@ BEGIN
         -- provider still marks the next one a possible duplicate.
         NEW.due_at := OLD.intent_due_at;
         NEW.due_local := NULL;
+        NEW.held_from := OLD.intent_held_from;
         NEW.expires_at := OLD.intent_expires_at;
         NEW.published_at := NULL;
         NEW.queue_generation := greatest(NEW.queue_generation, OLD.queue_generation + 1);

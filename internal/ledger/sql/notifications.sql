@@ -182,6 +182,22 @@ CREATE TABLE owed_notifications (
     held_from           timestamptz CHECK (owed_time_in_range(held_from)),
     -- An urgent row is never held.
     urgent              boolean     NOT NULL DEFAULT false,
+    -- A row in a digest (digests.sql): the digest it belongs to (the id of
+    -- its first member), and the due time it was asked for, due_at being
+    -- the digest's send time. NULL for a row sent alone.
+    digest_id           bigint,
+    digest_from         timestamptz CHECK (owed_time_in_range(digest_from)),
+    -- A reschedule or update waiting on a send (intents.sql) that quiet
+    -- hours hold: the due time it asked for, intent_due_at being the
+    -- window's opening, as held_from is for the row. The ledger works it
+    -- out in Go when it records the intent and again when the windows
+    -- change (ledger.rehold), so the trigger that applies the intent only
+    -- copies it. An expiry at or before that opening makes the row expire
+    -- unsent when the intent applies, as a pending row would.
+    intent_held_from    timestamptz CHECK (owed_time_in_range(intent_held_from)),
+    -- An update's zone, when it gave one (with a local time): the zone
+    -- intent_due_local is read in, which the row takes with the update.
+    intent_time_zone    text        CHECK (intent_time_zone <> '' AND octet_length(intent_time_zone) <= 64),
     -- Scheduling the same thing twice is one row: owed_notification_keys
     -- (below) holds the key across partitions, since a unique index of a
     -- partitioned table must hold its partition key. This one, the key
@@ -220,8 +236,10 @@ CREATE TABLE owed_notifications (
     -- ends, as expires_at > due_at is for the row itself: before, a move to
     -- 9999-12-31T23:59:59.999999Z clamped the shifted expiry onto the due
     -- time, and applying it failed every shared batch that touched the row.
+    -- A held intent's expiry is after the time asked; one at or before the
+    -- opening expires the row (intent_held_from).
     CONSTRAINT owed_notifications_intent_expiry
-        CHECK (intent_expires_at IS NULL OR intent_expires_at > intent_due_at),
+        CHECK (intent_expires_at IS NULL OR intent_expires_at > coalesce(intent_held_from, intent_due_at)),
     -- An intent says when it was made and, for a reschedule, where to;
     -- only a recorded intent has an outcome.
     CONSTRAINT owed_notifications_intent_recorded CHECK (
@@ -260,6 +278,11 @@ CREATE INDEX owed_notifications_pending_owed ON owed_notifications
 -- out from its past part, so both cost the rows in flight.
 CREATE INDEX owed_notifications_in_flight ON owed_notifications (lease_until)
     WHERE state IN ('leased', 'queued', 'sending');
+
+-- A digest's owed members, which the worker claims together
+-- (ledger.ClaimDigest).
+CREATE INDEX owed_notifications_digest ON owed_notifications (tenant_id, digest_id)
+    WHERE digest_id IS NOT NULL AND settled_at IS NULL;
 
 -- The expiry pass reads owed rows that carry an expiry, soonest first.
 CREATE INDEX owed_notifications_owed_expiry ON owed_notifications (expires_at)

@@ -25,10 +25,10 @@ id, tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
        provider, provider_message_id, last_error, created_at, updated_at, queue_generation, claim_seq
 
 -- fragment: localColumns
--- localColumns are the row's local-time and quiet-hours columns, which
+-- localColumns are the row's local-time, quiet-hours and digest columns, which
 -- the reads that answer callers add after notificationColumns
 -- (ledger.scanRow); the worker's claim leaves them out.
-time_zone, due_local, held_from, urgent
+time_zone, due_local, held_from, urgent, digest_id, digest_from
 
 -- name: Get
 -- Get reads one row in the caller's tenant scope.
@@ -109,14 +109,14 @@ WITH input AS (
     SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(
         idx int, recipient text, channel text, kind text, ref_id text,
         due_at timestamptz, expires_at timestamptz, payload jsonb, payload_id bigint,
-        time_zone text, due_local timestamp, held_from timestamptz, urgent boolean)
+        time_zone text, due_local timestamp, held_from timestamptz, urgent boolean, digest_from timestamptz)
 ), ins AS (
     INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, expires_at,
                                payload, payload_id, created_at, updated_at, time_zone, due_local, held_from,
-                               urgent)
+                               urgent, digest_from)
     SELECT $2, recipient, channel, kind, ref_id, due_at, expires_at, payload, payload_id,
            coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now()), time_zone, due_local, held_from,
-           coalesce(urgent, false)
+           coalesce(urgent, false), digest_from
       FROM input ORDER BY idx
     ON CONFLICT ON CONSTRAINT owed_notifications_schedule_key DO NOTHING
     RETURNING id, recipient, kind, ref_id, due_at, state
@@ -248,6 +248,7 @@ SELECT count(*) FILTER (WHERE {{movedExpiry}} > {{maxTime}}),
 -- send never stamped it.
 UPDATE owed_notifications n
    SET due_at = $5, expires_at = {{shiftedExpiry}}, due_local = NULL, held_from = NULL,
+       digest_id = NULL, digest_from = NULL,
        state = 'pending', lease_until = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($4::timestamptz, now())
@@ -285,7 +286,7 @@ UPDATE owed_notifications
 -- it clears the local time asked and any hold for quiet hours.
 UPDATE owed_notifications
    SET due_at = $3, expires_at = $4, state = 'pending', lease_until = NULL, published_at = NULL,
-       due_local = NULL, held_from = NULL,
+       due_local = NULL, held_from = NULL, digest_id = NULL, digest_from = NULL,
        queue_generation = queue_generation + 1, updated_at = coalesce($2::timestamptz, now())
  WHERE id = $1
 
@@ -307,7 +308,7 @@ SELECT n.id, n.recipient FROM owed_notifications n
 WITH recorded AS (
     UPDATE owed_notifications n
        SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL, intent_payload = NULL,
-           intent_due_local = NULL,
+           intent_due_local = NULL, intent_held_from = NULL, intent_time_zone = NULL,
            intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
            updated_at = coalesce($4::timestamptz, now())
       FROM ({{subjectInFlight}}) t
@@ -327,7 +328,8 @@ SELECT count(*), false FROM recorded
 -- recipient on one key: the clash Reschedule meets as a unique
 -- violation, met here before the intent is applied, so a release never
 -- fails on it. An update still waiting keeps its payload and stays an
--- update, now to the new due time.
+-- update, now to the new due time (and in its zone). The move is
+-- recorded as asked; ledger.Reschedule then holds it for quiet hours.
 WITH target AS (
     SELECT t.id, t.recipient FROM ({{subjectInFlight}}) t
       JOIN owed_notifications n ON n.id = t.id
@@ -342,7 +344,9 @@ WITH target AS (
     UPDATE owed_notifications n
        SET intent = CASE WHEN n.intent = 'update' AND n.intent_outcome IS NULL THEN 'update' ELSE 'reschedule' END,
            intent_payload = CASE WHEN n.intent = 'update' AND n.intent_outcome IS NULL THEN n.intent_payload END,
+           intent_time_zone = CASE WHEN n.intent = 'update' AND n.intent_outcome IS NULL THEN n.intent_time_zone END,
            intent_due_local = NULL, intent_due_at = $5, intent_expires_at = {{shiftedExpiry}},
+           intent_held_from = NULL,
            intent_at = coalesce($4::timestamptz, now()), intent_outcome = NULL,
            updated_at = coalesce($4::timestamptz, now())
       FROM target t
@@ -357,10 +361,12 @@ SELECT count(*), EXISTS (SELECT 1 FROM clash) FROM recorded
 -- fragment: updateColumns
 -- updateColumns are what ledger.Update reads of the row it changes.
 -- in_flight is the rows a live worker is sending, whose send has started
--- (subjectInFlight's rule); $2 is now.
+-- (subjectInFlight's rule); $2 is now. The due time of a reschedule or
+-- update waiting is the one it asked for, before quiet hours held it.
 id, recipient, kind, ref_id, channel, state, due_at, expires_at, due_local, time_zone,
        intent IS NOT NULL AND intent_outcome IS NULL AND intent = 'cancel',
-       CASE WHEN intent IN ('reschedule', 'update') AND intent_outcome IS NULL THEN intent_due_at END,
+       CASE WHEN intent IN ('reschedule', 'update') AND intent_outcome IS NULL
+            THEN coalesce(intent_held_from, intent_due_at) END,
        CASE WHEN intent IN ('reschedule', 'update') AND intent_outcome IS NULL THEN intent_expires_at END,
        CASE WHEN intent = 'update' AND intent_outcome IS NULL THEN intent_payload END,
        state = 'sending' AND lease_until > coalesce($2::timestamptz, now()) AND NOT claim_revocable
@@ -412,6 +418,8 @@ UPDATE owed_notifications n
        payload_id = CASE WHEN $3::jsonb IS NULL THEN n.payload_id END,
        due_at = $4, expires_at = $5, due_local = $6, time_zone = $7,
        held_from = CASE WHEN n.due_at <> $4 THEN NULL ELSE n.held_from END,
+       digest_id = CASE WHEN n.due_at <> $4 THEN NULL ELSE n.digest_id END,
+       digest_from = CASE WHEN n.due_at <> $4 THEN NULL ELSE n.digest_from END,
        state = CASE WHEN n.due_at <> $4 THEN 'pending'
                     WHEN n.state = 'sending' THEN 'queued' ELSE n.state END,
        lease_until = CASE WHEN n.due_at <> $4 THEN NULL
@@ -425,12 +433,14 @@ UPDATE owed_notifications n
 -- name: RecordUpdate
 -- RecordUpdate records an update on a row a live worker is sending ($1
 -- id; $2 now; $3 the new payload or NULL to keep it; $4 due_at, $5
--- expires_at, $6 due_local: the row's values once the update applies),
--- replacing a reschedule or update waiting there (ledger.Update folded it
--- into these values). owed_apply_intent applies it when the send ends.
+-- expires_at, $6 due_local, $7 time_zone: the row's values once the
+-- update applies), replacing a reschedule or update waiting there
+-- (ledger.Update folded it into these values). owed_apply_intent applies
+-- it when the send ends. The due time is recorded as asked; ledger.Update
+-- then holds it for quiet hours.
 UPDATE owed_notifications n
    SET intent = 'update', intent_payload = $3::jsonb, intent_due_at = $4, intent_expires_at = $5,
-       intent_due_local = $6, intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
+       intent_due_local = $6, intent_time_zone = $7, intent_held_from = NULL, intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
        updated_at = coalesce($2::timestamptz, now())
  WHERE n.id = $1 AND n.state = 'sending'
 
@@ -820,21 +830,23 @@ UPDATE owed_notifications n
 -- is a new idempotency key; pending, never published under it, a new
 -- queue generation, claimed_at kept as the possible-duplicate mark), to
 -- the expiry named rather than a shifted one. A row already there is
--- left as it is.
+-- left as it is, a row held for quiet hours being where it asked to be
+-- (held_from); a moved row drops its hold, and ChangeMaterialised holds
+-- it again for the windows in force at its new time.
 UPDATE owed_notifications n
-   SET due_at = i.due_at, expires_at = i.expires_at,
+   SET due_at = i.due_at, expires_at = i.expires_at, held_from = NULL,
        state = 'pending', lease_until = NULL, published_at = NULL,
        queue_generation = n.queue_generation + 1,
        updated_at = coalesce($2::timestamptz, now())
 {{materialisedOpen}} AND NOT i.cancel AND NOT {{takenKey}}
-   AND (n.due_at <> i.due_at OR n.expires_at IS DISTINCT FROM i.expires_at)
+   AND (coalesce(n.held_from, n.due_at) <> i.due_at OR n.expires_at IS DISTINCT FROM i.expires_at)
 
 -- name: RecordMaterialisedCancel
 -- RecordMaterialisedCancel records a cancel on rows in flight, as
 -- RecordCancel does, replacing a reschedule still waiting; a row whose
 -- cancel already waits is left alone, so a second run changes nothing.
 UPDATE owed_notifications n
-   SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL,
+   SET intent = 'cancel', intent_due_at = NULL, intent_expires_at = NULL, intent_held_from = NULL,
        intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
        updated_at = coalesce($2::timestamptz, now())
 {{materialisedInFlight}} AND i.cancel AND NOT {{cancelWaits}}
@@ -846,12 +858,13 @@ UPDATE owed_notifications n
 -- at the new due time is left to owed_apply_intent, which cancels the
 -- row in flight in favour of that row when the send is handed back.
 UPDATE owed_notifications n
-   SET intent = 'reschedule', intent_due_at = i.due_at, intent_expires_at = i.expires_at,
+   SET intent = 'reschedule', intent_due_at = i.due_at, intent_expires_at = i.expires_at, intent_held_from = NULL,
        intent_at = coalesce($2::timestamptz, now()), intent_outcome = NULL,
        updated_at = coalesce($2::timestamptz, now())
 {{materialisedInFlight}} AND NOT i.cancel AND NOT {{cancelWaits}}
    AND NOT (n.intent IS NOT DISTINCT FROM 'reschedule' AND n.intent_outcome IS NULL
-            AND n.intent_due_at = i.due_at AND n.intent_expires_at IS NOT DISTINCT FROM i.expires_at)
+            AND coalesce(n.intent_held_from, n.intent_due_at) = i.due_at
+            AND n.intent_expires_at IS NOT DISTINCT FROM i.expires_at)
 
 -- name: MarkMaterialised
 -- MarkMaterialised marks the unsettled rows of $2 (ids) as the
@@ -1005,6 +1018,31 @@ UPDATE owed_notifications n
                       AND o.ref_id = n.ref_id AND o.due_at = x.due AND o.id <> n.id)
 RETURNING n.id
 
+-- name: IntentsToHold
+-- IntentsToHold reads the tenant's ($1) moves waiting on a send that a
+-- hold applies to (not urgent): every reschedule, and every update that
+-- moves its row or is held already, with the due time each asked for and
+-- its zone (the update's, else the row's): every one for SetQuietHours,
+-- or those of one row ($2) or one subject ($3 kind, $4 ref_id) for the
+-- change that recorded it.
+SELECT id, recipient, channel, kind, ref_id, coalesce(intent_held_from, intent_due_at), intent_held_from IS NOT NULL,
+       intent_due_at, intent_expires_at, coalesce(intent_time_zone, time_zone, '')
+  FROM owed_notifications
+ WHERE tenant_id = $1 AND state = 'sending' AND intent IN ('reschedule', 'update') AND intent_outcome IS NULL
+   AND NOT urgent
+   AND (intent = 'reschedule' OR intent_due_at <> due_at OR intent_held_from IS NOT NULL)
+   AND ($2::bigint = 0 OR id = $2) AND ($3 = '' OR (kind = $3 AND ref_id = $4))
+
+-- name: MoveIntentHolds
+-- MoveIntentHolds gives the waiting moves of rows $2 (ids) their held due
+-- times ($3) with the due time asked for ($4, NULL when not held). A
+-- clash with a row at the held time is left to owed_apply_intent, which
+-- finds it when the send ends (that row is then the send).
+UPDATE owed_notifications n
+   SET intent_due_at = x.due, intent_held_from = x.held, updated_at = coalesce($5::timestamptz, now())
+  FROM unnest($2::bigint[], $3::timestamptz[], $4::timestamptz[]) AS x(id, due, held)
+ WHERE n.id = x.id AND n.tenant_id = $1 AND n.state = 'sending' AND n.intent_outcome IS NULL
+
 -- name: SettleHeld
 -- SettleHeld settles pending rows ($2 ids) a hold ends ($3 state, expired
 -- or cancelled, $4 the reason, $5 now).
@@ -1118,3 +1156,97 @@ WITH target AS (
 )
 SELECT (SELECT id FROM audit), ids, cancelled, in_flight, attempts, contacts, undeliverable, items, shared_payloads
   FROM counts
+
+-- Digests (digest.go): the kinds a tenant declared digestible
+-- (owed_digests, sql/digests.sql), and the rows Schedule puts in a digest.
+
+-- name: Digests
+-- Digests reads one tenant's ($1) digestible kinds and their windows in
+-- seconds.
+SELECT kind, window_s FROM owed_digests WHERE tenant_id = $1 ORDER BY kind
+
+-- name: UpsertDigest
+-- UpsertDigest declares kind $2 of tenant $1 digestible with the window $3
+-- in seconds ($4 now).
+INSERT INTO owed_digests (tenant_id, kind, window_s, updated_at)
+VALUES ($1, $2, $3, coalesce($4::timestamptz, now()))
+ON CONFLICT (tenant_id, kind) DO UPDATE SET window_s = EXCLUDED.window_s, updated_at = EXCLUDED.updated_at
+
+-- name: DeleteDigest
+-- DeleteDigest turns digesting off for kind $2 of tenant $1.
+DELETE FROM owed_digests WHERE tenant_id = $1 AND kind = $2
+
+-- name: UndigestKind
+-- UndigestKind takes the tenant's ($1) pending rows of kind $2 out of
+-- their digests, each back at the due time it was asked for ($3 now): a
+-- digest not yet leased is undone when its kind stops being digestible.
+UPDATE owed_notifications n
+   SET due_at = n.digest_from, digest_id = NULL, digest_from = NULL, updated_at = coalesce($3::timestamptz, now())
+ WHERE n.tenant_id = $1 AND n.kind = $2 AND n.digest_id IS NOT NULL AND n.state = 'pending'
+RETURNING n.id
+
+-- name: DigestLock
+-- DigestLock serialises the schedules that put rows in the digests of the
+-- same (recipient, channel, kind): $1 are the keys' 32-bit hashes, locked
+-- in order (31 is the class of these locks), so two schedules never open
+-- two digests for one window.
+SELECT pg_advisory_xact_lock(31, k.h) FROM (SELECT DISTINCT h FROM unnest($1::integer[]) h ORDER BY h) k
+
+-- name: DigestReplays
+-- DigestReplays finds the tenant's ($1) rows already scheduled for the
+-- rows ($2 recipients, $3 kinds, $4 ref_ids, $5 the due times asked, one
+-- element per row) by the due time asked: a row in a digest keeps it in
+-- digest_from. It answers each found row's (1-based) place and its due_at,
+-- which the replay is scheduled with so it meets the row's schedule key.
+SELECT w.i, f.due_at
+  FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[])
+       WITH ORDINALITY AS w(recipient, kind, ref_id, due, i)
+ CROSS JOIN LATERAL (SELECT n.due_at FROM owed_notifications n
+                      WHERE n.tenant_id = $1 AND n.recipient = w.recipient AND n.kind = w.kind
+                        AND n.ref_id = w.ref_id AND (n.digest_from = w.due OR n.due_at = w.due)
+                      ORDER BY n.due_at = w.due DESC
+                      LIMIT 1) f
+
+-- name: OpenDigests
+-- OpenDigests reads the tenant's ($1) open digests of each (recipient $2,
+-- channel $3, kind $4): a digest none of whose owed members has been
+-- leased yet, and whose members share one send time. It answers the
+-- (1-based) place of the key, the digest's id, its send time, the
+-- earliest and latest due times its members asked for, and their ref_ids.
+SELECT w.i, d.digest_id, d.send_at, d.opens, d.latest, d.refs
+  FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS w(recipient, channel, kind, i)
+ CROSS JOIN LATERAL (
+    SELECT n.digest_id, min(n.due_at) AS send_at, min(n.digest_from) AS opens, max(n.digest_from) AS latest,
+           array_agg(n.ref_id) AS refs
+      FROM owed_notifications n
+     WHERE n.tenant_id = $1 AND n.recipient = w.recipient AND n.kind = w.kind AND n.channel = w.channel
+       AND n.digest_id IS NOT NULL AND n.settled_at IS NULL
+     GROUP BY n.digest_id
+    HAVING bool_and(n.state = 'pending') AND min(n.due_at) = max(n.due_at)) d
+
+-- name: JoinDigests
+-- JoinDigests names the digest ($3 ids) of each row just scheduled ($2
+-- ids, one element per row) in the tenant's ($1) scope.
+UPDATE owed_notifications n SET digest_id = x.digest_id
+  FROM unnest($2::bigint[], $3::bigint[]) AS x(id, digest_id)
+ WHERE n.tenant_id = $1 AND n.id = x.id AND n.digest_from IS NOT NULL
+
+-- name: MoveDigest
+-- MoveDigest brings the pending members of the tenant's ($1) digest $2
+-- forward to the send time $3 ($4 now): a member's expiry falls before
+-- the window closes.
+UPDATE owed_notifications n SET due_at = $3, updated_at = coalesce($4::timestamptz, now())
+ WHERE n.tenant_id = $1 AND n.digest_id = $2 AND n.state = 'pending'
+
+-- name: DigestMembers
+-- DigestMembers lists the owed members of the tenant's ($1) digest $2
+-- whose due time is the digest's send time $3, by id: what the worker
+-- claims for one digest message.
+SELECT id FROM owed_notifications
+ WHERE tenant_id = $1 AND digest_id = $2 AND due_at = $3 AND settled_at IS NULL
+ ORDER BY id
+
+-- name: SweepDigests
+-- SweepDigests answers which of the rows the sweep leased ($1 ids) are in
+-- a digest, and its id (owed_sweep_digests, sql/digests.sql).
+SELECT id, digest_id FROM owed_sweep_digests($1)

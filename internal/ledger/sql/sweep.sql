@@ -828,6 +828,16 @@ GRANT EXECUTE ON FUNCTION owed_sweep_explain_lease_fair(integer, timestamptz, do
 -- seconds, as of asked_at. A due time SQL wrote as -infinity is left out
 -- of the age (the lease sets such a row aside), so the age is always a
 -- number.
+--
+-- Each question reads an index of owed rows in order and stops at its
+-- first answer, so an idle survey costs the rows in flight and the owed
+-- rows it steps over, never the ledger. Whether a pending row is owed by
+-- the horizon is asked as the earliest pending due time
+-- (owed_notifications_owed_due in due order, stepping over rows in flight
+-- and expired ones): asked as an EXISTS over pending rows due by the
+-- horizon, the planner expected the settled rows' past due times to match
+-- and read the whole table from its start, on every idle sweep
+-- (TestIdleSweepNeverScansTheLedger).
 CREATE FUNCTION owed_sweep_survey_fair(p_now timestamptz, p_ahead double precision, p_live_for double precision,
                                        p_channels text[], p_accounts integer[], p_names text[],
                                        p_count_up_to integer)
@@ -843,9 +853,10 @@ WITH clock AS (
 SELECT (SELECT array_agg(coalesce((SELECT sum(f.due_by_horizon) FROM flight f WHERE f.account = a), 0)::integer
                          ORDER BY a)
           FROM generate_subscripts($6, 1) a),
-       EXISTS (SELECT FROM owed_notifications o
-                WHERE o.settled_at IS NULL AND o.due_at <= c.horizon AND o.state = 'pending'
-                  AND (o.expires_at IS NULL OR o.expires_at > c.now)),
+       coalesce((SELECT o.due_at FROM owed_notifications o
+                  WHERE o.settled_at IS NULL AND o.state = 'pending'
+                    AND (o.expires_at IS NULL OR o.expires_at > c.now)
+                  ORDER BY o.due_at LIMIT 1) <= c.horizon, false),
        EXISTS (SELECT FROM owed_notifications o
                 WHERE o.state IN ('leased', 'queued', 'sending') AND o.lease_until <= c.horizon
                   AND (o.lease_until <= c.now OR owed_handed_back(o.state, o.lease_until, o.not_before))

@@ -79,7 +79,10 @@ GRANT EXECUTE ON FUNCTION owed_materialise_upcoming(timestamptz, timestamptz) TO
 -- owed_materialise_nudges is the reconciliation's read across tenants:
 -- each materialised row still owed and not expired, with the due time and
 -- expiry it is headed for (a reschedule waiting on a send in flight counts
--- as done; an intent waits while its outcome is NULL, intents.sql),
+-- as done; an intent waits while its outcome is NULL, intents.sql), the
+-- due time being the one asked for when quiet hours hold the row (held_from,
+-- intent_held_from): the item asked for that time, and a held nudge is
+-- where its item wants it,
 -- whether a cancel is waiting on it, and its item's id, starts_at,
 -- lead_seconds and whether it is cancelled (NULLs when the item was
 -- deleted). Never a recipient or a payload.
@@ -89,7 +92,8 @@ RETURNS TABLE (id bigint, tenant_id text, due_at timestamptz, expires_at timesta
                item_cancelled boolean)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 SELECT n.id, n.tenant_id,
-       CASE WHEN w.intent = 'reschedule' THEN n.intent_due_at ELSE n.due_at END,
+       CASE WHEN w.intent = 'reschedule' THEN coalesce(n.intent_held_from, n.intent_due_at)
+            ELSE coalesce(n.held_from, n.due_at) END,
        CASE WHEN w.intent = 'reschedule' THEN n.intent_expires_at ELSE n.expires_at END,
        w.intent IS NOT DISTINCT FROM 'cancel', w.intent IS NOT DISTINCT FROM 'reschedule',
        i.id, i.starts_at, i.lead_seconds, i.cancelled_at IS NOT NULL

@@ -329,6 +329,10 @@ BEGIN
     DROP TRIGGER owed_notifications_key_insert ON owed_notifications_legacy;
     DROP TRIGGER owed_notifications_key_update ON owed_notifications_legacy;
     DROP TRIGGER owed_notifications_key_delete ON owed_notifications_legacy;
+    -- A trigger with transition tables may not be a partition's: the
+    -- per-minute counters' triggers move to the parent (minutes.sql).
+    DROP TRIGGER owed_ledger_minutes_inserted ON owed_notifications_legacy;
+    DROP TRIGGER owed_ledger_minutes_updated ON owed_notifications_legacy;
     ALTER TABLE owed_notifications_legacy ALTER COLUMN id DROP IDENTITY;
     ALTER TABLE owed_notifications_legacy ADD CONSTRAINT owed_notifications_legacy_schedule_key_id
         UNIQUE USING INDEX owed_notifications_legacy_schedule_key_id;
@@ -385,6 +389,10 @@ BEGIN
         intent_due_local    timestamp,
         held_from           timestamptz CHECK (owed_time_in_range(held_from)),
         urgent              boolean     NOT NULL DEFAULT false,
+        digest_id           bigint,
+        digest_from         timestamptz CHECK (owed_time_in_range(digest_from)),
+        intent_held_from    timestamptz CHECK (owed_time_in_range(intent_held_from)),
+        intent_time_zone    text        CHECK (intent_time_zone <> '' AND octet_length(intent_time_zone) <= 64),
         CONSTRAINT owed_notifications_schedule_key UNIQUE (tenant_id, recipient, kind, ref_id, due_at, id),
         CONSTRAINT owed_notifications_settled_state CHECK (
             (settled_at IS NOT NULL) = (state IN ('delivered', 'skipped', 'expired', 'failed', 'cancelled'))),
@@ -403,7 +411,7 @@ BEGIN
             AND owed_time_in_range(delivered_at) AND owed_time_in_range(settled_at) AND owed_time_in_range(created_at)
             AND owed_time_in_range(updated_at) AND owed_time_in_range(intent_at)),
         CONSTRAINT owed_notifications_intent_expiry
-            CHECK (intent_expires_at IS NULL OR intent_expires_at > intent_due_at),
+            CHECK (intent_expires_at IS NULL OR intent_expires_at > coalesce(intent_held_from, intent_due_at)),
         CONSTRAINT owed_notifications_intent_recorded CHECK (
             (intent IS NULL) = (intent_at IS NULL)
             AND (intent IS NOT NULL OR intent_outcome IS NULL)
@@ -420,6 +428,8 @@ BEGIN
         (tenant_id, channel, greatest(due_at, created_at), due_at, id) WHERE state = 'pending';
     CREATE INDEX owed_notifications_in_flight ON owed_notifications (lease_until)
         WHERE state IN ('leased', 'queued', 'sending');
+    CREATE INDEX owed_notifications_digest ON owed_notifications (tenant_id, digest_id)
+        WHERE digest_id IS NOT NULL AND settled_at IS NULL;
     CREATE INDEX owed_notifications_owed_expiry ON owed_notifications (expires_at)
         WHERE settled_at IS NULL AND expires_at IS NOT NULL;
     CREATE INDEX owed_notifications_tenant_ref ON owed_notifications (tenant_id, ref_id);
@@ -485,6 +495,16 @@ BEGIN
         AFTER DELETE ON owed_notifications
         FOR EACH ROW
         EXECUTE FUNCTION owed_notification_key_keep();
+    CREATE TRIGGER owed_ledger_minutes_inserted
+        AFTER INSERT ON owed_notifications
+        REFERENCING NEW TABLE AS owed_new
+        FOR EACH STATEMENT
+        EXECUTE FUNCTION owed_ledger_minutes_count();
+    CREATE TRIGGER owed_ledger_minutes_updated
+        AFTER UPDATE ON owed_notifications
+        REFERENCING OLD TABLE AS owed_old NEW TABLE AS owed_new
+        FOR EACH STATEMENT
+        EXECUTE FUNCTION owed_ledger_minutes_count();
     -- A check the table holds NOT VALID (a migration added it so, its old
     -- rows unchecked) cannot meet a valid one of the parent's: the parent's
     -- is added NOT VALID too, once the table is attached.
@@ -507,6 +527,7 @@ BEGIN
         EXECUTE format('ALTER INDEX %I RENAME TO %I', v_index.relname, v_index.relname || '_legacy');
     END LOOP;
     SELECT last_value, is_called INTO v_last, v_called FROM notification_attempts_id_seq;
+    DROP TRIGGER owed_ledger_minutes_attempted ON owed_notification_attempts_legacy;
     ALTER TABLE owed_notification_attempts_legacy ALTER COLUMN id DROP IDENTITY;
     ALTER TABLE owed_notification_attempts_legacy DROP CONSTRAINT owed_notification_attempts_pkey_legacy;
     ALTER TABLE owed_notification_attempts_legacy ADD CONSTRAINT owed_notification_attempts_pkey_legacy PRIMARY KEY USING INDEX owed_notification_attempts_legacy_pkey_next;
@@ -552,6 +573,11 @@ BEGIN
     CREATE POLICY owed_notification_attempts_definer ON owed_notification_attempts TO owed_definer USING (true);
     GRANT SELECT, INSERT, UPDATE ON owed_notification_attempts TO owed_runtime;
     GRANT SELECT ON owed_notification_attempts TO owed_definer;
+    CREATE TRIGGER owed_ledger_minutes_attempted
+        AFTER INSERT ON owed_notification_attempts
+        REFERENCING NEW TABLE AS owed_new
+        FOR EACH STATEMENT
+        EXECUTE FUNCTION owed_ledger_minutes_attempts();
     PERFORM setval('notification_attempts_id_seq', v_last, v_called);
     -- A check the table holds NOT VALID (a migration added it so, its old
     -- rows unchecked) cannot meet a valid one of the parent's: the parent's
@@ -808,6 +834,11 @@ $$;
     END IF;
     GRANT SELECT, INSERT, UPDATE ON owed_notification_attempts TO owed_runtime;
     GRANT SELECT ON owed_notification_attempts TO owed_definer;
+    CREATE TRIGGER owed_ledger_minutes_attempted
+        AFTER INSERT ON owed_notification_attempts
+        REFERENCING NEW TABLE AS owed_new
+        FOR EACH STATEMENT
+        EXECUTE FUNCTION owed_ledger_minutes_attempts();
 
     ALTER TABLE owed_notifications DETACH PARTITION owed_notifications_legacy;
     DROP TRIGGER IF EXISTS owed_notifications_due_inserted ON owed_notifications_legacy;
@@ -861,6 +892,16 @@ $$;
         WHEN (OLD.state = 'sending' AND NEW.state <> 'sending'
               AND OLD.intent IS NOT NULL AND OLD.intent_outcome IS NULL)
         EXECUTE FUNCTION owed_apply_intent();
+    CREATE TRIGGER owed_ledger_minutes_inserted
+        AFTER INSERT ON owed_notifications
+        REFERENCING NEW TABLE AS owed_new
+        FOR EACH STATEMENT
+        EXECUTE FUNCTION owed_ledger_minutes_count();
+    CREATE TRIGGER owed_ledger_minutes_updated
+        AFTER UPDATE ON owed_notifications
+        REFERENCING OLD TABLE AS owed_old NEW TABLE AS owed_new
+        FOR EACH STATEMENT
+        EXECUTE FUNCTION owed_ledger_minutes_count();
     ALTER TABLE owed_notification_attempts ADD CONSTRAINT owed_notification_attempts_notification_id_fkey
         FOREIGN KEY (notification_id) REFERENCES owed_notifications (id) ON DELETE CASCADE NOT VALID;
     ALTER TABLE owed_receipts ADD CONSTRAINT owed_receipts_notification_id_fkey

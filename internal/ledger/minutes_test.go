@@ -1,0 +1,144 @@
+package ledger
+
+import (
+	"database/sql"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// statsRow is one answer of owed_ledger_stats_rows or
+// owed_ledger_stats_minutes.
+type statsRow struct {
+	delivered, expired, failed, skipped, cancelled int64
+	p50, p95, max                                  float64
+	duplicateRows, possibleDuplicates              int64
+}
+
+func readStats(t *testing.T, b *bundle, fn string, since time.Time) statsRow {
+	t.Helper()
+	var s statsRow
+	if err := b.db.Owner.QueryRow(`SELECT * FROM `+fn+`($1)`, since).Scan(&s.delivered, &s.expired, &s.failed,
+		&s.skipped, &s.cancelled, &s.p50, &s.p95, &s.max, &s.duplicateRows, &s.possibleDuplicates); err != nil {
+		t.Fatalf("%s: %v", fn, err)
+	}
+	return s
+}
+
+// The per-minute counters (owed_ledger_minutes, kept by the statements
+// that settle rows and insert attempts) answer what the rows answer, for
+// windows that start anywhere within a minute: the same counts of every
+// final state, the same maximum lag and duplicate counts, and percentiles
+// within one lag bucket (19%) of percentile_cont's. The rows settle by
+// every path a counter must follow: inserted settled, settled by an
+// update, cancelled through the API in a tenant's scope, and a failed row
+// redriven (it leaves its minute) and settled again.
+func TestStatsFromMinutesMatchTheRows(t *testing.T) {
+	b := setup(t)
+	if err := b.db.OwnerTx(ctx, func(tx *sql.Tx) error {
+		for _, q := range []string{
+			// Two days of settled rows, one every 20 seconds, inserted
+			// settled; delivered with lags from 0 to about 3 minutes.
+			`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, state,
+			        settled_at, delivered_at, payload, created_at)
+			 SELECT 't' || (g % 7), 'r' || g, 'sms', 'k', 'ref' || g, s - lag,
+			        (ARRAY['delivered', 'delivered', 'delivered', 'expired', 'failed', 'skipped', 'cancelled'])[g % 7 + 1],
+			        s, CASE WHEN g % 7 < 3 THEN s END, '{}', s - lag - interval '1 minute'
+			   FROM generate_series(1, 8640) g,
+			        LATERAL (SELECT $1::timestamptz - g * interval '20 seconds' AS s,
+			                        ((g * 37) % 1800) * interval '100 milliseconds' + (g % 5) * interval '1 millisecond'
+			                          AS lag) x`,
+			// Rows inserted owed, then settled by an update.
+			`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload, created_at)
+			 SELECT 'u' || (g % 3), 'owed' || g, 'sms', 'k', 'owed' || g, $1::timestamptz - g * interval '7 minutes',
+			        '{}', $1::timestamptz - interval '3 days'
+			   FROM generate_series(1, 300) g`,
+			`UPDATE owed_notifications
+			    SET state = CASE WHEN id % 4 = 0 THEN 'failed' ELSE 'delivered' END,
+			        settled_at = due_at + (id % 50) * interval '1 second',
+			        delivered_at = CASE WHEN id % 4 = 0 THEN NULL ELSE due_at + (id % 50) * interval '1 second' END
+			  WHERE ref_id LIKE 'owed%' AND id % 3 <> 0`,
+			// Each delivered row's accepted attempt; a tenth accepted twice,
+			// and every eleventh flagged a possible duplicate.
+			`INSERT INTO owed_notification_attempts (notification_id, tenant_id, attempt, provider, started_at,
+			        finished_at, outcome, possible_duplicate)
+			 SELECT id, tenant_id, 1, 'sandbox', delivered_at, delivered_at, 'accepted', id % 11 = 0
+			   FROM owed_notifications WHERE state = 'delivered'`,
+			`INSERT INTO owed_notification_attempts (notification_id, tenant_id, attempt, provider, started_at,
+			        finished_at, outcome, possible_duplicate)
+			 SELECT id, tenant_id, 2, 'sandbox', delivered_at, delivered_at + interval '3 seconds', 'accepted', true
+			   FROM owed_notifications WHERE state = 'delivered' AND id % 10 = 0`,
+		} {
+			var args []any
+			if strings.Contains(q, "$1") {
+				args = append(args, b.now)
+			}
+			if _, err := tx.Exec(q, args...); err != nil {
+				return fmt.Errorf("%w\n%s", err, q)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A cancel through the API (an update in the tenant's scope, as the
+	// runtime role), and an operator's redrive of a failed row, which
+	// takes it off its minute, then its settle again.
+	mustSchedule(t, b, "acme", row("ann", "c-1", b.now.Add(time.Hour)))
+	if _, err := b.l.Cancel(ctx, "acme", "follow_up", "c-1"); err != nil {
+		t.Fatal(err)
+	}
+	var failed int64
+	var tenant string
+	if err := b.db.Owner.QueryRow(`SELECT id, tenant_id FROM owed_notifications WHERE state = 'failed'
+	    AND settled_at > $1::timestamptz - interval '2 hours' ORDER BY id LIMIT 1`, b.now).Scan(&failed, &tenant); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.l.Redrive(ctx, tenant, failed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Owner.Exec(`UPDATE owed_notifications SET state = 'skipped', settled_at = $2
+	    WHERE id = $1`, failed, b.now.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+
+	var counters int64
+	if err := b.db.Owner.QueryRow(`SELECT count(*) FROM owed_ledger_minutes`).Scan(&counters); err != nil || counters == 0 {
+		t.Fatalf("the settles wrote %d counter rows (%v)", counters, err)
+	}
+	for _, since := range []time.Time{
+		b.now.Add(-25*time.Hour + 17*time.Second),
+		b.now.Add(-3 * time.Hour),
+		b.now.Add(-90 * time.Minute).Truncate(time.Minute),
+		b.now.Add(-7 * 24 * time.Hour),
+	} {
+		rows, minutes := readStats(t, b, "owed_ledger_stats_rows", since), readStats(t, b, "owed_ledger_stats_minutes", since)
+		if rows.delivered == 0 || rows.cancelled == 0 || rows.duplicateRows == 0 {
+			t.Fatalf("since %s: the rows say %+v; the fixture settles too little", since, rows)
+		}
+		exact := rows
+		exact.p50, exact.p95 = minutes.p50, minutes.p95
+		if minutes != exact {
+			t.Errorf("since %s: the counters say %+v, the rows %+v", since, minutes, rows)
+		}
+		// Stats asks owed_ledger_stats, which reads a window this long
+		// (the database's clock is months past the test's) from the
+		// counters.
+		st, err := b.l.Stats(ctx, since)
+		if err != nil || st.Delivered != minutes.delivered || st.Cancelled != minutes.cancelled ||
+			st.LagP95 != secondsToDuration(minutes.p95) || st.DuplicateRows != minutes.duplicateRows {
+			t.Errorf("since %s: Stats answered %+v (%v), want the counters' %+v", since, st, err, minutes)
+		}
+		for _, p := range []struct {
+			name       string
+			rows, mins float64
+		}{{"p50", rows.p50, minutes.p50}, {"p95", rows.p95, minutes.p95}} {
+			if math.Abs(p.mins-p.rows) > 0.19*p.rows+0.001 {
+				t.Errorf("since %s: lag %s from the counters %.4fs, from the rows %.4fs: more than a bucket apart",
+					since, p.name, p.mins, p.rows)
+			}
+		}
+	}
+}

@@ -1,0 +1,198 @@
+-- Per-minute counters of the settled rows, so a long stats window
+-- (owedctl stats --since 24h, owed_ledger_stats in operator.sql) costs what
+-- an hour does: at 10 million a day a day's window read 10 million entries
+-- of owed_notifications_settled and sorted their lags for the
+-- percentiles, and the day's attempts for the duplicate counts; from the
+-- counters it reads one row per minute, tenant, outcome and lag bucket
+-- that had one.
+--
+-- One row per (minute, tenant, outcome, lag bucket, slot). An outcome is
+-- a final state (delivered, expired, failed, skipped, cancelled): how many
+-- rows settled in it in that minute (by settled_at), and for delivered
+-- rows the smallest and largest lag (delivered_at - due_at, in seconds,
+-- as owed_ledger_stats measures it) among the rows of the bucket. Or it
+-- is an attempt's, by the minute it finished: possible_duplicate (a send
+-- flagged a possible duplicate) and accepted_again (an accepted send of a
+-- row the provider had accepted before). The
+-- buckets are fixed (owed_lag_bucket): a lag's bucket is known without
+-- reading any other row, so percentiles come from the buckets' counts and
+-- are as precise as one bucket (a quarter of a power of two, 19%). A
+-- bucket is -1 for an outcome other than delivered.
+--
+-- slot spreads the writes of concurrent transactions over eight rows of
+-- each key (the writing backend's pid modulo eight): every settle of one
+-- tenant in one minute adds to the same counters, and a transaction holds
+-- the counter row it updated until it commits, so without slots the
+-- workers settling one tenant's rows would queue behind each other's
+-- commits. A reader sums the slots.
+--
+-- settled may be negative in a row: a settled row that leaves its state
+-- (an operator's redrive of a failed row) is taken off its minute by the
+-- statement that moves it, in the slot of that statement's backend.
+--
+-- The table holds aggregates, never a row of a tenant's ledger, so it has
+-- no row-level security; only the definer reads and writes it.
+CREATE TABLE owed_ledger_minutes (
+    minute    timestamptz      NOT NULL,
+    tenant_id text             NOT NULL,
+    outcome   text             NOT NULL,
+    bucket    smallint         NOT NULL,
+    slot      smallint         NOT NULL,
+    -- How many: rows settled, or attempts finished.
+    settled   bigint           NOT NULL,
+    lag_min   double precision,
+    lag_max   double precision,
+    PRIMARY KEY (minute, tenant_id, outcome, bucket, slot)
+);
+GRANT SELECT, INSERT, UPDATE ON owed_ledger_minutes TO owed_definer;
+
+-- owed_ledger_minutes_from is the first minute the counters hold whole:
+-- the minute after the counting began on a ledger that already held rows
+-- (its rows settled before then were never counted, and the stats read
+-- them from the ledger), or -infinity on a ledger that began empty. One
+-- row.
+CREATE TABLE owed_ledger_minutes_from (
+    one    boolean     PRIMARY KEY DEFAULT true CHECK (one),
+    minute timestamptz NOT NULL
+);
+GRANT SELECT ON owed_ledger_minutes_from TO owed_definer;
+INSERT INTO owed_ledger_minutes_from (minute)
+SELECT CASE WHEN EXISTS (SELECT FROM owed_notifications) THEN date_trunc('minute', now()) + interval '1 minute'
+            ELSE '-infinity' END;
+
+-- owed_lag_bucket is the counters' bucket of a delivered row's lag in
+-- seconds: 0 below a millisecond (a row sent on time or ahead of its due
+-- time), then k for a lag of [2^((k-1)/4), 2^(k/4)) milliseconds, so each
+-- bucket is 19% wider than the one before; -1 for no lag (a row not
+-- delivered).
+CREATE FUNCTION owed_lag_bucket(p_lag double precision) RETURNS smallint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT CASE WHEN p_lag IS NULL THEN -1
+            WHEN p_lag < 0.001 THEN 0
+            ELSE least(floor(4 * ln(p_lag * 1000) / ln(2)) + 1, 32767) END::smallint
+$$;
+
+-- owed_ledger_minutes_count keeps the counters from the rows a statement
+-- on owed_notifications settled (a statement trigger, whatever the
+-- statement: the worker's settle, the sweep's expiry, a cancel, an
+-- application's SQL, a restore), in one upsert per statement: a row per
+-- minute, tenant, final state and bucket the statement touched, never one per
+-- ledger row. An update counts a row whose settlement changed (settled_at,
+-- state, its tenant or its lag), taking the old one off and adding the
+-- new; every other update (a lease, a claim, a receipt) writes nothing.
+-- The upsert takes its counter rows in key order, so two statements never
+-- wait on each other's counters in opposite orders.
+CREATE FUNCTION owed_ledger_minutes_count() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO owed_ledger_minutes AS m (minute, tenant_id, outcome, bucket, slot, settled, lag_min, lag_max)
+        SELECT d.minute, d.tenant_id, d.outcome, owed_lag_bucket(d.lag), pg_backend_pid() % 8, count(*), min(d.lag),
+               max(d.lag)
+          FROM (SELECT date_trunc('minute', n.settled_at) AS minute, n.tenant_id, n.state AS outcome,
+                       CASE WHEN n.state = 'delivered'
+                            THEN extract(epoch FROM n.delivered_at - n.due_at)::double precision END AS lag
+                  FROM owed_new n WHERE n.settled_at IS NOT NULL) d
+         GROUP BY 1, 2, 3, 4
+         ORDER BY 1, 2, 3, 4
+        ON CONFLICT (minute, tenant_id, outcome, bucket, slot) DO UPDATE
+           SET settled = m.settled + EXCLUDED.settled, lag_min = least(m.lag_min, EXCLUDED.lag_min),
+               lag_max = greatest(m.lag_max, EXCLUDED.lag_max);
+        RETURN NULL;
+    END IF;
+    -- Most updates settle nothing and unsettle nothing (the lease, the
+    -- queued mark, the claim, the heartbeat): a look at each side's rows
+    -- answers them without the join below.
+    IF NOT EXISTS (SELECT FROM owed_new WHERE settled_at IS NOT NULL)
+       AND NOT EXISTS (SELECT FROM owed_old WHERE settled_at IS NOT NULL) THEN
+        RETURN NULL;
+    END IF;
+    WITH changed AS (
+        SELECT o.tenant_id AS old_tenant, o.state AS old_state, o.settled_at AS old_settled,
+               CASE WHEN o.state = 'delivered' THEN extract(epoch FROM o.delivered_at - o.due_at)::double precision END
+                 AS old_lag,
+               n.tenant_id AS new_tenant, n.state AS new_state, n.settled_at AS new_settled,
+               CASE WHEN n.state = 'delivered' THEN extract(epoch FROM n.delivered_at - n.due_at)::double precision END
+                 AS new_lag
+          FROM owed_new n JOIN owed_old o ON o.id = n.id
+         WHERE (o.settled_at IS NOT NULL OR n.settled_at IS NOT NULL)
+           AND (o.settled_at, o.tenant_id, o.state, o.delivered_at, o.due_at)
+               IS DISTINCT FROM (n.settled_at, n.tenant_id, n.state, n.delivered_at, n.due_at)
+    ), d AS (
+        SELECT date_trunc('minute', new_settled) AS minute, new_tenant AS tenant_id, new_state AS outcome,
+               new_lag AS lag, 1 AS sign
+          FROM changed WHERE new_settled IS NOT NULL
+        UNION ALL
+        SELECT date_trunc('minute', old_settled), old_tenant, old_state, old_lag, -1
+          FROM changed WHERE old_settled IS NOT NULL
+    )
+    INSERT INTO owed_ledger_minutes AS m (minute, tenant_id, outcome, bucket, slot, settled, lag_min, lag_max)
+    SELECT d.minute, d.tenant_id, d.outcome, owed_lag_bucket(d.lag), pg_backend_pid() % 8, sum(d.sign),
+           min(d.lag) FILTER (WHERE d.sign > 0), max(d.lag) FILTER (WHERE d.sign > 0)
+      FROM d
+     GROUP BY 1, 2, 3, 4
+    HAVING sum(d.sign) <> 0
+     ORDER BY 1, 2, 3, 4
+    ON CONFLICT (minute, tenant_id, outcome, bucket, slot) DO UPDATE
+       SET settled = m.settled + EXCLUDED.settled, lag_min = least(m.lag_min, EXCLUDED.lag_min),
+           lag_max = greatest(m.lag_max, EXCLUDED.lag_max);
+    RETURN NULL;
+END
+$$;
+ALTER FUNCTION owed_ledger_minutes_count() OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_ledger_minutes_count() FROM PUBLIC;
+-- As every definer function the migrations hand to owed_definer
+-- (owed_definer_takes_functions); a trigger function cannot be called
+-- but as its trigger.
+GRANT EXECUTE ON FUNCTION owed_ledger_minutes_count() TO owed_runtime;
+
+-- A trigger with transition tables serves one event, so inserts (a row
+-- scheduled already past its grace is inserted expired; a restore inserts
+-- settled rows) and updates have one each.
+CREATE TRIGGER owed_ledger_minutes_inserted
+    AFTER INSERT ON owed_notifications
+    REFERENCING NEW TABLE AS owed_new
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION owed_ledger_minutes_count();
+CREATE TRIGGER owed_ledger_minutes_updated
+    AFTER UPDATE ON owed_notifications
+    REFERENCING OLD TABLE AS owed_old NEW TABLE AS owed_new
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION owed_ledger_minutes_count();
+
+-- owed_ledger_minutes_attempts keeps the attempts' counters
+-- (possible_duplicate, accepted_again) from the attempts a statement
+-- inserted, in one upsert per statement, as owed_ledger_minutes_count does
+-- for the rows. Attempts are written once, finished, and never change what
+-- is counted. An accepted send is accepted_again when the row has an
+-- accepted attempt of a lower number: one probe of
+-- owed_notification_attempts_notification per accepted send.
+CREATE FUNCTION owed_ledger_minutes_attempts() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    INSERT INTO owed_ledger_minutes AS m (minute, tenant_id, outcome, bucket, slot, settled)
+    SELECT date_trunc('minute', a.finished_at), a.tenant_id, x.outcome, -1, pg_backend_pid() % 8, count(*)
+      FROM owed_new a
+     CROSS JOIN LATERAL (
+        SELECT 'possible_duplicate' AS outcome WHERE a.possible_duplicate
+        UNION ALL
+        SELECT 'accepted_again'
+         WHERE a.outcome = 'accepted'
+           AND EXISTS (SELECT FROM owed_notification_attempts p
+                        WHERE p.notification_id = a.notification_id AND p.attempt < a.attempt
+                          AND p.outcome = 'accepted')) x
+     GROUP BY 1, 2, 3
+     ORDER BY 1, 2, 3
+    ON CONFLICT (minute, tenant_id, outcome, bucket, slot) DO UPDATE SET settled = m.settled + EXCLUDED.settled;
+    RETURN NULL;
+END
+$$;
+ALTER FUNCTION owed_ledger_minutes_attempts() OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_ledger_minutes_attempts() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_ledger_minutes_attempts() TO owed_runtime;
+
+CREATE TRIGGER owed_ledger_minutes_attempted
+    AFTER INSERT ON owed_notification_attempts
+    REFERENCING NEW TABLE AS owed_new
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION owed_ledger_minutes_attempts();
