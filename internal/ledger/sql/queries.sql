@@ -1059,6 +1059,12 @@ UPDATE owed_notifications n
 -- many seconds of samples to keep) and answers the rows written.
 SELECT owed_history_record($1, $2, $3)
 
+-- name: KeepPartitions
+-- KeepPartitions makes the ledger's partitions of this month and the two
+-- after it that are missing (owed_ledger_partitions_keep,
+-- sql/notifications.sql) and answers how many it made.
+SELECT owed_ledger_partitions_keep()
+
 -- name: History
 -- History reads the samples from the minute $1 on, oldest first, through
 -- owed_history's primary key.
