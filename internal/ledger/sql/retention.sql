@@ -138,9 +138,10 @@ REVOKE EXECUTE ON FUNCTION owed_ledger_retention_stage(text) FROM PUBLIC;
 -- owed_ledger_retention_finish ends the retirement of the staged month
 -- once its three partitions are detached: when they hold exactly what the
 -- month's archive holds (p_rows ledger rows, none owed, p_attempts
--- attempts, p_receipts receipts), it drops them and writes the drop on the
--- operators' trail (owed_operator_audit, action retention_drop, naming the
--- partition, the range and the archive) and answers NULL. Otherwise a row
+-- attempts, p_receipts receipts), it takes them off the per-minute
+-- counters, drops them and writes the drop on the operators' trail
+-- (owed_operator_audit, action retention_drop, naming the partition, the
+-- range and the archive) and answers NULL. Otherwise a row
 -- changed after the archive was read (an operator's redrive reopened a
 -- failed row, a late receipt came): it attaches the three back under their
 -- names and answers why, and the month waits for the next run.
@@ -156,6 +157,11 @@ DECLARE
     v_receipts bigint;
     v_parents text[] := ARRAY['owed_notifications', 'owed_notification_attempts', 'owed_receipts'];
     v_member boolean := pg_has_role(current_user, 'owed_definer', 'MEMBER');
+    v_minutes timestamptz[];
+    v_tenants text[];
+    v_outcomes text[];
+    v_buckets smallint[];
+    v_counts bigint[];
 BEGIN
     -- A partition's row-level security is forced with no policy for the
     -- owner (owed_ledger_partitions_ensure): lift it to count.
@@ -166,6 +172,52 @@ BEGIN
     SELECT count(*) INTO v_attempts FROM owed_notification_attempts_retiring;
     SELECT count(*) INTO v_receipts FROM owed_receipts_retiring;
     IF v_rows = p_rows AND v_owed = 0 AND v_attempts = p_attempts AND v_receipts = p_receipts THEN
+        -- The month's rows and attempts leave the per-minute counters
+        -- (owed_ledger_minutes, minutes.sql) with it, counted as the
+        -- counters' triggers counted them, so the counters stay those of
+        -- the rows the ledger holds: a restore of the month's archive,
+        -- whose inserts the triggers count, gives back what this takes.
+        -- A minute before the counting began (owed_ledger_minutes_from)
+        -- was never counted and is left alone, and a counter left at zero
+        -- goes. A bucket's lag bounds (lag_min, lag_max) stay as they were.
+        SELECT array_agg(d.minute ORDER BY d.minute, d.tenant_id, d.outcome, d.bucket),
+               array_agg(d.tenant_id ORDER BY d.minute, d.tenant_id, d.outcome, d.bucket),
+               array_agg(d.outcome ORDER BY d.minute, d.tenant_id, d.outcome, d.bucket),
+               array_agg(d.bucket ORDER BY d.minute, d.tenant_id, d.outcome, d.bucket),
+               array_agg(d.n ORDER BY d.minute, d.tenant_id, d.outcome, d.bucket)
+          INTO v_minutes, v_tenants, v_outcomes, v_buckets, v_counts
+          FROM (SELECT date_trunc('minute', r.settled_at) AS minute, r.tenant_id, r.state AS outcome,
+                       owed_lag_bucket(CASE WHEN r.state = 'delivered'
+                                            THEN extract(epoch FROM r.delivered_at - r.due_at)::double precision END)
+                         AS bucket,
+                       count(*) AS n
+                  FROM owed_notifications_retiring r
+                 GROUP BY 1, 2, 3, 4
+                UNION ALL
+                SELECT date_trunc('minute', a.finished_at), a.tenant_id, x.outcome, -1::smallint, count(*)
+                  FROM owed_notification_attempts_retiring a
+                 CROSS JOIN LATERAL (
+                    SELECT 'possible_duplicate' AS outcome WHERE a.possible_duplicate
+                    UNION ALL
+                    SELECT 'accepted_again'
+                     WHERE a.outcome = 'accepted'
+                       AND EXISTS (SELECT FROM owed_notification_attempts_retiring p
+                                    WHERE p.notification_id = a.notification_id AND p.attempt < a.attempt
+                                      AND p.outcome = 'accepted')) x
+                 GROUP BY 1, 2, 3, 4) d
+         WHERE d.minute >= (SELECT f.minute FROM owed_ledger_minutes_from f);
+        INSERT INTO owed_ledger_minutes AS m (minute, tenant_id, outcome, bucket, slot, settled)
+        SELECT g.minute, g.tenant_id, g.outcome, g.bucket, 0, -g.n
+          FROM unnest(v_minutes, v_tenants, v_outcomes, v_buckets, v_counts) AS g(minute, tenant_id, outcome, bucket, n)
+        ON CONFLICT (minute, tenant_id, outcome, bucket, slot) DO UPDATE SET settled = m.settled + EXCLUDED.settled;
+        DELETE FROM owed_ledger_minutes m
+         USING (SELECT z.minute, z.tenant_id, z.outcome, z.bucket
+                  FROM owed_ledger_minutes z
+                  JOIN unnest(v_minutes, v_tenants, v_outcomes, v_buckets) AS g(minute, tenant_id, outcome, bucket)
+                    ON (z.minute, z.tenant_id, z.outcome, z.bucket) = (g.minute, g.tenant_id, g.outcome, g.bucket)
+                 GROUP BY 1, 2, 3, 4
+                HAVING sum(z.settled) = 0) e
+         WHERE (m.minute, m.tenant_id, m.outcome, m.bucket) = (e.minute, e.tenant_id, e.outcome, e.bucket);
         DROP TABLE owed_receipts_retiring, owed_notification_attempts_retiring, owed_notifications_retiring;
         INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
         VALUES (p_now, p_operator, 'retention_drop',
