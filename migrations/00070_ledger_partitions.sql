@@ -181,6 +181,9 @@ END
 $$;
 -- +goose StatementEnd
 REVOKE EXECUTE ON FUNCTION owed_ledger_partitions_ensure(timestamptz, integer) FROM PUBLIC;
+-- The stats from the rows read every month's index of its window, never a
+-- month whole (operator.sql).
+ALTER FUNCTION owed_ledger_stats_rows(timestamptz) SET enable_seqscan = off;
 -- owed_definer_takes_functions leaves owed_ledger_partitions_keep the
 -- owner's (roles.sql).
 -- +goose StatementBegin
@@ -999,3 +1002,4 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
+ALTER FUNCTION owed_ledger_stats_rows(timestamptz) RESET enable_seqscan;
