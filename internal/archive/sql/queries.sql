@@ -192,10 +192,17 @@ ALTER TABLE owed_notification_attempts DETACH PARTITION owed_notification_attemp
 -- DetachReceipts does.
 ALTER TABLE owed_notifications DETACH PARTITION owed_notifications_retiring CONCURRENTLY
 
+-- name: CountedMonth
+-- CountedMonth reads what the rows of [$1, $2) and their attempts add to
+-- the per-minute counters (owed_ledger_retention_counted), which
+-- FinishMonth takes off when it drops them.
+SELECT owed_ledger_retention_counted($1, $2)
+
 -- name: FinishMonth
 -- FinishMonth drops the detached month when it holds what its archive
--- holds, else attaches it back (owed_ledger_retention_finish).
-SELECT owed_ledger_retention_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+-- holds, taking $11 (CountedMonth's answer) off the per-minute counters,
+-- else attaches it back (owed_ledger_retention_finish).
+SELECT owed_ledger_retention_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 
 -- name: DeleteKeys
 -- DeleteKeys deletes up to $3 schedule keys (owed_notification_keys) of
