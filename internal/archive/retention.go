@@ -29,7 +29,6 @@ var (
 	qDetachAttempts      = queries.Get("DetachAttempts")
 	qDetachNotifications = queries.Get("DetachNotifications")
 	qFinishMonth         = queries.Get("FinishMonth")
-	qCountedMonth        = queries.Get("CountedMonth")
 	qDeleteKeys          = queries.Get("DeleteKeys")
 	qRestorePartitions   = queries.Get("RestorePartitions")
 )
@@ -319,17 +318,6 @@ func retire(ctx context.Context, db *sql.DB, opts RunOptions, m *Month) error {
 		m.ArchiveRows += f.Rows
 		m.ArchiveSize += f.Bytes
 	}
-	// What the month adds to the per-minute counters, read with the
-	// archive: the drop takes it off (owed_ledger_retention_counted), and
-	// drops only a month that still holds what the archive holds.
-	var counted []byte
-	var lo sql.NullInt64
-	if m.From > 0 {
-		lo = sql.NullInt64{Int64: m.From, Valid: true}
-	}
-	if err := db.QueryRowContext(ctx, qCountedMonth, lo, m.To).Scan(&counted); err != nil {
-		return fmt.Errorf("retention: count %s off the per-minute counters: %w", m.Partition, err)
-	}
 	m.ArchiveTime = time.Since(start)
 
 	start = time.Now()
@@ -348,7 +336,7 @@ func retire(ctx context.Context, db *sql.DB, opts RunOptions, m *Month) error {
 	var kept sql.NullString
 	if err := db.QueryRowContext(ctx, qFinishMonth, from, to, pq.Array(names), counts["owed_notifications"],
 		counts["owed_notification_attempts"], counts["owed_receipts"], opts.Operator, m.Archive, opts.Now,
-		"retention: every row settled and past its tenant's retention", string(counted)).Scan(&kept); err != nil {
+		"retention: every row settled and past its tenant's retention").Scan(&kept); err != nil {
 		return fmt.Errorf("retention: drop %s (its partitions are named *_retiring; docs/scale.md says how to finish): %w",
 			m.Partition, err)
 	}

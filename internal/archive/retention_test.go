@@ -262,11 +262,13 @@ func counters(t *testing.T, db *testdb.DB) map[string]int64 {
 	return out
 }
 
-// A month retention drops leaves the per-minute counters with it (they
-// stay those of the rows the ledger holds), and a restore of its archive
-// gives back exactly what it took: before, the counters kept the dropped
-// rows, and the restore's inserts counted them a second time.
-func TestRetentionTakesTheMonthOffTheCounters(t *testing.T) {
+// The per-minute counters are the record of what settled: a month
+// retention drops keeps its counts, as its archive keeps its rows, and a
+// restore of that archive, whose inserts the counters' triggers count,
+// takes them off again, so the month is never counted twice; restoring
+// once more, when every row is there, inserts and counts nothing. Before,
+// the restore counted the dropped month a second time.
+func TestRetentionAndRestoreCountTheMonthOnce(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	settled := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
@@ -299,14 +301,15 @@ func TestRetentionTakesTheMonthOffTheCounters(t *testing.T) {
 	if !m.Dropped {
 		t.Fatalf("the month past its retention: %+v, want it dropped", m)
 	}
-	if got, want := counters(t, db), map[string]int64{minute + " initech delivered 0": 1}; !maps.Equal(got, want) {
-		t.Errorf("counters after the drop: %v, want only the other month's row: %v", got, want)
-	}
-
-	if _, err := Restore(ctx, db.Owner, m.Archive, Operator{Name: "alice", Reason: "INC-28"}); err != nil {
-		t.Fatal(err)
-	}
 	if got := counters(t, db); !maps.Equal(got, before) {
-		t.Errorf("counters after the archive's restore: %v, want those before the drop: %v", got, before)
+		t.Errorf("counters after the drop: %v, want those before it: %v", got, before)
+	}
+	for i := range 2 {
+		if _, err := Restore(ctx, db.Owner, m.Archive, Operator{Name: "alice", Reason: "INC-28"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := counters(t, db); !maps.Equal(got, before) {
+			t.Errorf("counters after restore %d of the archive: %v, want those before the drop: %v", i+1, got, before)
+		}
 	}
 }

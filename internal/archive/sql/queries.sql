@@ -53,10 +53,18 @@ UPDATE owed_notifications n SET expires_at = NULL
  WHERE n.id = a.id AND a.expires_at IS NULL AND n.expires_at IS NOT NULL AND n.id = ANY($2)
 
 -- name: RestoreAttempts
--- RestoreAttempts inserts a batch of archived attempts with their own ids.
+-- RestoreAttempts inserts a batch of archived attempts with their own ids,
+-- answering the row's id and the attempt's of each it inserted.
 INSERT INTO owed_notification_attempts OVERRIDING SYSTEM VALUE
 SELECT * FROM json_populate_recordset(NULL::owed_notification_attempts, $1::json)
 ON CONFLICT DO NOTHING
+RETURNING notification_id, id
+
+-- name: UncountRestored
+-- UncountRestored takes off the per-minute counters what the restore's
+-- inserts of rows $1 and attempts ($2 their rows, $3 their ids) added
+-- (owed_ledger_minutes_uncount, internal/ledger/sql/minutes.sql).
+SELECT owed_ledger_minutes_uncount($1, $2, $3)
 
 -- name: RestoreReceipts
 -- RestoreReceipts inserts a batch of archived receipts with their own ids.
@@ -192,17 +200,10 @@ ALTER TABLE owed_notification_attempts DETACH PARTITION owed_notification_attemp
 -- DetachReceipts does.
 ALTER TABLE owed_notifications DETACH PARTITION owed_notifications_retiring CONCURRENTLY
 
--- name: CountedMonth
--- CountedMonth reads what the rows of [$1, $2) and their attempts add to
--- the per-minute counters (owed_ledger_retention_counted), which
--- FinishMonth takes off when it drops them.
-SELECT owed_ledger_retention_counted($1, $2)
-
 -- name: FinishMonth
 -- FinishMonth drops the detached month when it holds what its archive
--- holds, taking $11 (CountedMonth's answer) off the per-minute counters,
--- else attaches it back (owed_ledger_retention_finish).
-SELECT owed_ledger_retention_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+-- holds, else attaches it back (owed_ledger_retention_finish).
+SELECT owed_ledger_retention_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 
 -- name: DeleteKeys
 -- DeleteKeys deletes up to $3 schedule keys (owed_notification_keys) of

@@ -135,59 +135,18 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION owed_ledger_retention_stage(text) FROM PUBLIC;
 
--- owed_ledger_retention_counted is what the rows of the id range [p_from,
--- p_to) (p_from NULL: the legacy partition's open start) and their
--- attempts add to the per-minute counters (owed_ledger_minutes,
--- minutes.sql), counted as the counters' triggers count them, from the
--- minute the counting began (owed_ledger_minutes_from): a JSON array of
--- {minute, tenant_id, outcome, bucket, n}. Retention reads it with the
--- month's archive, before the drop, and owed_ledger_retention_finish takes
--- it off the counters when it drops the month, which it does only when the
--- month holds what the archive holds; reading the month in the drop
--- itself made the drop take seconds (bench/ledgerscale: 2.18 s against
--- 0.08 s for 83,333 rows).
-CREATE FUNCTION owed_ledger_retention_counted(p_from bigint, p_to bigint) RETURNS jsonb
-LANGUAGE sql STABLE SET search_path = pg_catalog, public AS $$
-SELECT coalesce(jsonb_agg(jsonb_build_object('minute', d.minute, 'tenant_id', d.tenant_id, 'outcome', d.outcome,
-                                             'bucket', d.bucket, 'n', d.n)
-                          ORDER BY d.minute, d.tenant_id, d.outcome, d.bucket), '[]'::jsonb)
-  FROM (SELECT date_trunc('minute', r.settled_at) AS minute, r.tenant_id, r.state AS outcome,
-               owed_lag_bucket(CASE WHEN r.state = 'delivered'
-                                    THEN extract(epoch FROM r.delivered_at - r.due_at)::double precision END) AS bucket,
-               count(*) AS n
-          FROM owed_notifications r
-         WHERE r.id >= coalesce(p_from, -9223372036854775808) AND r.id < p_to AND r.settled_at IS NOT NULL
-         GROUP BY 1, 2, 3, 4
-        UNION ALL
-        SELECT date_trunc('minute', a.finished_at), a.tenant_id, x.outcome, -1::smallint, count(*)
-          FROM owed_notification_attempts a
-         CROSS JOIN LATERAL (
-            SELECT 'possible_duplicate' AS outcome WHERE a.possible_duplicate
-            UNION ALL
-            SELECT 'accepted_again'
-             WHERE a.outcome = 'accepted'
-               AND EXISTS (SELECT FROM owed_notification_attempts p
-                            WHERE p.notification_id = a.notification_id AND p.attempt < a.attempt
-                              AND p.outcome = 'accepted')) x
-         WHERE a.notification_id >= coalesce(p_from, -9223372036854775808) AND a.notification_id < p_to
-         GROUP BY 1, 2, 3, 4) d
- WHERE d.minute >= (SELECT f.minute FROM owed_ledger_minutes_from f)
-$$;
-REVOKE EXECUTE ON FUNCTION owed_ledger_retention_counted(bigint, bigint) FROM PUBLIC;
-
 -- owed_ledger_retention_finish ends the retirement of the staged month
 -- once its three partitions are detached: when they hold exactly what the
 -- month's archive holds (p_rows ledger rows, none owed, p_attempts
--- attempts, p_receipts receipts), it takes p_counted off the per-minute
--- counters, drops them and writes the drop on the operators' trail
--- (owed_operator_audit, action retention_drop, naming the partition, the
--- range and the archive) and answers NULL. Otherwise a row
+-- attempts, p_receipts receipts), it drops them and writes the drop on the
+-- operators' trail (owed_operator_audit, action retention_drop, naming the
+-- partition, the range and the archive) and answers NULL. Otherwise a row
 -- changed after the archive was read (an operator's redrive reopened a
 -- failed row, a late receipt came): it attaches the three back under their
 -- names and answers why, and the month waits for the next run.
 CREATE FUNCTION owed_ledger_retention_finish(p_from bigint, p_to bigint, p_names text[], p_rows bigint,
                                              p_attempts bigint, p_receipts bigint, p_operator text,
-                                             p_archive text, p_now timestamptz, p_reason text, p_counted jsonb)
+                                             p_archive text, p_now timestamptz, p_reason text)
 RETURNS text
 LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
 DECLARE
@@ -207,28 +166,6 @@ BEGIN
     SELECT count(*) INTO v_attempts FROM owed_notification_attempts_retiring;
     SELECT count(*) INTO v_receipts FROM owed_receipts_retiring;
     IF v_rows = p_rows AND v_owed = 0 AND v_attempts = p_attempts AND v_receipts = p_receipts THEN
-        -- The month's rows and attempts leave the per-minute counters
-        -- (owed_ledger_minutes, minutes.sql) with it: p_counted, what
-        -- owed_ledger_retention_counted read with the archive, so the
-        -- counters stay those of the rows the ledger holds, and a restore
-        -- of the month's archive, whose inserts the counters' triggers
-        -- count, gives back what this takes. A counter left at zero goes;
-        -- a bucket's lag bounds (lag_min, lag_max) stay as they were.
-        INSERT INTO owed_ledger_minutes AS m (minute, tenant_id, outcome, bucket, slot, settled)
-        SELECT g.minute, g.tenant_id, g.outcome, g.bucket, 0, -g.n
-          FROM jsonb_to_recordset(p_counted) AS g(minute timestamptz, tenant_id text, outcome text, bucket smallint,
-                                                  n bigint)
-         ORDER BY 1, 2, 3, 4
-        ON CONFLICT (minute, tenant_id, outcome, bucket, slot) DO UPDATE SET settled = m.settled + EXCLUDED.settled;
-        DELETE FROM owed_ledger_minutes m
-         USING (SELECT z.minute, z.tenant_id, z.outcome, z.bucket
-                  FROM owed_ledger_minutes z
-                  JOIN jsonb_to_recordset(p_counted) AS g(minute timestamptz, tenant_id text, outcome text,
-                                                          bucket smallint)
-                    ON (z.minute, z.tenant_id, z.outcome, z.bucket) = (g.minute, g.tenant_id, g.outcome, g.bucket)
-                 GROUP BY 1, 2, 3, 4
-                HAVING sum(z.settled) = 0) e
-         WHERE (m.minute, m.tenant_id, m.outcome, m.bucket) = (e.minute, e.tenant_id, e.outcome, e.bucket);
         DROP TABLE owed_receipts_retiring, owed_notification_attempts_retiring, owed_notifications_retiring;
         INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
         VALUES (p_now, p_operator, 'retention_drop',
@@ -258,4 +195,4 @@ BEGIN
 END
 $$;
 REVOKE EXECUTE ON FUNCTION owed_ledger_retention_finish(bigint, bigint, text[], bigint, bigint, bigint, text, text,
-                                                        timestamptz, text, jsonb) FROM PUBLIC;
+                                                        timestamptz, text) FROM PUBLIC;
