@@ -181,6 +181,65 @@ END
 $$;
 -- +goose StatementEnd
 REVOKE EXECUTE ON FUNCTION owed_ledger_partitions_ensure(timestamptz, integer) FROM PUBLIC;
+-- The stats from the rows read every month's index of its window, never a
+-- month whole (operator.sql).
+ALTER FUNCTION owed_ledger_stats_rows(timestamptz) SET enable_seqscan = off;
+-- owed_definer_takes_functions leaves owed_ledger_partitions_keep the
+-- owner's (roles.sql).
+-- +goose StatementBegin
+CREATE OR REPLACE PROCEDURE owed_definer_takes_functions(p_runtime text[])
+LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
+DECLARE
+    f record;
+BEGIN
+    GRANT owed_definer TO CURRENT_USER;
+    GRANT CREATE ON SCHEMA public TO owed_definer;
+    FOR f IN SELECT p.oid::regprocedure AS sig, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+              WHERE n.nspname = 'public' AND p.prosecdef AND p.proowner <> 'owed_definer'::regrole
+                AND p.proname <> 'owed_ledger_partitions_keep' LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f.sig);
+        IF f.proname = ANY (p_runtime) THEN
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO owed_runtime', f.sig);
+        END IF;
+        EXECUTE format('ALTER FUNCTION %s OWNER TO owed_definer', f.sig);
+    END LOOP;
+    REVOKE CREATE ON SCHEMA public FROM owed_definer;
+    REVOKE owed_definer FROM CURRENT_USER;
+END
+$$;
+-- +goose StatementEnd
+-- owed_ledger_partitions_keep is the sweeper's monthly maintenance
+-- (ledger.Sweep.KeepPartitions, on the first cron call of each hour): it
+-- makes the partitions of this month and of the two after it that are
+-- missing and moves the ids to this month's range
+-- (owed_ledger_partitions_ensure), so a deployment where no operator ever
+-- runs `owedctl partitions ensure` still gives each month its own
+-- partitions. Creating a partition takes the parent's ownership, which no
+-- runtime role has and owed_definer has not either, so it is the one
+-- SECURITY DEFINER function owned by the schema's owner (owed_definer_takes_functions
+-- leaves it so). It takes no argument: the month is the database's own
+-- clock's, the reach two months, so a caller can make it do only what the
+-- hourly maintenance does. Creating a partition locks its parent against
+-- every statement for a moment; the wait for that lock is cut at a second
+-- (a long transaction on the ledger), and a call that gives up fails,
+-- changes nothing and is tried again the next hour, two months before the
+-- partition is needed. It answers how many partitions it made.
+-- +goose StatementBegin
+CREATE FUNCTION owed_ledger_partitions_keep() RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+DECLARE
+    v_timeout text := current_setting('lock_timeout');
+    v_made integer;
+BEGIN
+    PERFORM set_config('lock_timeout', '1s', true);
+    SELECT count(*) FILTER (WHERE created) INTO v_made FROM owed_ledger_partitions_ensure(now(), 2);
+    PERFORM set_config('lock_timeout', v_timeout, true);
+    RETURN v_made;
+END
+$$;
+-- +goose StatementEnd
+REVOKE EXECUTE ON FUNCTION owed_ledger_partitions_keep() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_ledger_partitions_keep() TO owed_runtime;
 CREATE TRIGGER owed_notifications_key_insert
     AFTER INSERT ON owed_notifications
     FOR EACH ROW
@@ -910,6 +969,7 @@ $$;
         FOREIGN KEY (notification_id) REFERENCES owed_notifications (id) ON DELETE SET NULL NOT VALID;
     DROP TABLE owed_notification_keys;
     DROP FUNCTION owed_notification_key_keep();
+    DROP FUNCTION owed_ledger_partitions_keep();
     DROP FUNCTION owed_ledger_partitions_ensure(timestamptz, integer);
     DROP FUNCTION owed_ledger_partition_name_indexes(text, text);
     DROP FUNCTION owed_ledger_partitions();
@@ -921,3 +981,25 @@ $down$;
 ALTER TABLE owed_notification_attempts VALIDATE CONSTRAINT owed_notification_attempts_notification_id_fkey;
 ALTER TABLE owed_receipts VALIDATE CONSTRAINT owed_receipts_notification_id_fkey;
 ALTER TABLE owed_undeliverable VALIDATE CONSTRAINT owed_undeliverable_notification_id_fkey;
+-- +goose StatementBegin
+CREATE OR REPLACE PROCEDURE owed_definer_takes_functions(p_runtime text[])
+LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
+DECLARE
+    f record;
+BEGIN
+    GRANT owed_definer TO CURRENT_USER;
+    GRANT CREATE ON SCHEMA public TO owed_definer;
+    FOR f IN SELECT p.oid::regprocedure AS sig, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+              WHERE n.nspname = 'public' AND p.prosecdef AND p.proowner <> 'owed_definer'::regrole LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f.sig);
+        IF f.proname = ANY (p_runtime) THEN
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO owed_runtime', f.sig);
+        END IF;
+        EXECUTE format('ALTER FUNCTION %s OWNER TO owed_definer', f.sig);
+    END LOOP;
+    REVOKE CREATE ON SCHEMA public FROM owed_definer;
+    REVOKE owed_definer FROM CURRENT_USER;
+END
+$$;
+-- +goose StatementEnd
+ALTER FUNCTION owed_ledger_stats_rows(timestamptz) RESET enable_seqscan;

@@ -167,7 +167,52 @@ $$;
 REVOKE EXECUTE ON FUNCTION owed_ledger_retention_finish(bigint, bigint, text[], bigint, bigint, bigint, text, text,
                                                         timestamptz, text) FROM PUBLIC;
 
+-- owed_ledger_minutes_uncount takes off the counters what the counters'
+-- triggers added for the rows p_ids and the attempts (p_attempt_rows,
+-- p_attempt_ids: their row's id and their own, pairwise) that a restore
+-- of an archive (`owedctl archive restore`, internal/archive) has just
+-- inserted, in its transaction: the counters are the record of what
+-- settled, which retention leaves when it drops a month (as the archive
+-- outlives the rows), so a month restored must not be counted a second
+-- time. The rows and attempts are counted as owed_ledger_minutes_count and
+-- owed_ledger_minutes_attempts counted them; a row the restore found there
+-- already was not inserted, not counted, and is not named here. The lag
+-- bounds of a bucket (lag_min, lag_max) stay as they were.
+-- +goose StatementBegin
+CREATE FUNCTION owed_ledger_minutes_uncount(p_ids bigint[], p_attempt_rows bigint[], p_attempt_ids bigint[])
+RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, public AS $$
+INSERT INTO owed_ledger_minutes AS m (minute, tenant_id, outcome, bucket, slot, settled)
+SELECT d.minute, d.tenant_id, d.outcome, d.bucket, 0, -sum(d.n)
+  FROM (SELECT date_trunc('minute', r.settled_at) AS minute, r.tenant_id, r.state AS outcome,
+               owed_lag_bucket(CASE WHEN r.state = 'delivered'
+                                    THEN extract(epoch FROM r.delivered_at - r.due_at)::double precision END) AS bucket,
+               count(*) AS n
+          FROM owed_notifications r
+         WHERE r.id = ANY (p_ids) AND r.settled_at IS NOT NULL
+         GROUP BY 1, 2, 3, 4
+        UNION ALL
+        SELECT date_trunc('minute', a.finished_at), a.tenant_id, x.outcome, -1::smallint, count(*)
+          FROM unnest(p_attempt_rows, p_attempt_ids) AS u(notification_id, id)
+          JOIN owed_notification_attempts a ON a.notification_id = u.notification_id AND a.id = u.id
+         CROSS JOIN LATERAL (
+            SELECT 'possible_duplicate' AS outcome WHERE a.possible_duplicate
+            UNION ALL
+            SELECT 'accepted_again'
+             WHERE a.outcome = 'accepted'
+               AND EXISTS (SELECT FROM owed_notification_attempts p
+                            WHERE p.notification_id = a.notification_id AND p.attempt < a.attempt
+                              AND p.outcome = 'accepted')) x
+         GROUP BY 1, 2, 3, 4) d
+ GROUP BY 1, 2, 3, 4
+ ORDER BY 1, 2, 3, 4
+ON CONFLICT (minute, tenant_id, outcome, bucket, slot) DO UPDATE SET settled = m.settled + EXCLUDED.settled
+$$;
+-- +goose StatementEnd
+REVOKE EXECUTE ON FUNCTION owed_ledger_minutes_uncount(bigint[], bigint[], bigint[]) FROM PUBLIC;
+
 -- +goose Down
+DROP FUNCTION owed_ledger_minutes_uncount(bigint[], bigint[], bigint[]);
 DROP FUNCTION owed_ledger_retention_finish(bigint, bigint, text[], bigint, bigint, bigint, text, text, timestamptz, text);
 DROP FUNCTION owed_ledger_retention_stage(text);
 DROP FUNCTION owed_ledger_partitions_restore(bigint, bigint);

@@ -77,6 +77,14 @@ func run() error {
 		return err
 	}
 	defer db.Close()
+	// The services open their pools without JIT (service.WithoutJIT); the
+	// bench's database gives its own pools the same.
+	if _, err := db.Owner.ExecContext(ctx, "ALTER DATABASE "+pq.QuoteIdentifier(db.Name)+" SET jit = off"); err != nil {
+		return err
+	}
+	db.FlushApp()
+	db.Owner.SetMaxIdleConns(0)
+	db.Owner.SetMaxIdleConns(2)
 	l := ledger.New(db.App, nil)
 
 	ecfg := emulator.DefaultConfig()

@@ -27,8 +27,8 @@ func partitionsCmd(ctx context.Context, args []string) error {
 func runPartitions(ctx context.Context, out io.Writer, args []string, now time.Time) error {
 	if err := needAction(args, printUsage("usage: owedctl partitions ensure [--ahead N] | list\n\n"+
 		"  ensure   create this month's partition of the ledger and the next N months' that are missing,\n"+
-		"           and move the ids to this month's range (run it monthly, before each month starts;\n"+
-		"           a month it misses keeps its rows in the month before, never fails an insert)\n"+
+		"           and move the ids to this month's range (the sweeper does the same every hour for\n"+
+		"           this month and the next two; run it by hand after an upgrade or to reach further)\n"+
 		"  list     the partitions, their id ranges, estimated rows and size\n\n"+
 		"The database is --database-url or OWED_DATABASE_URL, as the schema's owner (docs/scale.md).\n\nexample:\n  "+
 		partitionsExample+"\n"), partitionsActions); err != nil {

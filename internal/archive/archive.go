@@ -47,6 +47,7 @@ var (
 	qRestoreAttempts      = queries.Get("RestoreAttempts")
 	qRestoreReceipts      = queries.Get("RestoreReceipts")
 	qRestorePayloads      = queries.Get("RestoreEventPayloads")
+	qUncountRestored      = queries.Get("UncountRestored")
 	qReapplyErasures      = queries.Get("ReapplyErasures")
 	qDropOrphanPayloads   = queries.Get("DropOrphanPayloads")
 	qRecordRestore        = queries.Get("RecordRestore")
@@ -297,6 +298,10 @@ func Restore(ctx context.Context, db *sql.DB, dir string, by Operator) (Restored
 	}
 	var payloadTenants []string
 	var payloadIDs []int64
+	// The rows and attempts the restore inserted, which the per-minute
+	// counters' triggers count as they go in: the counters kept them when
+	// retention dropped the month, so they are taken off again below.
+	var rowIDs, attemptRows, attemptIDs []int64
 	for _, t := range tables {
 		f, ok := byTable[t.name]
 		if !ok {
@@ -323,8 +328,24 @@ func Restore(ctx context.Context, db *sql.DB, dir string, by Operator) (Restored
 					return err
 				}
 				res.Rows[t.name] += int64(len(ids))
+				rowIDs = append(rowIDs, ids...)
 				_, err = tx.ExecContext(ctx, qRestoreExpiries, batch, pq.Array(ids))
 				return err
+			case "owed_notification_attempts":
+				rows, err := tx.QueryContext(ctx, t.restore, batch)
+				if err != nil {
+					return err
+				}
+				defer rows.Close()
+				for rows.Next() {
+					var row, id int64
+					if err := rows.Scan(&row, &id); err != nil {
+						return err
+					}
+					attemptRows, attemptIDs = append(attemptRows, row), append(attemptIDs, id)
+					res.Rows[t.name]++
+				}
+				return rows.Err()
 			case "owed_event_payloads":
 				for _, l := range lines {
 					var p struct {
@@ -348,6 +369,10 @@ func Restore(ctx context.Context, db *sql.DB, dir string, by Operator) (Restored
 		if err != nil {
 			return res, fmt.Errorf("archive: restore %s: %w", f.Name, err)
 		}
+	}
+	if _, err := tx.ExecContext(ctx, qUncountRestored, pq.Array(rowIDs), pq.Array(attemptRows),
+		pq.Array(attemptIDs)); err != nil {
+		return res, fmt.Errorf("archive: take the restored rows off the per-minute counters: %w", err)
 	}
 	var attempts int64
 	if err := tx.QueryRowContext(ctx, qReapplyErasures, m.FromID, m.ToID).Scan(&res.Erased, &attempts); err != nil {

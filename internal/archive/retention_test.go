@@ -2,6 +2,8 @@ package archive
 
 import (
 	"database/sql"
+	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -230,6 +232,84 @@ func TestRetentionPerTenant(t *testing.T) {
 	for _, bad := range []string{"acme", "acme:1h", "acme:forever", "acme:3d;acme:4d"} {
 		if err := new(TenantRetention).Decode(bad); err == nil || !strings.Contains(err.Error(), "OWED_RETENTION_TENANTS") {
 			t.Errorf("%q: %v, want refused naming the variable", bad, err)
+		}
+	}
+}
+
+// counters reads the per-minute counters (owed_ledger_minutes), each key's
+// slots summed, leaving out a key at zero.
+func counters(t *testing.T, db *testdb.DB) map[string]int64 {
+	t.Helper()
+	rows, err := db.Owner.Query(`SELECT minute, tenant_id, outcome, bucket, sum(settled) FROM owed_ledger_minutes
+	    GROUP BY 1, 2, 3, 4 HAVING sum(settled) <> 0`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var minute time.Time
+		var tenant, outcome string
+		var bucket, n int64
+		if err := rows.Scan(&minute, &tenant, &outcome, &bucket, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[fmt.Sprintf("%s %s %s %d", minute.UTC().Format(time.RFC3339), tenant, outcome, bucket)] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The per-minute counters are the record of what settled: a month
+// retention drops keeps its counts, as its archive keeps its rows, and a
+// restore of that archive, whose inserts the counters' triggers count,
+// takes them off again, so the month is never counted twice; restoring
+// once more, when every row is there, inserts and counts nothing. Before,
+// the restore counted the dropped month a second time.
+func TestRetentionAndRestoreCountTheMonthOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	settled := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	// acme's row was sent twice, both accepted, the second flagged.
+	part, _, _ := oldMonth(t, db, settled, `INSERT INTO owed_notification_attempts (notification_id, tenant_id, attempt,
+	        provider, started_at, finished_at, outcome, provider_message_id, http_status, possible_duplicate)
+	    SELECT id, tenant_id, 2, 'twilio:AC', $1, $1, 'accepted', provider_message_id, 201, true
+	      FROM owed_notifications WHERE ref_id = 'R-acme'`)
+	// Another month's row settled in the same minute stays counted.
+	if _, err := db.Owner.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at,
+	        state, settled_at, delivered_at, payload)
+	    VALUES ('initech', 'bob', 'sms', 'k', 'R-other', $1, 'delivered', $1, $1, '{}')`, settled); err != nil {
+		t.Fatal(err)
+	}
+	minute := settled.Format(time.RFC3339)
+	before := counters(t, db)
+	for _, k := range []string{"acme delivered 0", "globex delivered 0", "initech delivered 0",
+		"acme possible_duplicate -1", "acme accepted_again -1"} {
+		if before[minute+" "+k] != 1 {
+			t.Fatalf("counters before retention: %v, want 1 for %s %s", before, minute, k)
+		}
+	}
+
+	months, err := Run(ctx, db.Owner, RunOptions{Retention: keep400, Dir: t.TempDir(), Operator: "alice",
+		Now: settled.Add(401 * 24 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := monthOf(t, months, part)
+	if !m.Dropped {
+		t.Fatalf("the month past its retention: %+v, want it dropped", m)
+	}
+	if got := counters(t, db); !maps.Equal(got, before) {
+		t.Errorf("counters after the drop: %v, want those before it: %v", got, before)
+	}
+	for i := range 2 {
+		if _, err := Restore(ctx, db.Owner, m.Archive, Operator{Name: "alice", Reason: "INC-28"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := counters(t, db); !maps.Equal(got, before) {
+			t.Errorf("counters after restore %d of the archive: %v, want those before the drop: %v", i+1, got, before)
 		}
 	}
 }

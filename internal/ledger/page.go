@@ -15,8 +15,9 @@ type Position struct {
 }
 
 var (
-	qFindPage  = queries.Get("FindPage")
-	qCountFind = queries.Get("CountFind")
+	qFindPage     = queries.Get("FindPage")
+	qFindPagePlan = queries.Get("FindPagePlan")
+	qCountFind    = queries.Get("CountFind")
 )
 
 // FindPage lists one page of tenant's rows matching f, newest due first,
@@ -36,6 +37,10 @@ func (l *Reads) FindPage(ctx context.Context, tenant string, f Filter, from *Pos
 	}
 	rows = []Notification{}
 	err = l.withTenant(ctx, tenant, func(tx *txn) error {
+		var setting string
+		if err := tx.QueryRow(qFindPagePlan).Scan(&setting); err != nil {
+			return err
+		}
 		rs, err := tx.Query(qFindPage, append(f.args(tenant), due, id, f.Limit+1)...)
 		if err != nil {
 			return err

@@ -173,3 +173,76 @@ func TestScheduleKeyHoldsAcrossPartitions(t *testing.T) {
 		t.Errorf("rows of the key: %d (err %v), want 1", rowsOfKey, err)
 	}
 }
+
+// The sweeper keeps the ledger's partitions made without an operator
+// (KeepPartitions, owed_ledger_partitions_keep): the application role,
+// which may not create a partition itself, makes the missing months, and
+// a row whose id falls in next month's range inserts into next month's
+// partition. Without the months made, such a row had no partition to go
+// to.
+func TestKeepPartitionsMakesTheNextMonthsAsTheApp(t *testing.T) {
+	b := setup(t)
+	var next int64
+	if err := b.db.Owner.QueryRow(`SELECT owed_ledger_month_first_id(
+	        (date_trunc('month', now() AT TIME ZONE 'UTC') + interval '1 month')::date)`).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	nextMonth := func() []string {
+		rows, err := b.db.Owner.Query(`SELECT partition FROM owed_ledger_partitions() WHERE from_id = $1`, next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var names []string
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, name)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	// A fresh install has next month's partitions: drop them, as if the
+	// months had turned since an operator last made any.
+	for i, name := range nextMonth() {
+		parent := []string{"owed_notifications", "owed_notification_attempts", "owed_receipts"}[i]
+		if _, err := b.db.Owner.Exec(`ALTER TABLE ` + parent + ` DETACH PARTITION ` + pq.QuoteIdentifier(name)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.db.Owner.Exec(`DROP TABLE ` + pq.QuoteIdentifier(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.db.Owner.Exec(`SELECT setval(pg_get_serial_sequence('owed_notifications', 'id'), $1, false)`,
+		next); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.l.Schedule(ctx, "acme", []NewNotification{row("alice", "K-0", b.now)}); err == nil {
+		t.Fatal("a row of next month's range inserted with no partition for it")
+	}
+	if _, err := b.db.App.Exec(`CREATE TABLE owed_notifications_mine PARTITION OF owed_notifications
+	    FOR VALUES FROM (1) TO (2)`); err == nil {
+		t.Fatal("the application role created a partition of the ledger itself")
+	}
+
+	made, err := b.l.KeepPartitions(ctx)
+	if err != nil {
+		t.Fatalf("the application role's KeepPartitions: %v", err)
+	}
+	// Next month's three and the month after's three.
+	if made != 6 || len(nextMonth()) != 3 {
+		t.Fatalf("KeepPartitions made %d partitions, next month has %v; want 6 made, next month's three", made,
+			nextMonth())
+	}
+	s := mustSchedule(t, b, "acme", row("alice", "K-1", b.now))
+	if s[0].ID < next || !strings.HasSuffix(partitionOf(t, b, s[0].ID), nextMonth()[0][len("owed_notifications"):]) {
+		t.Errorf("row %d is in %s, want next month's partition (ids from %d)", s[0].ID, partitionOf(t, b, s[0].ID), next)
+	}
+	if made, err := b.l.KeepPartitions(ctx); err != nil || made != 0 {
+		t.Errorf("KeepPartitions again: made %d (%v), want none", made, err)
+	}
+}

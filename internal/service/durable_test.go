@@ -11,6 +11,7 @@ import (
 	"github.com/lib/pq"
 	"github.com/rs/zerolog"
 
+	"github.com/owedhq/owed/internal/config"
 	"github.com/owedhq/owed/internal/testdb"
 )
 
@@ -101,5 +102,33 @@ func TestWithReadyWarningKeepsTheStatusAndOtherRoutes(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if rec.Body.String() != "m 1\n" {
 		t.Errorf("/metrics = %q, want it unchanged", rec.Body.String())
+	}
+}
+
+// Every pool OpenDatabase opens runs without JIT compilation (WithoutJIT),
+// unless its URL sets jit itself; a key=value connection string the same.
+func TestOpenDatabaseTurnsJITOff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	for _, c := range []struct{ url, want string }{
+		{db.AppURL, "off"},
+		{db.AppURL + map[bool]string{true: "&", false: "?"}[strings.Contains(db.AppURL, "?")] + "jit=on", "on"},
+	} {
+		app, err := OpenDatabase(ctx, "OWED_DATABASE_URL", c.url, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var jit string
+		if err := app.QueryRow(`SHOW jit`).Scan(&jit); err != nil || jit != c.want {
+			t.Errorf("SHOW jit on a pool of %s: %q (%v), want %q", config.Redact(c.url, c.url), jit, err, c.want)
+		}
+		app.Close()
+	}
+	if got := WithoutJIT("host=/tmp dbname=owed"); got != "host=/tmp dbname=owed jit=off" {
+		t.Errorf("WithoutJIT of a key=value string: %q", got)
+	}
+	if got := WithoutJIT("host=/tmp jit=on"); got != "host=/tmp jit=on" {
+		t.Errorf("WithoutJIT of a string setting jit: %q", got)
 	}
 }

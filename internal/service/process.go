@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -244,10 +245,11 @@ func OpenDatabase(ctx context.Context, variable, url string, maxConns int) (*sql
 	if url == "" {
 		return nil, fmt.Errorf("%s is not set: give a postgres:// URL for the application role", variable)
 	}
-	conn, err := pq.NewConnector(url)
+	session := WithoutJIT(url)
+	conn, err := pq.NewConnector(session)
 	if err != nil {
 		return nil, fmt.Errorf("%s is not a valid postgres URL or connection string (percent-encode special characters in the password): %w",
-			variable, config.RedactError(err, url))
+			variable, config.RedactError(err, url, session))
 	}
 	db := sql.OpenDB(conn)
 	db.SetMaxOpenConns(maxConns)
@@ -260,6 +262,37 @@ func OpenDatabase(ctx context.Context, variable, url string, maxConns int) (*sql
 		return nil, fmt.Errorf("connect to the database (%s): %w", variable, config.RedactError(err, url))
 	}
 	return db, nil
+}
+
+// WithoutJIT is url with the session setting jit=off added, unless url
+// sets jit itself: every pool OpenDatabase opens runs without JIT
+// compilation. JIT pays for long analytical queries; owed's statements are
+// short index reads, but on the partitioned ledger a statement that reads
+// every month sums the estimates of every partition, and the sweep's
+// survey crossed jit_above_cost: bench/ledgerscale at 1 million rows over
+// twelve months saw 278 to 674 ms of compilation in each idle survey, most
+// of the idle sweep (docs/scale.md). url is a postgres:// URL or a
+// key=value connection string, as lib/pq reads both.
+func WithoutJIT(url string) string {
+	if strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://") {
+		u, err := neturl.Parse(url)
+		if err != nil {
+			return url
+		}
+		q := u.Query()
+		if q.Has("jit") {
+			return url
+		}
+		q.Set("jit", "off")
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	for _, f := range strings.Fields(url) {
+		if strings.HasPrefix(f, "jit=") {
+			return url
+		}
+	}
+	return url + " jit=off"
 }
 
 // Listen opens addr, turning "address already in use" into advice.

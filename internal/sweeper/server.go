@@ -71,6 +71,12 @@ type Server struct {
 		sync.Mutex
 		minute time.Time
 	}
+	// partitions is the hour the cron last kept the ledger's partitions
+	// (keepPartitions).
+	partitions struct {
+		sync.Mutex
+		hour time.Time
+	}
 }
 
 // Option is an optional part of the service.
@@ -219,6 +225,7 @@ func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) {
 	res, _ := s.sweeper.Run(ctx)
 	s.metrics.Observe(res, s.clock.Now())
 	s.recordHistory(r.Context())
+	s.keepPartitions(r.Context())
 	if s.sweeper.LeftRows(res) && s.topUp != nil {
 		s.topUp()
 	}
@@ -265,6 +272,37 @@ func (s *Server) recordHistory(ctx context.Context) {
 	}
 	s.history.minute = minute
 	s.log.Debug().Int64("samples", n).Time("minute", minute).Msg("history sampled")
+}
+
+// partitionsTimeout bounds one call of the partitions' maintenance; the
+// call itself gives up on its lock after a second.
+const partitionsTimeout = 10 * time.Second
+
+// keepPartitions makes the ledger's partitions of this month and the next
+// two that are missing (ledger.KeepPartitions), on the first cron call of
+// each hour, so a deployment where no operator runs owedctl partitions
+// ensure still gives each month its own partitions. An hour is often
+// enough: a month's partitions are made two months ahead. An hour whose
+// call failed is tried again on the next cron call; a failure is logged
+// and never fails the sweep.
+func (s *Server) keepPartitions(ctx context.Context) {
+	hour := s.clock.Now().Truncate(time.Hour)
+	s.partitions.Lock()
+	defer s.partitions.Unlock()
+	if !hour.After(s.partitions.hour) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), partitionsTimeout)
+	defer cancel()
+	n, err := s.ledger.KeepPartitions(ctx)
+	if err != nil {
+		s.log.Error().Err(err).Msg("sweeper: the ledger's partitions ahead were not made; new months' rows stay in the last month's partition until a call succeeds")
+		return
+	}
+	s.partitions.hour = hour
+	if n > 0 {
+		s.log.Info().Int("partitions", n).Msg("sweeper: made the ledger's partitions ahead")
+	}
 }
 
 func (s *Server) handleMaterialise(w http.ResponseWriter, r *http.Request) {

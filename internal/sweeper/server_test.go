@@ -222,3 +222,46 @@ func TestCronSamplesTheHistoryOnceAMinute(t *testing.T) {
 		t.Errorf("the next minute's cron call wrote no sample (%d, then %d)", first, n)
 	}
 }
+
+// The cron keeps the ledger's partitions made, once an hour: its first
+// call makes the months missing ahead (here the month after next, which a
+// fresh install lacks) as the services' login, later calls in the hour
+// leave the ledger alone, and the next hour's first call looks again.
+func TestCronKeepsThePartitionsOnceAnHour(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewStub(time.Now().Truncate(time.Hour).Add(10 * time.Second))
+	s := stacktest.New(t, stacktest.Options{})
+	s.Ledger = ledger.New(s.DB.App, clk)
+	h := newServerOn(t, s, nil, clk).Handler()
+	count := func() int {
+		t.Helper()
+		var n int
+		if err := s.DB.Owner.QueryRow(`SELECT count(*) FROM owed_ledger_partitions()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := count()
+	do(h, http.MethodPost, "/cron/sweep", "Bearer "+secret)
+	if n := count(); n != before+3 {
+		t.Fatalf("partitions after the hour's first cron call: %d, want %d (the month after next's three)", n, before+3)
+	}
+	// A partition dropped within the hour is made again only the next hour.
+	var last string
+	if err := s.DB.Owner.QueryRow(`SELECT partition FROM owed_ledger_partitions()
+	    WHERE parent = 'owed_receipts' ORDER BY from_id DESC NULLS LAST LIMIT 1`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB.Owner.Exec(`DROP TABLE ` + last); err != nil {
+		t.Fatal(err)
+	}
+	do(h, http.MethodPost, "/cron/sweep", "Bearer "+secret)
+	if n := count(); n != before+2 {
+		t.Errorf("a second cron call in the hour changed the partitions: %d, want %d", n, before+2)
+	}
+	clk.Advance(time.Hour)
+	do(h, http.MethodPost, "/cron/sweep", "Bearer "+secret)
+	if n := count(); n != before+3 {
+		t.Errorf("the next hour's cron call left %d partitions, want %d", n, before+3)
+	}
+}

@@ -53,10 +53,18 @@ UPDATE owed_notifications n SET expires_at = NULL
  WHERE n.id = a.id AND a.expires_at IS NULL AND n.expires_at IS NOT NULL AND n.id = ANY($2)
 
 -- name: RestoreAttempts
--- RestoreAttempts inserts a batch of archived attempts with their own ids.
+-- RestoreAttempts inserts a batch of archived attempts with their own ids,
+-- answering the row's id and the attempt's of each it inserted.
 INSERT INTO owed_notification_attempts OVERRIDING SYSTEM VALUE
 SELECT * FROM json_populate_recordset(NULL::owed_notification_attempts, $1::json)
 ON CONFLICT DO NOTHING
+RETURNING notification_id, id
+
+-- name: UncountRestored
+-- UncountRestored takes off the per-minute counters what the restore's
+-- inserts of rows $1 and attempts ($2 their rows, $3 their ids) added
+-- (owed_ledger_minutes_uncount, internal/ledger/sql/minutes.sql).
+SELECT owed_ledger_minutes_uncount($1, $2, $3)
 
 -- name: RestoreReceipts
 -- RestoreReceipts inserts a batch of archived receipts with their own ids.

@@ -6,11 +6,13 @@
 -- (owed_ledger_partitions_ensure, notifications.sql), so a month's
 -- partition holds that month's rows' whole history and retention drops
 -- the two together. So the key holds the partition key, and there is no
--- foreign key to owed_notifications: PostgreSQL 15 cannot add one NOT
--- VALID to a partitioned table, so the upgrade would check every attempt
--- under an exclusive lock, and every month dropped would be checked
--- against it. Only the settle functions (settle.sql) write attempts, each
--- for a row they hold.
+-- foreign key to owed_notifications: PostgreSQL 15 allows one, but
+-- dropping a month of a table that references the ledger removes the
+-- key's triggers on the ledger, which takes an exclusive lock on the whole
+-- ledger, so every month retention drops would stop delivery for a moment
+-- and queue behind any long read of the ledger (docs/scale.md measures
+-- it). Only the settle functions (settle.sql) write attempts, each for a
+-- row they hold.
 CREATE TABLE owed_notification_attempts (
     -- The sequence keeps its name from before the owed_ prefix.
     id                  bigint      GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME notification_attempts_id_seq),

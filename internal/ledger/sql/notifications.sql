@@ -611,6 +611,37 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION owed_ledger_partitions_ensure(timestamptz, integer) FROM PUBLIC;
 
+-- owed_ledger_partitions_keep is the sweeper's monthly maintenance
+-- (ledger.Sweep.KeepPartitions, on the first cron call of each hour): it
+-- makes the partitions of this month and of the two after it that are
+-- missing and moves the ids to this month's range
+-- (owed_ledger_partitions_ensure), so a deployment where no operator ever
+-- runs `owedctl partitions ensure` still gives each month its own
+-- partitions. Creating a partition takes the parent's ownership, which no
+-- runtime role has and owed_definer has not either, so it is the one
+-- SECURITY DEFINER function owned by the schema's owner (owed_definer_takes_functions
+-- leaves it so). It takes no argument: the month is the database's own
+-- clock's, the reach two months, so a caller can make it do only what the
+-- hourly maintenance does. Creating a partition locks its parent against
+-- every statement for a moment; the wait for that lock is cut at a second
+-- (a long transaction on the ledger), and a call that gives up fails,
+-- changes nothing and is tried again the next hour, two months before the
+-- partition is needed. It answers how many partitions it made.
+CREATE FUNCTION owed_ledger_partitions_keep() RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+DECLARE
+    v_timeout text := current_setting('lock_timeout');
+    v_made integer;
+BEGIN
+    PERFORM set_config('lock_timeout', '1s', true);
+    SELECT count(*) FILTER (WHERE created) INTO v_made FROM owed_ledger_partitions_ensure(now(), 2);
+    PERFORM set_config('lock_timeout', v_timeout, true);
+    RETURN v_made;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION owed_ledger_partitions_keep() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_ledger_partitions_keep() TO owed_runtime;
+
 -- A payload that several rows of one scheduling batch share (an event with
 -- one payload and 1,000 recipients) is stored once, here, and each row
 -- points at it by payload_id with its own payload NULL; a row with a payload

@@ -103,7 +103,9 @@ REVOKE EXECUTE ON PROCEDURE owed_copy_table_grants(text, text, text) FROM PUBLIC
 -- new owner and the new owner's CREATE on the schema, so the procedure
 -- holds both for the call alone. It runs as its caller, and only the
 -- owner may call it. (The home files say each function's owner and grants
--- beside the function instead.)
+-- beside the function instead.) owed_ledger_partitions_keep stays the
+-- owner's: it creates partitions, which takes the tables' ownership
+-- (internal/ledger/sql/notifications.sql).
 CREATE PROCEDURE owed_definer_takes_functions(p_runtime text[])
 LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
 DECLARE
@@ -112,7 +114,8 @@ BEGIN
     GRANT owed_definer TO CURRENT_USER;
     GRANT CREATE ON SCHEMA public TO owed_definer;
     FOR f IN SELECT p.oid::regprocedure AS sig, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-              WHERE n.nspname = 'public' AND p.prosecdef AND p.proowner <> 'owed_definer'::regrole LOOP
+              WHERE n.nspname = 'public' AND p.prosecdef AND p.proowner <> 'owed_definer'::regrole
+                AND p.proname <> 'owed_ledger_partitions_keep' LOOP
         EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f.sig);
         IF f.proname = ANY (p_runtime) THEN
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO owed_runtime', f.sig);
