@@ -184,7 +184,8 @@ func (s *Sweeper) publishSlice(ctx context.Context, leased []ledger.Leased, at f
 }
 
 // publish sends one chunk, in the lease's order, and marks the accepted
-// rows queued; now is the database's instant. A row whose message cannot
+// rows the lease left leased queued (the lease wrote the others queued);
+// now is the database's instant. A row whose message cannot
 // be built is set aside first, and the rest go out.
 func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, now time.Time, res *Result) error {
 	chunk, digests, err := s.foldDigests(ctx, chunk)
