@@ -16,12 +16,13 @@
 //   - GET /v1/notifications' first page (ledger.FindPage, 50 rows),
 //
 // and counts the sequential scans of the ledger's tables the measured
-// statements made (pg_stat_user_tables.seq_scan; target 0), then each of
-// the idle sweep's statements and the operators' reads one by one. Targets: every
-// figure at the largest size within 1.5× of the smallest. It archives the
-// oldest month (owedctl archive write) and prints the throughput;
-// retention's detach and drop are not measured: the ledger is not
-// partitioned yet (docs/scale.md).
+// statements made (pg_stat_user_tables.seq_scan of a table or partition
+// holding a page; target 0), then each of the idle sweep's statements and
+// the operators' reads one by one. Targets: every figure at the largest
+// size within 1.5× of the smallest. The settled rows fill twelve month
+// partitions; retention then drops the oldest (owedctl retention run:
+// archive, check, detach, drop), and the archive's throughput and the
+// drop's time after it are printed (target ≤ 1 s).
 //
 //	scripts/with-postgres.sh go run ./bench/ledgerscale [-sizes 1000000,20000000] [-runs 5]
 package main
@@ -33,7 +34,6 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -98,6 +98,11 @@ func run() error {
 		return err
 	}
 
+	// This month's partitions and the next thirteen: the owed rows are
+	// this month's, the settled rows' twelve months follow (addSettled).
+	if _, err := db.Owner.ExecContext(ctx, `SELECT owed_ledger_partitions_ensure(now(), 13)`); err != nil {
+		return err
+	}
 	walStart, err := walLSN(ctx, db)
 	if err != nil {
 		return err
@@ -124,8 +129,8 @@ func run() error {
 		load := time.Since(start)
 		have = size
 		var bytes int64
-		if err := db.Owner.QueryRowContext(ctx, `SELECT pg_total_relation_size('owed_notifications')
-		    + pg_total_relation_size('owed_notification_attempts')`).Scan(&bytes); err != nil {
+		if err := db.Owner.QueryRowContext(ctx, `SELECT ((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('owed_notifications'))
+		    + (SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('owed_notification_attempts')))::bigint`).Scan(&bytes); err != nil {
 			return err
 		}
 		rows = append(rows,
@@ -279,13 +284,13 @@ func run() error {
 				Unit: "×", Target: "≤ 1.5", Pass: benchutil.Check(ratio <= 1.5)})
 		}
 	}
-	// Archive throughput: the oldest month of the largest ledger, as
-	// retention would archive it before dropping its partition.
-	arch, err := archiveMonth(ctx, db, sizes[len(sizes)-1])
+	// Retention of the oldest month of the largest ledger: its archive's
+	// throughput, and the detach and drop after it.
+	drop, err := dropMonth(ctx, db)
 	if err != nil {
 		return err
 	}
-	rows = append(rows, arch...)
+	rows = append(rows, drop...)
 	// The machine's load beside the figures: a figure taken on a loaded
 	// machine says little about the ledger.
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
@@ -450,19 +455,30 @@ func makeDue(ctx context.Context, db *benchutil.DB, n int) error {
 	return err
 }
 
-// addSettled COPYs rows from..to-1 of the settled ledger: created evenly
-// over the 12 months before now, due an hour after, delivered two seconds
-// late (one in a hundred expired instead), then gives every delivered row
-// its accepted attempt and vacuums.
+// addSettled COPYs rows from..to-1 of the settled ledger into the twelve
+// month partitions after the owed rows' (ensured by run), a twelfth in
+// each, created in the month of the year before now the partition stands
+// for, due an hour after, delivered two seconds late (one in a hundred
+// expired instead); it moves the id sequence into each month's range as
+// the monthly maintenance would have, then to the month after the last,
+// gives every delivered row its accepted attempt and vacuums.
 func addSettled(ctx context.Context, db *benchutil.DB, from, to int) error {
 	const year = 365 * 24 * time.Hour
 	end := time.Now().Add(-2 * time.Hour)
 	begin := end.Add(-year)
-	total := float64(to)
-	for lo := from; lo < to; lo += 1000000 {
-		hi := min(to, lo+1000000)
+	for k := 1; k <= 12; k++ {
+		lo, hi := from+(to-from)*(k-1)/12, from+(to-from)*k/12
+		first := monthFirstID(k)
 		tx, err := db.Owner.BeginTx(ctx, nil)
 		if err != nil {
+			return err
+		}
+		// The month's next free id: the sequence stands there while its
+		// rows are written, as it stood while that month was the current.
+		if _, err := tx.ExecContext(ctx, `SELECT setval('owed_notifications_id_seq',
+		        coalesce((SELECT max(id) FROM owed_notifications WHERE id >= $1 AND id < $2), $1 - 1) + 1, false)`,
+			first, first+monthIDs); err != nil {
+			tx.Rollback()
 			return err
 		}
 		// COPY refuses a table under row-level security, so the rows go
@@ -482,9 +498,8 @@ func addSettled(ctx context.Context, db *benchutil.DB, from, to int) error {
 			return err
 		}
 		for g := lo; g < hi; g++ {
-			// Rows are spread over the year in id order, as time would
-			// have written them, whatever the size the run stops at.
-			created := begin.Add(time.Duration(float64(year) * float64(g) / total))
+			// Spread over the month the partition stands for.
+			created := begin.Add(year*time.Duration(k-1)/12 + time.Duration(float64(year/12)*float64(g-lo)/float64(hi-lo)))
 			due := created.Add(time.Hour)
 			state, delivered, errText := "delivered", any(due.Add(2*time.Second)), any(nil)
 			if g%100 == 0 {
@@ -514,17 +529,23 @@ func addSettled(ctx context.Context, db *benchutil.DB, from, to int) error {
 			tx.Rollback()
 			return err
 		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO owed_notification_attempts (notification_id, tenant_id, attempt,
+		        provider, started_at, finished_at, outcome, provider_message_id, http_status)
+		    SELECT id, tenant_id, 1, provider, delivered_at, delivered_at, 'accepted', provider_message_id, 200
+		      FROM owed_notifications
+		     WHERE state = 'delivered' AND ref_id LIKE 'settled-%' AND id >= $1 AND id < $2
+		       AND id > coalesce((SELECT max(notification_id) FROM owed_notification_attempts
+		                           WHERE notification_id >= $1 AND notification_id < $2), 0)`, first, first+monthIDs); err != nil {
+			tx.Rollback()
+			return err
+		}
 		if err := tx.Commit(); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "bench/ledgerscale: %d rows written\n", hi)
+		fmt.Fprintf(os.Stderr, "bench/ledgerscale: %d rows written (month %d of 12)\n", hi, k)
 	}
-	if _, err := db.Owner.ExecContext(ctx, `INSERT INTO owed_notification_attempts (notification_id, tenant_id, attempt,
-	        provider, started_at, finished_at, outcome, provider_message_id, http_status)
-	    SELECT id, tenant_id, 1, provider, delivered_at, delivered_at, 'accepted', provider_message_id, 200
-	      FROM owed_notifications
-	     WHERE state = 'delivered' AND ref_id LIKE 'settled-%'
-	       AND id > coalesce((SELECT max(notification_id) FROM owed_notification_attempts), 0)`); err != nil {
+	// New rows from here on take the month after the last.
+	if _, err := db.Owner.ExecContext(ctx, `SELECT setval('owed_notifications_id_seq', $1, false)`, monthFirstID(13)); err != nil {
 		return err
 	}
 	for _, t := range []string{"owed_notifications", "owed_notification_attempts"} {
@@ -533,6 +554,17 @@ func addSettled(ctx context.Context, db *benchutil.DB, from, to int) error {
 		}
 	}
 	return nil
+}
+
+// monthIDs is the width of a month's id range (owed_ledger_month_first_id,
+// internal/ledger/sql/notifications.sql).
+const monthIDs = 100000000000
+
+// monthFirstID is the first id of the k-th month after this one.
+func monthFirstID(k int) int64 {
+	now := time.Now().UTC()
+	months := (now.Year()-2000)*12 + int(now.Month()) - 1 + k
+	return int64(months) * monthIDs
 }
 
 // seqScans sums the sequential scans of the ledger's tables so far. The
@@ -546,8 +578,12 @@ func seqScans(ctx context.Context, db *benchutil.DB) (int64, error) {
 	db.Owner.SetMaxIdleConns(2)
 	time.Sleep(time.Second)
 	var n int64
-	err := db.Owner.QueryRowContext(ctx, `SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_user_tables
-	    WHERE relname LIKE 'owed\_notification%' OR relname LIKE 'owed\_receipts%'`).Scan(&n)
+	// A partition with no page (a month ahead, the empty legacy partition
+	// of a fresh install) may be read sequentially for free, as the plan
+	// tests of internal/ledger allow.
+	err := db.Owner.QueryRowContext(ctx, `SELECT coalesce(sum(s.seq_scan), 0) FROM pg_stat_user_tables s
+	    JOIN pg_class c ON c.oid = s.relid
+	    WHERE (s.relname LIKE 'owed\_notification%' OR s.relname LIKE 'owed\_receipts%') AND c.relpages > 0`).Scan(&n)
 	return n, err
 }
 
@@ -558,33 +594,42 @@ func walLSN(ctx context.Context, db *benchutil.DB) (int64, error) {
 	return n, err
 }
 
-// archiveMonth archives the ids of the oldest twelfth of the settled rows
-// (they follow the owed rows' ids) into a temporary folder and reports
-// the rows and compressed bytes written per second.
-func archiveMonth(ctx context.Context, db *benchutil.DB, size int) ([]benchutil.Row, error) {
+// dropMonth lets retention drop the oldest month of settled rows (the
+// first of the twelve, its rows and attempts), as it would a year later
+// with a retention of a day: archive, check, detach and drop. It reports
+// the archive's throughput and the drop's time after the archive is
+// written (target ≤ 1 s). The empty legacy partition a fresh install has
+// goes first, uncounted.
+func dropMonth(ctx context.Context, db *benchutil.DB) ([]benchutil.Row, error) {
 	dir, err := os.MkdirTemp("", "owed-ledgerscale-archive")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	from := int64(owedRows + 1)
-	to := from + int64(size/12)
-	start := time.Now()
-	m, err := archive.Write(ctx, db.Owner, from, to, filepath.Join(dir, "month"), start)
+	months, err := archive.Run(ctx, db.Owner, archive.RunOptions{
+		Retention: archive.Retention{Default: archive.Period(24 * time.Hour)}, Dir: dir, Operator: "bench",
+		Now: time.Now().Add(2 * 365 * 24 * time.Hour), Limit: 2})
 	if err != nil {
 		return nil, err
 	}
-	secs := time.Since(start).Seconds()
-	var n, bytes int64
-	for _, f := range m.Files {
-		n, bytes = n+f.Rows, bytes+f.Bytes
+	for _, m := range months {
+		if !m.Dropped || m.Rows == 0 {
+			continue
+		}
+		secs := m.ArchiveTime.Seconds()
+		label := fmt.Sprintf("retention of a month (%d rows and their attempts)", m.Rows)
+		return []benchutil.Row{
+			{Name: label + ": archive, rows/s", Value: benchutil.One(float64(m.ArchiveRows) / secs), Unit: "rows/s"},
+			{Name: label + ": archive, MB/s written", Value: benchutil.One(float64(m.ArchiveSize) / 1e6 / secs), Unit: "MB/s"},
+			{Name: label + ": archive, bytes per ledger row", Value: benchutil.One(float64(m.ArchiveSize) / float64(m.Rows)), Unit: "bytes"},
+			{Name: label + ": archive written and checked", Value: benchutil.One(secs), Unit: "s"},
+			{Name: label + ": detach and drop after the archive (rename, 3 DETACH CONCURRENTLY, count, DROP)",
+				Value: benchutil.One(m.DropTime.Seconds()), Unit: "s", Target: "≤ 1", Pass: benchutil.Check(m.DropTime <= time.Second)},
+			{Name: label + ": its schedule keys deleted after the drop (10,000 a statement)", Value: benchutil.One(m.KeysTime.Seconds()),
+				Unit: "s"},
+		}, nil
 	}
-	label := fmt.Sprintf("archive of a month (%d rows and their attempts, gzipped JSON lines)", size/12)
-	return []benchutil.Row{
-		{Name: label + ", rows/s", Value: benchutil.One(float64(n) / secs), Unit: "rows/s"},
-		{Name: label + ", MB/s written", Value: benchutil.One(float64(bytes) / 1e6 / secs), Unit: "MB/s"},
-		{Name: label + ", bytes per ledger row", Value: benchutil.One(float64(bytes) / float64(size/12)), Unit: "bytes"},
-	}, nil
+	return nil, fmt.Errorf("retention dropped no month of settled rows: %+v", months)
 }
 
 // explainLease prints on stderr the relations the lease statement reads
