@@ -148,15 +148,16 @@ func run() error {
 }
 
 // phaseRows splits the path by the ledger's own stamps, all on the
-// database's clock: inserted (created_at, the API's transaction) → marked
-// queued (published_at, after the queue took the message) → claimed by a
-// worker (claimed_at) → settled delivered (delivered_at, after the send).
+// database's clock: inserted (created_at, the API's transaction) → leased
+// queued (published_at: the sweep's lease writes a pending row queued, as
+// published, just before its publish) → claimed by a worker (claimed_at) →
+// settled delivered (delivered_at, after the send).
 func phaseRows(ctx context.Context, db *benchutil.DB, q string) ([]benchutil.Row, error) {
 	var rows []benchutil.Row
 	err := tenant.InTx(ctx, db.Owner, tenantID, func(tx *sql.Tx) error {
 		for _, ph := range []struct{ name, from, to string }{
-			{"inserted → marked queued (notify, sweep, publish)", "created_at", "published_at"},
-			{"marked queued → claimed (queue, worker receive)", "published_at", "claimed_at"},
+			{"inserted → leased queued (notify, sweep)", "created_at", "published_at"},
+			{"leased queued → claimed (publish, queue, worker receive)", "published_at", "claimed_at"},
 			{"claimed → delivered (send, settle)", "claimed_at", "delivered_at"},
 		} {
 			var p50, p99 float64
@@ -169,9 +170,10 @@ SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99) WIT
 			rows = append(rows, benchutil.Row{Name: fmt.Sprintf("immediate phase %s p50 / p99, %s", ph.name, q),
 				Value: benchutil.Summary{Median: p50, Min: p50, Max: p99, N: 1}, Unit: "ms"})
 		}
-		// A worker may claim a row before the sweep marks it queued (the
-		// message is on the queue first); such a row has no published_at,
-		// and the two phases around it leave it out.
+		// A row the lease left leased (a requeue) and a worker claimed
+		// before the sweep's mark has no published_at, and the two phases
+		// around it leave it out; a row due now is written queued by the
+		// lease, so this counts none of them.
 		var early int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM owed_notifications
          WHERE recipient LIKE 'row-%' AND published_at IS NULL`).Scan(&early); err != nil {

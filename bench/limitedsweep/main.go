@@ -292,9 +292,11 @@ type late struct {
 	publishP50, publishP99, deliverP50, deliverP99 float64
 }
 
-// lateness reads the new rows' publish and delivery lateness. A row a
-// worker claimed before the sweep's mark has no published_at; it is
-// counted by its claim instead (claimed after its message was published).
+// lateness reads the new rows' publish and delivery lateness. A new row's
+// published_at is the sweep's lease of it (written queued just before its
+// publish); a row without one (a requeue a worker claimed before the
+// sweep's mark) is counted by its claim instead (claimed after its message
+// was published).
 func lateness(ctx context.Context, db *benchutil.DB) (late, error) {
 	var r late
 	err := db.OwnerTx(ctx, func(tx *sql.Tx) error {

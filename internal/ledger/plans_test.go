@@ -245,7 +245,8 @@ func TestIdleSweepNeverScansTheLedger(t *testing.T) {
 	}
 	sh := Sharing{Accounts: []Account{{Name: "", Cap: 1000}}}
 	lease := func(s Slice, share float64) []any {
-		return LeaseParams{Limit: 500, For: time.Minute, Ahead: time.Minute, Slice: s, Share: share, Sharing: sh}.args(b.now)
+		return LeaseParams{Limit: 500, For: time.Minute, Ahead: time.Minute, Slice: s, Share: share, Sharing: sh,
+			RequeueAfter: 10 * time.Minute}.leaseArgs(b.now)
 	}
 	for _, c := range []struct {
 		name  string
@@ -259,7 +260,7 @@ func TestIdleSweepNeverScansTheLedger(t *testing.T) {
 		{"LeaseFair (requeues)", qLeaseFair, lease(SliceRequeue, 0.5)},
 		{"LeaseFair (pending)", qLeaseFair, lease(SlicePending, 1)},
 		{"LeaseFair (owed, no accounts)", qLeaseFair,
-			LeaseParams{Limit: 500, For: time.Minute, Ahead: time.Minute}.args(b.now)},
+			LeaseParams{Limit: 500, For: time.Minute, Ahead: time.Minute}.leaseArgs(b.now)},
 		{"LeasableFair", qLeasableFair, leasableArgs(b.now, time.Minute, sh)},
 	} {
 		if scans := xactSeqScans(t, b, c.query, c.args...); scans != 0 {

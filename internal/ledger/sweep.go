@@ -33,6 +33,10 @@ type Leased struct {
 	// (HandBack) may be sent, zero for any other row: its message is
 	// published to surface at the later of it and DueAt.
 	NotBefore time.Time
+	// Queued says the lease wrote the row queued, as published
+	// (LeaseParams.RequeueAfter): it needs no MarkQueued after its
+	// publish, and ReleaseLeased hands it back as it does a leased row.
+	Queued bool
 }
 
 // Slice says which owed rows one Lease takes.
@@ -121,6 +125,15 @@ type LeaseParams struct {
 	// For is how long the sweeper holds the rows before another sweep may
 	// take them (a crashed sweeper heals when it runs out).
 	For time.Duration
+	// RequeueAfter, when above zero, writes the pending rows the slice
+	// takes straight to queued, as published (Leased.Queued), their lease
+	// ending RequeueAfter after the later of now and their due time: what
+	// MarkQueued writes, so the sweep marks only the other rows after
+	// their publish. That saves a row write per delivery; a sweeper that
+	// dies before the publish leaves those rows to the lapsed-lease
+	// requeue RequeueAfter after their due time instead of For after the
+	// lease (docs/reliability.md). Zero leases every row.
+	RequeueAfter time.Duration
 	// Slice picks the rows; the zero value is SliceOwed.
 	Slice Slice
 	// Share is the part of each account's room the slice may take, above
@@ -136,6 +149,8 @@ func (p LeaseParams) validate() error {
 		return fmt.Errorf("ledger: lease limit must be above zero, got %d", p.Limit)
 	case p.For <= 0:
 		return fmt.Errorf("ledger: lease duration must be above zero, got %s", p.For)
+	case p.RequeueAfter < 0:
+		return fmt.Errorf("ledger: requeue-after must not be negative, got %s", p.RequeueAfter)
 	case p.Ahead < 0:
 		return fmt.Errorf("ledger: publish-ahead window must not be negative, got %s", p.Ahead)
 	case p.Slice < SliceOwed || p.Slice > SliceRequeue:
@@ -157,6 +172,16 @@ func (p LeaseParams) args(now any) []any {
 	}
 	return []any{int(p.Slice), now, seconds(p.For), seconds(p.Ahead), p.Limit, pq.Array(channels),
 		pq.Array(accountOf), pq.Array(names), pq.Array(caps), share, seconds(p.liveFor())}
+}
+
+// leaseArgs are qLeaseFair's arguments for p: args and the requeue-after
+// in seconds, NULL when it is zero (every row leased).
+func (p LeaseParams) leaseArgs(now any) []any {
+	var requeueAfter any
+	if p.RequeueAfter > 0 {
+		requeueAfter = seconds(p.RequeueAfter)
+	}
+	return append(p.args(now), requeueAfter)
 }
 
 // AccountRoom is what one slice saw of an account.
@@ -218,7 +243,7 @@ func (l *Sweep) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, err
 		return LeaseResult{}, err
 	}
 	res := LeaseResult{Accounts: make([]AccountRoom, max(1, len(p.Accounts)))}
-	err := l.queryAllTenants(ctx, qLeaseFair, p.args(l.now()), func(rows *sql.Rows) error {
+	err := l.queryAllTenants(ctx, qLeaseFair, p.leaseArgs(l.now()), func(rows *sql.Rows) error {
 		var (
 			id, gen, inFlight, room, held sql.NullInt64
 			ten, state                    sql.NullString
@@ -239,9 +264,10 @@ func (l *Sweep) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, err
 			res.Counted = true
 			res.Accounts[account-1] = AccountRoom{InFlight: int(inFlight.Int64), Room: int(room.Int64),
 				Held: int(held.Int64), More: more.Bool}
-		case state.String == string(StateLeased):
+		case state.String == string(StateLeased) || state.String == string(StateQueued):
 			res.Rows = append(res.Rows, Leased{ID: id.Int64, Tenant: ten.String, DueAt: due.Time.UTC(),
-				Republish: republish.Bool, QueueGeneration: int(gen.Int64), Account: account - 1, Requeue: requeue.Bool})
+				Republish: republish.Bool, QueueGeneration: int(gen.Int64), Account: account - 1, Requeue: requeue.Bool,
+				Queued: state.String == string(StateQueued)})
 			if notBefore.Valid {
 				res.Rows[len(res.Rows)-1].NotBefore = notBefore.Time.UTC()
 			}
@@ -360,8 +386,9 @@ func (l *Sweep) MarkQueued(ctx context.Context, ids []int64, requeueAfter time.D
 	return l.execAllTenants(ctx, qMarkQueued, pq.Array(ids), l.now(), seconds(requeueAfter))
 }
 
-// ReleaseLeased hands back leased rows whose messages the queue did not
-// accept, so the next sweep takes them without waiting for the lease.
+// ReleaseLeased hands back rows a lease took (leased, or written queued:
+// Leased.Queued) whose messages the queue did not accept, so the next sweep
+// takes them without waiting for the lease.
 func (l *Sweep) ReleaseLeased(ctx context.Context, ids []int64) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil

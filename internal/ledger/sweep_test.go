@@ -399,3 +399,61 @@ func TestAHandBackWithinAMinuteWakesTheSweeper(t *testing.T) {
 		t.Fatal("no owed_due notification after a hand-back 30 s away")
 	}
 }
+
+// With a requeue-after, the lease writes a pending row straight to what the
+// queued mark wrote after the publish (queued, published, its lease ending
+// the requeue-after past its due time), so the sweep writes each row once
+// before a worker claims it. A refused publish still hands the row back, as
+// a row never published; a row a worker claimed since is not the sweep's
+// to hand back; and a row whose message was lost is republished once its
+// lease runs out, under its next queue generation.
+func TestLeaseWritesPendingRowsQueued(t *testing.T) {
+	b := setup(t)
+	s := mustSchedule(t, b, "acme", row("a", "T-1", b.now), row("b", "T-2", b.now), row("c", "T-3", b.now))
+	p := LeaseParams{Limit: 1000, For: time.Minute, RequeueAfter: 10 * time.Minute}
+	got, err := b.l.Lease(ctx, p)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("lease: %+v %v", got, err)
+	}
+	for _, r := range got {
+		if !r.Queued || r.Republish || r.Requeue || r.QueueGeneration != 0 {
+			t.Errorf("leased row %+v, want queued, first published", r)
+		}
+		n, err := b.l.Get(ctx, "acme", r.ID)
+		if err != nil || n.State != StateQueued || n.PublishedAt == nil || !n.PublishedAt.Equal(b.now) ||
+			n.LeaseUntil == nil || !n.LeaseUntil.Equal(b.now.Add(10*time.Minute)) {
+			t.Errorf("row %d after the lease: %+v %v, want queued, published now, leased 10 minutes", r.ID, n, err)
+		}
+	}
+	// A worker claims the first row's message; the sweep's release of all
+	// three (their publish refused) hands back the two it still holds.
+	b.advance(time.Second)
+	mustClaim(t, b, "acme", s[0].ID, ClaimParams{DueAt: b.now.Add(-time.Second), LeaseFor: time.Minute})
+	if n, err := b.l.ReleaseLeased(ctx, []int64{s[0].ID, s[1].ID}); err != nil || n != 1 {
+		t.Fatalf("release: %d %v, want the unclaimed row alone", n, err)
+	}
+	if n, _ := b.l.Get(ctx, "acme", s[0].ID); n.State != StateSending {
+		t.Errorf("claimed row after the release: %s, want sending", n.State)
+	}
+	if n, _ := b.l.Get(ctx, "acme", s[1].ID); n.State != StatePending || n.PublishedAt != nil || n.LeaseUntil != nil {
+		t.Errorf("released row: %+v, want pending, never published", n)
+	}
+	again, err := b.l.Lease(ctx, p)
+	if err != nil || len(again) != 1 || again[0].ID != s[1].ID || again[0].Republish || again[0].QueueGeneration != 0 {
+		t.Errorf("lease after the release: %+v %v, want row %d, as never published", again, err, s[1].ID)
+	}
+	// The third row's message is lost: the sweep takes it again once its
+	// lease runs out, as a republish.
+	b.advance(10 * time.Minute)
+	again, err = b.l.Lease(ctx, p)
+	var third *Leased
+	for i := range again {
+		if again[i].ID == s[2].ID {
+			third = &again[i]
+		}
+	}
+	if err != nil || third == nil || !third.Republish || !third.Requeue || third.Queued || third.QueueGeneration != 1 {
+		t.Errorf("lease after the lost message's lease ran out: %+v %v, want row %d leased as a republish, generation 1",
+			again, err, s[2].ID)
+	}
+}

@@ -89,7 +89,7 @@ func (d *drain) slice(ctx context.Context, kind ledger.Slice, limit int, share f
 	}
 	began := time.Now()
 	r, err := d.s.ledger.LeaseSlice(ctx, ledger.LeaseParams{Limit: limit, Ahead: d.s.cfg.PublishAhead,
-		For: d.s.cfg.Budget + leaseMargin, Slice: kind, Share: share, Sharing: d.sh})
+		For: d.s.cfg.Budget + leaseMargin, RequeueAfter: d.s.cfg.RequeueAfter, Slice: kind, Share: share, Sharing: d.sh})
 	if err != nil {
 		return false, fmt.Errorf("lease owed rows: %w", err)
 	}
@@ -184,7 +184,8 @@ func (s *Sweeper) publishSlice(ctx context.Context, leased []ledger.Leased, at f
 }
 
 // publish sends one chunk, in the lease's order, and marks the accepted
-// rows queued; now is the database's instant. A row whose message cannot
+// rows the lease left leased queued (the lease wrote the others queued);
+// now is the database's instant. A row whose message cannot
 // be built is set aside first, and the rest go out.
 func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, now time.Time, res *Result) error {
 	chunk, digests, err := s.foldDigests(ctx, chunk)
@@ -227,7 +228,10 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, now time.T
 	if len(results) != len(msgs) {
 		return fmt.Errorf("publish: queue answered %d results for %d messages", len(results), len(msgs))
 	}
-	var accepted, refused []int64
+	// accepted are the rows whose messages the queue took, unmarked those
+	// of them the lease left leased (a requeue): the lease wrote the
+	// others queued already (ledger.Leased.Queued).
+	var accepted, unmarked, refused []int64
 	var firstRefusal string
 	for i, r := range results {
 		// A digest's message stands for every member the chunk leased.
@@ -240,6 +244,11 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, now time.T
 			continue
 		}
 		accepted = append(accepted, rows...)
+		// A digest's members may have been leased apart from their lead:
+		// the mark, which changes only leased rows, looks at them all.
+		if !chunk[i].Queued || len(rows) > 1 {
+			unmarked = append(unmarked, rows...)
+		}
 		res.Published += len(rows)
 		if chunk[i].Republish {
 			res.Republished++
@@ -259,8 +268,8 @@ func (s *Sweeper) publish(ctx context.Context, chunk []ledger.Leased, now time.T
 	// deduplicates).
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := s.ledger.MarkQueued(mctx, accepted, s.cfg.RequeueAfter); err != nil {
-		return fmt.Errorf("mark %d rows queued: %w", len(accepted), err)
+	if _, err := s.ledger.MarkQueued(mctx, unmarked, s.cfg.RequeueAfter); err != nil {
+		return fmt.Errorf("mark %d rows queued: %w", len(unmarked), err)
 	}
 	if len(refused) > 0 {
 		n, err := s.ledger.ReleaseLeased(mctx, refused)

@@ -374,7 +374,7 @@ $$`); err != nil {
 		}
 		_, err := tx.Exec(`
 CREATE TRIGGER test_poison BEFORE UPDATE ON owed_notifications FOR EACH ROW
-WHEN (OLD.ref_id = '` + ref + `' AND NEW.state IN ('expired', 'leased')) EXECUTE FUNCTION test_poison()`)
+WHEN (OLD.ref_id = '` + ref + `' AND NEW.state IN ('expired', 'leased', 'queued')) EXECUTE FUNCTION test_poison()`)
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 // Package sweep is one run of the minute sweep: settle what expired, then
-// lease bounded slices of what is owed, publish one queue message per row,
-// and mark the rows queued, slice after slice, until nothing leasable is
+// lease bounded slices of what is owed (a pending row is written queued by
+// the lease itself, as published: ledger.LeaseParams.RequeueAfter), publish
+// one queue message per row, and mark the requeued rows queued once their
+// messages are accepted, slice after slice, until nothing leasable is
 // left, the run's time budget is near, or each provider account has a few
 // seconds of its sending published (backpressure); and the counters of
 // those runs (Metrics). Each slice is shared, not one oldest-first line:
@@ -10,7 +12,9 @@
 // oldest owed first (ledger.LeaseSlice); a paused tenant or a held account
 // takes none of it. Rows whose lease ran out get a slice of their own each
 // run, at most half the room, so they never starve rows falling due. It
-// never marks a row queued that the queue did not accept, never publishes a
+// never leaves a row queued whose message the queue refused (it hands it
+// back), never marks a requeued row queued that the queue did not accept,
+// never publishes a
 // row past its expiry, publishes in the lease's order with delays counted
 // from the database's clock, and hands back every row it leased and did not
 // publish. A row that cannot be published (its message cannot be built, or
@@ -76,8 +80,11 @@ const (
 	// run that is still inside its budget never loses its rows to another.
 	leaseMargin = 10 * time.Second
 	// publishChunk is how many rows one Publish carries (the backend splits
-	// it into its own batches); rows are marked queued after each chunk, so
-	// a crash mid-run leaves at most one chunk to heal.
+	// it into its own batches); requeued rows are marked queued after each
+	// chunk, so a crash mid-run leaves at most one chunk of them to heal
+	// when the run's lease runs out. The pending rows of a slice the crash
+	// left unpublished heal later, when the lease the lease wrote them with
+	// (OWED_REQUEUE_AFTER past their due time) runs out.
 	publishChunk = 100
 	// sendRateWindow is how far back an unpaced account's sends are
 	// counted.

@@ -57,6 +57,10 @@ type StatementCounter struct {
 	Calls  int64
 	ExecMs float64
 	Rows   int64
+	// Dirtied is shared_blks_dirtied (pages the statement made dirty),
+	// WALBytes wal_bytes (the WAL it wrote, full-page images included):
+	// what a row write costs beyond the executor's CPU.
+	Dirtied, WALBytes int64
 }
 
 // TableCounter is one table's row writes (pg_stat_user_tables).
@@ -127,7 +131,8 @@ func ReadCounters(ctx context.Context, db *sql.DB, role string) (PGCounters, err
 // statementCounters reads pg_stat_statements' entries for the database
 // name and role ("" for every role), by queryid.
 func statementCounters(ctx context.Context, sdb *sql.DB, name, role string) (map[int64]StatementCounter, error) {
-	rs, err := sdb.QueryContext(ctx, `SELECT s.queryid, s.query, s.calls, s.total_exec_time, s.rows
+	rs, err := sdb.QueryContext(ctx, `SELECT s.queryid, s.query, s.calls, s.total_exec_time, s.rows,
+			s.shared_blks_dirtied, s.wal_bytes::bigint
 		FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid JOIN pg_roles r ON r.oid = s.userid
 		WHERE d.datname = $1 AND ($2 = '' OR r.rolname = $2)`, name, role)
 	if err != nil {
@@ -138,12 +143,13 @@ func statementCounters(ctx context.Context, sdb *sql.DB, name, role string) (map
 	for rs.Next() {
 		var id int64
 		var s StatementCounter
-		if err := rs.Scan(&id, &s.Query, &s.Calls, &s.ExecMs, &s.Rows); err != nil {
+		if err := rs.Scan(&id, &s.Query, &s.Calls, &s.ExecMs, &s.Rows, &s.Dirtied, &s.WALBytes); err != nil {
 			return nil, err
 		}
 		// One statement run by several roles has an entry for each.
 		t := out[id]
-		out[id] = StatementCounter{Query: s.Query, Calls: t.Calls + s.Calls, ExecMs: t.ExecMs + s.ExecMs, Rows: t.Rows + s.Rows}
+		out[id] = StatementCounter{Query: s.Query, Calls: t.Calls + s.Calls, ExecMs: t.ExecMs + s.ExecMs, Rows: t.Rows + s.Rows,
+			Dirtied: t.Dirtied + s.Dirtied, WALBytes: t.WALBytes + s.WALBytes}
 	}
 	return out, rs.Err()
 }
@@ -169,7 +175,7 @@ func tableCounters(ctx context.Context, db *sql.DB) (map[string]TableCounter, er
 }
 
 // breakdownStatements is how many statements Breakdown lists.
-const breakdownStatements = 12
+const breakdownStatements = 25
 
 // Breakdown writes where the database's work went per delivery between two
 // readings: the statements by execution time (calls, µs and rows per
@@ -186,11 +192,12 @@ func Breakdown(w io.Writer, title string, before, after PGCounters, deliveries i
 	for id, a := range after.ByStatement {
 		b := before.ByStatement[id]
 		if d := a.Calls - b.Calls; d > 0 {
-			stmts = append(stmts, stmt{StatementCounter{Query: a.Query, Calls: d, ExecMs: a.ExecMs - b.ExecMs, Rows: a.Rows - b.Rows}, id})
+			stmts = append(stmts, stmt{StatementCounter{Query: a.Query, Calls: d, ExecMs: a.ExecMs - b.ExecMs, Rows: a.Rows - b.Rows,
+				Dirtied: a.Dirtied - b.Dirtied, WALBytes: a.WALBytes - b.WALBytes}, id})
 		}
 	}
 	slices.SortFunc(stmts, func(a, b stmt) int { return cmp.Compare(b.ExecMs, a.ExecMs) })
-	fmt.Fprintf(w, "  %10s %10s %10s  %s\n", "calls", "exec µs", "rows", "statement")
+	fmt.Fprintf(w, "  %10s %10s %10s %10s %10s  %s\n", "calls", "exec µs", "rows", "dirtied", "WAL bytes", "statement")
 	for i, s := range stmts {
 		if i == breakdownStatements {
 			fmt.Fprintf(w, "  … and %d more statements\n", len(stmts)-i)
@@ -200,7 +207,8 @@ func Breakdown(w io.Writer, title string, before, after PGCounters, deliveries i
 		if r := []rune(q); len(r) > 110 {
 			q = string(r[:110]) + "…"
 		}
-		fmt.Fprintf(w, "  %10.4f %10.1f %10.4f  %s\n", float64(s.Calls)/n, s.ExecMs*1000/n, float64(s.Rows)/n, q)
+		fmt.Fprintf(w, "  %10.4f %10.1f %10.4f %10.3f %10.0f  %s\n", float64(s.Calls)/n, s.ExecMs*1000/n, float64(s.Rows)/n,
+			float64(s.Dirtied)/n, float64(s.WALBytes)/n, q)
 	}
 	fmt.Fprintf(w, "%s: per delivery, by table (pg_stat_user_tables):\n", title)
 	fmt.Fprintf(w, "  %10s %10s %10s %10s  %s\n", "inserts", "updates", "HOT", "deletes", "table")

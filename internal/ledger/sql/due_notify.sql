@@ -38,9 +38,9 @@ CREATE TRIGGER owed_notifications_due_inserted
 
 -- Updates: a row-level trigger whose WHEN clause the executor tests without
 -- calling the function, so only a row that becomes pending and due (a
--- reschedule to a new due time, an operator's redrive) calls it. A leased
--- row handed back pending with its due time unchanged (the sweep's release
--- after a refused publish) does not notify, so a queue that refuses every
+-- reschedule to a new due time, an operator's redrive) calls it. A row the
+-- sweep leased (owed_unpublished) handed back pending with its due time
+-- unchanged (the sweep's release after a refused publish) does not notify, so a queue that refuses every
 -- publish cannot make the sweeper spin. A row a worker hands back to the
 -- ledger with a not-before within a minute (ledger.HandBack) wakes it too,
 -- so the sweep publishes its message to surface at its not-before rather
@@ -57,7 +57,8 @@ CREATE TRIGGER owed_notifications_due_updated
     AFTER UPDATE OF state, due_at, not_before ON owed_notifications
     FOR EACH ROW
     WHEN ((NEW.state = 'pending' AND NEW.due_at <= now() + interval '1 minute'
-           AND (OLD.due_at IS DISTINCT FROM NEW.due_at OR OLD.state NOT IN ('pending', 'leased')))
+           AND (OLD.due_at IS DISTINCT FROM NEW.due_at
+                OR (OLD.state <> 'pending' AND NOT owed_unpublished(OLD.state, OLD.published_at, OLD.updated_at))))
           OR (OLD.state = 'sending' AND owed_handed_back(NEW.state, NEW.lease_until, NEW.not_before)
               AND NEW.not_before <= now() + interval '1 minute'))
     EXECUTE FUNCTION owed_notify_due_updated();

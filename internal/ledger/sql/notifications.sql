@@ -58,6 +58,20 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 SELECT p_state = 'queued' AND p_not_before = p_lease_until
 $$;
 
+-- owed_unpublished says whether a row is as the sweep's lease left it,
+-- its message not yet published (or its publish not yet answered): leased,
+-- or a pending row the lease wrote queued (owed_sweep_fair_lease_sql),
+-- whose publish instant is still its last write's. Any later write of
+-- the row (a worker's claim or hand-back, the queued mark) moves
+-- updated_at on, or leaves a published row. The sweep hands back or sets
+-- aside only such rows (owed_sweep_release, owed_sweep_set_aside), and a
+-- row handed back from it wakes nobody (owed_notifications_due_updated).
+CREATE FUNCTION owed_unpublished(p_state text, p_published_at timestamptz, p_updated_at timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT p_state = 'leased' OR (p_state = 'queued' AND p_published_at IS NOT DISTINCT FROM p_updated_at)
+$$;
+
 -- The ledger is partitioned by ranges of its id, each range opened for one
 -- calendar month (owed_ledger_partitions_ensure, below): every row created
 -- in a month gets an id of that month's range, so the id ranges are time

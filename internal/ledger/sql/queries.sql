@@ -499,12 +499,15 @@ SELECT provider, sends FROM owed_sweep_send_rates($1, $2, $3)
 
 -- name: LeaseFair
 -- LeaseFair is the sweeper's claim of owed rows, one slice in one
--- statement (owed_sweep_lease_fair_not_before, whose text is
+-- statement (owed_sweep_lease_fair_queued, whose text is
 -- owed_sweep_fair_lease_sql: sql/sweep.sql explains how it shares the
 -- slice between accounts and tenants and which indexes it reads). There is
 -- no lower bound on due_at: after a pause, the oldest owed rows go first.
 -- Its parameters are LeaseParams.args. It answers the rows in the slice's
--- order, then one row per account, each with the database's now.
+-- order, then one row per account, each with the database's now. With
+-- $12, the requeue-after in seconds, the pending rows it takes are
+-- written queued, as published (the queued mark's write done by the
+-- lease); NULL leases them, for a caller that marks every row.
 --
 -- A row published before (queued or sending with its lease run out: its
 -- message was lost, acked or dead-lettered, or its worker died) is
@@ -519,7 +522,7 @@ SELECT provider, sends FROM owed_sweep_send_rates($1, $2, $3)
 -- it: its message surfaces then.
 SELECT id, tenant_id, due_at, republish, queue_generation, account, state, ord, requeue, outstanding,
        room, held, more, asked_at, not_before
-  FROM owed_sweep_lease_fair_not_before($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, true)
+  FROM owed_sweep_lease_fair_queued($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, true, $12)
 
 -- name: ExplainLease
 -- ExplainLease runs LeaseFair's text under EXPLAIN ANALYZE
@@ -554,9 +557,10 @@ SELECT owed_sweep_expire($1, $2)
 SELECT owed_sweep_mark_queued($1, $2, $3)
 
 -- name: ReleaseLeased
--- ReleaseLeased hands back the rows of $1 that are still leased, whose
--- messages were not accepted, so the next sweep takes them at once
--- (owed_sweep_release).
+-- ReleaseLeased hands back the rows of $1 that are still as the lease
+-- left them (leased, or written queued by the lease and untouched since:
+-- owed_unpublished), whose messages were not accepted, so the next sweep
+-- takes them at once (owed_sweep_release).
 SELECT owed_sweep_release($1, $2)
 
 -- The worker's statements: the claim, its heartbeat, and every settle or

@@ -303,15 +303,19 @@ ALTER FUNCTION owed_sweep_mark_queued(bigint[], timestamptz, double precision) O
 REVOKE EXECUTE ON FUNCTION owed_sweep_mark_queued(bigint[], timestamptz, double precision) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION owed_sweep_mark_queued(bigint[], timestamptz, double precision) TO owed_runtime;
 
--- owed_sweep_release hands back, pending, the leased rows the sweep could
--- not publish.
+-- owed_sweep_release hands back, pending, the rows the sweep leased and
+-- could not publish (owed_unpublished): a pending row the lease wrote
+-- queued loses the publish instant the lease gave it, so it stays a row
+-- never published.
 CREATE FUNCTION owed_sweep_release(p_ids bigint[], p_now timestamptz) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH released AS (
     UPDATE owed_notifications n
-       SET state = 'pending', lease_until = NULL, updated_at = coalesce($2, now())
-      FROM (SELECT id FROM owed_notifications WHERE id = ANY($1) AND state = 'leased' ORDER BY id FOR UPDATE) l
-     WHERE n.id = l.id AND n.state = 'leased'
+       SET state = 'pending', lease_until = NULL, updated_at = coalesce($2, now()),
+           published_at = CASE WHEN n.state = 'queued' THEN NULL ELSE n.published_at END
+      FROM (SELECT id FROM owed_notifications
+             WHERE id = ANY($1) AND owed_unpublished(state, published_at, updated_at) ORDER BY id FOR UPDATE) l
+     WHERE n.id = l.id AND owed_unpublished(n.state, n.published_at, n.updated_at)
     RETURNING 1
 )
 SELECT count(*) FROM released
@@ -321,14 +325,15 @@ REVOKE EXECUTE ON FUNCTION owed_sweep_release(bigint[], timestamptz) FROM PUBLIC
 GRANT EXECUTE ON FUNCTION owed_sweep_release(bigint[], timestamptz) TO owed_runtime;
 
 -- owed_sweep_set_aside settles as failed a row the sweep leased and cannot
--- publish (its message cannot be built), with the reason on the row.
+-- publish (its message cannot be built; owed_unpublished), with the reason
+-- on the row.
 CREATE FUNCTION owed_sweep_set_aside(p_id bigint, p_now timestamptz, p_reason text) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 WITH failed AS (
     UPDATE owed_notifications
        SET state = 'failed', settled_at = coalesce($2, now()), lease_until = NULL,
            last_error = $3, updated_at = coalesce($2, now())
-     WHERE id = $1 AND state = 'leased'
+     WHERE id = $1 AND owed_unpublished(state, published_at, updated_at)
     RETURNING 1
 )
 SELECT count(*) FROM failed
@@ -420,7 +425,7 @@ GRANT EXECUTE ON FUNCTION owed_sweep_in_flight(timestamptz, timestamptz, timesta
 --          whole statement has run before the first row is answered;
 --   row    leases the one row $11, as lease leases each, and answers it
 --          as lease does, in place $12, a requeue when $13, with the
---          not-before $14 (the fallback of owed_sweep_lease_fair_not_before
+--          not-before $14 (the fallback of owed_sweep_lease_fair_queued
 --          when one row fails the shared statement).
 -- p_slice picks the rows as owed_sweep_lease_sql does: 1 pending rows, 2
 -- rows whose lease ran out (a lost message, a dead worker, a wait the
@@ -471,7 +476,8 @@ GRANT EXECUTE ON FUNCTION owed_sweep_in_flight(timestamptz, timestamptz, timesta
 -- p_accounts, $7 p_names, $8 the accounts' caps, $9 the share of each
 -- room, $10 how far ahead a live lease may end, in seconds, $11 to $13
 -- the row, its place and whether it is a requeue, $14 its not-before (part
--- row). Every answer carries the statement's now, so the caller counts
+-- row), $15 the requeue-after in seconds (NULL: every row leased, as the
+-- previous release's sweeper marks them after their publish). Every answer carries the statement's now, so the caller counts
 -- publish delays from the database's clock. It is the definer's own: the
 -- runtime role cannot run it.
 CREATE FUNCTION owed_sweep_fair_lease_sql(p_slice integer, p_part text, p_not_before boolean) RETURNS text
@@ -489,12 +495,28 @@ clock AS MATERIALIZED (
            AND n.due_at < ''10000-01-01 00:00:00+00''::timestamptz)';
     -- How a leased row changes: leased until now + $2, its next queue
     -- generation when it was published before (a republish); or settled
-    -- failed when no message can carry its due time. Each part then sets
-    -- not_before to the row's as the slice took it (a hand-back's, NULL for
-    -- any other row), so a lease never carries an earlier wait's.
+    -- failed when no message can carry its due time. With $15, the
+    -- requeue-after in seconds, a pending row is written straight to what
+    -- the queued mark (owed_sweep_mark_queued) would write once its
+    -- message is accepted: queued, published now, its lease ending $15
+    -- after the later of now and its due time. That is one row write
+    -- fewer per delivery; a publish the queue refuses hands the row back
+    -- (owed_sweep_release), and a sweep that dies before its publish
+    -- leaves the row to the lapsed-lease requeue $15 after its due time
+    -- (docs/reliability.md). A row whose lease ran out is leased, and
+    -- marked after its publish, as before: its intents (intents.sql) tell
+    -- the sweep's lease from a worker's hand-back by the state leased.
+    -- Without $15 (the previous release's lease) every row is leased.
+    -- Each part then sets not_before to the row's as the slice took it (a
+    -- hand-back's, NULL for any other row), so a lease never carries an
+    -- earlier wait's.
+    fresh constant text := '(n.state = ''pending'' AND $15::double precision IS NOT NULL)';
     lease_set constant text := '
-   SET state = CASE WHEN ' || ok || ' THEN ''leased'' ELSE ''failed'' END,
-       lease_until = CASE WHEN ' || ok || ' THEN c.now + make_interval(secs => $2::double precision) END,
+   SET state = CASE WHEN NOT ' || ok || ' THEN ''failed'' WHEN ' || fresh || ' THEN ''queued'' ELSE ''leased'' END,
+       lease_until = CASE WHEN NOT ' || ok || ' THEN NULL
+                          WHEN ' || fresh || ' THEN greatest(c.now, n.due_at) + make_interval(secs => $15::double precision)
+                          ELSE c.now + make_interval(secs => $2::double precision) END,
+       published_at = CASE WHEN ' || ok || ' AND ' || fresh || ' THEN c.now ELSE n.published_at END,
        settled_at = CASE WHEN ' || ok || ' THEN NULL ELSE c.now END,
        last_error = CASE WHEN ' || ok || ' THEN n.last_error
                          ELSE ''set aside by the sweep: due_at '' || n.due_at::text
@@ -523,7 +545,8 @@ UPDATE owed_notifications n' || lease_set || ',
        not_before = $14::timestamptz
   FROM clock c
  WHERE n.id = $11::bigint
-RETURNING n.id, n.tenant_id, CASE WHEN n.state = ''leased'' THEN n.due_at END, n.published_at IS NOT NULL,
+RETURNING n.id, n.tenant_id, CASE WHEN n.state IN (''leased'', ''queued'') THEN n.due_at END,
+          n.state = ''leased'' AND n.published_at IS NOT NULL,
           n.queue_generation, owed_sweep_account_of(n.channel, $5::text[], $6::integer[]), n.state, $12::bigint,
           $13::boolean, NULL::integer, NULL::integer, NULL::integer, NULL::boolean, c.now, n.not_before';
     END IF;
@@ -670,8 +693,8 @@ leased AS (
            not_before = (s.row -> n.id::text ->> 3)::timestamptz
       FROM clock c, slice s
      WHERE n.id = ANY (s.ids)
-    RETURNING n.id, n.tenant_id, CASE WHEN n.state = ''leased'' THEN n.due_at END AS due_at,
-              n.published_at IS NOT NULL AS republish, n.queue_generation, (s.row -> n.id::text ->> 0)::integer AS a,
+    RETURNING n.id, n.tenant_id, CASE WHEN n.state IN (''leased'', ''queued'') THEN n.due_at END AS due_at,
+              n.state = ''leased'' AND n.published_at IS NOT NULL AS republish, n.queue_generation, (s.row -> n.id::text ->> 0)::integer AS a,
               n.state, (s.row -> n.id::text ->> 1)::bigint AS ord, (s.row -> n.id::text ->> 2)::boolean AS requeue,
               n.not_before)
 SELECT l.id, l.tenant_id, l.due_at, l.republish, l.queue_generation, l.a, l.state, l.ord, l.requeue,
@@ -687,25 +710,29 @@ $fn$;
 ALTER FUNCTION owed_sweep_fair_lease_sql(integer, text, boolean) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_sweep_fair_lease_sql(integer, text, boolean) FROM PUBLIC;
 
--- owed_sweep_lease_fair_not_before runs one fair slice
+-- owed_sweep_lease_fair_queued runs one fair slice
 -- (owed_sweep_fair_lease_sql) and answers its rows in the slice's order,
 -- then one row per account; it answers nothing at all when nothing is owed
 -- to lease. p_not_before takes the rows a worker handed back to the ledger
 -- by their not-before and answers it (the sweep publishes each row's
 -- message to surface at the later of its due time and its not-before);
 -- the sweep passes true, and the previous release's owed_sweep_lease_fair
--- false.
+-- false. p_requeue_after writes the pending rows it takes queued, as
+-- published (their lease ending that many seconds after the later of now
+-- and their due time), so the sweep marks only the rows whose lease ran
+-- out once their messages are accepted; NULL leases every row, for a
+-- sweeper that marks them all (owed_sweep_lease_fair_not_before).
 -- When one row fails the shared statement (a trigger or a check it cannot
 -- pass), it picks the slice again and leases the rows one at a time: a row
 -- that still fails is settled failed with the reason
 -- (owed_sweep_settle_failed) and answered in state failed, and the others
 -- are leased. The shared statement answers nothing before it has run
 -- whole, so a statement that fails has answered nothing.
-CREATE FUNCTION owed_sweep_lease_fair_not_before(p_slice integer, p_now timestamptz, p_for double precision,
-                                                 p_ahead double precision, p_limit integer, p_channels text[],
-                                                 p_accounts integer[], p_names text[], p_caps integer[],
-                                                 p_share double precision, p_live_for double precision,
-                                                 p_not_before boolean)
+CREATE FUNCTION owed_sweep_lease_fair_queued(p_slice integer, p_now timestamptz, p_for double precision,
+                                             p_ahead double precision, p_limit integer, p_channels text[],
+                                             p_accounts integer[], p_names text[], p_caps integer[],
+                                             p_share double precision, p_live_for double precision,
+                                             p_not_before boolean, p_requeue_after double precision)
 RETURNS TABLE (id bigint, tenant_id text, due_at timestamptz, republish boolean, queue_generation integer,
                account integer, state text, ord bigint, requeue boolean, outstanding integer, room integer,
                held integer, more boolean, asked_at timestamptz, not_before timestamptz)
@@ -745,7 +772,8 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY EXECUTE owed_sweep_fair_lease_sql(p_slice, 'lease', p_not_before)
-            USING p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names, p_caps, p_share, p_live_for;
+            USING p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names, p_caps, p_share, p_live_for,
+                  NULL::bigint, NULL::bigint, NULL::boolean, NULL::timestamptz, p_requeue_after;
         RETURN;
     EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
@@ -763,7 +791,7 @@ BEGIN
         BEGIN
             RETURN QUERY EXECUTE owed_sweep_fair_lease_sql(p_slice, 'row', p_not_before)
                 USING p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names, p_caps, p_share,
-                      p_live_for, r.id, r.ord, r.requeue, r.not_before;
+                      p_live_for, r.id, r.ord, r.requeue, r.not_before, p_requeue_after;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
             IF owed_sweep_settle_failed(r.id, p_now, 'set aside by the sweep: ' || err) THEN
@@ -774,6 +802,25 @@ BEGIN
         END;
     END LOOP;
 END
+$$;
+ALTER FUNCTION owed_sweep_lease_fair_queued(integer, timestamptz, double precision, double precision, integer, text[], integer[], text[], integer[], double precision, double precision, boolean, double precision) OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_sweep_lease_fair_queued(integer, timestamptz, double precision, double precision, integer, text[], integer[], text[], integer[], double precision, double precision, boolean, double precision) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_sweep_lease_fair_queued(integer, timestamptz, double precision, double precision, integer, text[], integer[], text[], integer[], double precision, double precision, boolean, double precision) TO owed_runtime;
+
+-- owed_sweep_lease_fair_not_before is the previous release's lease: the
+-- slice with every row leased (owed_sweep_lease_fair_queued without a
+-- requeue-after), since its sweeper marks every row it publishes.
+CREATE FUNCTION owed_sweep_lease_fair_not_before(p_slice integer, p_now timestamptz, p_for double precision,
+                                                 p_ahead double precision, p_limit integer, p_channels text[],
+                                                 p_accounts integer[], p_names text[], p_caps integer[],
+                                                 p_share double precision, p_live_for double precision,
+                                                 p_not_before boolean)
+RETURNS TABLE (id bigint, tenant_id text, due_at timestamptz, republish boolean, queue_generation integer,
+               account integer, state text, ord bigint, requeue boolean, outstanding integer, room integer,
+               held integer, more boolean, asked_at timestamptz, not_before timestamptz)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+SELECT * FROM owed_sweep_lease_fair_queued(p_slice, p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names,
+                                           p_caps, p_share, p_live_for, p_not_before, NULL)
 $$;
 ALTER FUNCTION owed_sweep_lease_fair_not_before(integer, timestamptz, double precision, double precision, integer, text[], integer[], text[], integer[], double precision, double precision, boolean) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_sweep_lease_fair_not_before(integer, timestamptz, double precision, double precision, integer, text[], integer[], text[], integer[], double precision, double precision, boolean) FROM PUBLIC;
@@ -812,7 +859,8 @@ DECLARE
     doc json;
 BEGIN
     EXECUTE 'EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ' || owed_sweep_fair_lease_sql(p_slice, 'lease', true)
-        INTO doc USING p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names, p_caps, p_share, p_live_for;
+        INTO doc USING p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names, p_caps, p_share, p_live_for,
+                       NULL::bigint, NULL::bigint, NULL::boolean, NULL::timestamptz, NULL::double precision;
     RETURN doc;
 END
 $$;
