@@ -226,6 +226,26 @@ func run() error {
 			}); err != nil {
 				return err
 			}
+			// ReadHealth's and the dashboard's reads one by one, so a ratio
+			// names the read that grew.
+			reads := l.ReadsRole()
+			for _, part := range []struct {
+				name string
+				fn   func() error
+			}{
+				{partStatsDay, func() error { _, err := reads.Stats(ctx, now.Add(-24*time.Hour)); return err }},
+				{partReceiptsHour, func() error { _, err := reads.ReceiptStats(ctx, now.Add(-time.Hour)); return err }},
+				{partReceiptsDay, func() error { _, err := reads.ReceiptStats(ctx, now.Add(-24*time.Hour)); return err }},
+				{partBacklog, func() error { _, err := reads.Backlog(ctx); return err }},
+				{partSends, func() error {
+					_, err := reads.SendsPerMinute(ctx, now.Add(-time.Hour).Truncate(time.Minute))
+					return err
+				}},
+			} {
+				if err := time1(part.name, part.fn); err != nil {
+					return err
+				}
+			}
 			if err := time1("GET /v1/notifications first page (50 rows)", func() error {
 				page, _, err := l.FindPage(ctx, "tenant-3", ledger.Filter{Limit: 50}, nil)
 				if err == nil && len(page) != 50 {
@@ -306,10 +326,20 @@ func run() error {
 // triggers disabled.
 const withoutCounters = "claim + settle of 1,000 rows, per-minute counters off"
 
+// The parts of ReadHealth and of the dashboard, each timed alone.
+const (
+	partStatsDay     = "  delivery stats, last day (Stats: owed_ledger_stats)"
+	partReceiptsHour = "  receipt stats, last hour (ReceiptStats: owed_ledger_receipt_stats)"
+	partReceiptsDay  = "  receipt stats, last day (ReceiptStats: owed_ledger_receipt_stats)"
+	partBacklog      = "  backlog (Backlog: owed_ledger_backlog)"
+	partSends        = "  sends per minute, last hour (SendsPerMinute: owed_ledger_sends_per_minute)"
+)
+
 // measured are the timed operations, in the order they are printed.
 var measured = []string{"idle sweep (nothing due)", "lease of 500 due rows", "claim + settle of 1,000 rows",
 	withoutCounters, "owedctl stats (ReadHealth, last hour)", "owedctl stats --since 24h (ReadHealth, last day)",
-	"console dashboard (ReadHealth + sends per minute)", "GET /v1/notifications first page (50 rows)"}
+	partStatsDay, partReceiptsHour, partReceiptsDay, partBacklog,
+	"console dashboard (ReadHealth + sends per minute)", partSends, "GET /v1/notifications first page (50 rows)"}
 
 // leaseDue makes 1,000 owed rows due and leases them, 500 at a time.
 func leaseDue(ctx context.Context, db *benchutil.DB, l *ledger.Ledger) ([]ledger.Leased, error) {
