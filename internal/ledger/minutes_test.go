@@ -142,3 +142,143 @@ func TestStatsFromMinutesMatchTheRows(t *testing.T) {
 		}
 	}
 }
+
+// receiptStatsRow is one answer of owed_ledger_receipt_stats_rows or
+// owed_ledger_receipt_stats_minutes.
+type receiptStatsRow struct{ accepted, delivered, bounced, failed, unconfirmed int64 }
+
+func readReceiptStats(t *testing.T, b *bundle, fn string, since time.Time) receiptStatsRow {
+	t.Helper()
+	var s receiptStatsRow
+	if err := b.db.Owner.QueryRow(`SELECT * FROM `+fn+`($1)`, since).Scan(&s.accepted, &s.delivered, &s.bounced,
+		&s.failed, &s.unconfirmed); err != nil {
+		t.Fatalf("%s: %v", fn, err)
+	}
+	return s
+}
+
+// The receipt stats of a long window (owed_ledger_receipt_stats_minutes,
+// from the per-minute counters) answer what the rows answer
+// (owed_ledger_receipt_stats_rows), exactly, for windows that start
+// anywhere within a minute, whichever way a row got its receipt's word:
+// inserted with it, a receipt recorded through the API after the row
+// settled (an interim word, then a final one that moves the row's counter
+// from none to delivered, and a bounce), a word changed by an update of
+// many rows, and rows settled by an update after their receipt. A window
+// reaching before the receipts' words were counted
+// (owed_ledger_minutes_from.receipts) reads the rows for that part.
+func TestReceiptStatsFromMinutesMatchTheRows(t *testing.T) {
+	b := setup(t)
+	if err := b.db.OwnerTx(ctx, func(tx *sql.Tx) error {
+		for _, q := range []string{
+			// Two days of settled rows, one every 20 seconds, inserted
+			// settled; five in six delivered, with every receipt word.
+			`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, state, settled_at,
+			        delivered_at, receipt_status, payload, created_at, provider, provider_message_id)
+			 SELECT 't' || (g % 7), 'r' || g, 'sms', 'k', 'ref' || g, s - interval '2 seconds',
+			        CASE WHEN g % 6 = 0 THEN 'expired' ELSE 'delivered' END, s, CASE WHEN g % 6 <> 0 THEN s END,
+			        CASE WHEN g % 6 <> 0 THEN (ARRAY[NULL, 'sent', 'deferred', 'delivered', 'bounced', 'failed'])[g % 5 + 1] END,
+			        '{}', s - interval '1 minute', 'twilio:AC', 'SM' || g
+			   FROM generate_series(1, 8640) g, LATERAL (SELECT $1::timestamptz - g * interval '20 seconds' AS s) x`,
+			// Rows inserted owed with an interim word, then settled
+			// delivered by an update.
+			`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, receipt_status,
+			        payload, created_at)
+			 SELECT 'u' || (g % 3), 'owed' || g, 'sms', 'k', 'owed' || g, $1::timestamptz - g * interval '7 minutes',
+			        CASE WHEN g % 2 = 0 THEN 'delivered' END, '{}', $1::timestamptz - interval '3 days'
+			   FROM generate_series(1, 300) g`,
+			`UPDATE owed_notifications SET state = 'delivered', settled_at = due_at + interval '1 second',
+			        delivered_at = due_at + interval '1 second'
+			  WHERE ref_id LIKE 'owed%' AND id % 3 <> 0`,
+			// An operator's correction of many rows' words at once.
+			`UPDATE owed_notifications SET receipt_status = 'failed' WHERE ref_id LIKE 'ref%' AND id % 13 = 0`,
+			// Each delivered row's accepted send, for the callbacks below.
+			`INSERT INTO owed_notification_attempts (notification_id, tenant_id, attempt, provider, started_at,
+			        finished_at, outcome, provider_message_id)
+			 SELECT id, tenant_id, 1, provider, delivered_at, delivered_at, 'accepted', provider_message_id
+			   FROM owed_notifications WHERE state = 'delivered' AND provider_message_id IS NOT NULL`,
+		} {
+			var args []any
+			if strings.Contains(q, "$1") {
+				args = append(args, b.now)
+			}
+			if _, err := tx.Exec(q, args...); err != nil {
+				return fmt.Errorf("%w\n%s", err, q)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Callbacks on rows that had no word: sent, then delivered; and a
+	// bounce.
+	var ids []string
+	rows, err := b.db.Owner.Query(`SELECT provider_message_id FROM owed_notifications
+	    WHERE state = 'delivered' AND receipt_status IS NULL AND provider_message_id IS NOT NULL ORDER BY id LIMIT 40`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil || len(ids) < 40 {
+		t.Fatalf("found %d rows without a word (%v)", len(ids), err)
+	}
+	for i, id := range ids {
+		words := []ReceiptStatus{"sent", "delivered"}
+		if i%4 == 0 {
+			words = []ReceiptStatus{"bounced"}
+		}
+		for _, w := range words {
+			if res, err := b.l.RecordReceipt(ctx, Receipt{Provider: "twilio", ProviderMessageID: id, Status: w}); err != nil ||
+				!res.Recorded {
+				t.Fatalf("receipt %s for %s: %+v %v", w, id, res, err)
+			}
+		}
+	}
+
+	compare := func(when string) {
+		t.Helper()
+		for _, since := range []time.Time{
+			b.now.Add(-25*time.Hour + 17*time.Second),
+			b.now.Add(-3 * time.Hour),
+			b.now.Add(-90 * time.Minute).Truncate(time.Minute),
+			b.now.Add(-7 * 24 * time.Hour),
+		} {
+			rows := readReceiptStats(t, b, "owed_ledger_receipt_stats_rows", since)
+			minutes := readReceiptStats(t, b, "owed_ledger_receipt_stats_minutes", since)
+			if rows.delivered == 0 || rows.bounced == 0 || rows.failed == 0 || rows.unconfirmed == 0 {
+				t.Fatalf("%s, since %s: the rows say %+v; the fixture confirms too little", when, since, rows)
+			}
+			if minutes != rows {
+				t.Errorf("%s, since %s: the counters say %+v, the rows %+v", when, since, minutes, rows)
+			}
+			// ReceiptStats asks owed_ledger_receipt_stats, which reads a
+			// window this long (the database's clock is past the test's)
+			// from the counters.
+			st, err := b.l.ReceiptStats(ctx, since)
+			if err != nil || st.Accepted != minutes.accepted || st.ConfirmedDelivered != minutes.delivered ||
+				st.Bounced != minutes.bounced || st.Failed != minutes.failed || st.Unconfirmed != minutes.unconfirmed {
+				t.Errorf("%s, since %s: ReceiptStats answered %+v (%v), want the counters' %+v", when, since, st, err,
+					minutes)
+			}
+		}
+	}
+	compare("counted from the start")
+
+	// A ledger whose receipts' words were counted from five hours ago:
+	// the counters before then hold none, and the window reads the rows.
+	if _, err := b.db.Owner.Exec(`UPDATE owed_ledger_minutes_from SET receipts = $1`,
+		b.now.Add(-5*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Owner.Exec(`DELETE FROM owed_ledger_minutes WHERE outcome LIKE 'receipt\_%' AND minute < $1`,
+		b.now.Add(-5*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	compare("counted from five hours ago")
+}

@@ -153,7 +153,8 @@ func TestOperatorReadsNeverScanTheLedger(t *testing.T) {
 	}{
 		{"owed_ledger_stats_rows", []any{hour}},
 		{"owed_ledger_stats_minutes", []any{b.now.Add(-24 * time.Hour)}},
-		{"owed_ledger_receipt_stats", []any{hour}},
+		{"owed_ledger_receipt_stats_rows", []any{hour}},
+		{"owed_ledger_receipt_stats_minutes", []any{b.now.Add(-24 * time.Hour)}},
 		{"owed_ledger_backlog_owed", []any{b.now}},
 		{"owed_ledger_sends_per_minute", []any{hour}},
 		{"owed_ledger_tenants_of", []any{[]int64{1, 2, 3}}},

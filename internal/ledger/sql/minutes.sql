@@ -13,7 +13,12 @@
 -- as owed_ledger_stats measures it) among the rows of the bucket. Or it
 -- is an attempt's, by the minute it finished: possible_duplicate (a send
 -- flagged a possible duplicate) and accepted_again (an accepted send of a
--- row the provider had accepted before). The
+-- row the provider had accepted before). Or it is a receipt's word on a
+-- row settled delivered, by the minute the row settled:
+-- receipt_delivered, receipt_bounced, receipt_failed (the row's
+-- receipt_status, a provider's final word; owed_ledger_receipt_stats,
+-- receipts.sql). A receipt moves a row's counter from one word to another
+-- as it moves receipt_status. The
 -- buckets are fixed (owed_lag_bucket): a lag's bucket is known without
 -- reading any other row, so percentiles come from the buckets' counts and
 -- are as precise as one bucket (a quarter of a power of two, 19%). A
@@ -50,15 +55,19 @@ GRANT SELECT, INSERT, UPDATE ON owed_ledger_minutes TO owed_definer;
 -- the minute after the counting began on a ledger that already held rows
 -- (its rows settled before then were never counted, and the stats read
 -- them from the ledger), or -infinity on a ledger that began empty. One
--- row.
+-- row. receipts is the same for the receipts' words (receipt_*), which
+-- were counted later than the rest: a window reaching before it reads the
+-- receipt words of the rows.
 CREATE TABLE owed_ledger_minutes_from (
-    one    boolean     PRIMARY KEY DEFAULT true CHECK (one),
-    minute timestamptz NOT NULL
+    one      boolean     PRIMARY KEY DEFAULT true CHECK (one),
+    minute   timestamptz NOT NULL,
+    receipts timestamptz NOT NULL
 );
 GRANT SELECT ON owed_ledger_minutes_from TO owed_definer;
-INSERT INTO owed_ledger_minutes_from (minute)
-SELECT CASE WHEN EXISTS (SELECT FROM owed_notifications) THEN date_trunc('minute', now()) + interval '1 minute'
-            ELSE '-infinity' END;
+INSERT INTO owed_ledger_minutes_from (minute, receipts)
+SELECT m, m
+  FROM (SELECT CASE WHEN EXISTS (SELECT FROM owed_notifications)
+                    THEN date_trunc('minute', now()) + interval '1 minute' ELSE '-infinity' END) x (m);
 
 -- owed_lag_bucket is the counters' bucket of a delivered row's lag in
 -- seconds: 0 below a millisecond (a row sent on time or ahead of its due
@@ -72,14 +81,30 @@ SELECT CASE WHEN p_lag IS NULL THEN -1
             ELSE least(floor(4 * ln(p_lag * 1000) / ln(2)) + 1, 32767) END::smallint
 $$;
 
+-- owed_ledger_minutes_words are the counters a settled row counts in: its
+-- final state, with its lag when it was delivered, and for a delivered row
+-- a provider's final word on it (receipt_delivered, receipt_bounced,
+-- receipt_failed), when it has one. One function, so the rows an insert
+-- adds and those an update adds and takes off are counted alike.
+CREATE FUNCTION owed_ledger_minutes_words(p_state text, p_delivered_at timestamptz, p_due_at timestamptz,
+                                          p_receipt_status text)
+RETURNS TABLE (outcome text, lag double precision)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT p_state, CASE WHEN p_state = 'delivered' THEN extract(epoch FROM p_delivered_at - p_due_at)::double precision END
+UNION ALL
+SELECT 'receipt_' || p_receipt_status, NULL
+ WHERE p_state = 'delivered' AND p_receipt_status IN ('delivered', 'bounced', 'failed')
+$$;
+
 -- owed_ledger_minutes_count keeps the counters from the rows a statement
 -- on owed_notifications settled (a statement trigger, whatever the
 -- statement: the worker's settle, the sweep's expiry, a cancel, an
 -- application's SQL, a restore), in one upsert per statement: a row per
 -- minute, tenant, final state and bucket the statement touched, never one per
 -- ledger row. An update counts a row whose settlement changed (settled_at,
--- state, its tenant or its lag), taking the old one off and adding the
--- new; every other update (a lease, a claim, a receipt) writes nothing.
+-- state, its tenant, its lag or its receipt's word), taking the old one
+-- off and adding the new; every other update (a lease, a claim, an
+-- interim receipt) writes nothing.
 -- The upsert takes its counter rows in key order, so two statements never
 -- wait on each other's counters in opposite orders.
 CREATE FUNCTION owed_ledger_minutes_count() RETURNS trigger
@@ -89,10 +114,10 @@ BEGIN
         INSERT INTO owed_ledger_minutes AS m (minute, tenant_id, outcome, bucket, slot, settled, lag_min, lag_max)
         SELECT d.minute, d.tenant_id, d.outcome, owed_lag_bucket(d.lag), pg_backend_pid() % 8, count(*), min(d.lag),
                max(d.lag)
-          FROM (SELECT date_trunc('minute', n.settled_at) AS minute, n.tenant_id, n.state AS outcome,
-                       CASE WHEN n.state = 'delivered'
-                            THEN extract(epoch FROM n.delivered_at - n.due_at)::double precision END AS lag
-                  FROM owed_new n WHERE n.settled_at IS NOT NULL) d
+          FROM (SELECT date_trunc('minute', n.settled_at) AS minute, n.tenant_id, w.outcome, w.lag
+                  FROM owed_new n
+                 CROSS JOIN LATERAL owed_ledger_minutes_words(n.state, n.delivered_at, n.due_at, n.receipt_status) w
+                 WHERE n.settled_at IS NOT NULL) d
          GROUP BY 1, 2, 3, 4
          ORDER BY 1, 2, 3, 4
         ON CONFLICT (minute, tenant_id, outcome, bucket, slot) DO UPDATE
@@ -109,22 +134,26 @@ BEGIN
     END IF;
     WITH changed AS (
         SELECT o.tenant_id AS old_tenant, o.state AS old_state, o.settled_at AS old_settled,
-               CASE WHEN o.state = 'delivered' THEN extract(epoch FROM o.delivered_at - o.due_at)::double precision END
-                 AS old_lag,
+               o.delivered_at AS old_delivered, o.due_at AS old_due, o.receipt_status AS old_receipt,
                n.tenant_id AS new_tenant, n.state AS new_state, n.settled_at AS new_settled,
-               CASE WHEN n.state = 'delivered' THEN extract(epoch FROM n.delivered_at - n.due_at)::double precision END
-                 AS new_lag
+               n.delivered_at AS new_delivered, n.due_at AS new_due, n.receipt_status AS new_receipt
           FROM owed_new n JOIN owed_old o ON o.id = n.id
          WHERE (o.settled_at IS NOT NULL OR n.settled_at IS NOT NULL)
-           AND (o.settled_at, o.tenant_id, o.state, o.delivered_at, o.due_at)
-               IS DISTINCT FROM (n.settled_at, n.tenant_id, n.state, n.delivered_at, n.due_at)
+           AND (o.settled_at, o.tenant_id, o.state, o.delivered_at, o.due_at, o.receipt_status)
+               IS DISTINCT FROM (n.settled_at, n.tenant_id, n.state, n.delivered_at, n.due_at, n.receipt_status)
     ), d AS (
-        SELECT date_trunc('minute', new_settled) AS minute, new_tenant AS tenant_id, new_state AS outcome,
-               new_lag AS lag, 1 AS sign
-          FROM changed WHERE new_settled IS NOT NULL
+        -- A word the row keeps (its state when only its receipt moved)
+        -- is added and taken off in the same group, and the HAVING below
+        -- drops the group.
+        SELECT date_trunc('minute', c.new_settled) AS minute, c.new_tenant AS tenant_id, w.outcome, w.lag, 1 AS sign
+          FROM changed c
+         CROSS JOIN LATERAL owed_ledger_minutes_words(c.new_state, c.new_delivered, c.new_due, c.new_receipt) w
+         WHERE c.new_settled IS NOT NULL
         UNION ALL
-        SELECT date_trunc('minute', old_settled), old_tenant, old_state, old_lag, -1
-          FROM changed WHERE old_settled IS NOT NULL
+        SELECT date_trunc('minute', c.old_settled), c.old_tenant, w.outcome, w.lag, -1
+          FROM changed c
+         CROSS JOIN LATERAL owed_ledger_minutes_words(c.old_state, c.old_delivered, c.old_due, c.old_receipt) w
+         WHERE c.old_settled IS NOT NULL
     )
     INSERT INTO owed_ledger_minutes AS m (minute, tenant_id, outcome, bucket, slot, settled, lag_min, lag_max)
     SELECT d.minute, d.tenant_id, d.outcome, owed_lag_bucket(d.lag), pg_backend_pid() % 8, sum(d.sign),
