@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func TestArchiveWriteAndRestore(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	l := ledger.New(db.App, nil)
-	_, err := l.Schedule(context.Background(), "acme", []ledger.NewNotification{{Recipient: "r", Channel: "sms",
+	s, err := l.Schedule(context.Background(), "acme", []ledger.NewNotification{{Recipient: "r", Channel: "sms",
 		Kind: "k", RefID: "R-1", DueAt: time.Now().Add(time.Hour), Payload: []byte(`{"text": "hi"}`)}})
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +32,9 @@ func TestArchiveWriteAndRestore(t *testing.T) {
 		})
 	}
 	dir := filepath.Join(t.TempDir(), "a")
-	if _, err := run("write", "--from-id", "1", "--to-id", "1000", "--out", dir); err == nil ||
+	// The row's id is of this month's range (owed_ledger_partitions_ensure).
+	from, to := strconv.FormatInt(s[0].ID, 10), strconv.FormatInt(s[0].ID+1000, 10)
+	if _, err := run("write", "--from-id", from, "--to-id", to, "--out", dir); err == nil ||
 		!strings.Contains(err.Error(), "not settled") {
 		t.Fatalf("write over an owed row: %v", err)
 	}
@@ -39,7 +42,7 @@ func TestArchiveWriteAndRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := filepath.Join(t.TempDir(), "b")
-	out, err := run("write", "--from-id", "1", "--to-id", "1000", "--out", b)
+	out, err := run("write", "--from-id", from, "--to-id", to, "--out", b)
 	if err != nil || !strings.Contains(out, "owed_notifications.jsonl.gz") || !strings.Contains(out, ": 1 rows") {
 		t.Fatalf("write: %v\n%s", err, out)
 	}
@@ -54,7 +57,7 @@ func TestArchiveWriteAndRestore(t *testing.T) {
 	var line string
 	if err := db.Owner.QueryRow(`SELECT operator || ' ' || target || ' ' || count || ' ' || reason
 	    FROM owed_operator_audit WHERE action = 'archive_restore'`).Scan(&line); err != nil ||
-		!strings.HasPrefix(line, "bob ids [1, 1000) from "+b) || !strings.HasSuffix(line, " 0 INC-9") {
+		!strings.HasPrefix(line, "bob ids ["+from+", "+to+") from "+b) || !strings.HasSuffix(line, " 0 INC-9") {
 		t.Errorf("the restore's audit line: %q (%v)", line, err)
 	}
 	if _, err := run("write", "--from-id", "5", "--to-id", "5", "--out", dir); !errors.As(err, &usage) {

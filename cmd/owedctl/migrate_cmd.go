@@ -17,7 +17,10 @@ var migrateActions = []string{"up", "down", "down-to", "status"}
 func migrateCmd(ctx context.Context, args []string) error {
 	fs := newFlags("migrate", "migrate up|down|down-to VERSION|status [--database-url URL]",
 		"OWED_DATABASE_URL=postgres://owed_owner@db/owed owedctl migrate up\n"+
-			"  owedctl migrate down-to 27   # roll back to the schema of the build whose newest migration is 00027")
+			"  owedctl migrate down-to 27   # roll back to the schema of the build whose newest migration is 00027\n\n"+
+			"The migration that partitions the ledger by month runs under a serving release in four steps;\n"+
+			"the one exclusive lock (the swap) lasts milliseconds once taken, and waits for open transactions\n"+
+			"on the ledger: statements queue behind it, none fails. Steps, locks and the rollback: docs/upgrade.md.")
 	dbURL := databaseFlag(fs, "database to migrate, as the role that owns the schema")
 	if err := needAction(args, fs.Usage, migrateActions); err != nil {
 		return err

@@ -13,12 +13,13 @@ import (
 	"github.com/owedhq/owed/internal/tenant"
 )
 
-// ledgerBytes is what the ledger's tables take on disk, shared payloads
-// included (to_regclass: the table is absent before migrations/00017).
+// ledgerBytes is what the ledger's tables take on disk, every partition
+// and the shared payloads included (to_regclass: the table is absent
+// before migrations/00017).
 func (b *bundle) ledgerBytes(t *testing.T) int64 {
 	t.Helper()
 	var n int64
-	if err := b.db.Owner.QueryRow(`SELECT pg_total_relation_size('owed_notifications')
+	if err := b.db.Owner.QueryRow(`SELECT (SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('owed_notifications'))
 	        + coalesce(pg_total_relation_size(to_regclass('owed_event_payloads')), 0)`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}

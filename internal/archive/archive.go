@@ -291,6 +291,10 @@ func Restore(ctx context.Context, db *sql.DB, dir string, by Operator) (Restored
 		return res, err
 	}
 	defer tx.Rollback()
+	// A month retention dropped gets its partitions back first.
+	if _, err := tx.ExecContext(ctx, qRestorePartitions, m.FromID, m.ToID); err != nil {
+		return res, fmt.Errorf("archive: make the partitions of [%d, %d): %w", m.FromID, m.ToID, err)
+	}
 	var payloadTenants []string
 	var payloadIDs []int64
 	for _, t := range tables {

@@ -79,7 +79,7 @@ func snapshot(t *testing.T, db *testdb.DB, to int64) map[string][]string {
 		"owed_notifications":         `SELECT row_to_json(n)::text FROM owed_notifications n WHERE id < $1 ORDER BY id`,
 		"owed_notification_attempts": `SELECT row_to_json(a)::text FROM owed_notification_attempts a WHERE notification_id < $1 ORDER BY id`,
 		"owed_receipts":              `SELECT row_to_json(r)::text FROM owed_receipts r WHERE notification_id < $1 ORDER BY id`,
-		"owed_event_payloads":        `SELECT row_to_json(p)::text FROM owed_event_payloads p WHERE $1 > 0 ORDER BY id`,
+		"owed_event_payloads":        `SELECT row_to_json(p)::text FROM owed_event_payloads p WHERE $1::bigint > 0 ORDER BY id`,
 	} {
 		rows, err := db.Owner.Query(q, to)
 		if err != nil {
@@ -105,7 +105,7 @@ func dropRange(t *testing.T, db *testdb.DB, to int64) {
 			`DELETE FROM owed_receipts WHERE notification_id < $1`,
 			`DELETE FROM owed_notification_attempts WHERE notification_id < $1`,
 			`DELETE FROM owed_notifications WHERE id < $1`,
-			`DELETE FROM owed_event_payloads WHERE $1 > 0`,
+			`DELETE FROM owed_event_payloads WHERE $1::bigint > 0`,
 		} {
 			if _, err := tx.Exec(q, to); err != nil {
 				return err

@@ -571,7 +571,7 @@ func TestLeaseUsesThePartialIndex(t *testing.T) {
 			t.Errorf("lease plan does not use %s:\n%s", index, text)
 		}
 	}
-	if seqScans(t, text) > 0 {
+	if seqScansBut(t, text, b.emptyPartitions(t)) > 0 {
 		t.Errorf("lease plan scans the ledger sequentially:\n%s", text)
 	}
 	got, err := b.l.Lease(ctx, LeaseParams{Limit: 500, For: time.Minute})
@@ -585,6 +585,34 @@ func TestLeaseUsesThePartialIndex(t *testing.T) {
 // owed_receipts, or a partition of one) sequentially.
 func seqScans(t *testing.T, plan string) int {
 	t.Helper()
+	return seqScansBut(t, plan, nil)
+}
+
+// emptyPartitions lists the partitions of b's ledger tables that hold
+// nothing as the planner sees them (no page): next month's, and the legacy
+// partition a fresh install has. The planner may read one sequentially,
+// which reads no page, so the scan tests leave them out.
+func (b *bundle) emptyPartitions(t *testing.T) map[string]bool {
+	t.Helper()
+	rows, err := b.db.Owner.Query(`SELECT relname FROM pg_class WHERE relispartition AND relkind = 'r' AND pg_relation_size(oid) = 0`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	empty := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		empty[name] = true
+	}
+	return empty
+}
+
+// seqScansBut is seqScans leaving out the relations of skip.
+func seqScansBut(t *testing.T, plan string, skip map[string]bool) int {
+	t.Helper()
 	var doc []map[string]any
 	if err := json.Unmarshal([]byte(plan), &doc); err != nil || len(doc) == 0 {
 		t.Fatalf("EXPLAIN output: %v\n%s", err, plan)
@@ -592,7 +620,7 @@ func seqScans(t *testing.T, plan string) int {
 	var walk func(n map[string]any) int
 	walk = func(n map[string]any) int {
 		c := 0
-		if rel, _ := n["Relation Name"].(string); n["Node Type"] == "Seq Scan" && ledgerTable(rel) {
+		if rel, _ := n["Relation Name"].(string); n["Node Type"] == "Seq Scan" && ledgerTable(rel) && !skip[rel] {
 			c++
 		}
 		kids, _ := n["Plans"].([]any)

@@ -114,6 +114,7 @@ func TestFindPageUsesTheTenantIndex(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	empty := b.emptyPartitions(t)
 	for _, f := range []Filter{{}, {State: StateFailed, Channel: "sms", Kind: "k", RecipientPrefix: "r1"},
 		{DueFrom: b.now.Add(-time.Hour), DueTo: b.now}, {SettledFrom: b.now.Add(-time.Hour), SettledTo: b.now}} {
 		for name, q := range map[string][]any{
@@ -128,7 +129,7 @@ func TestFindPageUsesTheTenantIndex(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !strings.Contains(plan, `"Index Name": "owed_notifications_`) || seqScans(t, plan) > 0 {
+			if !strings.Contains(plan, `"Index Name": "owed_notifications_`) || seqScansBut(t, plan, empty) > 0 {
 				t.Errorf("%s with %+v reads the ledger without an index:\n%s", name, f, plan)
 			}
 		}

@@ -32,7 +32,14 @@ func acl(col string) string {
 }
 
 // The catalog queries, each returning (key, definition) rows. Every one is
-// limited to the public schema, where owed's objects live.
+// limited to the public schema, where owed's objects live, and leaves out
+// the partitions of a partitioned table (the ledger's months,
+// owed_ledger_partitions_ensure in internal/ledger/sql/notifications.sql):
+// a partition is data, made by maintenance and the upgrade (which attaches
+// the table as it was, with its own names, as the legacy partition), and
+// its parent is the definition. internal/ledger's
+// TestPartitionsGrantNothing holds every partition to the parent's
+// boundary.
 var catalogQueries = []struct{ what, query string }{
 	{"schema", `SELECT 'schema ' || n.nspname,
 	        'owner: ' || pg_get_userbyid(n.nspowner) || E'\ngrants:\n' || ` + acl("n.nspacl") + `
@@ -52,7 +59,7 @@ var catalogQueries = []struct{ what, query string }{
 	        CASE WHEN c.relkind IN ('v', 'm') THEN E'\ndefinition: ' || pg_get_viewdef(c.oid) ELSE '' END ||
 	        E'\nowner: ' || pg_get_userbyid(c.relowner) || E'\ngrants:\n' || ` + acl("c.relacl") + `
 	   FROM pg_class c
-	  WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')`},
+	  WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND NOT c.relispartition`},
 
 	{"columns", `SELECT 'column ' || c.relname || '.' || a.attname,
 	        format_type(a.atttypid, a.atttypmod) ||
@@ -66,20 +73,22 @@ var catalogQueries = []struct{ what, query string }{
 	   JOIN pg_class c ON c.oid = a.attrelid
 	   JOIN pg_type t ON t.oid = a.atttypid
 	   LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-	  WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+	  WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND NOT c.relispartition
 	    AND a.attnum > 0 AND NOT a.attisdropped`},
 
 	// A constraint's definition, without NOT VALID: whether a check was
 	// validated when it was added is how a migration added it (a table
-	// created with the check has it validated), not what it says.
+	// created with the check has it validated), not what it says. A
+	// constraint with a parent (a foreign key's copy for each partition of
+	// the table it references) is its parent's.
 	{"constraints", `SELECT 'constraint ' || c.relname || '.' || k.conname,
 	        regexp_replace(pg_get_constraintdef(k.oid), ' NOT VALID$', '')
 	   FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
-	  WHERE c.relnamespace = 'public'::regnamespace`},
+	  WHERE c.relnamespace = 'public'::regnamespace AND NOT c.relispartition AND k.conparentid = 0`},
 
 	{"indexes", `SELECT 'index ' || i.relname, pg_get_indexdef(i.oid)
-	   FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
-	  WHERE i.relnamespace = 'public'::regnamespace`},
+	   FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
+	  WHERE i.relnamespace = 'public'::regnamespace AND NOT t.relispartition`},
 
 	{"sequences", `SELECT 'sequence ' || c.relname,
 	        format('%s start %s increment %s min %s max %s cache %s%s', s.seqtypid::regtype, s.seqstart,
@@ -98,12 +107,13 @@ var catalogQueries = []struct{ what, query string }{
 	        p.permissive || ' FOR ' || p.cmd ||
 	        E'\nTO ' || (SELECT string_agg(r::text, ', ' ORDER BY r::text) FROM unnest(p.roles) r) ||
 	        E'\nUSING ' || coalesce(p.qual, '-') || E'\nWITH CHECK ' || coalesce(p.with_check, '-')
-	   FROM pg_policies p WHERE p.schemaname = 'public'`},
+	   FROM pg_policies p JOIN pg_class c ON c.relname = p.tablename AND c.relnamespace = 'public'::regnamespace
+	  WHERE p.schemaname = 'public' AND NOT c.relispartition`},
 
 	{"triggers", `SELECT 'trigger ' || c.relname || '.' || t.tgname,
 	        pg_get_triggerdef(t.oid) || CASE t.tgenabled WHEN 'O' THEN '' ELSE E'\nenabled: ' || t.tgenabled::text END
 	   FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-	  WHERE c.relnamespace = 'public'::regnamespace AND NOT t.tgisinternal`},
+	  WHERE c.relnamespace = 'public'::regnamespace AND NOT t.tgisinternal AND NOT c.relispartition`},
 
 	// pg_get_functiondef gives the header (arguments, result, language,
 	// volatility, SECURITY DEFINER, SET search_path) and the body exactly

@@ -37,6 +37,7 @@ var homeFiles = []string{
 	"internal/ledger/sql/receipts.sql",
 	"internal/ledger/sql/operator.sql",
 	"internal/ledger/sql/erasures.sql",
+	"internal/ledger/sql/retention.sql",
 	"internal/ledger/sql/intents.sql",
 	"internal/ledger/sql/grace.sql",
 	"internal/ledger/sql/due_notify.sql",

@@ -63,6 +63,9 @@ func TestUpgradeAndRollback(t *testing.T) {
 	if out := e.owedctl(t, next, "migrate", "status"); !strings.Contains(out, fmt.Sprintf("database schema %05d", next.head)) {
 		t.Errorf("migrate status after up:\n%s", out)
 	}
+	// The ledger was partitioned in place under N's deliveries: the rows
+	// from before are the legacy partition's, the table as it was.
+	e.checkPartitioned(t, true)
 	// N stays ready on the newer schema and keeps delivering on it.
 	e.waitReady(t, nSweeper, fmt.Sprintf("ok: schema %d, newer than this build's %d and compatible with it", next.head, n.head))
 	e.waitReady(t, nWorker, "")
@@ -92,12 +95,43 @@ func TestUpgradeAndRollback(t *testing.T) {
 	e.stop(t, nextSweeper, nextWorker)
 	e.waitDelivered(t, "N alone on N+1's schema", 10)
 	e.owedctl(t, next, "migrate", "down-to", strconv.FormatInt(n.head, 10))
+	e.checkPartitioned(t, false)
 	e.waitReady(t, nSweeper, fmt.Sprintf("ok: schema %d", n.head))
 	e.waitReady(t, nWorker, "")
 	e.waitDelivered(t, "N alone after the rollback", 10)
 	e.sched.stop(t)
 	e.checkSettled(t, "after the rollback")
 	e.stop(t, nSweeper, nWorker)
+}
+
+// checkPartitioned checks whether the ledger is partitioned by month
+// (docs/upgrade.md): when it is, the rows N scheduled before the upgrade
+// are in the legacy partition and the rows since in this month's; when it
+// is not, every row is in the one table.
+func (e *env) checkPartitioned(t *testing.T, want bool) {
+	t.Helper()
+	var kind string
+	var legacy, total int64
+	if err := e.st.DB.Owner.QueryRow(`SELECT relkind::text FROM pg_class WHERE oid = 'owed_notifications'::regclass`).
+		Scan(&kind); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.DB.Owner.QueryRow(`SELECT count(*) FROM owed_notifications`).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	if !want {
+		if kind != "r" || total == 0 {
+			t.Errorf("after the rollback the ledger is of kind %q with %d rows, want one table holding them all", kind, total)
+		}
+		return
+	}
+	if err := e.st.DB.Owner.QueryRow(`SELECT count(*) FROM owed_notifications_legacy`).Scan(&legacy); err != nil {
+		t.Fatal(err)
+	}
+	if kind != "p" || legacy == 0 || legacy > total {
+		t.Errorf("after the upgrade the ledger is of kind %q, %d of its %d rows legacy; want partitioned, the rows "+
+			"from before in the legacy partition", kind, legacy, total)
+	}
 }
 
 // env is the test's system: one database, the queue emulator and the

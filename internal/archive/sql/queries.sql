@@ -114,3 +114,99 @@ DELETE FROM owed_event_payloads p
 -- who wrote the line, as owed_operator_audit_record writes it.
 INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
 VALUES (now(), $1, 'archive_restore', $2, $3, $4, session_user)
+
+-- name: EnsurePartitions
+-- EnsurePartitions creates the partitions of the ledger, its attempts and
+-- its receipts of $1's month and of the $2 months after it that are
+-- missing, and moves the ids to $1's
+-- month's range (owed_ledger_partitions_ensure,
+-- internal/ledger/sql/notifications.sql). The owner alone may.
+SELECT partition_name, first_id, end_id, created FROM owed_ledger_partitions_ensure($1, $2)
+
+-- name: Partitions
+-- Partitions lists the partitions of the ledger, its attempts and its
+-- receipts, oldest range first, from the catalog (owed_ledger_partitions):
+-- from_id is NULL for the legacy partitions' open start.
+SELECT parent, partition, from_id, to_id, est_rows, bytes FROM owed_ledger_partitions()
+
+-- Retention (retention.go), as the schema's owner.
+
+-- name: SequencePosition
+-- SequencePosition is where the ledger's id sequence stands: the last id
+-- handed out, or the next one when owed_ledger_partitions_ensure has just
+-- moved it. The partition holding it takes the new rows, and retention
+-- never drops it or one after it.
+SELECT last_value FROM owed_notifications_id_seq
+
+-- name: RangeTenants
+-- RangeTenants reads each tenant's rows of the id range [$1, $2): how
+-- many, and when the last of them settled. A read of the month's
+-- partition, once per month retention looks at.
+SELECT tenant_id, count(*), max(settled_at) FROM owed_notifications
+ WHERE id >= $1 AND id < $2 GROUP BY tenant_id ORDER BY tenant_id
+
+-- name: HoldsOf
+-- HoldsOf reads the compliance holds on the tenants $1.
+SELECT tenant_id, reason, held_by, login, since FROM owed_retention_holds WHERE tenant_id = ANY($1) ORDER BY tenant_id
+
+-- name: Holds
+-- Holds lists every compliance hold, oldest first.
+SELECT tenant_id, reason, held_by, login, since FROM owed_retention_holds ORDER BY since, tenant_id
+
+-- name: AddHold
+-- AddHold places a hold on tenant $1 ($2 reason, $3 who, $4 now); a hold
+-- already there is left as it is (no row answered).
+INSERT INTO owed_retention_holds (tenant_id, reason, held_by, since) VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant_id) DO NOTHING
+RETURNING tenant_id
+
+-- name: RemoveHold
+-- RemoveHold lifts tenant $1's hold, answering it when there was one.
+DELETE FROM owed_retention_holds WHERE tenant_id = $1 RETURNING tenant_id
+
+-- name: AuditLine
+-- AuditLine writes a line of the operators' trail (owed_operator_audit,
+-- internal/ledger/sql/operator.sql) as the owner: $1 at, $2 operator,
+-- $3 action, $4 target, $5 count, $6 reason, and the login that ran it.
+INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
+VALUES ($1, $2, $3, $4, $5, $6, session_user)
+
+-- name: StageMonth
+-- StageMonth names the three partitions of ledger partition $1 *_retiring
+-- and unlinks the undeliverable marks from its rows
+-- (owed_ledger_retention_stage, internal/ledger/sql/retention.sql).
+SELECT from_id, to_id, names FROM owed_ledger_retention_stage($1)
+
+-- name: DetachReceipts
+-- DetachReceipts detaches the staged receipts' partition without blocking
+-- the parent's reads and writes: it waits for the transactions using it.
+ALTER TABLE owed_receipts DETACH PARTITION owed_receipts_retiring CONCURRENTLY
+
+-- name: DetachAttempts
+-- DetachAttempts detaches the staged attempts' partition, as
+-- DetachReceipts does.
+ALTER TABLE owed_notification_attempts DETACH PARTITION owed_notification_attempts_retiring CONCURRENTLY
+
+-- name: DetachNotifications
+-- DetachNotifications detaches the staged ledger partition, as
+-- DetachReceipts does.
+ALTER TABLE owed_notifications DETACH PARTITION owed_notifications_retiring CONCURRENTLY
+
+-- name: FinishMonth
+-- FinishMonth drops the detached month when it holds what its archive
+-- holds, else attaches it back (owed_ledger_retention_finish).
+SELECT owed_ledger_retention_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+
+-- name: DeleteKeys
+-- DeleteKeys deletes up to $3 schedule keys (owed_notification_keys) of
+-- the rows of [$1, $2), a dropped month's, by their index on the id; run
+-- until it deletes none, each batch its own short transaction.
+DELETE FROM owed_notification_keys
+ WHERE notification_id IN (SELECT notification_id FROM owed_notification_keys
+                            WHERE notification_id >= $1 AND notification_id < $2 LIMIT $3)
+
+-- name: RestorePartitions
+-- RestorePartitions makes the partitions an archive of [$1, $2) is
+-- restored into, when retention dropped them (owed_ledger_partitions_restore,
+-- internal/ledger/sql/retention.sql).
+SELECT owed_ledger_partitions_restore($1, $2)

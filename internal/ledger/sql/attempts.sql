@@ -1,10 +1,20 @@
 -- One row per send tried: what the provider answered, and whether the send
 -- may have been a duplicate. A row's attempts are its delivery history;
 -- owed_receipt_record finds a receipt's send here by its message id.
+--
+-- Partitioned as the ledger is, by its row's id on the same month ranges
+-- (owed_ledger_partitions_ensure, notifications.sql), so a month's
+-- partition holds that month's rows' whole history and retention drops
+-- the two together. So the key holds the partition key, and there is no
+-- foreign key to owed_notifications: PostgreSQL 15 cannot add one NOT
+-- VALID to a partitioned table, so the upgrade would check every attempt
+-- under an exclusive lock, and every month dropped would be checked
+-- against it. Only the settle functions (settle.sql) write attempts, each
+-- for a row they hold.
 CREATE TABLE owed_notification_attempts (
     -- The sequence keeps its name from before the owed_ prefix.
-    id                  bigint      GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME notification_attempts_id_seq) PRIMARY KEY,
-    notification_id     bigint      NOT NULL REFERENCES owed_notifications (id) ON DELETE CASCADE,
+    id                  bigint      GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME notification_attempts_id_seq),
+    notification_id     bigint      NOT NULL,
     tenant_id           text        NOT NULL,
     attempt             integer     NOT NULL CHECK (attempt >= 1),
     provider            text        NOT NULL,
@@ -18,8 +28,9 @@ CREATE TABLE owed_notification_attempts (
     -- The row was claimed again after a worker died mid-send, or the send
     -- was made under a superseded claim: the provider may have accepted
     -- another send of it, so this one may be a duplicate.
-    possible_duplicate  boolean     NOT NULL DEFAULT false
-);
+    possible_duplicate  boolean     NOT NULL DEFAULT false,
+    CONSTRAINT owed_notification_attempts_pkey PRIMARY KEY (notification_id, id)
+) PARTITION BY RANGE (notification_id);
 CREATE INDEX owed_notification_attempts_notification ON owed_notification_attempts (notification_id, attempt);
 
 -- The look-up every receipt makes (owed_receipt_record): the accepted send
@@ -33,14 +44,8 @@ CREATE INDEX owed_notification_attempts_message
 -- this keeps that read to the window instead of the whole table.
 CREATE INDEX owed_notification_attempts_finished ON owed_notification_attempts (finished_at);
 
--- Attempts are inserted and rarely changed, so vacuum comes for inserts
--- alone, by default at 20% of the table: at 100 million attempts, 20
--- million rows to mark all-visible and freeze in one pass. At 1% each pass
--- is small, the freezing is spread out instead of arriving as one
--- anti-wraparound scan, and analyze follows at 1% so the planner sees the
--- day's attempts the day they come (the stats read them by finished_at).
-ALTER TABLE owed_notification_attempts SET (autovacuum_vacuum_insert_scale_factor = 0.01,
-                                            autovacuum_analyze_scale_factor = 0.01);
+-- Each partition's autovacuum settings are owed_ledger_partitions_ensure's
+-- (notifications.sql says why): a partitioned table has none of its own.
 
 ALTER TABLE owed_notification_attempts ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_notification_attempts FORCE ROW LEVEL SECURITY;

@@ -58,10 +58,17 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 SELECT p_state = 'queued' AND p_not_before = p_lease_until
 $$;
 
+-- The ledger is partitioned by ranges of its id, each range opened for one
+-- calendar month (owed_ledger_partitions_ensure, below): every row created
+-- in a month gets an id of that month's range, so the id ranges are time
+-- partitions, and retention drops a month whole. The key is the id, not
+-- created_at or due_at: every statement of the hot path names rows by id
+-- (arrays of ids), which prunes to one partition, the primary key and the
+-- foreign keys stay the id alone, and neither a row's id nor its creation
+-- ever changes, while its due time can (a reschedule). docs/scale.md has
+-- the whole design.
 CREATE TABLE owed_notifications (
-    -- The sequence keeps the name it had before every table took the owed_
-    -- prefix; renaming a table leaves its identity sequence's name alone.
-    id                  bigint      GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME notifications_id_seq) PRIMARY KEY,
+    id                  bigint      GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME owed_notifications_id_seq) PRIMARY KEY,
     -- Text bounds count bytes, as the Go validators and the queue envelope
     -- do (tenant.MaxLength is 128): length() counts characters, so a value
     -- of multibyte characters would pass the table and fail every caller.
@@ -191,8 +198,15 @@ CREATE TABLE owed_notifications (
     -- An update's zone, when it gave one (with a local time): the zone
     -- intent_due_local is read in, which the row takes with the update.
     intent_time_zone    text        CHECK (intent_time_zone <> '' AND octet_length(intent_time_zone) <= 64),
-    -- Scheduling the same thing twice is one row.
-    CONSTRAINT owed_notifications_schedule_key UNIQUE (tenant_id, recipient, kind, ref_id, due_at),
+    -- Scheduling the same thing twice is one row: owed_notification_keys
+    -- (below) holds the key across partitions, since a unique index of a
+    -- partitioned table must hold its partition key. This one, the key
+    -- with the id, enforces nothing the id does not; it is kept so that
+    -- the previous release's statements, which name it in ON CONFLICT ON
+    -- CONSTRAINT (Schedule in internal/ledger/sql/queries.sql and
+    -- owed_apply_intent), still run: with the keys' trigger skipping a
+    -- taken key, they do what they did.
+    CONSTRAINT owed_notifications_schedule_key UNIQUE (tenant_id, recipient, kind, ref_id, due_at, id),
     -- settled_at is set exactly when the state is final, so the partial
     -- indexes can use it as "still owed".
     CONSTRAINT owed_notifications_settled_state CHECK (
@@ -238,7 +252,7 @@ CREATE TABLE owed_notifications (
         CHECK (intent IS NULL OR intent_outcome IS NOT NULL OR state = 'sending'),
     -- A local time is read in a zone.
     CONSTRAINT owed_notifications_due_local_zone CHECK (due_local IS NULL OR time_zone IS NOT NULL)
-);
+) PARTITION BY RANGE (id);
 
 -- What the sweep's lease reads: owed rows, oldest first. Settled rows leave
 -- the index, so the lease costs what is owed, not what the ledger holds.
@@ -303,27 +317,6 @@ CREATE INDEX owed_notifications_payload ON owed_notifications (tenant_id, payloa
 CREATE INDEX owed_notifications_settled ON owed_notifications (settled_at) INCLUDE (state, due_at, delivered_at)
     WHERE settled_at IS NOT NULL;
 
--- Autovacuum for the churn. A row is written about five times on its way
--- (insert, lease, publish, claim, settle), leaving four dead versions, and
--- the lease's partial indexes keep pointing at a settled row's versions
--- until a vacuum removes them: after 300,000 rows settled the first lease
--- read 9,776 buffers (48.5 ms) and 2.1 ms after a VACUUM. The default
--- trigger, 20% of the table dead, waits for 20 million dead versions at
--- 100 million rows; 1% plus 10,000 vacuums a 10-million-a-day ledger every
--- few minutes, each pass short. Inserts trigger a vacuum at 1% too, so the
--- visibility map stays current for the index-only reads above, and analyze
--- follows at 1% so the planner sees a month's new rows the day they come.
-ALTER TABLE owed_notifications SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 10000,
-                                    autovacuum_vacuum_insert_scale_factor = 0.01,
-                                    autovacuum_analyze_scale_factor = 0.01);
--- A row is updated four to five times on its way (lease, queued mark,
--- claim, the check before the send, settle) and inserted densely: the
--- room each page keeps lets an update whose indexed columns stay as
--- they were (the check right after a claim, owed_extend_many) be HOT,
--- a new version on the same page and no new index entries, and lets
--- the others' new versions land beside the old.
-ALTER TABLE owed_notifications SET (fillfactor = 80);
-
 ALTER TABLE owed_notifications ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_notifications FORCE ROW LEVEL SECURITY;
 
@@ -366,6 +359,257 @@ GRANT UPDATE (due_at, expires_at, payload, state, settled_at, last_error, update
 CREATE POLICY owed_notifications_apps_pending ON owed_notifications AS RESTRICTIVE FOR UPDATE TO owed_apps
     USING (state = 'pending')
     WITH CHECK (state IN ('pending', 'cancelled'));
+
+-- The schedule key across partitions: one row per ledger row, kept by the
+-- trigger below on every insert and every change of the key, so no caller
+-- writes it. An insert whose key is taken is skipped (what ON CONFLICT DO
+-- NOTHING did for the unique key of the unpartitioned table: the API's
+-- idempotent schedule, an intent's new row, an application's own insert),
+-- and a change onto a taken key fails with unique_violation, which
+-- Reschedule and Update answer as a conflict. Nobody but the trigger's
+-- owner reads or writes it: its rows name recipients of every tenant.
+-- Retention deletes a dropped month's keys by notification_id.
+CREATE TABLE owed_notification_keys (
+    tenant_id       text        NOT NULL,
+    recipient       text        NOT NULL,
+    kind            text        NOT NULL,
+    ref_id          text        NOT NULL,
+    due_at          timestamptz NOT NULL,
+    notification_id bigint      NOT NULL,
+    CONSTRAINT owed_notification_keys_pkey PRIMARY KEY (tenant_id, recipient, kind, ref_id, due_at)
+);
+CREATE UNIQUE INDEX owed_notification_keys_notification ON owed_notification_keys (notification_id);
+
+ALTER TABLE owed_notification_keys ENABLE ROW LEVEL SECURITY;
+ALTER TABLE owed_notification_keys FORCE ROW LEVEL SECURITY;
+CREATE POLICY owed_notification_keys_definer ON owed_notification_keys TO owed_definer USING (true) WITH CHECK (true);
+CREATE POLICY owed_notification_keys_owner ON owed_notification_keys TO CURRENT_USER USING (true) WITH CHECK (true);
+GRANT SELECT, INSERT, UPDATE, DELETE ON owed_notification_keys TO owed_definer;
+
+-- owed_notification_key_keep keeps a row's owed_notification_keys row. It
+-- runs as owed_definer, so the roles that write the ledger need no grant
+-- on the keys. Nobody is granted DELETE on the ledger, but the owner's
+-- fixtures and repairs delete rows, and their keys go with them; a
+-- dropped partition fires no trigger, so retention deletes its keys
+-- itself. ON CONFLICT without a target also skips a row whose id has
+-- a key already (an archive's restore of a row that is there). A change
+-- writes the row's key whether or not it had one, so a key the upgrade's
+-- backfill has not reached yet is right once it does. The upgrade also
+-- fires it AFTER each write of the unpartitioned table while it backfills
+-- the keys (docs/upgrade.md), when the table's own unique key still
+-- decides and the row is never skipped here.
+CREATE FUNCTION owed_notification_key_keep() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO owed_notification_keys (tenant_id, recipient, kind, ref_id, due_at, notification_id)
+        VALUES (NEW.tenant_id, NEW.recipient, NEW.kind, NEW.ref_id, NEW.due_at, NEW.id)
+        ON CONFLICT DO NOTHING;
+        IF NOT FOUND AND TG_WHEN = 'BEFORE' THEN
+            RETURN NULL;
+        END IF;
+        RETURN NEW;
+    ELSIF TG_OP = 'DELETE' THEN
+        DELETE FROM owed_notification_keys WHERE notification_id = OLD.id;
+        RETURN OLD;
+    END IF;
+    INSERT INTO owed_notification_keys (tenant_id, recipient, kind, ref_id, due_at, notification_id)
+    VALUES (NEW.tenant_id, NEW.recipient, NEW.kind, NEW.ref_id, NEW.due_at, OLD.id)
+    ON CONFLICT (notification_id) DO UPDATE
+       SET tenant_id = excluded.tenant_id, recipient = excluded.recipient, kind = excluded.kind,
+           ref_id = excluded.ref_id, due_at = excluded.due_at;
+    RETURN NEW;
+END
+$$;
+ALTER FUNCTION owed_notification_key_keep() OWNER TO owed_definer;
+REVOKE EXECUTE ON FUNCTION owed_notification_key_keep() FROM PUBLIC;
+
+-- The triggers are named to fire after every other BEFORE trigger of the
+-- ledger (they fire in name order), so the key they keep is the row's
+-- final one: owed_apply_default_grace may expire a row, owed_apply_intent
+-- may move it. The update's WHEN clause is tested without calling the
+-- function, so the hot path's updates, which never change the key, cost
+-- nothing.
+CREATE TRIGGER owed_notifications_key_insert
+    BEFORE INSERT ON owed_notifications
+    FOR EACH ROW
+    EXECUTE FUNCTION owed_notification_key_keep();
+CREATE TRIGGER owed_notifications_key_update
+    BEFORE UPDATE ON owed_notifications
+    FOR EACH ROW
+    WHEN ((NEW.tenant_id, NEW.recipient, NEW.kind, NEW.ref_id, NEW.due_at)
+          IS DISTINCT FROM (OLD.tenant_id, OLD.recipient, OLD.kind, OLD.ref_id, OLD.due_at))
+    EXECUTE FUNCTION owed_notification_key_keep();
+CREATE TRIGGER owed_notifications_key_delete
+    AFTER DELETE ON owed_notifications
+    FOR EACH ROW
+    EXECUTE FUNCTION owed_notification_key_keep();
+
+-- owed_ledger_month_first_id is the first id of the range of p_month's
+-- month: 10^11 ids a month, counted from January 2000. A month of
+-- 10 million rows a day uses 3 * 10^8 of them, and bigint holds the
+-- ranges of 7 million years.
+CREATE FUNCTION owed_ledger_month_first_id(p_month date) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT ((extract(year FROM p_month)::bigint - 2000) * 12 + extract(month FROM p_month)::bigint - 1) * 100000000000
+$$;
+
+-- owed_ledger_partitions lists the partitions of the ledger's three
+-- partitioned tables (owed_notifications, owed_notification_attempts and
+-- owed_receipts, on the same ranges) with their id ranges (from_id NULL for
+-- the legacy partition's open start: the table an upgrade attached,
+-- docs/upgrade.md), the rows the planner estimates and the bytes on disk,
+-- oldest range first. The catalog is the one record of the ranges.
+CREATE FUNCTION owed_ledger_partitions()
+RETURNS TABLE (parent text, partition text, from_id bigint, to_id bigint, est_rows bigint, bytes bigint)
+LANGUAGE sql STABLE SET search_path = pg_catalog, public AS $$
+SELECT p.relname::text,
+       c.relname::text,
+       nullif(b[1], 'MINVALUE')::bigint,
+       nullif(b[2], 'MAXVALUE')::bigint,
+       greatest(c.reltuples, 0)::bigint,
+       pg_total_relation_size(c.oid)
+  FROM pg_inherits i
+  JOIN pg_class p ON p.oid = i.inhparent
+  JOIN pg_class c ON c.oid = i.inhrelid
+ CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                                 'FROM \(''?([^'')]+)''?\) TO \(''?([^'')]+)''?\)') AS b
+ WHERE i.inhparent IN (to_regclass('owed_notifications'), to_regclass('owed_notification_attempts'),
+                       to_regclass('owed_receipts'))
+ ORDER BY 3 NULLS FIRST, array_position(ARRAY['owed_notifications', 'owed_notification_attempts', 'owed_receipts'],
+                                        p.relname::text)
+$$;
+REVOKE EXECUTE ON FUNCTION owed_ledger_partitions() FROM PUBLIC;
+
+-- owed_ledger_partition_name_indexes names each index of partition
+-- p_partition after the parent's index it is a partition of, with p_suffix
+-- (owed_notifications_pending_owed_y2026m12), so a plan names the index the
+-- home defines whichever month it reads (PostgreSQL names a partition's
+-- indexes after their columns).
+CREATE FUNCTION owed_ledger_partition_name_indexes(p_partition text, p_suffix text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT c.relname AS index_name, p.relname AS parent_name
+               FROM pg_index x
+               JOIN pg_class c ON c.oid = x.indexrelid
+               JOIN pg_inherits i ON i.inhrelid = x.indexrelid
+               JOIN pg_class p ON p.oid = i.inhparent
+              WHERE x.indrelid = to_regclass('public.' || quote_ident(p_partition)) LOOP
+        EXECUTE format('ALTER INDEX public.%I RENAME TO %I', r.index_name, r.parent_name || '_' || p_suffix);
+    END LOOP;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION owed_ledger_partition_name_indexes(text, text) FROM PUBLIC;
+
+-- owed_ledger_partitions_ensure creates the partitions of p_now's month
+-- and of the p_ahead months after it that do not exist yet, of the ledger,
+-- its attempts and its receipts on the same range, each with the storage
+-- settings below, row-level security forced and no grant (every role
+-- reads and writes them through their parent, whose policies and grants
+-- are the only ones that apply; a partition named directly is refused to
+-- all but its owner), and moves the ledger's id sequence to the start of
+-- p_now's month's range, never backwards. Rows take ids of the range the
+-- sequence is in, so a month whose partition was never made (no
+-- maintenance ran) only leaves its rows in the month before: an insert
+-- never lacks a partition. It runs as the schema's owner (owedctl
+-- partitions ensure, the migrations): creating a partition takes the
+-- table's ownership, which no service holds.
+--
+-- Storage, per partition (a partitioned table has none of its own). The
+-- ledger's: autovacuum for the churn. A row is written about five times on
+-- its way (insert, lease, publish, claim, settle), leaving four dead
+-- versions, and the lease's partial indexes keep pointing at a settled
+-- row's versions until a vacuum removes them: after 300,000 rows settled
+-- the first lease read 9,776 buffers (48.5 ms) and 2.1 ms after a VACUUM.
+-- The default trigger, 20% of the table dead, waits for 20 million dead
+-- versions at 100 million rows; 1% plus 10,000 vacuums a 10-million-a-day
+-- ledger every few minutes, each pass short. Inserts trigger a vacuum at
+-- 1% too, so the visibility map stays current for the index-only reads,
+-- and analyze follows at 1% so the planner sees a month's new rows the day
+-- they come. A row is updated four to five times on its way (lease, queued
+-- mark, claim, the check before the send, settle) and inserted densely:
+-- the room each page keeps (fillfactor 80) lets an update whose indexed
+-- columns stay as they were (the check right after a claim,
+-- owed_extend_many) be HOT, a new version on the same page and no new
+-- index entries, and lets the others' new versions land beside the old.
+-- The attempts': they are inserted and rarely changed, so vacuum comes for
+-- inserts alone, by default at 20% of the table: at 100 million attempts,
+-- 20 million rows to mark all-visible and freeze in one pass. At 1% each
+-- pass is small, the freezing is spread out instead of arriving as one
+-- anti-wraparound scan, and analyze follows at 1% so the planner sees the
+-- day's attempts the day they come (the stats read them by finished_at).
+CREATE FUNCTION owed_ledger_partitions_ensure(p_now timestamptz, p_ahead integer)
+RETURNS TABLE (partition_name text, first_id bigint, end_id bigint, created boolean)
+LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
+DECLARE
+    v_month date := date_trunc('month', p_now AT TIME ZONE 'UTC')::date;
+    v_at date;
+    v_from bigint;
+    v_to bigint;
+    v_last bigint;
+    v_table text;
+    v_seq text := pg_get_serial_sequence('owed_notifications', 'id');
+    v_member boolean := pg_has_role(current_user, 'owed_definer', 'MEMBER');
+BEGIN
+    IF p_ahead IS NULL OR p_ahead < 0 OR p_ahead > 24 THEN
+        RAISE EXCEPTION 'owed_ledger_partitions_ensure: p_ahead %: want 0 to 24 months', p_ahead
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Two runs at once would race to create the same partition.
+    PERFORM pg_advisory_xact_lock(hashtext('owed_ledger_partitions_ensure'));
+    -- A partition made or attached takes a copy of each of its parent's
+    -- triggers, which checks EXECUTE on the trigger's function: owed_definer's
+    -- (revoked from PUBLIC), so the owner holds the role for the call alone,
+    -- as owed_definer_takes_functions does (roles.sql).
+    IF NOT v_member THEN
+        GRANT owed_definer TO CURRENT_USER;
+    END IF;
+    FOR i IN 0 .. p_ahead LOOP
+        v_at := (v_month + make_interval(months => i))::date;
+        v_from := owed_ledger_month_first_id(v_at);
+        v_to := v_from + 100000000000;
+        FOREACH v_table IN ARRAY ARRAY['owed_notifications', 'owed_notification_attempts', 'owed_receipts'] LOOP
+            partition_name := v_table || '_' || to_char(v_at, '"y"YYYY"m"MM');
+            first_id := v_from;
+            end_id := v_to;
+            created := false;
+            -- A range a partition covers already (the legacy partition of
+            -- an upgrade reaches to its month's start) is left as it is.
+            IF NOT EXISTS (SELECT 1 FROM owed_ledger_partitions() p
+                            WHERE p.parent = v_table
+                              AND coalesce(p.from_id < v_to, true) AND coalesce(p.to_id > v_from, true)) THEN
+                EXECUTE format('CREATE TABLE public.%I PARTITION OF public.%I FOR VALUES FROM (%s) TO (%s)',
+                               partition_name, v_table, v_from, v_to);
+            PERFORM owed_ledger_partition_name_indexes(partition_name, to_char(v_at, '"y"YYYY"m"MM'));
+                IF v_table = 'owed_notifications' THEN
+                    EXECUTE format('ALTER TABLE %I SET (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, '
+                                   'autovacuum_vacuum_threshold = 10000, autovacuum_vacuum_insert_scale_factor = 0.01, '
+                                   'autovacuum_analyze_scale_factor = 0.01)', partition_name);
+                ELSIF v_table = 'owed_notification_attempts' THEN
+                    EXECUTE format('ALTER TABLE %I SET (autovacuum_vacuum_insert_scale_factor = 0.01, '
+                                   'autovacuum_analyze_scale_factor = 0.01)', partition_name);
+                END IF;
+                EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', partition_name);
+                EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', partition_name);
+                created := true;
+            END IF;
+            RETURN NEXT;
+        END LOOP;
+    END LOOP;
+    EXECUTE format('SELECT last_value FROM %s', v_seq) INTO v_last;
+    v_from := owed_ledger_month_first_id(v_month);
+    IF v_last < v_from AND (SELECT count(*) FROM owed_ledger_partitions() p
+                             WHERE coalesce(p.from_id <= v_from, true) AND p.to_id > v_from) = 3 THEN
+        PERFORM setval(v_seq, v_from, false);
+    END IF;
+    IF NOT v_member THEN
+        REVOKE owed_definer FROM CURRENT_USER;
+    END IF;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION owed_ledger_partitions_ensure(timestamptz, integer) FROM PUBLIC;
 
 -- A payload that several rows of one scheduling batch share (an event with
 -- one payload and 1,000 recipients) is stored once, here, and each row

@@ -5,10 +5,15 @@
 -- internal/receipt verifies and parses them; the ledger keeps them here,
 -- one row per receipt, whole, for the compliance question ("the SMS was
 -- delivered at 12:01:07, says Twilio").
+--
+-- Partitioned as the ledger is, by the row's id on the same month ranges,
+-- with no foreign key to owed_notifications, for the reasons the attempts
+-- have none (attempts.sql); only owed_receipt_record writes receipts,
+-- each for a row it found.
 CREATE TABLE owed_receipts (
-    id                  bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id                  bigint      GENERATED ALWAYS AS IDENTITY,
     tenant_id           text        NOT NULL CHECK (tenant_id <> '' AND octet_length(tenant_id) <= 128),
-    notification_id     bigint      NOT NULL REFERENCES owed_notifications (id) ON DELETE CASCADE,
+    notification_id     bigint      NOT NULL,
     -- The provider family the receipt came from: twilio, sendgrid,
     -- postmark, webhook (a Sender's name up to its first ':').
     provider            text        NOT NULL CHECK (provider <> '' AND octet_length(provider) <= 64),
@@ -19,14 +24,19 @@ CREATE TABLE owed_receipts (
     -- The provider's own time of the event; NULL when it gives none
     -- (Twilio's status callback carries no timestamp).
     occurred_at         timestamptz,
-    received_at         timestamptz NOT NULL
-);
+    received_at         timestamptz NOT NULL,
+    CONSTRAINT owed_receipts_pkey PRIMARY KEY (notification_id, id)
+) PARTITION BY RANGE (notification_id);
 
 -- A provider that calls again with the same receipt (a retry, a replay)
 -- hits this key and records nothing new. A missing occurred_at counts as
--- one value, so a replayed Twilio callback is one receipt too.
+-- one value, so a replayed Twilio callback is one receipt too. The row's
+-- id ends the key, as a partitioned table's unique keys must hold its
+-- partition key; a message id names one row (owed_receipt_record finds it
+-- by the send that returned the id), so a replay names the same row and
+-- still meets its first copy.
 CREATE UNIQUE INDEX owed_receipts_replay ON owed_receipts
-    (provider, provider_message_id, status, (coalesce(occurred_at, '-infinity'::timestamptz)));
+    (provider, provider_message_id, status, (coalesce(occurred_at, '-infinity'::timestamptz)), notification_id);
 CREATE INDEX owed_receipts_notification ON owed_receipts (notification_id, received_at);
 
 ALTER TABLE owed_receipts ENABLE ROW LEVEL SECURITY;
@@ -86,7 +96,8 @@ BEGIN
                                occurred_at, received_at)
     VALUES (v_target.tenant_id, v_target.notification_id, p_provider, p_message_id, p_status, p_code,
             p_occurred_at, coalesce(p_now, now()))
-    ON CONFLICT (provider, provider_message_id, status, (coalesce(occurred_at, '-infinity'::timestamptz)))
+    ON CONFLICT (provider, provider_message_id, status, (coalesce(occurred_at, '-infinity'::timestamptz)),
+                 notification_id)
     DO NOTHING;
     -- FOUND is false when the key was there already: a replay changes
     -- nothing.

@@ -1,0 +1,235 @@
+package archive
+
+import (
+	"database/sql"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/owedhq/owed/internal/ledger"
+	"github.com/owedhq/owed/internal/testdb"
+)
+
+// oldMonth fills a month of its own with settled rows of acme and globex
+// (one delivered with an attempt and a receipt), settled at settled, and
+// returns that month's ledger partition and its ids' range. The month is
+// next month's range, and the ids then move on to the month after, as
+// the monthly maintenance moves them (owed_ledger_partitions_ensure), so
+// the month is one retention may look at.
+func oldMonth(t *testing.T, db *testdb.DB, settled time.Time, extra ...string) (string, int64, int64) {
+	t.Helper()
+	var part string
+	var from, to int64
+	if err := db.Owner.QueryRow(`SELECT partition_name, first_id, end_id
+	    FROM owed_ledger_partitions_ensure(now() + interval '1 month', 0) WHERE partition_name LIKE 'owed_notifications\_%'`).
+		Scan(&part, &from, &to); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.OwnerTx(ctx, func(tx *sql.Tx) error {
+		for _, q := range append([]string{
+			`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, state, settled_at,
+			        delivered_at, payload, provider, provider_message_id, attempts)
+			 SELECT t, 'alice', 'sms', 'k', 'R-' || t, $1, 'delivered', $1, $1, '{"text": "hi"}', 'twilio:AC', 'SM-' || t, 1
+			   FROM unnest(ARRAY['acme', 'globex']) t`,
+			`INSERT INTO owed_notification_attempts (notification_id, tenant_id, attempt, provider, started_at, finished_at,
+			        outcome, provider_message_id, http_status)
+			 SELECT id, tenant_id, 1, 'twilio:AC', $1, $1, 'accepted', provider_message_id, 201
+			   FROM owed_notifications WHERE ref_id LIKE 'R-%'`,
+			`INSERT INTO owed_receipts (tenant_id, notification_id, provider, provider_message_id, status, received_at)
+			 SELECT tenant_id, id, 'twilio', provider_message_id, 'delivered', $1 FROM owed_notifications
+			  WHERE ref_id = 'R-acme'`,
+		}, extra...) {
+			if _, err := tx.Exec(q, settled); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Owner.Exec(`SELECT owed_ledger_partitions_ensure(now() + interval '2 months', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	return part, from, to
+}
+
+// monthOf finds part among retention's answers.
+func monthOf(t *testing.T, months []Month, part string) Month {
+	t.Helper()
+	for _, m := range months {
+		if m.Partition == part {
+			return m
+		}
+	}
+	t.Fatalf("retention said nothing of %s: %+v", part, months)
+	return Month{}
+}
+
+// partitionsOf lists the partitions of the three tables on [from, to).
+func partitionsOf(t *testing.T, db *testdb.DB, from, to int64) []string {
+	t.Helper()
+	parts, err := Partitions(ctx, db.Owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range parts {
+		if p.From == from && p.To == to {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+var keep400 = Retention{Default: Period(DefaultRetention)}
+
+// A month whose rows are all settled and past the retention is archived,
+// its three partitions detached and dropped whole, its keys deleted and
+// the drop written on the operators' trail; restoring its archive brings
+// its rows back, readable through the ledger.
+func TestRetentionDropsAMonthWholeAfterItsArchive(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	settled := time.Now().UTC().Truncate(time.Microsecond)
+	part, from, to := oldMonth(t, db, settled)
+	dir := t.TempDir()
+	opts := RunOptions{Retention: keep400, Dir: dir, Operator: "alice", Now: settled.Add(399 * 24 * time.Hour)}
+
+	months, err := Run(ctx, db.Owner, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := monthOf(t, months, part); m.Dropped || !strings.Contains(m.Kept, "kept until") {
+		t.Fatalf("a month inside its retention: %+v, want kept until its rows' retention ends", m)
+	}
+	dry := opts
+	dry.Now, dry.DryRun, dry.Dir = settled.Add(401*24*time.Hour), true, ""
+	if months, err = Run(ctx, db.Owner, dry); err != nil || !monthOf(t, months, part).Drop ||
+		len(partitionsOf(t, db, from, to)) != 3 {
+		t.Fatalf("dry run: %+v (%v), want it would drop and nothing dropped", months, err)
+	}
+
+	opts.Now = settled.Add(401 * 24 * time.Hour)
+	months, err = Run(ctx, db.Owner, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := monthOf(t, months, part)
+	if !m.Dropped || m.Rows != 2 || m.Archive != filepath.Join(dir, part) {
+		t.Fatalf("the month past its retention: %+v, want its 2 rows archived in %s and dropped", m, filepath.Join(dir, part))
+	}
+	if left := partitionsOf(t, db, from, to); len(left) != 0 {
+		t.Fatalf("partitions left of the dropped month: %v", left)
+	}
+	man, err := ReadManifest(m.Archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range man.Files {
+		if want := map[string]int64{"owed_notifications": 2, "owed_notification_attempts": 2, "owed_receipts": 1}[f.Table]; f.Table != "owed_event_payloads" && f.Rows != want {
+			t.Errorf("archive %s: %d rows, want %d", f.Name, f.Rows, want)
+		}
+	}
+	var keys, audit int
+	if err := db.Owner.QueryRow(`SELECT count(*) FROM owed_notification_keys WHERE notification_id >= $1 AND notification_id < $2`,
+		from, to).Scan(&keys); err != nil || keys != 0 {
+		t.Errorf("keys of the dropped month: %d (%v), want none", keys, err)
+	}
+	if err := db.Owner.QueryRow(`SELECT count(*) FROM owed_operator_audit WHERE action = 'retention_drop'
+	    AND operator = 'alice' AND target LIKE $1 AND count = 2`, "partition="+part+"%").Scan(&audit); err != nil || audit != 1 {
+		t.Errorf("audit lines of the drop: %d (%v), want 1", audit, err)
+	}
+
+	// The archive restores the month: its partitions come back, and its
+	// rows are the ledger's again, read through the API's role.
+	if _, err := Restore(ctx, db.Owner, m.Archive, Operator{Name: "alice", Reason: "INC-28"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := partitionsOf(t, db, from, to); len(got) != 3 {
+		t.Fatalf("partitions after the restore: %v, want the month's three", got)
+	}
+	page, _, err := ledger.New(db.App, nil).FindPage(ctx, "acme", ledger.Filter{Limit: 10}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page) != 1 || page[0].RefID != "R-acme" || page[0].State != ledger.StateDelivered {
+		t.Fatalf("acme's rows after the restore: %+v, want its delivered row", page)
+	}
+	var restored int
+	if err := db.Owner.QueryRow(`SELECT count(*) FROM owed_notification_keys WHERE notification_id >= $1 AND notification_id < $2`,
+		from, to).Scan(&restored); err != nil || restored != 2 {
+		t.Errorf("keys of the restored month: %d (%v), want 2", restored, err)
+	}
+}
+
+// A month holding one row still owed stays, and so does a month holding
+// a row of a held tenant; each says why.
+func TestRetentionKeepsOwedAndHeldMonths(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, extra, hold, kept string
+	}{
+		{"one row owed", `INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload)
+		     VALUES ('acme', 'bob', 'sms', 'k', 'LATE', $1::timestamptz + interval '2 years', '{"text": "late"}')`,
+			"", "1 rows are still owed"},
+		{"a held tenant", "", "globex", `compliance hold keeps it: tenant globex ("case 114"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			db := testdb.New(t)
+			settled := time.Now().UTC()
+			var extra []string
+			if c.extra != "" {
+				extra = append(extra, c.extra)
+			}
+			part, from, to := oldMonth(t, db, settled, extra...)
+			if c.hold != "" {
+				if added, err := AddHold(ctx, db.Owner, c.hold, "case 114", "carol", settled); err != nil || !added {
+					t.Fatalf("AddHold: %v, %v", added, err)
+				}
+			}
+			months, err := Run(ctx, db.Owner, RunOptions{Retention: keep400, Dir: t.TempDir(), Operator: "alice",
+				Now: settled.Add(800 * 24 * time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := monthOf(t, months, part); m.Dropped || !strings.Contains(m.Kept, c.kept) {
+				t.Fatalf("%s: %+v, want kept: %q", part, m, c.kept)
+			}
+			if left := partitionsOf(t, db, from, to); len(left) != 3 {
+				t.Fatalf("partitions of the kept month: %v, want its three", left)
+			}
+			if c.hold == "" {
+				return
+			}
+			// Lifted, the hold keeps nothing.
+			if had, err := RemoveHold(ctx, db.Owner, c.hold, "case closed", "carol", settled); err != nil || !had {
+				t.Fatalf("RemoveHold: %v, %v", had, err)
+			}
+			months, err = Run(ctx, db.Owner, RunOptions{Retention: keep400, Dir: t.TempDir(), Operator: "alice",
+				Now: settled.Add(800 * 24 * time.Hour)})
+			if err != nil || !monthOf(t, months, part).Dropped {
+				t.Fatalf("after the hold was lifted: %+v (%v), want the month dropped", months, err)
+			}
+		})
+	}
+}
+
+// A tenant's own retention decides for its rows: a month keeps as long as
+// the longest retention of a tenant with rows in it.
+func TestRetentionPerTenant(t *testing.T) {
+	var r TenantRetention
+	if err := r.Decode("acme:800d; trial:co:30d"); err != nil {
+		t.Fatal(err)
+	}
+	ret := Retention{Default: Period(DefaultRetention), Tenants: r}
+	if ret.For("acme") != 800*24*time.Hour || ret.For("trial:co") != 30*24*time.Hour || ret.For("globex") != DefaultRetention {
+		t.Fatalf("retentions: %v %v %v", ret.For("acme"), ret.For("trial:co"), ret.For("globex"))
+	}
+	for _, bad := range []string{"acme", "acme:1h", "acme:forever", "acme:3d;acme:4d"} {
+		if err := new(TenantRetention).Decode(bad); err == nil || !strings.Contains(err.Error(), "OWED_RETENTION_TENANTS") {
+			t.Errorf("%q: %v, want refused naming the variable", bad, err)
+		}
+	}
+}
