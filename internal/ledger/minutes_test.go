@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -108,12 +109,22 @@ func TestStatsFromMinutesMatchTheRows(t *testing.T) {
 	if err := b.db.Owner.QueryRow(`SELECT count(*) FROM owed_ledger_minutes`).Scan(&counters); err != nil || counters == 0 {
 		t.Fatalf("the settles wrote %d counter rows (%v)", counters, err)
 	}
-	for _, since := range []time.Time{
+	hoursSumTheMinutes(t, b)
+	for i, since := range []time.Time{
 		b.now.Add(-25*time.Hour + 17*time.Second),
 		b.now.Add(-3 * time.Hour),
 		b.now.Add(-90 * time.Minute).Truncate(time.Minute),
 		b.now.Add(-7 * 24 * time.Hour),
+		// The same, on a ledger whose hours were summed from five hours
+		// ago (owed_ledger_minutes_from.hours): the minutes before then
+		// are read instead.
+		b.now.Add(-25*time.Hour + 17*time.Second),
+		b.now.Add(-3 * time.Hour),
+		b.now.Add(-7 * 24 * time.Hour),
 	} {
+		if i == 4 {
+			hoursFrom(t, b, b.now.Add(-5*time.Hour))
+		}
 		rows, minutes := readStats(t, b, "owed_ledger_stats_rows", since), readStats(t, b, "owed_ledger_stats_minutes", since)
 		if rows.delivered == 0 || rows.cancelled == 0 || rows.duplicateRows == 0 {
 			t.Fatalf("since %s: the rows say %+v; the fixture settles too little", since, rows)
@@ -268,6 +279,7 @@ func TestReceiptStatsFromMinutesMatchTheRows(t *testing.T) {
 			}
 		}
 	}
+	hoursSumTheMinutes(t, b)
 	compare("counted from the start")
 
 	// A ledger whose receipts' words were counted from five hours ago:
@@ -281,4 +293,125 @@ func TestReceiptStatsFromMinutesMatchTheRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	compare("counted from five hours ago")
+	hoursFrom(t, b, b.now.Add(-3*time.Hour))
+	compare("counted from five hours ago, summed by hour from three")
+}
+
+// hoursSumTheMinutes fails t unless owed_ledger_hours holds, for every
+// hour, word and bucket, the sum of owed_ledger_minutes' counts over the
+// hour's minutes and tenants.
+func hoursSumTheMinutes(t *testing.T, b *bundle) {
+	t.Helper()
+	var differ, hours int64
+	if err := b.db.Owner.QueryRow(`
+	    WITH m AS (SELECT date_trunc('hour', minute) AS hour, outcome, bucket, sum(settled) AS n,
+	                      min(lag_min) AS lo, max(lag_max) AS hi
+	                 FROM owed_ledger_minutes GROUP BY 1, 2, 3),
+	         h AS (SELECT hour, outcome, bucket, sum(settled) AS n, min(lag_min) AS lo, max(lag_max) AS hi
+	                 FROM owed_ledger_hours GROUP BY 1, 2, 3)
+	    SELECT count(*) FILTER (WHERE m.n IS DISTINCT FROM h.n AND coalesce(m.n, 0) + coalesce(h.n, 0) <> 0
+	                               OR m.n <> 0 AND (m.lo, m.hi) IS DISTINCT FROM (h.lo, h.hi)),
+	           count(h.hour)
+	      FROM m FULL JOIN h USING (hour, outcome, bucket)`).Scan(&differ, &hours); err != nil {
+		t.Fatal(err)
+	}
+	if differ != 0 || hours == 0 {
+		t.Errorf("%d of %d hourly counters differ from their minutes' sums", differ, hours)
+	}
+}
+
+// hoursFrom makes b's ledger one whose hourly counters began at from
+// (owed_ledger_minutes_from.hours): the hours before it are emptied.
+func hoursFrom(t *testing.T, b *bundle, from time.Time) {
+	t.Helper()
+	for _, q := range []string{`UPDATE owed_ledger_minutes_from SET hours = $1`,
+		`DELETE FROM owed_ledger_hours WHERE hour < $1`} {
+		if _, err := b.db.Owner.Exec(q, from); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A long window's stats read the hourly counters for its whole hours and
+// the per-minute counters only before the first of them: a day's window
+// reads at most an hour of minutes, however many tenants settled rows in
+// each. Before owed_ledger_hours, owed_ledger_stats_minutes read every
+// minute of the day, one counter per tenant, and at 20 million rows over a
+// year (bench/ledgerscale) the day's counters were 14 times those of 1
+// million.
+func TestLongStatsReadTheHours(t *testing.T) {
+	b := setup(t)
+	if _, err := b.db.Owner.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at,
+	        state, settled_at, delivered_at, receipt_status, payload, created_at)
+	    SELECT 't' || (g % 9), 'r' || g, 'sms', 'k', 'ref' || g, s - interval '2 seconds', 'delivered', s, s,
+	           CASE WHEN g % 3 = 0 THEN 'delivered' END, '{}', s - interval '1 minute'
+	      FROM generate_series(1, 17280) g, LATERAL (SELECT $1::timestamptz - g * interval '10 seconds' AS s) x`,
+		b.now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Owner.Exec(`ANALYZE owed_ledger_minutes; ANALYZE owed_ledger_hours`); err != nil {
+		t.Fatal(err)
+	}
+	since := b.now.Add(-25*time.Hour + 17*time.Second)
+	var hourOfMinutes, dayOfMinutes int64
+	if err := b.db.Owner.QueryRow(`SELECT count(*) FILTER (WHERE minute < $1::timestamptz + interval '61 minutes'),
+	        count(*) FROM owed_ledger_minutes WHERE minute >= $1`, since).Scan(&hourOfMinutes, &dayOfMinutes); err != nil {
+		t.Fatal(err)
+	}
+	if dayOfMinutes < 20*hourOfMinutes {
+		t.Fatalf("the day holds %d minute counters, its first hour %d: the fixture is too thin", dayOfMinutes,
+			hourOfMinutes)
+	}
+	for _, fn := range []string{"owed_ledger_stats_minutes", "owed_ledger_receipt_stats_minutes"} {
+		if read := countersRead(t, b, fn, since); read > hourOfMinutes {
+			t.Errorf("%s over a day read %d per-minute counters; the window's first hour holds %d (the day %d)",
+				fn, read, hourOfMinutes, dayOfMinutes)
+		}
+	}
+}
+
+// countersRead runs the body of fn (a LANGUAGE sql read of the counters)
+// with since under EXPLAIN ANALYZE and returns how many rows its plan read
+// from owed_ledger_minutes.
+func countersRead(t *testing.T, b *bundle, fn string, since time.Time) int64 {
+	t.Helper()
+	conn, err := b.db.Owner.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var body string
+	if err := conn.QueryRowContext(ctx, `SELECT prosrc FROM pg_proc WHERE proname = $1`, fn).Scan(&body); err != nil {
+		t.Fatalf("find %s: %v", fn, err)
+	}
+	if _, err := conn.ExecContext(ctx, "PREPARE p_read (timestamptz) AS "+body); err != nil {
+		t.Fatalf("prepare %s: %v", fn, err)
+	}
+	defer conn.ExecContext(ctx, "DEALLOCATE p_read")
+	var plan string
+	if err := conn.QueryRowContext(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE p_read ("+literal(since)+")").
+		Scan(&plan); err != nil {
+		t.Fatalf("explain %s: %v", fn, err)
+	}
+	var doc []map[string]any
+	if err := json.Unmarshal([]byte(plan), &doc); err != nil || len(doc) == 0 {
+		t.Fatalf("%s's plan: %v", fn, err)
+	}
+	var read float64
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if n["Relation Name"] == "owed_ledger_minutes" {
+			rows, _ := n["Actual Rows"].(float64)
+			loops, _ := n["Actual Loops"].(float64)
+			read += rows * loops
+		}
+		kids, _ := n["Plans"].([]any)
+		for _, k := range kids {
+			if m, ok := k.(map[string]any); ok {
+				walk(m)
+			}
+		}
+	}
+	walk(doc[0]["Plan"].(map[string]any))
+	return int64(read)
 }

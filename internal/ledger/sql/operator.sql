@@ -88,9 +88,10 @@ $$;
 REVOKE EXECUTE ON FUNCTION owed_ledger_stats_rows(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION owed_ledger_stats_rows(timestamptz) TO owed_definer;
 
--- owed_ledger_stats_minutes is owed_ledger_stats read from the per-minute
--- counters (owed_ledger_minutes, minutes.sql) for every whole minute they
--- hold after p_since, and from the rows and attempts for the rest: the
+-- owed_ledger_stats_minutes is owed_ledger_stats read from the counters
+-- (minutes.sql): owed_ledger_hours for every whole hour they hold after
+-- p_since, owed_ledger_minutes for the whole minutes before the first of
+-- those hours, and the rows and attempts for the rest: the
 -- part of p_since's minute after it, and what settled or finished before
 -- the counters began (owed_ledger_minutes_from). The state counts, the
 -- maximum lag and the possible duplicates are exact. A percentile is
@@ -109,13 +110,22 @@ RETURNS TABLE (delivered bigint, expired bigint, failed bigint, skipped bigint, 
                lag_p50 double precision, lag_p95 double precision, lag_max double precision,
                duplicate_rows bigint, possible_duplicates bigint)
 LANGUAGE sql STABLE AS $$
-WITH edge AS MATERIALIZED (
+WITH edge0 AS MATERIALIZED (
     SELECT greatest(CASE WHEN date_trunc('minute', $1) = $1 THEN $1
                          ELSE date_trunc('minute', $1) + interval '1 minute' END,
-                    (SELECT f.minute FROM owed_ledger_minutes_from f)) AS at
+                    f.minute) AS at, f.hours
+      FROM owed_ledger_minutes_from f
+), edge AS MATERIALIZED (
+    SELECT e.at, greatest(CASE WHEN date_trunc('hour', e.at) = e.at THEN e.at
+                               ELSE date_trunc('hour', e.at) + interval '1 hour' END,
+                          e.hours) AS hour
+      FROM edge0 e
 ), parts AS MATERIALIZED (
     SELECT m.outcome, m.bucket, m.settled, m.lag_min, m.lag_max
-      FROM edge e JOIN owed_ledger_minutes m ON m.minute >= e.at
+      FROM edge e JOIN owed_ledger_minutes m ON m.minute >= e.at AND m.minute < e.hour
+    UNION ALL
+    SELECT h.outcome, h.bucket, h.settled, h.lag_min, h.lag_max
+      FROM edge e JOIN owed_ledger_hours h ON h.hour >= e.hour
     UNION ALL
     SELECT r.state, owed_lag_bucket(r.lag), 1, r.lag, r.lag
       FROM edge e CROSS JOIN LATERAL (

@@ -127,8 +127,8 @@ GRANT EXECUTE ON FUNCTION owed_receipt_record(text, text, text, text, timestampt
 -- (owed_ledger_receipt_stats_rows) and a longer one from the per-minute
 -- counters (owed_ledger_receipt_stats_minutes, minutes.sql): a day's
 -- window read a day of rows, 20 times as many on a ledger 20 times as
--- dense, where the counters cost at most one row per minute, tenant,
--- word and slot. Both answer the same counts, exactly.
+-- dense, where the counters cost at most one row per hour, word and
+-- slot. Both answer the same counts, exactly.
 CREATE FUNCTION owed_ledger_receipt_stats(p_since timestamptz)
 RETURNS TABLE (accepted bigint, confirmed_delivered bigint, bounced bigint, failed bigint, unconfirmed bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
@@ -160,24 +160,35 @@ REVOKE EXECUTE ON FUNCTION owed_ledger_receipt_stats_rows(timestamptz) FROM PUBL
 GRANT EXECUTE ON FUNCTION owed_ledger_receipt_stats_rows(timestamptz) TO owed_definer;
 
 -- owed_ledger_receipt_stats_minutes is owed_ledger_receipt_stats read from
--- the per-minute counters (owed_ledger_minutes: the delivered rows, and
--- their receipts' final words, receipt_*) for every whole minute they hold
--- after p_since, and from the rows for the rest: the part of p_since's
--- minute after it, and what settled before the receipts' words were
--- counted (owed_ledger_minutes_from.receipts). The rows without a final
+-- the counters (minutes.sql: the delivered rows, and their receipts' final
+-- words, receipt_*): owed_ledger_hours for every whole hour after p_since,
+-- owed_ledger_minutes for the whole minutes before the first of those
+-- hours, and the rows for the rest: the part of p_since's minute after
+-- it, and what settled before the receipts' words were counted
+-- (owed_ledger_minutes_from.receipts). The rows without a final
 -- word are the accepted rows less those with one: receipt_status holds
 -- nothing but the five statuses.
 CREATE FUNCTION owed_ledger_receipt_stats_minutes(p_since timestamptz)
 RETURNS TABLE (accepted bigint, confirmed_delivered bigint, bounced bigint, failed bigint, unconfirmed bigint)
 LANGUAGE sql STABLE AS $$
-WITH edge AS MATERIALIZED (
+WITH edge0 AS MATERIALIZED (
     SELECT greatest(CASE WHEN date_trunc('minute', $1) = $1 THEN $1
                          ELSE date_trunc('minute', $1) + interval '1 minute' END,
-                    (SELECT greatest(f.minute, f.receipts) FROM owed_ledger_minutes_from f)) AS at
+                    f.minute, f.receipts) AS at, f.hours
+      FROM owed_ledger_minutes_from f
+), edge AS MATERIALIZED (
+    SELECT e.at, greatest(CASE WHEN date_trunc('hour', e.at) = e.at THEN e.at
+                               ELSE date_trunc('hour', e.at) + interval '1 hour' END,
+                          e.hours) AS hour
+      FROM edge0 e
 ), parts AS (
     SELECT m.outcome, m.settled
-      FROM edge e JOIN owed_ledger_minutes m ON m.minute >= e.at
+      FROM edge e JOIN owed_ledger_minutes m ON m.minute >= e.at AND m.minute < e.hour
      WHERE m.outcome IN ('delivered', 'receipt_delivered', 'receipt_bounced', 'receipt_failed')
+    UNION ALL
+    SELECT h.outcome, h.settled
+      FROM edge e JOIN owed_ledger_hours h ON h.hour >= e.hour
+     WHERE h.outcome IN ('delivered', 'receipt_delivered', 'receipt_bounced', 'receipt_failed')
     UNION ALL
     SELECT w.outcome, 1
       FROM edge e
