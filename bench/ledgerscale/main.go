@@ -23,7 +23,7 @@
 // archive, check, detach, drop), and the archive's throughput and the
 // drop's time after it are printed (target ≤ 1 s).
 //
-//	scripts/with-postgres.sh go run ./bench/ledgerscale [-sizes 1000000,20000000] [-runs 5]
+//	scripts/with-postgres.sh go run ./bench/ledgerscale [-sizes 1000000,20000000] [-runs 5] [-keep]
 package main
 
 import (
@@ -60,6 +60,8 @@ func main() { benchutil.Main("bench/ledgerscale", run) }
 func run() error {
 	sizesFlag := flag.String("sizes", "1000000,20000000", "settled ledger sizes to measure at, ascending")
 	runs := flag.Int("runs", 5, "repetitions of each measurement per size")
+	keep := flag.Bool("keep", false, "keep the built ledger's database at the end (its URL is printed) to look into it; "+
+		"run against a server that outlives the run (OWED_BENCH_DATABASE_URL) and drop it yourself")
 	flag.Parse()
 	var sizes []int
 	for _, s := range strings.Split(*sizesFlag, ",") {
@@ -74,7 +76,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	if *keep {
+		defer fmt.Fprintf(os.Stderr, "bench/ledgerscale: the ledger is kept: %s\n", db.OwnerURL)
+	} else {
+		defer db.Close()
+	}
 	l := ledger.New(db.App, nil)
 
 	ecfg := emulator.DefaultConfig()
