@@ -3,8 +3,9 @@
 -- an hour does: at 10 million a day a day's window read 10 million entries
 -- of owed_notifications_settled and sorted their lags for the
 -- percentiles, and the day's attempts for the duplicate counts; from the
--- counters it reads one row per minute, tenant, outcome and lag bucket
--- that had one.
+-- counters it reads one row per hour, outcome and lag bucket that had one
+-- (owed_ledger_hours, below), and the minutes' rows before its first whole
+-- hour.
 --
 -- One row per (minute, tenant, outcome, lag bucket, slot). An outcome is
 -- a final state (delivered, expired, failed, skipped, cancelled): how many
