@@ -109,8 +109,8 @@ LANGUAGE sql STABLE AS $$
 WITH edge0 AS MATERIALIZED (
     SELECT greatest(CASE WHEN date_trunc('minute', $1) = $1 THEN $1
                          ELSE date_trunc('minute', $1) + interval '1 minute' END,
-                    f.minute, f.receipts) AS at, f.hours
-      FROM owed_ledger_minutes_from f
+                    (SELECT greatest(f.minute, f.receipts) FROM owed_ledger_minutes_from f)) AS at,
+           (SELECT f.hours FROM owed_ledger_minutes_from f) AS hours
 ), edge AS MATERIALIZED (
     SELECT e.at, greatest(CASE WHEN date_trunc('hour', e.at) = e.at THEN e.at
                                ELSE date_trunc('hour', e.at) + interval '1 hour' END,
@@ -119,6 +119,7 @@ WITH edge0 AS MATERIALIZED (
 ), parts AS (
     SELECT m.outcome, m.settled
       FROM edge e JOIN owed_ledger_minutes m ON m.minute >= e.at AND m.minute < e.hour
+                                              AND m.minute >= date_trunc('minute', $1)
      WHERE m.outcome IN ('delivered', 'receipt_delivered', 'receipt_bounced', 'receipt_failed')
     UNION ALL
     SELECT h.outcome, h.settled
@@ -151,8 +152,8 @@ LANGUAGE sql STABLE AS $$
 WITH edge0 AS MATERIALIZED (
     SELECT greatest(CASE WHEN date_trunc('minute', $1) = $1 THEN $1
                          ELSE date_trunc('minute', $1) + interval '1 minute' END,
-                    f.minute) AS at, f.hours
-      FROM owed_ledger_minutes_from f
+                    (SELECT f.minute FROM owed_ledger_minutes_from f)) AS at,
+           (SELECT f.hours FROM owed_ledger_minutes_from f) AS hours
 ), edge AS MATERIALIZED (
     SELECT e.at, greatest(CASE WHEN date_trunc('hour', e.at) = e.at THEN e.at
                                ELSE date_trunc('hour', e.at) + interval '1 hour' END,
@@ -161,6 +162,7 @@ WITH edge0 AS MATERIALIZED (
 ), parts AS MATERIALIZED (
     SELECT m.outcome, m.bucket, m.settled, m.lag_min, m.lag_max
       FROM edge e JOIN owed_ledger_minutes m ON m.minute >= e.at AND m.minute < e.hour
+                                              AND m.minute >= date_trunc('minute', $1)
     UNION ALL
     SELECT h.outcome, h.bucket, h.settled, h.lag_min, h.lag_max
       FROM edge e JOIN owed_ledger_hours h ON h.hour >= e.hour
