@@ -3,8 +3,9 @@
 -- an hour does: at 10 million a day a day's window read 10 million entries
 -- of owed_notifications_settled and sorted their lags for the
 -- percentiles, and the day's attempts for the duplicate counts; from the
--- counters it reads one row per minute, tenant, outcome and lag bucket
--- that had one.
+-- counters it reads one row per hour, outcome and lag bucket that had one
+-- (owed_ledger_hours, below), and the minutes' rows before its first whole
+-- hour.
 --
 -- One row per (minute, tenant, outcome, lag bucket, slot). An outcome is
 -- a final state (delivered, expired, failed, skipped, cancelled): how many
@@ -13,7 +14,12 @@
 -- as owed_ledger_stats measures it) among the rows of the bucket. Or it
 -- is an attempt's, by the minute it finished: possible_duplicate (a send
 -- flagged a possible duplicate) and accepted_again (an accepted send of a
--- row the provider had accepted before). The
+-- row the provider had accepted before). Or it is a receipt's word on a
+-- row settled delivered, by the minute the row settled:
+-- receipt_delivered, receipt_bounced, receipt_failed (the row's
+-- receipt_status, a provider's final word; owed_ledger_receipt_stats,
+-- receipts.sql). A receipt moves a row's counter from one word to another
+-- as it moves receipt_status. The
 -- buckets are fixed (owed_lag_bucket): a lag's bucket is known without
 -- reading any other row, so percentiles come from the buckets' counts and
 -- are as precise as one bucket (a quarter of a power of two, 19%). A
@@ -46,19 +52,49 @@ CREATE TABLE owed_ledger_minutes (
 );
 GRANT SELECT, INSERT, UPDATE ON owed_ledger_minutes TO owed_definer;
 
+-- owed_ledger_hours is owed_ledger_minutes summed by hour across tenants,
+-- kept by the same statements: a window's whole hours are read here.
+-- The operators' stats are across tenants, and a minute's counters are
+-- one row per tenant that settled a row in it, so a day's window read
+-- from the minutes cost up to 1,440 × tenants × words rows, as many
+-- more as the ledger was denser (at 20 million rows over a year, 14
+-- times the rows of 1 million: bench/ledgerscale); an hour here is one row
+-- per word, bucket and slot, however many tenants and rows it counts.
+-- What the slots cost: every tenant's settles in an hour add to the same
+-- eight rows of each word, as one tenant's settles in a minute do to its
+-- minute's; a transaction holds the row from its statement to its commit.
+CREATE TABLE owed_ledger_hours (
+    hour      timestamptz      NOT NULL,
+    outcome   text             NOT NULL,
+    bucket    smallint         NOT NULL,
+    slot      smallint         NOT NULL,
+    settled   bigint           NOT NULL,
+    lag_min   double precision,
+    lag_max   double precision,
+    PRIMARY KEY (hour, outcome, bucket, slot)
+);
+GRANT SELECT, INSERT, UPDATE ON owed_ledger_hours TO owed_definer;
+
 -- owed_ledger_minutes_from is the first minute the counters hold whole:
 -- the minute after the counting began on a ledger that already held rows
 -- (its rows settled before then were never counted, and the stats read
 -- them from the ledger), or -infinity on a ledger that began empty. One
--- row.
+-- row. receipts is the same for the receipts' words (receipt_*), which
+-- were counted later than the rest: a window reaching before it reads the
+-- receipt words of the rows. hours is the first hour owed_ledger_hours
+-- holds whole, which began later too: a window reads the minutes before
+-- it.
 CREATE TABLE owed_ledger_minutes_from (
-    one    boolean     PRIMARY KEY DEFAULT true CHECK (one),
-    minute timestamptz NOT NULL
+    one      boolean     PRIMARY KEY DEFAULT true CHECK (one),
+    minute   timestamptz NOT NULL,
+    receipts timestamptz NOT NULL,
+    hours    timestamptz NOT NULL
 );
 GRANT SELECT ON owed_ledger_minutes_from TO owed_definer;
-INSERT INTO owed_ledger_minutes_from (minute)
-SELECT CASE WHEN EXISTS (SELECT FROM owed_notifications) THEN date_trunc('minute', now()) + interval '1 minute'
-            ELSE '-infinity' END;
+INSERT INTO owed_ledger_minutes_from (minute, receipts, hours)
+SELECT m, m, m
+  FROM (SELECT CASE WHEN EXISTS (SELECT FROM owed_notifications)
+                    THEN date_trunc('minute', now()) + interval '1 minute' ELSE '-infinity' END) x (m);
 
 -- owed_lag_bucket is the counters' bucket of a delivered row's lag in
 -- seconds: 0 below a millisecond (a row sent on time or ahead of its due
@@ -72,32 +108,86 @@ SELECT CASE WHEN p_lag IS NULL THEN -1
             ELSE least(floor(4 * ln(p_lag * 1000) / ln(2)) + 1, 32767) END::smallint
 $$;
 
+-- owed_ledger_minutes_words are the counters a settled row counts in: its
+-- final state, with its lag when it was delivered, and for a delivered row
+-- a provider's final word on it (receipt_delivered, receipt_bounced,
+-- receipt_failed), when it has one. One function, so the rows an insert
+-- adds and those an update adds and takes off are counted alike.
+CREATE FUNCTION owed_ledger_minutes_words(p_state text, p_delivered_at timestamptz, p_due_at timestamptz,
+                                          p_receipt_status text)
+RETURNS TABLE (outcome text, lag double precision)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT p_state, CASE WHEN p_state = 'delivered' THEN extract(epoch FROM p_delivered_at - p_due_at)::double precision END
+UNION ALL
+SELECT 'receipt_' || p_receipt_status, NULL
+ WHERE p_state = 'delivered' AND p_receipt_status IN ('delivered', 'bounced', 'failed')
+$$;
+
+-- owed_ledger_counters_add adds a statement's counts to the counters: one
+-- element of the arrays per minute, tenant, word and bucket (settled may
+-- be negative: rows taken off), to owed_ledger_minutes, then summed by
+-- hour to owed_ledger_hours, each in one upsert in key order and the
+-- minutes first (the hours' upsert reads the minutes' count), so two
+-- statements never wait on each other's counters in opposite orders. The
+-- slot is the writing backend's (pid modulo eight).
+CREATE FUNCTION owed_ledger_counters_add(p_minute timestamptz[], p_tenant text[], p_outcome text[],
+                                         p_bucket smallint[], p_settled bigint[], p_lag_min double precision[],
+                                         p_lag_max double precision[])
+RETURNS void
+LANGUAGE sql AS $$
+WITH g AS MATERIALIZED (
+    SELECT * FROM unnest(p_minute, p_tenant, p_outcome, p_bucket, p_settled, p_lag_min, p_lag_max)
+                  AS g (minute, tenant_id, outcome, bucket, settled, lag_min, lag_max)
+), m AS (
+    INSERT INTO owed_ledger_minutes AS m (minute, tenant_id, outcome, bucket, slot, settled, lag_min, lag_max)
+    SELECT g.minute, g.tenant_id, g.outcome, g.bucket, pg_backend_pid() % 8, g.settled, g.lag_min, g.lag_max
+      FROM g
+     ORDER BY 1, 2, 3, 4
+    ON CONFLICT (minute, tenant_id, outcome, bucket, slot) DO UPDATE
+       SET settled = m.settled + EXCLUDED.settled, lag_min = least(m.lag_min, EXCLUDED.lag_min),
+           lag_max = greatest(m.lag_max, EXCLUDED.lag_max)
+    RETURNING 1
+)
+INSERT INTO owed_ledger_hours AS h (hour, outcome, bucket, slot, settled, lag_min, lag_max)
+SELECT date_trunc('hour', g.minute), g.outcome, g.bucket, pg_backend_pid() % 8, sum(g.settled), min(g.lag_min),
+       max(g.lag_max)
+  FROM g
+ WHERE (SELECT count(*) FROM m) >= 0
+ GROUP BY 1, 2, 3
+ ORDER BY 1, 2, 3
+ON CONFLICT (hour, outcome, bucket, slot) DO UPDATE
+   SET settled = h.settled + EXCLUDED.settled, lag_min = least(h.lag_min, EXCLUDED.lag_min),
+       lag_max = greatest(h.lag_max, EXCLUDED.lag_max)
+$$;
+REVOKE EXECUTE ON FUNCTION owed_ledger_counters_add(timestamptz[], text[], text[], smallint[], bigint[],
+                                                    double precision[], double precision[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_ledger_counters_add(timestamptz[], text[], text[], smallint[], bigint[],
+                                                   double precision[], double precision[]) TO owed_definer;
+
 -- owed_ledger_minutes_count keeps the counters from the rows a statement
 -- on owed_notifications settled (a statement trigger, whatever the
 -- statement: the worker's settle, the sweep's expiry, a cancel, an
--- application's SQL, a restore), in one upsert per statement: a row per
--- minute, tenant, final state and bucket the statement touched, never one per
--- ledger row. An update counts a row whose settlement changed (settled_at,
--- state, its tenant or its lag), taking the old one off and adding the
--- new; every other update (a lease, a claim, a receipt) writes nothing.
--- The upsert takes its counter rows in key order, so two statements never
--- wait on each other's counters in opposite orders.
+-- application's SQL, a restore), in one call of owed_ledger_counters_add
+-- per statement: a counter per minute, tenant, word and bucket the
+-- statement touched, never one per ledger row. An update counts a row whose settlement changed (settled_at,
+-- state, its tenant, its lag or its receipt's word), taking the old one
+-- off and adding the new; every other update (a lease, a claim, an
+-- interim receipt) writes nothing.
 CREATE FUNCTION owed_ledger_minutes_count() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        INSERT INTO owed_ledger_minutes AS m (minute, tenant_id, outcome, bucket, slot, settled, lag_min, lag_max)
-        SELECT d.minute, d.tenant_id, d.outcome, owed_lag_bucket(d.lag), pg_backend_pid() % 8, count(*), min(d.lag),
-               max(d.lag)
-          FROM (SELECT date_trunc('minute', n.settled_at) AS minute, n.tenant_id, n.state AS outcome,
-                       CASE WHEN n.state = 'delivered'
-                            THEN extract(epoch FROM n.delivered_at - n.due_at)::double precision END AS lag
-                  FROM owed_new n WHERE n.settled_at IS NOT NULL) d
-         GROUP BY 1, 2, 3, 4
-         ORDER BY 1, 2, 3, 4
-        ON CONFLICT (minute, tenant_id, outcome, bucket, slot) DO UPDATE
-           SET settled = m.settled + EXCLUDED.settled, lag_min = least(m.lag_min, EXCLUDED.lag_min),
-               lag_max = greatest(m.lag_max, EXCLUDED.lag_max);
+        PERFORM owed_ledger_counters_add(array_agg(c.minute), array_agg(c.tenant_id), array_agg(c.outcome),
+                                         array_agg(c.bucket), array_agg(c.settled), array_agg(c.lag_min),
+                                         array_agg(c.lag_max))
+           FROM (SELECT d.minute, d.tenant_id, d.outcome, owed_lag_bucket(d.lag) AS bucket, count(*) AS settled,
+                        min(d.lag) AS lag_min, max(d.lag) AS lag_max
+                   FROM (SELECT date_trunc('minute', n.settled_at) AS minute, n.tenant_id, w.outcome, w.lag
+                           FROM owed_new n
+                          CROSS JOIN LATERAL owed_ledger_minutes_words(n.state, n.delivered_at, n.due_at,
+                                                                       n.receipt_status) w
+                          WHERE n.settled_at IS NOT NULL) d
+                  GROUP BY 1, 2, 3, 4) c;
         RETURN NULL;
     END IF;
     -- Most updates settle nothing and unsettle nothing (the lease, the
@@ -107,35 +197,40 @@ BEGIN
        AND NOT EXISTS (SELECT FROM owed_old WHERE settled_at IS NOT NULL) THEN
         RETURN NULL;
     END IF;
-    WITH changed AS (
-        SELECT o.tenant_id AS old_tenant, o.state AS old_state, o.settled_at AS old_settled,
-               CASE WHEN o.state = 'delivered' THEN extract(epoch FROM o.delivered_at - o.due_at)::double precision END
-                 AS old_lag,
-               n.tenant_id AS new_tenant, n.state AS new_state, n.settled_at AS new_settled,
-               CASE WHEN n.state = 'delivered' THEN extract(epoch FROM n.delivered_at - n.due_at)::double precision END
-                 AS new_lag
-          FROM owed_new n JOIN owed_old o ON o.id = n.id
-         WHERE (o.settled_at IS NOT NULL OR n.settled_at IS NOT NULL)
-           AND (o.settled_at, o.tenant_id, o.state, o.delivered_at, o.due_at)
-               IS DISTINCT FROM (n.settled_at, n.tenant_id, n.state, n.delivered_at, n.due_at)
-    ), d AS (
-        SELECT date_trunc('minute', new_settled) AS minute, new_tenant AS tenant_id, new_state AS outcome,
-               new_lag AS lag, 1 AS sign
-          FROM changed WHERE new_settled IS NOT NULL
-        UNION ALL
-        SELECT date_trunc('minute', old_settled), old_tenant, old_state, old_lag, -1
-          FROM changed WHERE old_settled IS NOT NULL
-    )
-    INSERT INTO owed_ledger_minutes AS m (minute, tenant_id, outcome, bucket, slot, settled, lag_min, lag_max)
-    SELECT d.minute, d.tenant_id, d.outcome, owed_lag_bucket(d.lag), pg_backend_pid() % 8, sum(d.sign),
-           min(d.lag) FILTER (WHERE d.sign > 0), max(d.lag) FILTER (WHERE d.sign > 0)
-      FROM d
-     GROUP BY 1, 2, 3, 4
-    HAVING sum(d.sign) <> 0
-     ORDER BY 1, 2, 3, 4
-    ON CONFLICT (minute, tenant_id, outcome, bucket, slot) DO UPDATE
-       SET settled = m.settled + EXCLUDED.settled, lag_min = least(m.lag_min, EXCLUDED.lag_min),
-           lag_max = greatest(m.lag_max, EXCLUDED.lag_max);
+    PERFORM owed_ledger_counters_add(array_agg(c.minute), array_agg(c.tenant_id), array_agg(c.outcome),
+                                     array_agg(c.bucket), array_agg(c.settled), array_agg(c.lag_min),
+                                     array_agg(c.lag_max))
+       FROM (WITH changed AS (
+                 SELECT o.tenant_id AS old_tenant, o.state AS old_state, o.settled_at AS old_settled,
+                        o.delivered_at AS old_delivered, o.due_at AS old_due, o.receipt_status AS old_receipt,
+                        n.tenant_id AS new_tenant, n.state AS new_state, n.settled_at AS new_settled,
+                        n.delivered_at AS new_delivered, n.due_at AS new_due, n.receipt_status AS new_receipt
+                   FROM owed_new n JOIN owed_old o ON o.id = n.id
+                  WHERE (o.settled_at IS NOT NULL OR n.settled_at IS NOT NULL)
+                    AND (o.settled_at, o.tenant_id, o.state, o.delivered_at, o.due_at, o.receipt_status)
+                        IS DISTINCT FROM (n.settled_at, n.tenant_id, n.state, n.delivered_at, n.due_at, n.receipt_status)
+             ), d AS (
+                 -- A word the row keeps (its state when only its receipt
+                 -- moved) is added and taken off in the same group, and
+                 -- the HAVING below drops the group.
+                 SELECT date_trunc('minute', c.new_settled) AS minute, c.new_tenant AS tenant_id, w.outcome, w.lag,
+                        1 AS sign
+                   FROM changed c
+                  CROSS JOIN LATERAL owed_ledger_minutes_words(c.new_state, c.new_delivered, c.new_due,
+                                                               c.new_receipt) w
+                  WHERE c.new_settled IS NOT NULL
+                 UNION ALL
+                 SELECT date_trunc('minute', c.old_settled), c.old_tenant, w.outcome, w.lag, -1
+                   FROM changed c
+                  CROSS JOIN LATERAL owed_ledger_minutes_words(c.old_state, c.old_delivered, c.old_due,
+                                                               c.old_receipt) w
+                  WHERE c.old_settled IS NOT NULL
+             )
+             SELECT d.minute, d.tenant_id, d.outcome, owed_lag_bucket(d.lag) AS bucket, sum(d.sign) AS settled,
+                    min(d.lag) FILTER (WHERE d.sign > 0) AS lag_min, max(d.lag) FILTER (WHERE d.sign > 0) AS lag_max
+               FROM d
+              GROUP BY 1, 2, 3, 4
+             HAVING sum(d.sign) <> 0) c;
     RETURN NULL;
 END
 $$;
@@ -162,28 +257,29 @@ CREATE TRIGGER owed_ledger_minutes_updated
 
 -- owed_ledger_minutes_attempts keeps the attempts' counters
 -- (possible_duplicate, accepted_again) from the attempts a statement
--- inserted, in one upsert per statement, as owed_ledger_minutes_count does
--- for the rows. Attempts are written once, finished, and never change what
+-- inserted, in one call of owed_ledger_counters_add per statement, as
+-- owed_ledger_minutes_count does for the rows. Attempts are written once, finished, and never change what
 -- is counted. An accepted send is accepted_again when the row has an
 -- accepted attempt of a lower number: one probe of
 -- owed_notification_attempts_notification per accepted send.
 CREATE FUNCTION owed_ledger_minutes_attempts() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
-    INSERT INTO owed_ledger_minutes AS m (minute, tenant_id, outcome, bucket, slot, settled)
-    SELECT date_trunc('minute', a.finished_at), a.tenant_id, x.outcome, -1, pg_backend_pid() % 8, count(*)
-      FROM owed_new a
-     CROSS JOIN LATERAL (
-        SELECT 'possible_duplicate' AS outcome WHERE a.possible_duplicate
-        UNION ALL
-        SELECT 'accepted_again'
-         WHERE a.outcome = 'accepted'
-           AND EXISTS (SELECT FROM owed_notification_attempts p
-                        WHERE p.notification_id = a.notification_id AND p.attempt < a.attempt
-                          AND p.outcome = 'accepted')) x
-     GROUP BY 1, 2, 3
-     ORDER BY 1, 2, 3
-    ON CONFLICT (minute, tenant_id, outcome, bucket, slot) DO UPDATE SET settled = m.settled + EXCLUDED.settled;
+    PERFORM owed_ledger_counters_add(array_agg(c.minute), array_agg(c.tenant_id), array_agg(c.outcome),
+                                     array_agg(c.bucket), array_agg(c.settled), array_agg(c.lag_min),
+                                     array_agg(c.lag_max))
+       FROM (SELECT date_trunc('minute', a.finished_at) AS minute, a.tenant_id, x.outcome, (-1)::smallint AS bucket,
+                    count(*) AS settled, NULL::double precision AS lag_min, NULL::double precision AS lag_max
+               FROM owed_new a
+              CROSS JOIN LATERAL (
+                 SELECT 'possible_duplicate' AS outcome WHERE a.possible_duplicate
+                 UNION ALL
+                 SELECT 'accepted_again'
+                  WHERE a.outcome = 'accepted'
+                    AND EXISTS (SELECT FROM owed_notification_attempts p
+                                 WHERE p.notification_id = a.notification_id AND p.attempt < a.attempt
+                                   AND p.outcome = 'accepted')) x
+              GROUP BY 1, 2, 3) c;
     RETURN NULL;
 END
 $$;
@@ -206,35 +302,36 @@ CREATE TRIGGER owed_ledger_minutes_attempted
 -- outlives the rows), so a month restored must not be counted a second
 -- time. The rows and attempts are counted as owed_ledger_minutes_count and
 -- owed_ledger_minutes_attempts counted them; a row the restore found there
--- already was not inserted, not counted, and is not named here. The lag
--- bounds of a bucket (lag_min, lag_max) stay as they were.
+-- already was not inserted, not counted, and is not named here. It takes
+-- off what the triggers add, through the same owed_ledger_counters_add:
+-- the minutes and the hours, a delivered row's receipt word with its
+-- state. The lag bounds of a bucket (lag_min, lag_max) stay as they were.
 CREATE FUNCTION owed_ledger_minutes_uncount(p_ids bigint[], p_attempt_rows bigint[], p_attempt_ids bigint[])
 RETURNS void
 LANGUAGE sql SET search_path = pg_catalog, public AS $$
-INSERT INTO owed_ledger_minutes AS m (minute, tenant_id, outcome, bucket, slot, settled)
-SELECT d.minute, d.tenant_id, d.outcome, d.bucket, 0, -sum(d.n)
-  FROM (SELECT date_trunc('minute', r.settled_at) AS minute, r.tenant_id, r.state AS outcome,
-               owed_lag_bucket(CASE WHEN r.state = 'delivered'
-                                    THEN extract(epoch FROM r.delivered_at - r.due_at)::double precision END) AS bucket,
-               count(*) AS n
-          FROM owed_notifications r
-         WHERE r.id = ANY (p_ids) AND r.settled_at IS NOT NULL
-         GROUP BY 1, 2, 3, 4
-        UNION ALL
-        SELECT date_trunc('minute', a.finished_at), a.tenant_id, x.outcome, -1::smallint, count(*)
-          FROM unnest(p_attempt_rows, p_attempt_ids) AS u(notification_id, id)
-          JOIN owed_notification_attempts a ON a.notification_id = u.notification_id AND a.id = u.id
-         CROSS JOIN LATERAL (
-            SELECT 'possible_duplicate' AS outcome WHERE a.possible_duplicate
-            UNION ALL
-            SELECT 'accepted_again'
-             WHERE a.outcome = 'accepted'
-               AND EXISTS (SELECT FROM owed_notification_attempts p
-                            WHERE p.notification_id = a.notification_id AND p.attempt < a.attempt
-                              AND p.outcome = 'accepted')) x
-         GROUP BY 1, 2, 3, 4) d
- GROUP BY 1, 2, 3, 4
- ORDER BY 1, 2, 3, 4
-ON CONFLICT (minute, tenant_id, outcome, bucket, slot) DO UPDATE SET settled = m.settled + EXCLUDED.settled
+SELECT owed_ledger_counters_add(array_agg(c.minute), array_agg(c.tenant_id), array_agg(c.outcome),
+                                array_agg(c.bucket), array_agg(c.settled), array_agg(NULL::double precision),
+                                array_agg(NULL::double precision))
+  FROM (SELECT d.minute, d.tenant_id, d.outcome, d.bucket, -sum(d.n)::bigint AS settled
+          FROM (SELECT date_trunc('minute', r.settled_at) AS minute, r.tenant_id, w.outcome,
+                       owed_lag_bucket(w.lag) AS bucket, count(*) AS n
+                  FROM owed_notifications r
+                 CROSS JOIN LATERAL owed_ledger_minutes_words(r.state, r.delivered_at, r.due_at, r.receipt_status) w
+                 WHERE r.id = ANY (p_ids) AND r.settled_at IS NOT NULL
+                 GROUP BY 1, 2, 3, 4
+                UNION ALL
+                SELECT date_trunc('minute', a.finished_at), a.tenant_id, x.outcome, -1::smallint, count(*)
+                  FROM unnest(p_attempt_rows, p_attempt_ids) AS u(notification_id, id)
+                  JOIN owed_notification_attempts a ON a.notification_id = u.notification_id AND a.id = u.id
+                 CROSS JOIN LATERAL (
+                    SELECT 'possible_duplicate' AS outcome WHERE a.possible_duplicate
+                    UNION ALL
+                    SELECT 'accepted_again'
+                     WHERE a.outcome = 'accepted'
+                       AND EXISTS (SELECT FROM owed_notification_attempts p
+                                    WHERE p.notification_id = a.notification_id AND p.attempt < a.attempt
+                                      AND p.outcome = 'accepted')) x
+                 GROUP BY 1, 2, 3, 4) d
+         GROUP BY 1, 2, 3, 4) c
 $$;
 REVOKE EXECUTE ON FUNCTION owed_ledger_minutes_uncount(bigint[], bigint[], bigint[]) FROM PUBLIC;
