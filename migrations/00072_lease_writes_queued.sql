@@ -390,6 +390,34 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
+-- The trigger's swap takes owed_notifications' exclusive lock, and each of
+-- its month partitions' after it. A serving transaction locks a partition
+-- when a statement first touches it, so it can hold one the swap still
+-- needs while it waits for the parent the swap holds: a deadlock, seen in
+-- TestUpgradeAndRollback under load. The lock is taken first, whole or
+-- not at all, as the partition migration takes its own: a wait is cut at
+-- half a second and a deadlock given up, and either tried again.
+-- +goose StatementBegin
+DO $lock$
+DECLARE
+    v_timeout text := current_setting('lock_timeout');
+BEGIN
+    PERFORM set_config('lock_timeout', '500ms', true);
+    FOR v_try IN 1 .. 200 LOOP
+        BEGIN
+            LOCK TABLE owed_notifications IN ACCESS EXCLUSIVE MODE;
+            EXIT;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            IF v_try = 200 THEN
+                RAISE;
+            END IF;
+            PERFORM pg_sleep(0.05);
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', v_timeout, true);
+END
+$lock$;
+-- +goose StatementEnd
 DROP TRIGGER owed_notifications_due_updated ON owed_notifications;
 CREATE TRIGGER owed_notifications_due_updated
     AFTER UPDATE OF state, due_at, not_before ON owed_notifications
@@ -404,6 +432,28 @@ REVOKE owed_definer FROM CURRENT_USER;
 
 -- +goose Down
 GRANT owed_definer TO CURRENT_USER;
+-- The trigger's swap takes the lock whole first, as in the Up.
+-- +goose StatementBegin
+DO $lock$
+DECLARE
+    v_timeout text := current_setting('lock_timeout');
+BEGIN
+    PERFORM set_config('lock_timeout', '500ms', true);
+    FOR v_try IN 1 .. 200 LOOP
+        BEGIN
+            LOCK TABLE owed_notifications IN ACCESS EXCLUSIVE MODE;
+            EXIT;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            IF v_try = 200 THEN
+                RAISE;
+            END IF;
+            PERFORM pg_sleep(0.05);
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', v_timeout, true);
+END
+$lock$;
+-- +goose StatementEnd
 DROP TRIGGER owed_notifications_due_updated ON owed_notifications;
 CREATE TRIGGER owed_notifications_due_updated
     AFTER UPDATE OF state, due_at, not_before ON owed_notifications
