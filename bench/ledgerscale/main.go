@@ -82,10 +82,13 @@ func run() error {
 	} else {
 		defer db.Close()
 	}
-	// The services open their pools without JIT (service.WithoutJIT); the
-	// bench's database gives its own pools the same.
-	if _, err := db.Owner.ExecContext(ctx, "ALTER DATABASE "+pq.QuoteIdentifier(db.Name)+" SET jit = off"); err != nil {
-		return err
+	// The services open their pools without JIT and constraint exclusion
+	// (service.SessionSettings); the bench's database gives its own pools
+	// the same.
+	for _, set := range []string{"jit = off", "constraint_exclusion = off"} {
+		if _, err := db.Owner.ExecContext(ctx, "ALTER DATABASE "+pq.QuoteIdentifier(db.Name)+" SET "+set); err != nil {
+			return err
+		}
 	}
 	db.FlushApp()
 	db.Owner.SetMaxIdleConns(0)

@@ -105,30 +105,35 @@ func TestWithReadyWarningKeepsTheStatusAndOtherRoutes(t *testing.T) {
 	}
 }
 
-// Every pool OpenDatabase opens runs without JIT compilation (WithoutJIT),
-// unless its URL sets jit itself; a key=value connection string the same.
+// Every pool OpenDatabase opens runs without JIT compilation and without
+// constraint exclusion (SessionSettings), each unless its URL sets it; a
+// key=value connection string the same.
 func TestOpenDatabaseTurnsJITOff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t)
-	for _, c := range []struct{ url, want string }{
-		{db.AppURL, "off"},
-		{db.AppURL + map[bool]string{true: "&", false: "?"}[strings.Contains(db.AppURL, "?")] + "jit=on", "on"},
+	sep := map[bool]string{true: "&", false: "?"}[strings.Contains(db.AppURL, "?")]
+	for _, c := range []struct{ url, jit, exclusion string }{
+		{db.AppURL, "off", "off"},
+		{db.AppURL + sep + "jit=on", "on", "off"},
+		{db.AppURL + sep + "constraint_exclusion=partition", "off", "partition"},
 	} {
 		app, err := OpenDatabase(ctx, "OWED_DATABASE_URL", c.url, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var jit string
-		if err := app.QueryRow(`SHOW jit`).Scan(&jit); err != nil || jit != c.want {
-			t.Errorf("SHOW jit on a pool of %s: %q (%v), want %q", config.Redact(c.url, c.url), jit, err, c.want)
+		var jit, exclusion string
+		if err := app.QueryRow(`SELECT current_setting('jit'), current_setting('constraint_exclusion')`).Scan(&jit, &exclusion); err != nil ||
+			jit != c.jit || exclusion != c.exclusion {
+			t.Errorf("jit, constraint_exclusion on a pool of %s: %q, %q (%v), want %q, %q", config.Redact(c.url, c.url),
+				jit, exclusion, err, c.jit, c.exclusion)
 		}
 		app.Close()
 	}
-	if got := WithoutJIT("host=/tmp dbname=owed"); got != "host=/tmp dbname=owed jit=off" {
-		t.Errorf("WithoutJIT of a key=value string: %q", got)
+	if got := SessionSettings("host=/tmp dbname=owed"); got != "host=/tmp dbname=owed jit=off constraint_exclusion=off" {
+		t.Errorf("SessionSettings of a key=value string: %q", got)
 	}
-	if got := WithoutJIT("host=/tmp jit=on"); got != "host=/tmp jit=on" {
-		t.Errorf("WithoutJIT of a string setting jit: %q", got)
+	if got := SessionSettings("host=/tmp jit=on"); got != "host=/tmp jit=on constraint_exclusion=off" {
+		t.Errorf("SessionSettings of a string setting jit: %q", got)
 	}
 }

@@ -245,7 +245,7 @@ func OpenDatabase(ctx context.Context, variable, url string, maxConns int) (*sql
 	if url == "" {
 		return nil, fmt.Errorf("%s is not set: give a postgres:// URL for the application role", variable)
 	}
-	session := WithoutJIT(url)
+	session := SessionSettings(url)
 	conn, err := pq.NewConnector(session)
 	if err != nil {
 		return nil, fmt.Errorf("%s is not a valid postgres URL or connection string (percent-encode special characters in the password): %w",
@@ -264,35 +264,57 @@ func OpenDatabase(ctx context.Context, variable, url string, maxConns int) (*sql
 	return db, nil
 }
 
-// WithoutJIT is url with the session setting jit=off added, unless url
-// sets jit itself: every pool OpenDatabase opens runs without JIT
-// compilation. JIT pays for long analytical queries; owed's statements are
+// poolSettings are the session settings every pool OpenDatabase opens
+// runs with, unless its URL sets them itself.
+//
+// jit=off: JIT pays for long analytical queries; owed's statements are
 // short index reads, but on the partitioned ledger a statement that reads
 // every month sums the estimates of every partition, and the sweep's
 // survey crossed jit_above_cost: bench/ledgerscale at 1 million rows over
 // twelve months saw 278 to 674 ms of compilation in each idle survey, most
-// of the idle sweep (docs/scale.md). url is a postgres:// URL or a
-// key=value connection string, as lib/pq reads both.
-func WithoutJIT(url string) string {
+// of the idle sweep (docs/scale.md).
+//
+// constraint_exclusion=off: the default (partition) has the planner read
+// and test every CHECK constraint of every partition a statement names,
+// each time it plans one; partitions are pruned by their bounds without
+// it, and no owed statement relies on a CHECK to skip a table. With a
+// dozen months of partitions this was a large part of planning each sweep
+// statement (bench/ledgerscale at 100,000 rows over fifteen partitions:
+// idle sweep 122 -> 72 ms, a 500-row lease 205 -> 172 ms;
+// docs/performance.md).
+var poolSettings = [][2]string{{"jit", "off"}, {"constraint_exclusion", "off"}}
+
+// SessionSettings is url with poolSettings added, each unless url sets it
+// itself. url is a postgres:// URL or a key=value connection string, as
+// lib/pq reads both; lib/pq sends a URL's unknown parameters as the
+// session's settings.
+func SessionSettings(url string) string {
 	if strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://") {
 		u, err := neturl.Parse(url)
 		if err != nil {
 			return url
 		}
 		q := u.Query()
-		if q.Has("jit") {
-			return url
+		for _, kv := range poolSettings {
+			if !q.Has(kv[0]) {
+				q.Set(kv[0], kv[1])
+			}
 		}
-		q.Set("jit", "off")
 		u.RawQuery = q.Encode()
 		return u.String()
 	}
-	for _, f := range strings.Fields(url) {
-		if strings.HasPrefix(f, "jit=") {
-			return url
+	for _, kv := range poolSettings {
+		set := false
+		for _, f := range strings.Fields(url) {
+			if strings.HasPrefix(f, kv[0]+"=") {
+				set = true
+			}
+		}
+		if !set {
+			url += " " + kv[0] + "=" + kv[1]
 		}
 	}
-	return url + " jit=off"
+	return url
 }
 
 // Listen opens addr, turning "address already in use" into advice.

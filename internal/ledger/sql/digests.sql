@@ -33,8 +33,12 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON owed_digests TO owed_runtime;
 -- a digest with its id, so the sweep publishes one message per digest. It
 -- answers ids only, never a row's recipient or payload, like the lease.
 CREATE FUNCTION owed_sweep_digests(p_ids bigint[]) RETURNS TABLE (id bigint, digest_id bigint)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-SELECT n.id, n.digest_id FROM owed_notifications n WHERE n.id = ANY ($1) AND n.digest_id IS NOT NULL
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT n.id, n.digest_id FROM owed_notifications n WHERE n.id = ANY ($1) AND n.digest_id IS NOT NULL;
+END
 $$;
 ALTER FUNCTION owed_sweep_digests(bigint[]) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_sweep_digests(bigint[]) FROM PUBLIC;

@@ -219,14 +219,18 @@ GRANT EXECUTE ON FUNCTION owed_sweep_settle_failed(bigint, timestamptz, text) TO
 -- soonest first, skipping a row a live claim is sending (its worker settles
 -- it) and rows another transaction has locked.
 CREATE FUNCTION owed_sweep_overdue(p_now timestamptz, p_limit integer) RETURNS SETOF bigint
-LANGUAGE sql AS $$
-SELECT id FROM owed_notifications
- WHERE settled_at IS NULL
-   AND expires_at <= coalesce(p_now, now())
-   AND (state <> 'sending' OR lease_until <= coalesce(p_now, now()))
- ORDER BY expires_at
- LIMIT p_limit
-   FOR UPDATE SKIP LOCKED
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT id FROM owed_notifications
+     WHERE settled_at IS NULL
+       AND expires_at <= coalesce(p_now, now())
+       AND (state <> 'sending' OR lease_until <= coalesce(p_now, now()))
+     ORDER BY expires_at
+     LIMIT p_limit
+       FOR UPDATE SKIP LOCKED;
+END
 $$;
 REVOKE EXECUTE ON FUNCTION owed_sweep_overdue(timestamptz, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION owed_sweep_overdue(timestamptz, integer) TO owed_definer;
@@ -234,15 +238,20 @@ GRANT EXECUTE ON FUNCTION owed_sweep_overdue(timestamptz, integer) TO owed_defin
 -- owed_sweep_expire_rows settles the rows p_ids (locked by
 -- owed_sweep_overdue) expired, and counts them.
 CREATE FUNCTION owed_sweep_expire_rows(p_ids bigint[], p_now timestamptz) RETURNS bigint
-LANGUAGE sql AS $$
-WITH expired AS (
-    UPDATE owed_notifications
-       SET state = 'expired', settled_at = coalesce(p_now, now()), lease_until = NULL,
-           updated_at = coalesce(p_now, now()), last_error = 'expired before it was sent'
-     WHERE id = ANY (p_ids) AND settled_at IS NULL
-    RETURNING 1
-)
-SELECT count(*) FROM expired
+LANGUAGE plpgsql AS $$
+DECLARE
+    v bigint;
+BEGIN
+    WITH expired AS (
+        UPDATE owed_notifications
+           SET state = 'expired', settled_at = coalesce(p_now, now()), lease_until = NULL,
+               updated_at = coalesce(p_now, now()), last_error = 'expired before it was sent'
+         WHERE id = ANY (p_ids) AND settled_at IS NULL
+        RETURNING 1
+    )
+    SELECT count(*) INTO v FROM expired;
+    RETURN v;
+END
 $$;
 REVOKE EXECUTE ON FUNCTION owed_sweep_expire_rows(bigint[], timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION owed_sweep_expire_rows(bigint[], timestamptz) TO owed_definer;
@@ -287,17 +296,22 @@ GRANT EXECUTE ON FUNCTION owed_sweep_expire(timestamptz, integer) TO owed_runtim
 -- surfaces at the later of those two), should no worker claim it.
 CREATE FUNCTION owed_sweep_mark_queued(p_ids bigint[], p_now timestamptz, p_requeue_after double precision)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-WITH marked AS (
-    UPDATE owed_notifications n
-       SET state = 'queued', published_at = coalesce($2, now()),
-           lease_until = greatest(coalesce($2, now()), n.due_at, n.not_before) + make_interval(secs => $3),
-           updated_at = coalesce($2, now())
-      FROM (SELECT id FROM owed_notifications WHERE id = ANY($1) AND state = 'leased' ORDER BY id FOR UPDATE) l
-     WHERE n.id = l.id AND n.state = 'leased'
-    RETURNING 1
-)
-SELECT count(*) FROM marked
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+DECLARE
+    v bigint;
+BEGIN
+    WITH marked AS (
+        UPDATE owed_notifications n
+           SET state = 'queued', published_at = coalesce($2, now()),
+               lease_until = greatest(coalesce($2, now()), n.due_at, n.not_before) + make_interval(secs => $3),
+               updated_at = coalesce($2, now())
+          FROM (SELECT id FROM owed_notifications WHERE id = ANY($1) AND state = 'leased' ORDER BY id FOR UPDATE) l
+         WHERE n.id = l.id AND n.state = 'leased'
+        RETURNING 1
+    )
+    SELECT count(*) INTO v FROM marked;
+    RETURN v;
+END
 $$;
 ALTER FUNCTION owed_sweep_mark_queued(bigint[], timestamptz, double precision) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_sweep_mark_queued(bigint[], timestamptz, double precision) FROM PUBLIC;
@@ -740,6 +754,8 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp 
 DECLARE
     r record;
     err text;
+    v_sql text;
+    v_name text;
 BEGIN
     -- Nothing to lease (the sweep's most frequent answer): a static
     -- statement, planned once per session, answers it without planning
@@ -770,10 +786,25 @@ BEGIN
                                AND o.due_at <= coalesce(p_now, now()) + make_interval(secs => p_ahead)))) THEN
         RETURN;
     END IF;
+    -- The slice's statement is prepared once per session, under a name
+    -- its text gives, and executed with the call's values: planning it
+    -- reads every partition of the ledger (each with its indexes and
+    -- checks), which cost more than running it once the ledger had a
+    -- dozen months, and a prepared statement keeps its plan between calls
+    -- (docs/performance.md, "The partitioned ledger's cost on the hot
+    -- path"). EXECUTE takes no parameters, so the values go in as
+    -- literals, read back by the types the PREPARE declares.
+    v_sql := owed_sweep_fair_lease_sql(p_slice, 'lease', p_not_before);
+    v_name := 'owed_sweep_lease_' || md5(v_sql);
     BEGIN
-        RETURN QUERY EXECUTE owed_sweep_fair_lease_sql(p_slice, 'lease', p_not_before)
-            USING p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names, p_caps, p_share, p_live_for,
-                  NULL::bigint, NULL::bigint, NULL::boolean, NULL::timestamptz, p_requeue_after;
+        IF NOT EXISTS (SELECT FROM pg_prepared_statements ps WHERE ps.name = v_name) THEN
+            EXECUTE format('PREPARE %I (timestamptz, double precision, double precision, integer, text[], '
+                           'integer[], text[], integer[], double precision, double precision, bigint, bigint, '
+                           'boolean, timestamptz, double precision) AS %s', v_name, v_sql);
+        END IF;
+        RETURN QUERY EXECUTE format('EXECUTE %I (%L, %L, %L, %L, %L, %L, %L, %L, %L, %L, NULL, NULL, NULL, NULL, %L)',
+                                    v_name, p_now, p_for, p_ahead, p_limit, p_channels, p_accounts, p_names, p_caps,
+                                    p_share, p_live_for, p_requeue_after);
         RETURN;
     EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS err = MESSAGE_TEXT;
@@ -891,29 +922,33 @@ CREATE FUNCTION owed_sweep_survey_fair(p_now timestamptz, p_ahead double precisi
                                        p_count_up_to integer)
 RETURNS TABLE (outstanding integer[], pending boolean, requeues boolean, oldest_owed_age_s double precision,
                asked_at timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-WITH clock AS (
-    SELECT coalesce($1, now()) AS now, coalesce($1, now()) + make_interval(secs => $2) AS horizon,
-           coalesce($1, now()) + make_interval(secs => $3) AS live_until
-), flight AS (
-    SELECT f.* FROM clock c, owed_sweep_in_flight(c.now, c.horizon, c.live_until, $4, $5, $7) f
-)
-SELECT (SELECT array_agg(coalesce((SELECT sum(f.due_by_horizon) FROM flight f WHERE f.account = a), 0)::integer
-                         ORDER BY a)
-          FROM generate_subscripts($6, 1) a),
-       coalesce((SELECT o.due_at FROM owed_notifications o
-                  WHERE o.settled_at IS NULL AND o.state = 'pending'
-                    AND (o.expires_at IS NULL OR o.expires_at > c.now)
-                  ORDER BY o.due_at LIMIT 1) <= c.horizon, false),
-       EXISTS (SELECT FROM owed_notifications o
-                WHERE o.state IN ('leased', 'queued', 'sending') AND o.lease_until <= c.horizon
-                  AND (o.lease_until <= c.now OR owed_handed_back(o.state, o.lease_until, o.not_before))
-                  AND o.due_at <= c.horizon AND (o.expires_at IS NULL OR o.expires_at > c.now)),
-       (SELECT extract(epoch FROM c.now - o.due_at)::double precision FROM owed_notifications o
-         WHERE o.settled_at IS NULL AND o.due_at > '-infinity' AND o.due_at <= c.now
-         ORDER BY o.due_at LIMIT 1),
-       c.now
-  FROM clock c
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH clock AS (
+        SELECT coalesce($1, now()) AS now, coalesce($1, now()) + make_interval(secs => $2) AS horizon,
+               coalesce($1, now()) + make_interval(secs => $3) AS live_until
+    ), flight AS (
+        SELECT f.* FROM clock c, owed_sweep_in_flight(c.now, c.horizon, c.live_until, $4, $5, $7) f
+    )
+    SELECT (SELECT array_agg(coalesce((SELECT sum(f.due_by_horizon) FROM flight f WHERE f.account = a), 0)::integer
+                             ORDER BY a)
+              FROM generate_subscripts($6, 1) a),
+           coalesce((SELECT o.due_at FROM owed_notifications o
+                      WHERE o.settled_at IS NULL AND o.state = 'pending'
+                        AND (o.expires_at IS NULL OR o.expires_at > c.now)
+                      ORDER BY o.due_at LIMIT 1) <= c.horizon, false),
+           EXISTS (SELECT FROM owed_notifications o
+                    WHERE o.state IN ('leased', 'queued', 'sending') AND o.lease_until <= c.horizon
+                      AND (o.lease_until <= c.now OR owed_handed_back(o.state, o.lease_until, o.not_before))
+                      AND o.due_at <= c.horizon AND (o.expires_at IS NULL OR o.expires_at > c.now)),
+           (SELECT extract(epoch FROM c.now - o.due_at)::double precision FROM owed_notifications o
+             WHERE o.settled_at IS NULL AND o.due_at > '-infinity' AND o.due_at <= c.now
+             ORDER BY o.due_at LIMIT 1),
+           c.now
+      FROM clock c;
+END
 $$;
 ALTER FUNCTION owed_sweep_survey_fair(timestamptz, double precision, double precision, text[], integer[], text[], integer) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_sweep_survey_fair(timestamptz, double precision, double precision, text[], integer[], text[], integer) FROM PUBLIC;
@@ -951,13 +986,17 @@ GRANT EXECUTE ON FUNCTION owed_sweep_leasable_fair(timestamptz, double precision
 -- part of an account's name before ':', as the sweep names accounts.
 CREATE FUNCTION owed_sweep_send_rates(p_now timestamptz, p_window double precision, p_count_up_to integer)
 RETURNS TABLE (provider text, sends bigint)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-SELECT split_part(a.provider, ':', 1), count(*)
-  FROM (SELECT provider FROM owed_notification_attempts
-         WHERE finished_at > coalesce($1, now()) - make_interval(secs => $2)
-           AND finished_at <= coalesce($1, now())
-         LIMIT $3) a
- GROUP BY 1
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT split_part(a.provider, ':', 1), count(*)
+      FROM (SELECT provider FROM owed_notification_attempts
+             WHERE finished_at > coalesce($1, now()) - make_interval(secs => $2)
+               AND finished_at <= coalesce($1, now())
+             LIMIT $3) a
+     GROUP BY 1;
+END
 $$;
 ALTER FUNCTION owed_sweep_send_rates(timestamptz, double precision, integer) OWNER TO owed_definer;
 REVOKE EXECUTE ON FUNCTION owed_sweep_send_rates(timestamptz, double precision, integer) FROM PUBLIC;
