@@ -485,6 +485,13 @@ GRANT EXECUTE ON FUNCTION owed_sweep_in_flight(timestamptz, timestamptz, timesta
 -- with the reason instead of leased, so it never fails the statement or
 -- the messages of the other rows.
 --
+-- The rows in flight (flight) come from owed_sweep_in_flight, whose limit
+-- is a row beside it (lim) rather than a sub-select among its arguments: a
+-- sub-select argument keeps PostgreSQL from inlining the function, and a
+-- function not inlined has its body planned again on every call, across
+-- every partition of the ledger, under a prepared slice too
+-- (docs/performance.md).
+--
 -- Parameters: $1 now (NULL: the database's), $2 the lease and $3 the
 -- publish-ahead window in seconds, $4 the limit, $5 p_channels, $6
 -- p_accounts, $7 p_names, $8 the accounts' caps, $9 the share of each
@@ -570,9 +577,9 @@ acct AS MATERIALIZED (
     SELECT a, ($8::integer[])[a] AS cap FROM owed_sweep_open_accounts($7::text[]) a),
 flight AS MATERIALIZED (
     SELECT f.tenant_id, f.account AS a, f.due_now, f.due_by_horizon
-      FROM clock c, owed_sweep_in_flight(c.now, c.horizon, c.live_until, $5::text[], $6::integer[],
-                                         (SELECT least(2 * coalesce(sum(cap), 0) + $4::integer, 2147483647)::integer
-                                            FROM acct)) f),
+      FROM clock c,
+           (SELECT least(2 * coalesce(sum(cap), 0) + $4::integer, 2147483647)::integer AS n FROM acct) lim,
+           owed_sweep_in_flight(c.now, c.horizon, c.live_until, $5::text[], $6::integer[], lim.n) f),
 room AS MATERIALIZED (
     SELECT acct.a, coalesce(sum(f.due_by_horizon), 0)::integer AS outstanding,
            floor(greatest(acct.cap - coalesce(sum(f.due_now), 0), 0) * $9::double precision)::integer AS quota_now,
