@@ -457,3 +457,73 @@ func TestLeaseWritesPendingRowsQueued(t *testing.T) {
 			again, err, s[2].ID)
 	}
 }
+
+// A slice reads only the pending rows its limit can reach: with twenty
+// tenants of 60 due rows each and a limit of 100, each tenant's part is 5
+// rows, so the slice reads about 100 rows, where it read each tenant's
+// rows up to the whole limit (20 × 61 = 1,220 rows, every one of them
+// sorted three times) before migration 00079. What it leases is the
+// same: five rows of each tenant, each tenant's oldest.
+func TestASliceReadsOnlyTheRowsItsLimitReaches(t *testing.T) {
+	b := setup(t)
+	if err := b.db.OwnerTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.Exec(`INSERT INTO owed_notifications (tenant_id, recipient, channel, kind, ref_id, due_at, payload,
+		        created_at)
+		    SELECT 'tenant-' || (g % 20), 'r' || g, 'sms', 'k', 'ref' || g, $1::timestamptz + make_interval(secs => g), '{"text":"x"}', $2
+		      FROM generate_series(1, 1200) g`, b.now.Add(-time.Hour), b.now.Add(-2*time.Hour)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(`ANALYZE owed_notifications`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := LeaseParams{Limit: 100, For: time.Hour, Slice: SlicePending}
+	plan, _, err := b.l.ExplainLease(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc []map[string]any
+	if err := json.Unmarshal([]byte(plan), &doc); err != nil || len(doc) == 0 {
+		t.Fatalf("EXPLAIN output: %v", err)
+	}
+	read := -1.0
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if n["Subplan Name"] == "CTE pend" {
+			read, _ = n["Actual Rows"].(float64)
+		}
+		kids, _ := n["Plans"].([]any)
+		for _, k := range kids {
+			if m, ok := k.(map[string]any); ok {
+				walk(m)
+			}
+		}
+	}
+	walk(doc[0]["Plan"].(map[string]any))
+	if read < 100 || read > 120 {
+		t.Errorf("the slice read %.0f pending rows for a limit of 100 over 20 tenants, want about 100:\n%s", read, plan)
+	}
+	got, err := b.l.Lease(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[string]int{}
+	for _, r := range got {
+		per[r.Tenant]++
+	}
+	if len(got) != 100 || len(per) != 20 {
+		t.Fatalf("leased %d rows of %d tenants, want 100 of 20", len(got), len(per))
+	}
+	for ten, n := range per {
+		if n != 5 {
+			t.Errorf("tenant %s got %d rows of the slice, want 5", ten, n)
+		}
+	}
+	var late int
+	if err := b.db.Owner.QueryRow(`SELECT count(*) FROM owed_notifications o
+	    WHERE o.state = 'pending' AND EXISTS (SELECT FROM owed_notifications l
+	        WHERE l.tenant_id = o.tenant_id AND l.state <> 'pending' AND l.due_at > o.due_at)`).Scan(&late); err != nil || late != 0 {
+		t.Errorf("%d pending rows are older than a leased row of their tenant (err %v), want 0: each tenant's oldest go first", late, err)
+	}
+}

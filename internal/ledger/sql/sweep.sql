@@ -612,19 +612,43 @@ per AS MATERIALIZED (
            least($4::integer, ceil(r.quota_now::numeric / count(*)))::integer AS per_group
       FROM live l JOIN room r ON r.a = l.a
      GROUP BY r.a, r.quota_now),
-pend AS MATERIALIZED (
-    SELECT l.tenant_id, l.a, x.id, x.owed_since, x.created_at, x.due_at,
-           count(*) OVER (PARTITION BY l.tenant_id, l.channel) > per.per_group AS cut
+cnt AS MATERIALIZED (
+    SELECT l.tenant_id, l.channel, l.a, x.due, x.total, x.total > per.per_group AS cut
       FROM live l JOIN per ON per.a = l.a AND per.per_group > 0
+     CROSS JOIN clock c
+     CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE y.owed_since <= c.now)::integer AS due, count(*)::integer AS total
+          FROM (SELECT greatest(o.due_at, o.created_at) AS owed_since
+                  FROM owed_notifications o
+                 WHERE o.state = ''pending'' AND o.tenant_id = l.tenant_id AND o.channel = l.channel
+                   AND greatest(o.due_at, o.created_at) <= c.horizon
+                   AND (o.expires_at IS NULL OR o.expires_at > c.now)
+                 ORDER BY greatest(o.due_at, o.created_at), o.due_at, o.id
+                 LIMIT per.per_group + 1) y) x),
+lists AS MATERIALIZED (
+    SELECT k.tenant_id, k.a, sum(k.due)::integer AS due, coalesce(max(f.due_now), 0)::integer AS held
+      FROM cnt k LEFT JOIN flight f ON f.tenant_id = k.tenant_id AND f.a = k.a
+     GROUP BY k.tenant_id, k.a),
+level AS MATERIALIZED (
+    SELECT (array_agg(q.p ORDER BY q.p))[$4::integer] AS p
+      FROM (SELECT ls.a, ls.held + s.k AS p,
+                   row_number() OVER (PARTITION BY ls.a ORDER BY ls.held + s.k) AS turn
+              FROM lists ls CROSS JOIN LATERAL generate_series(1, ls.due) s(k)) q
+      JOIN room r ON r.a = q.a
+     WHERE q.turn <= r.quota_now),
+pend AS MATERIALIZED (
+    SELECT k.tenant_id, k.a, x.id, x.owed_since, x.created_at, x.due_at
+      FROM cnt k JOIN lists ls ON ls.tenant_id = k.tenant_id AND ls.a = k.a
+     CROSS JOIN level lv
      CROSS JOIN clock c
      CROSS JOIN LATERAL (
         SELECT o.id, greatest(o.due_at, o.created_at) AS owed_since, o.created_at, o.due_at
           FROM owed_notifications o
-         WHERE o.state = ''pending'' AND o.tenant_id = l.tenant_id AND o.channel = l.channel
+         WHERE o.state = ''pending'' AND o.tenant_id = k.tenant_id AND o.channel = k.channel
            AND greatest(o.due_at, o.created_at) <= c.horizon
            AND (o.expires_at IS NULL OR o.expires_at > c.now)
          ORDER BY greatest(o.due_at, o.created_at), o.due_at, o.id
-         LIMIT per.per_group + 1) x)';
+         LIMIT CASE WHEN lv.p IS NULL THEN k.total ELSE least(k.total, greatest(lv.p - ls.held, 0)) END) x)';
     END IF;
     IF p_slice IN (0, 2) THEN
         pick := pick || ',
@@ -643,6 +667,19 @@ lapsed AS MATERIALIZED (
            AND owed_sweep_account_of(o.channel, $5::text[], $6::integer[]) IN (SELECT a FROM acct)
          ORDER BY o.lease_until
          LIMIT 4 * $4::integer) x)';
+    END IF;
+    IF p_slice IN (0, 1) THEN
+        pick := pick || ',
+heldback AS MATERIALIZED (
+    SELECT q.a, (greatest(0, d.due - q.quota_now)
+                 + greatest(0, d.ahead - greatest(0, q.quota_all - least(q.quota_now, d.due))))::integer AS held
+      FROM room q CROSS JOIN clock c CROSS JOIN LATERAL (
+        SELECT coalesce((SELECT sum(k.due) FROM cnt k WHERE k.a = q.a), 0)' || CASE WHEN p_slice = 0 THEN '
+               + (SELECT count(*) FROM lapsed x WHERE x.a = q.a AND greatest(x.owed_since, x.not_before) <= c.now)'
+               ELSE '' END || ' AS due,
+               coalesce((SELECT sum(k.total - k.due) FROM cnt k WHERE k.a = q.a), 0)' || CASE WHEN p_slice = 0 THEN '
+               + (SELECT count(*) FROM lapsed x WHERE x.a = q.a AND NOT greatest(x.owed_since, x.not_before) <= c.now)'
+               ELSE '' END || ' AS ahead) d)';
     END IF;
     pick := pick || ',
 cand AS (' || CASE p_slice
@@ -688,12 +725,14 @@ SELECT l.id, (t.row -> l.id::text ->> 0)::integer AS a, (t.row -> l.id::text ->>
        NULL::integer AS held, NULL::boolean AS more, (t.row -> l.id::text ->> 3)::timestamptz AS not_before
   FROM locked l CROSS JOIN took t
 UNION ALL
-SELECT NULL, q.a, NULL, NULL, q.outstanding, q.quota_now,
-       (SELECT count(*) FROM fits WHERE fits.a = q.a AND NOT fits.fits)::integer'
+SELECT NULL, q.a, NULL, NULL, q.outstanding, q.quota_now,'
        || CASE WHEN p_slice IN (0, 1) THEN '
+       (SELECT h.held FROM heldback h WHERE h.a = q.a)
        + CASE WHEN q.quota_now <= 0 THEN coalesce((SELECT groups FROM per WHERE per.a = q.a), 0)::integer ELSE 0 END,
-       (SELECT count(*) FROM fits WHERE fits.a = q.a AND NOT fits.fits) = 0
-         AND EXISTS (SELECT FROM pend WHERE pend.a = q.a AND pend.cut)' ELSE ', false' END || ',
+       (SELECT h.held FROM heldback h WHERE h.a = q.a) = 0
+         AND EXISTS (SELECT FROM cnt WHERE cnt.a = q.a AND cnt.cut)'
+       ELSE '
+       (SELECT count(*) FROM fits WHERE fits.a = q.a AND NOT fits.fits)::integer, false' END || ',
        NULL::timestamptz
   FROM room q';
     IF p_part = 'pick' THEN
