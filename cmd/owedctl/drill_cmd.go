@@ -29,6 +29,7 @@ func drillCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Rate, "rate", drill.DefaultRate, "sandbox rate limit and the workers' shared pace, <count>/<s|m|h>")
 	fs.DurationVar(&cfg.Spread, "spread", 0, "the rows fall due over this window, while faults are injected (default: 1s per 100 rows, at least 30s)")
 	fs.DurationVar(&cfg.DurationLimit, "duration-limit", drill.DefaultDurationLimit, "give up draining after this long from the start; rows still owed then break an invariant")
+	fs.DurationVar(&cfg.StallLimit, "stall-limit", 0, "give up draining early when no row has settled for this long (default 0: only --duration-limit)")
 	fs.DurationVar(&cfg.Pause, "pause", drill.DefaultPause, "how long the scheduler stays paused (scheduler-pause)")
 	fs.DurationVar(&cfg.Storm, "storm", drill.DefaultStorm, "how long the provider's 429 storm lasts (provider-429-storm)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "repeat a drill's fault timing and workload (default: from the clock; the table shows it)")

@@ -158,6 +158,12 @@ type Config struct {
 	// DurationLimit bounds the whole drill; rows still owed then are
 	// reported as still owed, a broken invariant.
 	DurationLimit time.Duration
+	// StallLimit ends the drain early when no row has settled for this
+	// long (0: only DurationLimit ends it). A drain that keeps settling
+	// rows is slow, not stuck, and a loaded machine may take its time; a
+	// drain where nothing settles for minutes is stuck, and waiting out
+	// DurationLimit would only delay the report of its rows.
+	StallLimit time.Duration
 	// Pause is how long the scheduler stays paused (scheduler-pause).
 	Pause time.Duration
 	// Storm is how long the 429 storm lasts; its Retry-After is most of it.
@@ -204,6 +210,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("--spread %s: must be at least 10s", c.Spread)
 	case c.DurationLimit <= c.Spread:
 		return fmt.Errorf("--duration-limit %s: must exceed --spread %s, leaving time to drain", c.DurationLimit, c.Spread)
+	case c.StallLimit < 0:
+		return fmt.Errorf("--stall-limit %s: must be 0 (off) or above", c.StallLimit)
 	case c.Pause <= 0 || c.Pause >= c.Spread:
 		return fmt.Errorf("--pause %s: must be above zero and below --spread %s", c.Pause, c.Spread)
 	case c.Storm < 2*time.Second || c.Storm >= c.Spread:

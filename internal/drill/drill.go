@@ -242,6 +242,10 @@ func drain(ctx context.Context, db *sql.DB, s *devstack.Stack, deadline time.Tim
 		if time.Now().After(deadline) {
 			return false, nil
 		}
+		if cfg.StallLimit > 0 && time.Since(flat) > cfg.StallLimit {
+			fmt.Fprintf(cfg.Out, "drill: no row settled for %s (--stall-limit); giving up the drain\n", cfg.StallLimit)
+			return false, nil
+		}
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
