@@ -243,7 +243,7 @@ func (l *Sweep) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, err
 		return LeaseResult{}, err
 	}
 	res := LeaseResult{Accounts: make([]AccountRoom, max(1, len(p.Accounts)))}
-	err := l.queryAllTenants(ctx, qLeaseFair, p.leaseArgs(l.now()), func(rows *sql.Rows) error {
+	err := l.queryAllTenantsTx(ctx, qLeaseFair, p.leaseArgs(l.now()), func(rows *sql.Rows) error {
 		var (
 			id, gen, inFlight, room, held sql.NullInt64
 			ten, state                    sql.NullString
@@ -437,6 +437,42 @@ func (l *core) queryAllTenants(ctx context.Context, query string, args []any, sc
 		}
 	}
 	return rows.Err()
+}
+
+// queryAllTenantsTx is queryAllTenants in a transaction that commits only
+// once every row of the answer was read. A statement that writes, such as
+// the lease, commits on its own as soon as it has run; if the caller's
+// context ends while its answer is on the way (a sweeper stopping), the
+// driver drops the answer, and rows the statement leased would wait out
+// their lease unpublished. In the transaction they are rolled back
+// instead, and the next sweep takes them at once.
+func (l *core) queryAllTenantsTx(ctx context.Context, query string, args []any, scan func(*sql.Rows) error) error {
+	s, err := l.prepared(ctx, query)
+	if err != nil {
+		return err
+	}
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	rows, err := tx.StmtContext(ctx, s).QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // ExplainLease runs the lease statement under EXPLAIN (ANALYZE, BUFFERS)

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -526,4 +527,44 @@ func TestASliceReadsOnlyTheRowsItsLimitReaches(t *testing.T) {
 	        WHERE l.tenant_id = o.tenant_id AND l.state <> 'pending' AND l.due_at > o.due_at)`).Scan(&late); err != nil || late != 0 {
 		t.Errorf("%d pending rows are older than a leased row of their tenant (err %v), want 0: each tenant's oldest go first", late, err)
 	}
+}
+
+// A lease whose caller's context ends while it runs (a sweeper stopping)
+// leaves nothing behind: either its rows are answered, or no row changed.
+// On its own the lease's statement commits as soon as it has run, and a
+// context ending while its answer was read dropped rows it had leased
+// (TestUpgradeAndRollback: five rows of a stopped sweeper waited out
+// their lease); it now runs in a transaction committed after the answer.
+func TestALeaseCancelledMidwayLeavesNoRowBehind(t *testing.T) {
+	b := setup(t)
+	seedOwed(t, b, 600, b.now.Add(-time.Minute))
+	// One lease uncancelled, to know how long one takes here: the
+	// cancellations are spread over that time and a half.
+	start := time.Now()
+	first, err := b.l.Lease(ctx, LeaseParams{Limit: 10, For: time.Hour, Slice: SlicePending})
+	if err != nil || len(first) != 10 {
+		t.Fatalf("lease: %d rows, %v", len(first), err)
+	}
+	took := time.Since(start)
+	answered, cancelled := len(first), 0
+	for i := 0; i < 60; i++ {
+		c, cancel := context.WithCancel(ctx)
+		timer := time.AfterFunc(took*time.Duration(i%20)/13, cancel)
+		got, err := b.l.Lease(c, LeaseParams{Limit: 10, For: time.Hour, Slice: SlicePending})
+		timer.Stop()
+		cancel()
+		if err == nil {
+			answered += len(got)
+		} else {
+			cancelled++
+		}
+		var taken int
+		if err := b.db.Owner.QueryRow(`SELECT count(*) FROM owed_notifications WHERE state <> 'pending'`).Scan(&taken); err != nil {
+			t.Fatal(err)
+		}
+		if taken != answered {
+			t.Fatalf("try %d (error %v): %d rows no longer pending, %d answered: a cancelled lease left rows behind", i, err, taken, answered)
+		}
+	}
+	t.Logf("one lease took %s; %d leases answered %d rows, %d were cancelled", took, 60-cancelled, answered, cancelled)
 }
