@@ -50,10 +50,10 @@ import (
 )
 
 const (
-	tenants    = 50
-	owedRows   = 100000
+	tenants  = 50
+	owedRows = 100000
 	// owedIn is when the owed rows fall due, from their scheduling.
-	owedIn = 24 * time.Hour
+	owedIn     = 24 * time.Hour
 	queueToken = "bench-queue-token-0123456789"
 	batch      = 1000
 )
