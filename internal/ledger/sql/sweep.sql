@@ -1037,14 +1037,13 @@ ALTER FUNCTION owed_sweep_leasable_fair(timestamptz, double precision, text[], i
 REVOKE EXECUTE ON FUNCTION owed_sweep_leasable_fair(timestamptz, double precision, text[], integer[], text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION owed_sweep_leasable_fair(timestamptz, double precision, text[], integer[], text[]) TO owed_runtime;
 
--- owed_sweep_send_rates counts, per provider, the sends the workers
--- finished in the p_window seconds up to now (at most p_count_up_to read):
--- what an unpaced account actually sends, from which the sweep sizes how
--- much of its work to keep published (internal/sweep). A provider is the
--- part of an account's name before ':', as the sweep names accounts.
-CREATE FUNCTION owed_sweep_send_rates(p_now timestamptz, p_window double precision, p_count_up_to integer)
+-- owed_sweep_send_rates_rows is owed_sweep_send_rates' read, with
+-- enable_seqscan off, as owed_ledger_sends_per_minute_rows (operator.sql):
+-- in a month's first minutes its partition of the attempts holds little
+-- but the window, and the planner read that partition whole.
+CREATE FUNCTION owed_sweep_send_rates_rows(p_now timestamptz, p_window double precision, p_count_up_to integer)
 RETURNS TABLE (provider text, sends bigint)
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+LANGUAGE plpgsql STABLE SET enable_seqscan = off AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
@@ -1054,6 +1053,22 @@ BEGIN
                AND finished_at <= coalesce($1, now())
              LIMIT $3) a
      GROUP BY 1;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION owed_sweep_send_rates_rows(timestamptz, double precision, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION owed_sweep_send_rates_rows(timestamptz, double precision, integer) TO owed_definer;
+
+-- owed_sweep_send_rates counts, per provider, the sends the workers
+-- finished in the p_window seconds up to now (at most p_count_up_to read):
+-- what an unpaced account actually sends, from which the sweep sizes how
+-- much of its work to keep published (internal/sweep). A provider is the
+-- part of an account's name before ':', as the sweep names accounts. The
+-- read is owed_sweep_send_rates_rows, above.
+CREATE FUNCTION owed_sweep_send_rates(p_now timestamptz, p_window double precision, p_count_up_to integer)
+RETURNS TABLE (provider text, sends bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM owed_sweep_send_rates_rows(p_now, p_window, p_count_up_to);
 END
 $$;
 ALTER FUNCTION owed_sweep_send_rates(timestamptz, double precision, integer) OWNER TO owed_definer;
