@@ -807,7 +807,7 @@ func dropMonth(ctx context.Context, db *benchutil.DB) ([]benchutil.Row, error) {
 		}
 		secs := m.ArchiveTime.Seconds()
 		label := fmt.Sprintf("retention of a month (%d rows and their attempts)", m.Rows)
-		return []benchutil.Row{
+		rows := []benchutil.Row{
 			{Name: label + ": archive, rows/s", Value: benchutil.One(float64(m.ArchiveRows) / secs), Unit: "rows/s"},
 			{Name: label + ": archive, MB/s written", Value: benchutil.One(float64(m.ArchiveSize) / 1e6 / secs), Unit: "MB/s"},
 			{Name: label + ": archive, bytes per ledger row", Value: benchutil.One(float64(m.ArchiveSize) / float64(m.Rows)), Unit: "bytes"},
@@ -816,7 +816,12 @@ func dropMonth(ctx context.Context, db *benchutil.DB) ([]benchutil.Row, error) {
 				Value: benchutil.One(m.DropTime.Seconds()), Unit: "s", Target: "≤ 1", Pass: benchutil.Check(m.DropTime <= time.Second)},
 			{Name: label + ": its schedule keys deleted after the drop (10,000 a statement)", Value: benchutil.One(m.KeysTime.Seconds()),
 				Unit: "s"},
-		}, nil
+		}
+		for _, st := range m.DropSteps {
+			rows = append(rows, benchutil.Row{Name: label + ": … of the drop, " + st.Name,
+				Value: benchutil.One(st.Time.Seconds()), Unit: "s"})
+		}
+		return rows, nil
 	}
 	return nil, fmt.Errorf("retention dropped no month of settled rows: %+v", months)
 }

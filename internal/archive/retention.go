@@ -150,8 +150,17 @@ type Month struct {
 	ArchiveTime time.Duration `json:"archive_ns,omitempty"`
 	DropTime    time.Duration `json:"drop_ns,omitempty"`
 	KeysTime    time.Duration `json:"keys_ns,omitempty"`
-	ArchiveRows int64         `json:"archive_rows,omitempty"`
-	ArchiveSize int64         `json:"archive_bytes,omitempty"`
+	// DropSteps splits DropTime: the renaming ("stage"), each table's
+	// detach ("detach owed_receipts", …) and the count and drop ("finish").
+	DropSteps   []Step `json:"drop_steps,omitempty"`
+	ArchiveRows int64  `json:"archive_rows,omitempty"`
+	ArchiveSize int64  `json:"archive_bytes,omitempty"`
+}
+
+// Step is a named part of a retention step, and how long it took.
+type Step struct {
+	Name string        `json:"name"`
+	Time time.Duration `json:"ns"`
 }
 
 // RunOptions says how Run runs.
@@ -321,17 +330,28 @@ func retire(ctx context.Context, db *sql.DB, opts RunOptions, m *Month) error {
 	m.ArchiveTime = time.Since(start)
 
 	start = time.Now()
+	step := start
+	stepDone := func(name string) {
+		now := time.Now()
+		m.DropSteps = append(m.DropSteps, Step{Name: name, Time: now.Sub(step)})
+		step = now
+	}
 	var from sql.NullInt64
 	var to int64
 	var names []string
 	if err := db.QueryRowContext(ctx, qStageMonth, m.Partition).Scan(&from, &to, pq.Array(&names)); err != nil {
 		return fmt.Errorf("retention: stage %s: %w", m.Partition, err)
 	}
-	for _, q := range []string{qDetachReceipts, qDetachAttempts, qDetachNotifications} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
+	stepDone("stage")
+	for _, d := range []struct{ table, q string }{
+		{"owed_receipts", qDetachReceipts}, {"owed_notification_attempts", qDetachAttempts},
+		{"owed_notifications", qDetachNotifications},
+	} {
+		if _, err := db.ExecContext(ctx, d.q); err != nil {
 			return fmt.Errorf("retention: detach %s (its partitions are named *_retiring; docs/scale.md says how to finish): %w",
 				m.Partition, err)
 		}
+		stepDone("detach " + d.table)
 	}
 	var kept sql.NullString
 	if err := db.QueryRowContext(ctx, qFinishMonth, from, to, pq.Array(names), counts["owed_notifications"],
@@ -344,6 +364,7 @@ func retire(ctx context.Context, db *sql.DB, opts RunOptions, m *Month) error {
 		m.Drop, m.Kept = false, kept.String
 		return nil
 	}
+	stepDone("finish")
 	m.DropTime = time.Since(start)
 	start = time.Now()
 	for {
