@@ -27,7 +27,7 @@ func retentionCmd(ctx context.Context, args []string) error {
 // runRetention is retentionCmd writing to out, at now.
 func runRetention(ctx context.Context, out io.Writer, args []string, now time.Time) error {
 	if err := needAction(args, printUsage("usage: owedctl retention run --archive-dir DIR --operator NAME [--dry-run] [--json]\n\n"+
-		"  run   archive, check, detach and drop each month of the ledger whose rows are all settled and older\n"+
+		"  run   detach, archive, check and drop each month of the ledger whose rows are all settled and older\n"+
 		"        than the retention of every tenant with rows in it (OWED_RETENTION, default 400d;\n"+
 		"        OWED_RETENTION_TENANTS, e.g. \"acme:800d;trial-co:30d\"), none of them under a hold\n"+
 		"        (owedctl hold); each month kept says why. --dry-run only says what it would drop.\n\n"+
@@ -76,9 +76,9 @@ func runRetention(ctx context.Context, out io.Writer, args []string, now time.Ti
 	for _, m := range months {
 		switch {
 		case m.Dropped:
-			fmt.Fprintf(out, "%-32s dropped: %d rows archived in %s (%d rows, %d bytes in %.2f s); detach and drop %.3f s, "+
-				"its schedule keys deleted in %.3f s\n", m.Partition, m.Rows, m.Archive, m.ArchiveRows, m.ArchiveSize,
-				m.ArchiveTime.Seconds(), m.DropTime.Seconds(), m.KeysTime.Seconds())
+			fmt.Fprintf(out, "%-32s dropped: detached in %.3f s, %d rows archived in %s (%d rows, %d bytes in %.2f s), "+
+				"dropped %.3f s after, its schedule keys deleted in %.3f s\n", m.Partition, m.DetachTime.Seconds(), m.Rows,
+				m.Archive, m.ArchiveRows, m.ArchiveSize, m.ArchiveTime.Seconds(), m.DropTime.Seconds(), m.KeysTime.Seconds())
 		case m.Drop:
 			fmt.Fprintf(out, "%-32s would be dropped: %d rows, all settled and past their retention\n", m.Partition, m.Rows)
 		default:

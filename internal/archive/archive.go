@@ -51,6 +51,12 @@ var (
 	qReapplyErasures      = queries.Get("ReapplyErasures")
 	qDropOrphanPayloads   = queries.Get("DropOrphanPayloads")
 	qRecordRestore        = queries.Get("RecordRestore")
+
+	qUnsettledRetiring     = queries.Get("UnsettledRetiring")
+	qNotificationsRetiring = queries.Get("NotificationsRetiring")
+	qAttemptsRetiring      = queries.Get("AttemptsRetiring")
+	qReceiptsRetiring      = queries.Get("ReceiptsRetiring")
+	qEventPayloadsRetiring = queries.Get("EventPayloadsRetiring")
 )
 
 // Format is the archive format this build writes and reads.
@@ -86,19 +92,21 @@ type Manifest struct {
 	Files     []File    `json:"files"`
 }
 
-// table is one file of an archive: the table, the query that reads the
-// range, and the statement that restores a batch. The order is the
-// restore's: payloads before the rows that point at them, rows before
-// their attempts and receipts.
+// table is one file of an archive: the table, the statement that restores
+// a batch, and the queries that read the range from the ledger and from a
+// month retention has detached (retention.go). The order is the restore's:
+// payloads before the rows that point at them, rows before their attempts
+// and receipts.
 type table struct {
-	name, read, restore string
+	name, restore      string
+	read, readRetiring string
 }
 
 var tables = []table{
-	{"owed_event_payloads", qEventPayloads, qRestorePayloads},
-	{"owed_notifications", qNotifications, qRestoreNotifications},
-	{"owed_notification_attempts", qAttempts, qRestoreAttempts},
-	{"owed_receipts", qReceipts, qRestoreReceipts},
+	{"owed_event_payloads", qRestorePayloads, qEventPayloads, qEventPayloadsRetiring},
+	{"owed_notifications", qRestoreNotifications, qNotifications, qNotificationsRetiring},
+	{"owed_notification_attempts", qRestoreAttempts, qAttempts, qAttemptsRetiring},
+	{"owed_receipts", qRestoreReceipts, qReceipts, qReceiptsRetiring},
 }
 
 // ErrOwed is returned when the range holds rows still owed.
@@ -109,6 +117,12 @@ var ErrOwed = errors.New("archive: the range holds rows still owed")
 // all read in one snapshot, and returns the manifest it wrote. It refuses a
 // range that holds a row still owed.
 func Write(ctx context.Context, db *sql.DB, from, to int64, dir string, now time.Time) (Manifest, error) {
+	return write(ctx, db, false, from, to, dir, now)
+}
+
+// write is Write; retiring reads the month retention has detached (the
+// *_retiring tables) instead of the ledger.
+func write(ctx context.Context, db *sql.DB, retiring bool, from, to int64, dir string, now time.Time) (Manifest, error) {
 	m := Manifest{Format: Format, FromID: from, ToID: to, WrittenAt: now.UTC()}
 	if from < 1 || to <= from {
 		return m, fmt.Errorf("archive: the id range [%d, %d) is empty: give from < to, from at least 1", from, to)
@@ -121,8 +135,12 @@ func Write(ctx context.Context, db *sql.DB, from, to int64, dir string, now time
 		return m, err
 	}
 	defer tx.Rollback()
+	unsettled := qUnsettled
+	if retiring {
+		unsettled = qUnsettledRetiring
+	}
 	var owed int64
-	if err := tx.QueryRowContext(ctx, qUnsettled, from, to).Scan(&owed); err != nil {
+	if err := tx.QueryRowContext(ctx, unsettled, from, to).Scan(&owed); err != nil {
 		return m, err
 	}
 	if owed > 0 {
@@ -130,7 +148,11 @@ func Write(ctx context.Context, db *sql.DB, from, to int64, dir string, now time
 			owed, from, to)
 	}
 	for _, t := range tables {
-		f, err := writeFile(ctx, tx, t, from, to, dir)
+		read := t.read
+		if retiring {
+			read = t.readRetiring
+		}
+		f, err := writeFile(ctx, tx, t.name, read, from, to, dir)
 		if err != nil {
 			return m, fmt.Errorf("archive %s: %w", t.name, err)
 		}
@@ -153,8 +175,8 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-func writeFile(ctx context.Context, tx *sql.Tx, t table, from, to int64, dir string) (File, error) {
-	f := File{Name: t.name + ".jsonl.gz", Table: t.name}
+func writeFile(ctx context.Context, tx *sql.Tx, name, read string, from, to int64, dir string) (File, error) {
+	f := File{Name: name + ".jsonl.gz", Table: name}
 	out, err := os.OpenFile(filepath.Join(dir, f.Name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
 	if err != nil {
 		return f, err
@@ -163,7 +185,7 @@ func writeFile(ctx context.Context, tx *sql.Tx, t table, from, to int64, dir str
 	sum := sha256.New()
 	counted := &countingWriter{w: io.MultiWriter(out, sum)}
 	zw := gzip.NewWriter(counted)
-	rows, err := tx.QueryContext(ctx, t.read, from, to)
+	rows, err := tx.QueryContext(ctx, read, from, to)
 	if err != nil {
 		return f, err
 	}

@@ -29,6 +29,7 @@ var (
 	qDetachAttempts      = queries.Get("DetachAttempts")
 	qDetachNotifications = queries.Get("DetachNotifications")
 	qFinishMonth         = queries.Get("FinishMonth")
+	qUndoMonth           = queries.Get("UndoMonth")
 	qDeleteKeys          = queries.Get("DeleteKeys")
 	qRestorePartitions   = queries.Get("RestorePartitions")
 )
@@ -144,17 +145,21 @@ type Month struct {
 	Drop    bool   `json:"would_drop,omitempty"`
 	Kept    string `json:"kept,omitempty"`
 	Archive string `json:"archive,omitempty"`
-	// ArchiveTime is the archive's writing and check; DropTime the
-	// renaming, the detach, the count and the drop; KeysTime the delete of
-	// the month's schedule keys after it.
+	// DetachTime is the renaming and the three detaches (DetachSteps,
+	// each), after which no service reaches the month; ArchiveTime the
+	// archive's writing and check; DropTime the drop after it; KeysTime
+	// the delete of the month's schedule keys after that.
+	DetachTime  time.Duration `json:"detach_ns,omitempty"`
+	DetachSteps []Step        `json:"detach_steps,omitempty"`
 	ArchiveTime time.Duration `json:"archive_ns,omitempty"`
 	DropTime    time.Duration `json:"drop_ns,omitempty"`
 	KeysTime    time.Duration `json:"keys_ns,omitempty"`
-	// DropSteps splits DropTime: the renaming ("stage"), each table's
-	// detach ("detach owed_receipts", …) and the count and drop ("finish").
-	DropSteps   []Step `json:"drop_steps,omitempty"`
-	ArchiveRows int64  `json:"archive_rows,omitempty"`
-	ArchiveSize int64  `json:"archive_bytes,omitempty"`
+	ArchiveRows int64         `json:"archive_rows,omitempty"`
+	ArchiveSize int64         `json:"archive_bytes,omitempty"`
+
+	// tenants are the tenants with rows in the month, for the drop's
+	// last look at the holds.
+	tenants []string
 }
 
 // Step is a named part of a retention step, and how long it took.
@@ -297,7 +302,7 @@ func decide(ctx context.Context, db *sql.DB, opts RunOptions, m *Month) error {
 			days(opts.Retention.For(who)))
 		return nil
 	}
-	m.Drop = true
+	m.Drop, m.tenants = true, ids
 	return nil
 }
 
@@ -309,31 +314,19 @@ func days(d time.Duration) string {
 	return d.String()
 }
 
-// retire archives, checks, detaches and drops m's month.
-func retire(ctx context.Context, db *sql.DB, opts RunOptions, m *Month) error {
+// retire detaches m's month from the ledger, archives and checks it, and
+// drops it (docs/scale.md, "Retention"). The month is detached first, so
+// the archive reads tables no service writes any more: what it holds is
+// what is dropped, and the drop after it counts nothing, whatever the
+// month's size. A month that cannot go once it is staged (a row in it was
+// reopened before the detach, its archive failed, a hold came) is attached
+// back under its names.
+func retire(ctx context.Context, db *sql.DB, opts RunOptions, m *Month) (err error) {
 	start := time.Now()
-	m.Archive = filepath.Join(opts.Dir, m.Partition)
-	man, err := Write(ctx, db, max(m.From, 1), m.To, m.Archive, opts.Now)
-	if err != nil {
-		return fmt.Errorf("retention: archive %s: %w", m.Partition, err)
-	}
-	// Read back against the checksums before anything is dropped.
-	if man, err = ReadManifest(m.Archive); err != nil {
-		return fmt.Errorf("retention: check the archive of %s: %w", m.Partition, err)
-	}
-	counts := map[string]int64{}
-	for _, f := range man.Files {
-		counts[f.Table] = f.Rows
-		m.ArchiveRows += f.Rows
-		m.ArchiveSize += f.Bytes
-	}
-	m.ArchiveTime = time.Since(start)
-
-	start = time.Now()
 	step := start
 	stepDone := func(name string) {
 		now := time.Now()
-		m.DropSteps = append(m.DropSteps, Step{Name: name, Time: now.Sub(step)})
+		m.DetachSteps = append(m.DetachSteps, Step{Name: name, Time: now.Sub(step)})
 		step = now
 	}
 	var from sql.NullInt64
@@ -343,28 +336,66 @@ func retire(ctx context.Context, db *sql.DB, opts RunOptions, m *Month) error {
 		return fmt.Errorf("retention: stage %s: %w", m.Partition, err)
 	}
 	stepDone("stage")
+	// From here on the month is staged: unless it is dropped, it goes back.
+	settled := false
+	defer func() {
+		if settled {
+			return
+		}
+		// On a context of its own: the run's may be what ended it.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if _, uerr := db.ExecContext(uctx, qUndoMonth, from, to, pq.Array(names)); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("retention: attach %s back (its partitions are named *_retiring; "+
+				"docs/scale.md, \"Retention\", says how to finish): %w", m.Partition, uerr))
+		}
+	}()
 	for _, d := range []struct{ table, q string }{
 		{"owed_receipts", qDetachReceipts}, {"owed_notification_attempts", qDetachAttempts},
 		{"owed_notifications", qDetachNotifications},
 	} {
 		if _, err := db.ExecContext(ctx, d.q); err != nil {
-			return fmt.Errorf("retention: detach %s (its partitions are named *_retiring; docs/scale.md says how to finish): %w",
-				m.Partition, err)
+			return fmt.Errorf("retention: detach %s of %s: %w", d.table, m.Partition, err)
 		}
 		stepDone("detach " + d.table)
 	}
-	var kept sql.NullString
-	if err := db.QueryRowContext(ctx, qFinishMonth, from, to, pq.Array(names), counts["owed_notifications"],
-		counts["owed_notification_attempts"], counts["owed_receipts"], opts.Operator, m.Archive, opts.Now,
-		"retention: every row settled and past its tenant's retention").Scan(&kept); err != nil {
-		return fmt.Errorf("retention: drop %s (its partitions are named *_retiring; docs/scale.md says how to finish): %w",
-			m.Partition, err)
+	m.DetachTime = time.Since(start)
+
+	start = time.Now()
+	m.Archive = filepath.Join(opts.Dir, m.Partition)
+	man, err := write(ctx, db, true, max(m.From, 1), m.To, m.Archive, opts.Now)
+	if errors.Is(err, ErrOwed) {
+		// A row was reopened (an operator's redrive) after retention
+		// decided: the month waits.
+		m.Drop, m.Kept = false, err.Error()
+		return nil
 	}
+	if err != nil {
+		return fmt.Errorf("retention: archive %s: %w", m.Partition, err)
+	}
+	// Read back against the checksums before anything is dropped.
+	if man, err = ReadManifest(m.Archive); err != nil {
+		return fmt.Errorf("retention: check the archive of %s: %w", m.Partition, err)
+	}
+	for _, f := range man.Files {
+		m.ArchiveRows += f.Rows
+		m.ArchiveSize += f.Bytes
+	}
+	m.ArchiveTime = time.Since(start)
+
+	start = time.Now()
+	var kept sql.NullString
+	if err := db.QueryRowContext(ctx, qFinishMonth, from, to, pq.Array(names), pq.Array(m.tenants), m.Rows,
+		opts.Operator, m.Archive, opts.Now, "retention: every row settled and past its tenant's retention").
+		Scan(&kept); err != nil {
+		return fmt.Errorf("retention: drop %s: %w", m.Partition, err)
+	}
+	// Dropped, or attached back by the drop itself.
+	settled = true
 	if kept.Valid {
 		m.Drop, m.Kept = false, kept.String
 		return nil
 	}
-	stepDone("finish")
 	m.DropTime = time.Since(start)
 	start = time.Now()
 	for {

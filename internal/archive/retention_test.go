@@ -4,10 +4,14 @@ import (
 	"database/sql"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lib/pq"
 
 	"github.com/owedhq/owed/internal/ledger"
 	"github.com/owedhq/owed/internal/testdb"
@@ -336,5 +340,91 @@ func TestRetentionAndRestoreCountTheMonthOnce(t *testing.T) {
 		if got := counters(t, db); !maps.Equal(got, before) {
 			t.Errorf("counters after restore %d of the archive: %v, want those before the drop: %v", i+1, got, before)
 		}
+	}
+}
+
+// A month retention has begun to retire (renamed, detached) but cannot
+// drop goes back into the ledger whole, under its names, with its rows
+// readable through the API's role again: when its archive cannot be
+// written, when a hold on one of its tenants was placed after retention
+// decided, and when one of its rows was reopened after retention decided.
+// The next run retires it once nothing holds it.
+func TestAMonthThatCannotGoAfterItsDetachGoesBack(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	settled := time.Now().UTC().Truncate(time.Microsecond)
+	part, from, to := oldMonth(t, db, settled)
+	parts := partitionsOf(t, db, from, to)
+	now := settled.Add(401 * 24 * time.Hour)
+	back := func(what string) {
+		t.Helper()
+		if got := partitionsOf(t, db, from, to); !slices.Equal(got, parts) {
+			t.Fatalf("%s: the month's partitions are %v, want %v attached back", what, got, parts)
+		}
+		var forced int
+		if err := db.Owner.QueryRow(`SELECT count(*) FROM pg_class WHERE relname = ANY($1) AND relforcerowsecurity`,
+			pq.Array(parts)).Scan(&forced); err != nil || forced != 3 {
+			t.Fatalf("%s: %d of the month's partitions force row-level security (%v), want 3", what, forced, err)
+		}
+		page, _, err := ledger.New(db.App, nil).FindPage(ctx, "acme", ledger.Filter{Limit: 10}, nil)
+		if err != nil || len(page) != 1 || page[0].RefID != "R-acme" {
+			t.Fatalf("%s: acme's rows %+v (%v), want its row", what, page, err)
+		}
+	}
+	decided := func() Month {
+		t.Helper()
+		m := Month{Partition: part, From: from, To: to}
+		if err := decide(ctx, db.Owner, RunOptions{Retention: keep400, Now: now}, &m); err != nil || !m.Drop {
+			t.Fatalf("decide: %+v (%v), want the month to go", m, err)
+		}
+		return m
+	}
+	opts := func(dir string) RunOptions {
+		return RunOptions{Retention: keep400, Dir: dir, Operator: "alice", Now: now}
+	}
+
+	// The archive's folder is not empty: the write fails after the detach.
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, part, "x"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	m := decided()
+	if err := retire(ctx, db.Owner, opts(dir), &m); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("retire into a folder not empty: %v, want the archive's error", err)
+	}
+	back("after a failed archive")
+
+	// A hold placed after retention decided.
+	m = decided()
+	if _, err := AddHold(ctx, db.Owner, "globex", "legal", "bob", now); err != nil {
+		t.Fatal(err)
+	}
+	if err := retire(ctx, db.Owner, opts(t.TempDir()), &m); err != nil || m.Dropped ||
+		!strings.Contains(m.Kept, "globex") {
+		t.Fatalf("retire with a hold placed since: %+v (%v), want it kept by globex's hold", m, err)
+	}
+	back("after a hold came")
+	if _, err := RemoveHold(ctx, db.Owner, "globex", "released", "bob", now); err != nil {
+		t.Fatal(err)
+	}
+
+	// A row reopened after retention decided.
+	m = decided()
+	if _, err := db.Owner.Exec(`UPDATE owed_notifications SET state = 'pending', settled_at = NULL, delivered_at = NULL
+	    WHERE ref_id = 'R-globex'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := retire(ctx, db.Owner, opts(t.TempDir()), &m); err != nil || m.Dropped || !strings.Contains(m.Kept, "owed") {
+		t.Fatalf("retire with a row reopened since: %+v (%v), want it kept", m, err)
+	}
+	back("after a row was reopened")
+	if _, err := db.Owner.Exec(`UPDATE owed_notifications SET state = 'delivered', settled_at = $1, delivered_at = $1
+	    WHERE ref_id = 'R-globex'`, settled); err != nil {
+		t.Fatal(err)
+	}
+
+	months, err := Run(ctx, db.Owner, opts(t.TempDir()))
+	if err != nil || !monthOf(t, months, part).Dropped || len(partitionsOf(t, db, from, to)) != 0 {
+		t.Fatalf("the next run: %+v (%v), want the month dropped", months, err)
 	}
 }

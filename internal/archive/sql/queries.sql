@@ -180,9 +180,10 @@ INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, lo
 VALUES ($1, $2, $3, $4, $5, $6, session_user)
 
 -- name: StageMonth
--- StageMonth names the three partitions of ledger partition $1 *_retiring
--- and unlinks the undeliverable marks from its rows
--- (owed_ledger_retention_stage, internal/ledger/sql/retention.sql).
+-- StageMonth names the three partitions of ledger partition $1 *_retiring,
+-- lifts their forced row-level security for the owner's reads and unlinks
+-- the undeliverable marks from its rows (owed_ledger_retention_stage,
+-- internal/ledger/sql/retention.sql).
 SELECT from_id, to_id, names FROM owed_ledger_retention_stage($1)
 
 -- name: DetachReceipts
@@ -201,9 +202,46 @@ ALTER TABLE owed_notification_attempts DETACH PARTITION owed_notification_attemp
 ALTER TABLE owed_notifications DETACH PARTITION owed_notifications_retiring CONCURRENTLY
 
 -- name: FinishMonth
--- FinishMonth drops the detached month when it holds what its archive
--- holds, else attaches it back (owed_ledger_retention_finish).
-SELECT owed_ledger_retention_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+-- FinishMonth drops the detached month after its archive, unless a hold
+-- on one of its tenants ($4) came since (owed_ledger_retention_finish).
+SELECT owed_ledger_retention_finish($1, $2, $3, $4, $5, $6, $7, $8, $9)
+
+-- name: UndoMonth
+-- UndoMonth attaches the staged month back under its names, when it stays
+-- (owed_ledger_retention_undo).
+SELECT owed_ledger_retention_undo($1, $2, $3)
+
+-- Retention's archive of a detached month: the reads of Unsettled,
+-- Notifications, Attempts, Receipts and EventPayloads, of the three
+-- *_retiring tables, which no service reaches once they are detached, so
+-- what the archive holds is what is dropped.
+
+-- name: UnsettledRetiring
+-- UnsettledRetiring counts the detached month's rows still owed, by the
+-- partial index of owed rows.
+SELECT count(*) FROM owed_notifications_retiring WHERE settled_at IS NULL AND id >= $1 AND id < $2
+
+-- name: NotificationsRetiring
+-- NotificationsRetiring reads the detached month's rows as JSON lines.
+SELECT row_to_json(n)::text FROM owed_notifications_retiring n WHERE id >= $1 AND id < $2 ORDER BY id
+
+-- name: AttemptsRetiring
+-- AttemptsRetiring reads the detached month's attempts as JSON lines.
+SELECT row_to_json(a)::text FROM owed_notification_attempts_retiring a
+ WHERE notification_id >= $1 AND notification_id < $2 ORDER BY notification_id, attempt
+
+-- name: ReceiptsRetiring
+-- ReceiptsRetiring reads the detached month's receipts as JSON lines.
+SELECT row_to_json(r)::text FROM owed_receipts_retiring r
+ WHERE notification_id >= $1 AND notification_id < $2 ORDER BY notification_id, received_at, id
+
+-- name: EventPayloadsRetiring
+-- EventPayloadsRetiring reads the shared payloads the detached month's
+-- rows point at.
+SELECT row_to_json(p)::text FROM owed_event_payloads p
+ WHERE (p.tenant_id, p.id) IN (SELECT tenant_id, payload_id FROM owed_notifications_retiring
+                                WHERE id >= $1 AND id < $2 AND payload_id IS NOT NULL)
+ ORDER BY p.tenant_id, p.id
 
 -- name: DeleteKeys
 -- DeleteKeys deletes up to $3 schedule keys (owed_notification_keys) of

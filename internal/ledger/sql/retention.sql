@@ -81,17 +81,20 @@ $$;
 REVOKE EXECUTE ON FUNCTION owed_ledger_partitions_restore(bigint, bigint) FROM PUBLIC;
 
 -- owed_ledger_retention_stage readies ledger partition p_partition's
--- month for retention's drop: it names the month's three partitions (the
+-- month for retention: it names the month's three partitions (the
 -- ledger's, its attempts' and its receipts', on the same range)
 -- owed_notifications_retiring, owed_notification_attempts_retiring and
--- owed_receipts_retiring, which the fixed DETACH statements of
--- internal/archive name, and unlinks the undeliverable marks from the
+-- owed_receipts_retiring, which the fixed statements of internal/archive
+-- name, lifts their forced row-level security (a partition has no policy
+-- for the owner: owed_ledger_partitions_ensure), so the owner reads them
+-- once they are detached, and unlinks the undeliverable marks from the
 -- month's rows, as the marks' foreign key's ON DELETE SET NULL would (the
--- detach refuses a month a mark points into). It answers the range
--- (from_id NULL: the legacy partitions' open start) and the three names,
--- which owed_ledger_retention_finish gives back if the month stays. One
--- month is retired at a time: *_retiring names left by a run that stopped
--- midway are refused, naming what to do.
+-- detach refuses a month a mark points into). A partition's own row-level
+-- security does not apply to reads through its parent. It answers the
+-- range (from_id NULL: the legacy partitions' open start) and the three
+-- names, which owed_ledger_retention_undo gives back if the month stays.
+-- One month is retired at a time: *_retiring names left by a run that
+-- stopped midway are refused, naming what to do.
 CREATE FUNCTION owed_ledger_retention_stage(p_partition text)
 RETURNS TABLE (from_id bigint, to_id bigint, names text[])
 LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
@@ -123,6 +126,7 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         EXECUTE format('ALTER TABLE %I RENAME TO %I', v_name, v_parent || '_retiring');
+        EXECUTE format('ALTER TABLE %I NO FORCE ROW LEVEL SECURITY', v_parent || '_retiring');
         v_names := v_names || v_name;
     END LOOP;
     UPDATE owed_undeliverable u SET notification_id = NULL
@@ -135,45 +139,54 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION owed_ledger_retention_stage(text) FROM PUBLIC;
 
--- owed_ledger_retention_finish ends the retirement of the staged month
--- once its three partitions are detached: when they hold exactly what the
--- month's archive holds (p_rows ledger rows, none owed, p_attempts
--- attempts, p_receipts receipts), it drops them and writes the drop on the
--- operators' trail (owed_operator_audit, action retention_drop, naming the
--- partition, the range and the archive) and answers NULL. Otherwise a row
--- changed after the archive was read (an operator's redrive reopened a
--- failed row, a late receipt came): it attaches the three back under their
--- names and answers why, and the month waits for the next run.
-CREATE FUNCTION owed_ledger_retention_finish(p_from bigint, p_to bigint, p_names text[], p_rows bigint,
-                                             p_attempts bigint, p_receipts bigint, p_operator text,
-                                             p_archive text, p_now timestamptz, p_reason text)
+-- owed_ledger_retention_finish drops the staged month once its three
+-- partitions are detached and its archive, read from the detached tables
+-- (which no service reaches any more), is written and checked, and writes
+-- the drop on the operators' trail (owed_operator_audit, action
+-- retention_drop, naming the partition, the range and the archive), and
+-- answers NULL. Nothing is counted: what is dropped is what the archive
+-- read. A compliance hold placed on one of the month's tenants (p_tenants)
+-- since retention decided keeps the month: it is attached back
+-- (owed_ledger_retention_undo) and the answer says why.
+CREATE FUNCTION owed_ledger_retention_finish(p_from bigint, p_to bigint, p_names text[], p_tenants text[],
+                                             p_rows bigint, p_operator text, p_archive text, p_now timestamptz,
+                                             p_reason text)
 RETURNS text
 LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
 DECLARE
-    v_rows bigint;
-    v_owed bigint;
-    v_attempts bigint;
-    v_receipts bigint;
+    v_held text;
+BEGIN
+    SELECT string_agg(h.tenant_id, ', ' ORDER BY h.tenant_id) INTO v_held
+      FROM owed_retention_holds h WHERE h.tenant_id = ANY(p_tenants);
+    IF v_held IS NOT NULL THEN
+        PERFORM owed_ledger_retention_undo(p_from, p_to, p_names);
+        RETURN format('a compliance hold placed while it was archived keeps it: tenant %s', v_held);
+    END IF;
+    DROP TABLE owed_receipts_retiring, owed_notification_attempts_retiring, owed_notifications_retiring;
+    INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
+    VALUES (p_now, p_operator, 'retention_drop',
+            format('partition=%s ids=[%s, %s) archive=%s', p_names[1], coalesce(p_from::text, 'lowest'), p_to,
+                   p_archive),
+            least(p_rows, 2147483647)::integer, p_reason, session_user);
+    RETURN NULL;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION owed_ledger_retention_finish(bigint, bigint, text[], text[], bigint, text, text, timestamptz,
+                                                        text) FROM PUBLIC;
+
+-- owed_ledger_retention_undo gives the staged month back to the ledger
+-- when it stays (its archive failed, a row in it was reopened, a hold came):
+-- each of its three tables still detached is attached back on [p_from,
+-- p_to) (p_from NULL: the legacy partitions' open start), and each takes
+-- back its name (p_names, in the order owed_ledger_retention_stage answered
+-- them) and its forced row-level security.
+CREATE FUNCTION owed_ledger_retention_undo(p_from bigint, p_to bigint, p_names text[])
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
+DECLARE
     v_parents text[] := ARRAY['owed_notifications', 'owed_notification_attempts', 'owed_receipts'];
     v_member boolean := pg_has_role(current_user, 'owed_definer', 'MEMBER');
 BEGIN
-    -- A partition's row-level security is forced with no policy for the
-    -- owner (owed_ledger_partitions_ensure): lift it to count.
-    FOR i IN 1 .. 3 LOOP
-        EXECUTE format('ALTER TABLE %I NO FORCE ROW LEVEL SECURITY', v_parents[i] || '_retiring');
-    END LOOP;
-    SELECT count(*), count(*) FILTER (WHERE settled_at IS NULL) INTO v_rows, v_owed FROM owed_notifications_retiring;
-    SELECT count(*) INTO v_attempts FROM owed_notification_attempts_retiring;
-    SELECT count(*) INTO v_receipts FROM owed_receipts_retiring;
-    IF v_rows = p_rows AND v_owed = 0 AND v_attempts = p_attempts AND v_receipts = p_receipts THEN
-        DROP TABLE owed_receipts_retiring, owed_notification_attempts_retiring, owed_notifications_retiring;
-        INSERT INTO owed_operator_audit (at, operator, action, target, count, reason, login)
-        VALUES (p_now, p_operator, 'retention_drop',
-                format('partition=%s ids=[%s, %s) archive=%s', p_names[1], coalesce(p_from::text, 'lowest'), p_to,
-                       p_archive),
-                least(v_rows, 2147483647)::integer, p_reason, session_user);
-        RETURN NULL;
-    END IF;
     -- A partition attached back takes a copy of each of its parent's
     -- triggers, which checks EXECUTE on the trigger's function: owed_definer's
     -- (revoked from PUBLIC), so the owner holds the role for the call alone,
@@ -182,17 +195,16 @@ BEGIN
         GRANT owed_definer TO CURRENT_USER;
     END IF;
     FOR i IN 1 .. 3 LOOP
-        EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)', v_parents[i],
-                       v_parents[i] || '_retiring', coalesce(p_from::text, 'MINVALUE'), p_to);
+        IF NOT (SELECT c.relispartition FROM pg_class c WHERE c.oid = (v_parents[i] || '_retiring')::regclass) THEN
+            EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)', v_parents[i],
+                           v_parents[i] || '_retiring', coalesce(p_from::text, 'MINVALUE'), p_to);
+        END IF;
         EXECUTE format('ALTER TABLE %I RENAME TO %I', v_parents[i] || '_retiring', p_names[i]);
         EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', p_names[i]);
     END LOOP;
     IF NOT v_member THEN
         REVOKE owed_definer FROM CURRENT_USER;
     END IF;
-    RETURN format('it changed while it was archived: %s rows (%s owed), %s attempts, %s receipts, where the archive holds %s rows, %s attempts, %s receipts; the next run archives it again',
-                  v_rows, v_owed, v_attempts, v_receipts, p_rows, p_attempts, p_receipts);
 END
 $$;
-REVOKE EXECUTE ON FUNCTION owed_ledger_retention_finish(bigint, bigint, text[], bigint, bigint, bigint, text, text,
-                                                        timestamptz, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION owed_ledger_retention_undo(bigint, bigint, text[]) FROM PUBLIC;
