@@ -16,6 +16,9 @@
 #   OWED_TEST_SUPERUSER_URL the cluster superuser (harness use only)
 #   OWED_PG_BIN             the folder holding initdb/pg_ctl
 #
+# The cluster's folder is made in TMPDIR (default /tmp): set it to put the
+# cluster on another filesystem (bench/dropcost says why one might).
+#
 # When OWED_TEST_DATABASE_URL is already set, CMD runs against that server and
 # nothing is started.
 set -euo pipefail
@@ -45,7 +48,7 @@ if [ "$(id -u)" = 0 ]; then
   as_pg=(runuser -u postgres --)
 fi
 
-dir=$(mktemp -d /tmp/owed-pg.XXXXXX)
+dir=$(mktemp -d "${TMPDIR:-/tmp}/owed-pg.XXXXXX")
 chmod 755 "$dir"
 [ "${#as_pg[@]}" -gt 0 ] && chown postgres "$dir"
 

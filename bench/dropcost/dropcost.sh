@@ -5,16 +5,20 @@
 # default tablespace and one in DIR, a folder on another filesystem (say,
 # one mounted without `discard`), and each DROP TABLE's time is printed.
 # Run as root under scripts/with-postgres.sh, whose server runs as the
-# postgres OS user and lets the postgres role in (CREATE TABLESPACE wants a
-# superuser):
+# postgres OS user (CREATE TABLESPACE wants its superuser,
+# OWED_TEST_SUPERUSER_URL), with DIR on, say, a fresh ext4 on a loop device:
 #
 #   mkdir -p /mnt/x && truncate -s 8G /tmp/x.img && mkfs.ext4 -q -F /tmp/x.img && mount -o loop /tmp/x.img /mnt/x
 #   scripts/with-postgres.sh bash bench/dropcost/dropcost.sh /mnt/x/ts
 #   umount /mnt/x && rm /tmp/x.img
+#
+# To run a whole benchmark's server on that filesystem instead (the retention
+# figures of bench/ledgerscale, say), give with-postgres.sh its folder:
+# TMPDIR=/mnt/x scripts/with-postgres.sh go run ./bench/ledgerscale …
 set -euo pipefail
 dir=${1:?usage: dropcost.sh DIR (a folder on the filesystem to compare, created and given to the postgres OS user)}
 mkdir -p "$dir" && chown postgres "$dir"
-su=$(echo "${OWED_TEST_DATABASE_URL:?run under scripts/with-postgres.sh}" | sed -E 's#//[^@]*@#//postgres@#')
+su=${OWED_TEST_SUPERUSER_URL:?run under scripts/with-postgres.sh}
 p=(psql -X -q -v ON_ERROR_STOP=1 "$su")
 "${p[@]}" -c "CREATE TABLESPACE owed_dropcost LOCATION '$dir'"
 trap '"${p[@]}" -c "DROP TABLE IF EXISTS owed_dropcost" -c "DROP TABLESPACE IF EXISTS owed_dropcost"' EXIT
