@@ -164,12 +164,16 @@ $$;
 -- must see the first's settle), or holding a row the statement cannot
 -- apply, runs through owed_settle_delivered_batch instead, which records
 -- each in turn and sets such a row aside alone.
+--
+-- It reads and plans as owed_claim_many does (claim.sql).
 CREATE FUNCTION owed_settle_delivered_many(p_idx integer[], p_tenant text[], p_id bigint[], p_claim_seq bigint[],
                                            p_provider text[], p_started timestamptz[], p_message_id text[],
                                            p_http_status integer[], p_possible_duplicate boolean[],
                                            p_now timestamptz)
 RETURNS TABLE (idx integer, changed boolean, held_elsewhere boolean, set_aside text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan SET enable_hashjoin = off SET enable_mergejoin = off
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 #variable_conflict use_column
 DECLARE
     v_idx integer[];
@@ -220,10 +224,16 @@ BEGIN
                 SELECT s.id, s.tenant_id, s.attempts, s.provider, s.started_at, p_now, 'accepted', s.message_id,
                        s.http_status, NULL, s.possible_duplicate OR s.superseded
                   FROM settled s
+            ), answers AS MATERIALIZED (
+                -- Each send's answer, by idx (a join of the two CTEs would
+                -- be a nested loop over a batch: owed_claim_many, claim.sql,
+                -- says why).
+                SELECT jsonb_object_agg(idx::text, jsonb_build_array(stamp, held_elsewhere)) AS ans FROM settled
             )
-            SELECT array_agg(r.idx), array_agg(s.stamp), array_agg(s.held_elsewhere)
+            SELECT array_agg(r.idx), array_agg((s.ans -> r.idx::text ->> 0)::boolean),
+                   array_agg((s.ans -> r.idx::text ->> 1)::boolean)
               INTO v_idx, v_changed, v_elsewhere
-              FROM req r LEFT JOIN settled s ON s.idx = r.idx;
+              FROM req r CROSS JOIN answers s;
             RETURN QUERY SELECT *, NULL::text FROM unnest(v_idx, v_changed, v_elsewhere);
             RETURN;
         EXCEPTION WHEN OTHERS THEN
