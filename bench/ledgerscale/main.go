@@ -125,11 +125,8 @@ func run() error {
 	rows = append(rows, benchutil.Row{Name: fmt.Sprintf("the runs' sitting, %d runs of %d sizes timed in turn", *runs, len(sizes)),
 		Value: benchutil.One(time.Since(sitting).Minutes()), Unit: "min"})
 	for _, at := range ledgers {
-		// Each run delivers two batches: one with the per-minute counters
-		// and one without.
-		delivered := float64(*runs * 2 * batch)
 		rows = append(rows, benchutil.Row{Name: fmt.Sprintf("WAL per delivered row (made due, leased, claimed, settled, with its attempt), %d settled", at.size),
-			Value: benchutil.One(float64(at.wal) / delivered), Unit: "bytes"})
+			Value: benchutil.One(float64(at.wal) / float64(max(at.delivered, 1))), Unit: "bytes"})
 		// The idle sweep's statements one by one (with nothing due), and
 		// the operators' reads, each with its own count of sequential
 		// scans: the idle sweep's total above says whether, this says
@@ -163,7 +160,7 @@ func run() error {
 		}
 	}
 	for _, at := range ledgers {
-		with, without := at.figures["claim + settle of 1,000 rows"].Median, at.figures[withoutCounters].Median
+		with, without := at.figures[claimSettleName].Median, at.figures[withoutCounters].Median
 		rows = append(rows, benchutil.Row{Name: fmt.Sprintf("what the per-minute counters cost a settle of 1,000 rows (median with − without), %d settled", at.size),
 			Value: benchutil.One(with - without), Unit: "ms"})
 	}
@@ -214,8 +211,10 @@ type ledgerAt struct {
 	scans     map[string]int64
 	scannedBy map[string]map[string]int64
 	figures   map[string]benchutil.Summary
-	// wal is the WAL the runs at this size wrote, in bytes.
-	wal int64
+	// wal is the WAL the runs at this size wrote, in bytes, and delivered
+	// the rows they claimed and settled.
+	wal       int64
+	delivered int
 }
 
 // close stops the ledger's queue and drops its database, unless kept.
@@ -373,8 +372,38 @@ func (at *ledgerAt) measure(ctx context.Context, warmCalls int) error {
 	if leased = append(leased, got...); len(leased) != batch {
 		return fmt.Errorf("leased %d rows, want %d", len(leased), batch)
 	}
-	if err := time1("claim + settle of 1,000 rows", func() error { return claimSettle(ctx, l, leased) }); err != nil {
+	at.delivered += len(leased)
+	if err := time1(claimSettleName, func() error { return claimSettle(ctx, l, leased) }); err != nil {
 		return err
+	}
+	// The same on the pool's sessions once they hold the batch statements'
+	// plans (a worker keeps its pool): each round makes another 1,000 rows
+	// due and leases them first, untimed. Its sequential scans count with
+	// the cold one's.
+	if warmCalls > 0 {
+		before, err := seqScans(ctx, db)
+		if err != nil {
+			return err
+		}
+		for i := 0; i <= min(warmCalls, 2); i++ {
+			if leased, err = leaseDue(ctx, db, l); err != nil {
+				return err
+			}
+			at.delivered += len(leased)
+			t0 := time.Now()
+			if err := claimSettle(ctx, l, leased); err != nil {
+				return fmt.Errorf("%s, warm: %w", claimSettleName, err)
+			}
+			if i == min(warmCalls, 2) {
+				at.samples[claimSettleName+warmSuffix] = append(at.samples[claimSettleName+warmSuffix],
+					benchutil.Ms(time.Since(t0)))
+			}
+		}
+		after, err := seqScans(ctx, db)
+		if err != nil {
+			return err
+		}
+		at.scans[claimSettleName] += after.since(before, at.scannedBy[claimSettleName])
 	}
 	// The same without the per-minute counters' triggers
 	// (internal/ledger/sql/minutes.sql), so the difference is what the
@@ -385,6 +414,7 @@ func (at *ledgerAt) measure(ctx context.Context, warmCalls int) error {
 	if err := counters(ctx, db, false); err != nil {
 		return err
 	}
+	at.delivered += len(leased)
 	err = time1(withoutCounters, func() error { return claimSettle(ctx, l, leased) })
 	if cerr := counters(ctx, db, true); err == nil {
 		err = cerr
@@ -460,6 +490,10 @@ func (at *ledgerAt) measure(ctx context.Context, warmCalls int) error {
 	return nil
 }
 
+// claimSettleName names the worker's claim and settle of a batch, timed
+// cold and (claimSettleName + warmSuffix) on sessions holding its plans.
+const claimSettleName = "claim + settle of 1,000 rows"
+
 // withoutCounters names the settle timed with the per-minute counters'
 // triggers disabled.
 const withoutCounters = "claim + settle of 1,000 rows, per-minute counters off"
@@ -476,7 +510,7 @@ const (
 // cold are the timed operations, in the order they are printed, each
 // timed in sessions the bench's count of sequential scans has just
 // opened: every statement is planned afresh.
-var cold = []string{"idle sweep (nothing due)", "lease of 500 due rows", "claim + settle of 1,000 rows",
+var cold = []string{"idle sweep (nothing due)", "lease of 500 due rows", claimSettleName,
 	withoutCounters, "owedctl stats (ReadHealth, last hour)", "owedctl stats --since 24h (ReadHealth, last day)",
 	partStatsDay, partReceiptsHour, partReceiptsDay, partBacklog,
 	"console dashboard (ReadHealth + sends per minute)", partSends, "GET /v1/notifications first page (50 rows)"}
@@ -495,7 +529,7 @@ var measured = func() []string {
 	var out []string
 	for _, name := range cold {
 		out = append(out, name)
-		if warmable[name] {
+		if warmable[name] || name == claimSettleName {
 			out = append(out, name+warmSuffix)
 		}
 	}
