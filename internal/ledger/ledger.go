@@ -35,7 +35,7 @@
 // call the SQL functions owed_claim_many, owed_settle_delivered_many and
 // owed_extend_many, each one set-based statement over the batch's rows,
 // passed as arrays, in the scope of every tenant the batch names with each
-// row matched to its own tenant (owed_tenant_in_scope), so a batch of many
+// row matched to its own tenant (owed_tenant_scope), so a batch of many
 // tenants' rows costs one round trip, one commit and one plan
 // (sql/claim.sql, sql/settle.sql).
 // ClaimForSend and SettleDelivered are the same statements for a batch of

@@ -493,7 +493,7 @@ func TestConsoleLoginMustBeAnOperator(t *testing.T) {
 }
 
 // The worker's batches scope a statement to a set of tenants
-// (owed.tenant_ids, owed_tenant_in_scope): a set naming tenant A reads,
+// (owed.tenant_ids, owed_tenant_scope): a set naming tenant A reads,
 // updates and inserts nothing of tenant B's in the ledger's tables, and it
 // means nothing to an apps' role, whose policies name its bindings alone.
 func TestTenantSetScopesLikeOneTenant(t *testing.T) {

@@ -52,10 +52,10 @@ CREATE INDEX owed_notification_attempts_finished ON owed_notification_attempts (
 ALTER TABLE owed_notification_attempts ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_notification_attempts FORCE ROW LEVEL SECURITY;
 -- The worker's settle batch records the attempts of every tenant it names
--- (owed_tenant_in_scope); reads stay one tenant's.
+-- (owed_tenant_scope); reads stay one tenant's.
 CREATE POLICY owed_notification_attempts_tenant ON owed_notification_attempts TO owed_runtime
     USING (tenant_id = current_setting('owed.tenant_id', true))
-    WITH CHECK (owed_tenant_in_scope(tenant_id));
+    WITH CHECK (tenant_id = ANY ((SELECT owed_tenant_scope())::text[]));
 CREATE POLICY owed_notification_attempts_owner ON owed_notification_attempts TO CURRENT_USER
     USING (true) WITH CHECK (true);
 -- The definer's aggregates (owed_ledger_stats, owed_ledger_sends_per_minute)

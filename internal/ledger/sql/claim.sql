@@ -263,7 +263,7 @@ $$;
 -- tenants: owed_claim_batch_marked's answers from one set-based statement
 -- instead of one owed_claim per row. The rows come as arrays (idx, tenant,
 -- id and due time, one element per message) and the scope is every tenant
--- they name (owed.tenant_ids, owed_tenant_in_scope), each row matched with
+-- they name (owed.tenant_ids, owed_tenant_scope), each row matched with
 -- the tenant its message named. The statement locks the rows in id order,
 -- as every batch does, and takes each one owed_claim would take, under the
 -- same conditions, as one UPDATE; the undeliverable marks of the rows taken
@@ -475,7 +475,7 @@ $$;
 
 -- owed_extend_many is owed_extend_claims in one set-based statement: the
 -- holds come as arrays (idx, tenant, id and claim token, one element per
--- claim), the scope is every tenant they name (owed_tenant_in_scope), each
+-- claim), the scope is every tenant they name (owed_tenant_scope), each
 -- row matched with the tenant its hold names, and the rows are locked in id
 -- order. p_start_send is one value for the whole batch (the heartbeat's
 -- batches and the checks before the sends are separate). held says whether

@@ -80,7 +80,7 @@ SELECT {{notificationColumns}}, {{localColumns}} FROM owed_notifications
 -- name: FindPagePlan
 -- FindPagePlan is run before FindPage in its transaction. The tenant is
 -- named twice to the planner, by the row-level security policy
--- (owed_tenant_in_scope) and by FindPage's own tenant_id = $1, and it takes
+-- (owed_tenant_scope) and by FindPage's own tenant_id = $1, and it takes
 -- the two as independent: at a fiftieth of the rows each, it expects a
 -- tenant to hold a fiftieth of its real rows. On the partitioned ledger
 -- that made a bitmap read of the tenant's every row in every month, then

@@ -155,7 +155,7 @@ $$;
 -- set-based statement: the accepted sends come as arrays (idx, tenant, id,
 -- claim token, provider, start, message id, HTTP status and the
 -- possible-duplicate flag, one element per send), the scope is every tenant
--- they name (owed_tenant_in_scope), each row matched with the tenant its
+-- they name (owed_tenant_scope), each row matched with the tenant its
 -- send names, and the rows are locked in id order. Each row is judged as
 -- owed_settle_delivered judges it, on the row as it was before the update,
 -- with the outcome as CASE in one UPDATE, and every attempt is recorded by

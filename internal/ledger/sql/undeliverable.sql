@@ -24,12 +24,12 @@ CREATE TABLE owed_undeliverable (
 
 -- A tenant table like every other: one tenant per transaction for the
 -- runtime role and applications, the owner exempt. The worker's claim
--- batch reads the marks of every tenant it names (owed_tenant_in_scope);
+-- batch reads the marks of every tenant it names (owed_tenant_scope);
 -- writes stay one tenant's.
 ALTER TABLE owed_undeliverable ENABLE ROW LEVEL SECURITY;
 ALTER TABLE owed_undeliverable FORCE ROW LEVEL SECURITY;
 CREATE POLICY owed_undeliverable_tenant ON owed_undeliverable TO owed_runtime
-    USING (owed_tenant_in_scope(tenant_id))
+    USING (tenant_id = ANY ((SELECT owed_tenant_scope())::text[]))
     WITH CHECK (tenant_id = current_setting('owed.tenant_id', true));
 -- An owed_apps login sees and writes only a tenant it names and is bound
 -- to (owed_apps_tenant, internal/apps/sql/logins.sql).

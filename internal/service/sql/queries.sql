@@ -9,7 +9,7 @@
 -- of a table's owner can act as the owner (ALTER TABLE … DISABLE ROW LEVEL
 -- SECURITY, DROP POLICY), so membership counts as much as the role itself.
 -- A tenant scope set for every session (owed.tenant_id, or owed.tenant_ids,
--- the worker batches' set of tenants: owed_tenant_in_scope) comes back as
+-- the worker batches' set of tenants: owed_tenant_scope) comes back as
 -- the settings that are set. current_setting reads what every new session
 -- starts with: the URL's
 -- options, PGOPTIONS, ALTER ROLE … SET and ALTER DATABASE … SET all land
