@@ -71,6 +71,8 @@ type opts struct {
 	rows, workers, concurrency int
 	processes, breakdown       bool
 	bin, queue                 string
+	// env is given to the sweeper and every worker process (-env).
+	env map[string]string
 }
 
 // result is one run's figures.
@@ -93,6 +95,16 @@ func run() error {
 	flag.StringVar(&o.bin, "bin", "bin", "folder holding the sweeper and worker binaries (-processes)")
 	flag.StringVar(&o.queue, "queue", backends.Default, "queue backend: "+strings.Join(backends.Names, ", "))
 	flag.BoolVar(&o.breakdown, "breakdown", false, "write each run's statements and table writes per delivery to stderr (benchutil.Breakdown)")
+	o.env = map[string]string{}
+	flag.Func("env", "OWED_NAME=value given to the sweeper and every worker process (-processes; repeatable)",
+		func(v string) error {
+			name, value, ok := strings.Cut(v, "=")
+			if !ok || !strings.HasPrefix(name, "OWED_") {
+				return fmt.Errorf("want OWED_NAME=value, got %q", v)
+			}
+			o.env[name] = value
+			return nil
+		})
 	runs := flag.Int("runs", 1, "repetitions, each on a fresh database")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the drains (in-process mode)")
 	blockprofile := flag.String("blockprofile", "", "write a block profile of the drains (in-process mode)")
@@ -225,7 +237,8 @@ func once(ctx context.Context, o opts) (result, error) {
 	var rec benchutil.Receives
 	if o.processes {
 		st, err := stack.Start(ctx, stack.Config{DB: db, Bin: o.bin, Queue: o.queue, Workers: o.workers, Concurrency: o.concurrency,
-			SandboxRate: stack.UnthrottledRate, SandboxBurst: stack.UnthrottledBurst, MaxSends: o.rows + 1000, SweepBatch: 500, PublishAhead: time.Minute})
+			SandboxRate: stack.UnthrottledRate, SandboxBurst: stack.UnthrottledBurst, MaxSends: o.rows + 1000, SweepBatch: 500, PublishAhead: time.Minute,
+			Env: o.env})
 		if err != nil {
 			return res, err
 		}
