@@ -236,7 +236,9 @@ func (l *Sweep) Lease(ctx context.Context, p LeaseParams) ([]Leased, error) {
 // account, round-robin between the tenants with rows waiting, each
 // tenant's rows oldest owed first (owed since greatest(due_at,
 // created_at)). Rows past their expiry, of a paused tenant or of a held
-// account are never returned. Concurrent calls never return the same row.
+// account are never returned. Concurrent calls never return the same row:
+// slices that would lease take turns (owed_sweep_lease_fair_queued's
+// advisory lock), each reading what the one before it left.
 // A row published before gets its next queue generation here.
 func (l *Sweep) LeaseSlice(ctx context.Context, p LeaseParams) (LeaseResult, error) {
 	if err := p.validate(); err != nil {
