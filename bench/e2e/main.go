@@ -7,9 +7,11 @@
 // per delivery (benchutil.CostRows: transactions from pg_stat_database;
 // statements and their execution time from pg_stat_statements, the
 // application role's, when the extension is loaded, as scripts/bench.sh
-// does; the whole server's CPU from /proc; non-HOT updates from
-// pg_stat_user_tables), and with -processes the peak resident memory of each
-// process. Its rows also fill owed's lines of the peer comparison that
+// does; the whole server's CPU from /proc; the CPU outside Postgres, this
+// process's and its exited children's, the sweeper's and workers' with
+// -processes, from getrusage, and the two together as the machine's CPU;
+// non-HOT updates from pg_stat_user_tables), and with -processes the peak
+// resident memory of each process. Its rows also fill owed's lines of the peer comparison that
 // bench/all prints beside bench/river's River runs.
 //
 // -queue picks the backend (OWED_QUEUE_BACKEND): rest (the emulator in this
@@ -144,9 +146,9 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "bench/e2e: %s run %d: %.0f deliveries/s, %.3f receives, %.2f transactions, %.2f statements, %.1f µs Postgres execution, %.1f µs Postgres server CPU and %.2f non-HOT updates per delivery\n",
+		fmt.Fprintf(os.Stderr, "bench/e2e: %s run %d: %.0f deliveries/s, %.3f receives, %.2f transactions, %.2f statements, %.1f µs Postgres execution, %.1f µs Postgres server CPU, %.1f µs CPU outside Postgres, %.1f µs machine CPU and %.2f non-HOT updates per delivery\n",
 			o.queue, r+1, res.perSecond,
-			res.receivesPer, res.cost.Xacts, res.cost.Statements, res.cost.ExecMicros, res.cost.ServerCPUMicros, res.cost.NonHOT)
+			res.receivesPer, res.cost.Xacts, res.cost.Statements, res.cost.ExecMicros, res.cost.ServerCPUMicros, res.cost.OutsideCPUMicros, res.cost.MachineCPUMicros, res.cost.NonHOT)
 		rate, receives, costs = append(rate, res.perSecond), append(receives, res.receivesPer), append(costs, res.cost)
 		dups += res.duplicates
 		for k, v := range res.rss {

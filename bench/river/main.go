@@ -5,8 +5,10 @@
 // tuned (FetchCooldown 5 ms, FetchPollInterval 100 ms), 200 workers in one
 // process as River tuned ran for issue 15's figures, and reports each run as
 // bench/e2e reports owed's: deliveries per second, and per delivery the
-// transactions, statements, Postgres execution time, Postgres server CPU and
-// non-HOT updates of River's database (benchutil.CostRows).
+// transactions, statements, Postgres execution time, Postgres server CPU,
+// the CPU outside Postgres (this process's sandbox provider and the exited
+// `work` peer), the machine's CPU (both) and the non-HOT updates of River's
+// database (benchutil.CostRows).
 //
 // River itself runs in bench/peers/river, a module of its own (River and pgx
 // stay out of owed's go.mod), as a child process: `setup` migrates a fresh
@@ -113,8 +115,8 @@ func run() error {
 			if err != nil {
 				return fmt.Errorf("River %s: %w", mode, err)
 			}
-			fmt.Fprintf(os.Stderr, "bench/river: %s run %d: %.0f deliveries/s, %.2f transactions, %.2f statements, %.1f µs Postgres execution, %.1f µs Postgres server CPU and %.2f non-HOT updates per delivery\n",
-				mode, r+1, res.perSecond, res.cost.Xacts, res.cost.Statements, res.cost.ExecMicros, res.cost.ServerCPUMicros, res.cost.NonHOT)
+			fmt.Fprintf(os.Stderr, "bench/river: %s run %d: %.0f deliveries/s, %.2f transactions, %.2f statements, %.1f µs Postgres execution, %.1f µs Postgres server CPU, %.1f µs CPU outside Postgres, %.1f µs machine CPU and %.2f non-HOT updates per delivery\n",
+				mode, r+1, res.perSecond, res.cost.Xacts, res.cost.Statements, res.cost.ExecMicros, res.cost.ServerCPUMicros, res.cost.OutsideCPUMicros, res.cost.MachineCPUMicros, res.cost.NonHOT)
 			rate, costs, dups = append(rate, res.perSecond), append(costs, res.cost), dups+res.duplicates
 		}
 		rows = append(rows, report(o, mode, rate, costs, dups)...)

@@ -17,6 +17,8 @@ const (
 	ColStatements = "statements/delivery"
 	ColXacts      = "transactions/delivery"
 	ColNonHOT     = "non-HOT updates/row"
+	ColOutsideCPU = "CPU outside PG µs/delivery"
+	ColMachineCPU = "machine CPU µs/delivery"
 )
 
 // Reference is the peer the comparison divides by: issue 26's target is
@@ -25,7 +27,7 @@ const Reference = "River tuned"
 
 // peerColumns is the order of the columns after deliveries/s and the
 // ratio.
-var peerColumns = []string{ColExecMicros, ColServerCPU, ColStatements, ColXacts, ColNonHOT}
+var peerColumns = []string{ColExecMicros, ColServerCPU, ColOutsideCPU, ColMachineCPU, ColStatements, ColXacts, ColNonHOT}
 
 // PrintPeers prints the comparison of owed with its peer from the rows that
 // carry a System: one line a system (in the order the rows came), its
@@ -65,7 +67,7 @@ func fprintPeers(w io.Writer, rows []Row) {
 			switch {
 			case !ok:
 				f = append(f, "-")
-			case slices.Contains([]string{ColExecMicros, ColServerCPU}, col):
+			case slices.Contains([]string{ColExecMicros, ColServerCPU, ColOutsideCPU, ColMachineCPU}, col):
 				f = append(f, fmt.Sprintf("%.1f", v.Median))
 			default:
 				f = append(f, fmt.Sprintf("%.3f", v.Median))

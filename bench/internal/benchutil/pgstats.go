@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/owedhq/owed/internal/testdb"
@@ -43,6 +44,13 @@ type PGCounters struct {
 	// so far, -1 when /proc cannot tell (ServerCPU): the whole server's,
 	// every database's and the background workers'.
 	ServerCPU time.Duration
+	// ProcessCPU is the CPU time of the benchmark's own process and of its
+	// children that have exited and been waited for (getrusage, self and
+	// children), -1 when it cannot be read: the sandbox provider and the
+	// queue server a benchmark runs in its process, and the processes it
+	// measures (owed's sweeper and workers, River's peer) once they exit.
+	// With ServerCPU it is the whole machine's cost of a run.
+	ProcessCPU time.Duration
 	// ByStatement breaks Statements and ExecMs down by pg_stat_statements'
 	// queryid (empty without it), ByTable NonHOT by table: what Breakdown
 	// prints.
@@ -101,6 +109,7 @@ func ReadCounters(ctx context.Context, db *sql.DB, role string) (PGCounters, err
 		return c, err
 	}
 	c.ServerCPU = ServerCPU(pid)
+	c.ProcessCPU = ProcessCPU()
 	var err error
 	if c.ByTable, err = tableCounters(ctx, db); err != nil {
 		return c, err
@@ -259,6 +268,21 @@ func ServerCPU(backend int) time.Duration {
 	return time.Duration(ticks) * time.Second / userHZ
 }
 
+// ProcessCPU returns the CPU time (user and system) of this process and of
+// its children that have exited and been waited for, or -1 when getrusage
+// fails.
+func ProcessCPU() time.Duration {
+	var total time.Duration
+	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(who, &ru); err != nil {
+			return -1
+		}
+		total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return total
+}
+
 // procStat reads a process's parent pid and its CPU ticks (utime, stime,
 // and its waited-for children's cutime and cstime) from /proc/<pid>/stat.
 func procStat(pid int) (parent int, ticks int64, err error) {
@@ -298,19 +322,29 @@ type Cost struct {
 	// ExecMicros is pg_stat_statements' execution time, ServerCPUMicros the
 	// server's CPU, both in microseconds per delivery.
 	ExecMicros, ServerCPUMicros float64
+	// MachineCPUMicros is the PostgreSQL server's CPU and the benchmark's
+	// processes' (PGCounters.ProcessCPU) per delivery: what a delivery
+	// costs the machine. OutsideCPUMicros is the processes' part alone.
+	MachineCPUMicros, OutsideCPUMicros float64
 }
 
 // CostOf divides the counters' growth from before to after by deliveries.
 func CostOf(before, after PGCounters, deliveries int) Cost {
 	n := float64(deliveries)
 	c := Cost{Xacts: float64(after.Xacts-before.Xacts) / n, NonHOT: float64(after.NonHOT-before.NonHOT) / n,
-		Statements: -1, ExecMicros: -1, ServerCPUMicros: -1}
+		Statements: -1, ExecMicros: -1, ServerCPUMicros: -1, MachineCPUMicros: -1, OutsideCPUMicros: -1}
 	if before.Statements >= 0 && after.Statements >= 0 {
 		c.Statements = float64(after.Statements-before.Statements) / n
 		c.ExecMicros = (after.ExecMs - before.ExecMs) * 1000 / n
 	}
 	if before.ServerCPU >= 0 && after.ServerCPU >= 0 {
 		c.ServerCPUMicros = float64(after.ServerCPU-before.ServerCPU) / float64(time.Microsecond) / n
+	}
+	if before.ProcessCPU >= 0 && after.ProcessCPU >= 0 {
+		c.OutsideCPUMicros = float64(after.ProcessCPU-before.ProcessCPU) / float64(time.Microsecond) / n
+		if c.ServerCPUMicros >= 0 {
+			c.MachineCPUMicros = c.ServerCPUMicros + c.OutsideCPUMicros
+		}
 	}
 	return c
 }
@@ -355,6 +389,10 @@ func CostRows(prefix, suffix, statements, system string, costs []Cost, targets b
 		func(c Cost) float64 { return c.ExecMicros }, fmt.Sprintf("≤ %d", TargetExecMicros), func(v float64) bool { return v <= TargetExecMicros })
 	add("Postgres server CPU per delivery (/proc, every process of the server)", "µs", ColServerCPU,
 		func(c Cost) float64 { return c.ServerCPUMicros }, "", nil)
+	add("CPU per delivery outside Postgres (getrusage: this process and the measured processes, exited)", "µs",
+		ColOutsideCPU, func(c Cost) float64 { return c.OutsideCPUMicros }, "", nil)
+	add("machine CPU per delivery (Postgres server and the processes above)", "µs", ColMachineCPU,
+		func(c Cost) float64 { return c.MachineCPUMicros }, "", nil)
 	add("non-HOT updates per delivered row (pg_stat_user_tables, every table)", "upd", ColNonHOT,
 		func(c Cost) float64 { return c.NonHOT }, fmt.Sprintf("≤ %d", TargetNonHOT), func(v float64) bool { return v <= TargetNonHOT })
 	return rows
