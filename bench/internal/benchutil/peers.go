@@ -21,6 +21,10 @@ const (
 	ColMachineCPU = "machine CPU µs/delivery"
 )
 
+// colCores is the last column of the peer comparison: deliveries/s times
+// the machine's CPU per delivery, both medians.
+const colCores = "cores busy"
+
 // Reference is the peer the comparison divides by: issue 26's target is
 // owed ÷ River tuned ≥ 1 in the same sitting.
 const Reference = "River tuned"
@@ -52,7 +56,7 @@ func fprintPeers(w io.Writer, rows []Row) {
 		return
 	}
 	ref, hasRef := cells[Reference][ColDeliveries]
-	table := [][]string{append([]string{"system", ColDeliveries, "÷ " + Reference}, peerColumns...)}
+	table := [][]string{append(append([]string{"system", ColDeliveries, "÷ " + Reference}, peerColumns...), colCores)}
 	for _, sys := range systems {
 		c := cells[sys]
 		f := []string{sys, "-", "-"}
@@ -72,6 +76,18 @@ func fprintPeers(w io.Writer, rows []Row) {
 			default:
 				f = append(f, fmt.Sprintf("%.3f", v.Median))
 			}
+		}
+		// The cores the system kept busy: its deliveries a second times
+		// the machine's CPU per delivery. Near the machine's cores, the
+		// CPU a delivery costs is what bounds its rate.
+		if d, ok := c[ColDeliveries]; ok {
+			if m, ok := c[ColMachineCPU]; ok {
+				f = append(f, fmt.Sprintf("%.2f", d.Median*m.Median/1e6))
+			} else {
+				f = append(f, "-")
+			}
+		} else {
+			f = append(f, "-")
 		}
 		table = append(table, f)
 	}
