@@ -3,6 +3,7 @@ package ledger
 import (
 	"database/sql"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -90,10 +91,18 @@ func explainBodyPlanned(t *testing.T, b *bundle, generic bool, fn string, args .
 	}
 	defer conn.Close()
 	var body, types string
-	var settings []string
-	if err := conn.QueryRowContext(ctx, `SELECT prosrc, oidvectortypes(proargtypes), coalesce(proconfig, '{}')
-	    FROM pg_proc WHERE proname = $1`, fn).Scan(&body, &types, pq.Array(&settings)); err != nil {
+	var settings, names []string
+	if err := conn.QueryRowContext(ctx, `SELECT prosrc, oidvectortypes(proargtypes), coalesce(proconfig, '{}'),
+	        coalesce(proargnames[1:pronargs], '{}')
+	    FROM pg_proc WHERE proname = $1`, fn).Scan(&body, &types, pq.Array(&settings), pq.Array(&names)); err != nil {
 		t.Fatalf("find %s: %v", fn, err)
+	}
+	// A parameter the body names is written by its position, as a
+	// prepared statement names it.
+	for i, name := range names {
+		if name != "" {
+			body = regexp.MustCompile(`\b`+regexp.QuoteMeta(name)+`\b`).ReplaceAllString(body, fmt.Sprintf("$$%d", i+1))
+		}
 	}
 	// A PL/pgSQL read (BEGIN RETURN QUERY …; END) is explained by its
 	// statement, which names its parameters by position.
