@@ -53,7 +53,7 @@ func (r Runner) Up(ctx context.Context, db *sql.DB) ([]int64, error) {
 	if err := announce(ctx, db, p, r.FS); err != nil {
 		return nil, err
 	}
-	res, err := r.withLockRetry(ctx, func() ([]*goose.MigrationResult, error) { return p.Up(ctx) })
+	res, err := r.withRetry(ctx, func() ([]*goose.MigrationResult, error) { return p.Up(ctx) })
 	// What did apply is recorded even when a later migration failed, and
 	// the announcements of what did not are removed.
 	if rerr := record(ctx, db, p, r.FS); err == nil && rerr != nil {
@@ -71,7 +71,7 @@ func (r Runner) Down(ctx context.Context, db *sql.DB) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	res, err := r.withLockRetry(ctx, func() ([]*goose.MigrationResult, error) {
+	res, err := r.withRetry(ctx, func() ([]*goose.MigrationResult, error) {
 		one, err := p.Down(ctx)
 		if err != nil {
 			return nil, err
@@ -98,7 +98,7 @@ func (r Runner) DownTo(ctx context.Context, db *sql.DB, version int64) ([]int64,
 		// goose can only roll back what this binary carries the Down of.
 		return nil, fmt.Errorf("migrate down-to %d: the database is at %d, newer than this build's %d: run the down-to with the owedctl of the build that applied %d", version, cur, h, cur)
 	}
-	res, err := r.withLockRetry(ctx, func() ([]*goose.MigrationResult, error) { return p.DownTo(ctx, version) })
+	res, err := r.withRetry(ctx, func() ([]*goose.MigrationResult, error) { return p.DownTo(ctx, version) })
 	if rerr := record(ctx, db, p, r.FS); err == nil && rerr != nil {
 		return nil, rerr
 	}

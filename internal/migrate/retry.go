@@ -2,9 +2,12 @@ package migrate
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"regexp"
 	"time"
 
@@ -29,6 +32,16 @@ import (
 // stopped, for up to lockRetryFor. Only a migration that ran in one
 // transaction is tried again: one marked NO TRANSACTION may have left
 // half its statements done, and its error goes to the operator as is.
+//
+// A migration whose connection was lost is tried again the same way: the
+// server restarted (a failover, or a crash of another backend, which
+// ends every session: PostgreSQL 15.18 once crashed on the previous
+// release's schedule insert during TestUpgradeAndRollback's rollback) or
+// an administrator terminated the session. Its transaction either
+// committed, and goose, reading the applied versions again, goes on from
+// the next migration, or rolled back whole. A run that lost its
+// connection before it reached a migration is tried again too: nothing
+// was applied.
 const lockRetryFor = 2 * time.Minute
 
 // lockConflict reports whether err is PostgreSQL cancelling a statement
@@ -39,6 +52,28 @@ func lockConflict(err error) bool {
 		return false
 	}
 	return pe.Code == "40P01" || pe.Code == "55P03"
+}
+
+// connectionLost reports whether err says the session is gone, not
+// anything about the statement it ran: the driver found the connection
+// broken (driver.ErrBadConn, a read that ended early), or PostgreSQL
+// ended the session or refused a new one while it restarts (class 08, a
+// connection exception; admin_shutdown 57P01, crash_shutdown 57P02,
+// cannot_connect_now 57P03). A statement cancelled by a timeout or by
+// the caller (57014) is not one: it says the migration took too long.
+func connectionLost(err error) bool {
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return true
+	}
+	var ne *net.OpError
+	if errors.As(err, &ne) {
+		return true
+	}
+	var pe *pq.Error
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code.Class() == "08" || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
 }
 
 var noTransaction = regexp.MustCompile(`(?m)^--\s*\+goose\s+NO\s+TRANSACTION\s*$`)
@@ -53,11 +88,12 @@ func transactional(fsys fs.FS, s *goose.Source) (bool, error) {
 	return !noTransaction.Match(text), nil
 }
 
-// withLockRetry runs step, a goose run over one or more migrations, and
-// runs it again while it fails on a lock conflict in a transactional
+// withRetry runs step, a goose run over one or more migrations, and
+// runs it again while it fails on a lock conflict or a lost connection in
+// a transactional migration, or on a lost connection before any
 // migration (see lockRetryFor). It returns every migration the tries
 // applied or rolled back, in order, and the last error.
-func (r Runner) withLockRetry(ctx context.Context, step func() ([]*goose.MigrationResult, error)) ([]*goose.MigrationResult, error) {
+func (r Runner) withRetry(ctx context.Context, step func() ([]*goose.MigrationResult, error)) ([]*goose.MigrationResult, error) {
 	wait := backoff.NewExponentialBackOff()
 	wait.InitialInterval = 50 * time.Millisecond
 	wait.MaxInterval = 2 * time.Second
@@ -68,19 +104,29 @@ func (r Runner) withLockRetry(ctx context.Context, step func() ([]*goose.Migrati
 		res, err := step()
 		done = append(done, res...)
 		var partial *goose.PartialError
-		if !errors.As(err, &partial) {
-			return done, err
-		}
-		done = append(done, partial.Applied...)
-		if !lockConflict(partial.Err) {
-			return done, err
-		}
-		if tx, terr := transactional(r.FS, partial.Failed.Source); terr != nil || !tx {
-			return done, err
+		switch {
+		case err == nil:
+			return done, nil
+		case !errors.As(err, &partial):
+			// No migration ran: only a lost connection is worth a retry.
+			if !connectionLost(err) {
+				return done, err
+			}
+		default:
+			done = append(done, partial.Applied...)
+			if !lockConflict(partial.Err) && !connectionLost(partial.Err) {
+				return done, err
+			}
+			if tx, terr := transactional(r.FS, partial.Failed.Source); terr != nil || !tx {
+				return done, err
+			}
 		}
 		d := b.NextBackOff()
 		if d == backoff.Stop {
-			return done, fmt.Errorf("%w (migration %05d still met a lock conflict after %s of tries)",
+			if partial == nil {
+				return done, fmt.Errorf("%w (the connection was still lost after %s of tries)", err, lockRetryFor)
+			}
+			return done, fmt.Errorf("%w (migration %05d still met a lock conflict or a lost connection after %s of tries)",
 				err, partial.Failed.Source.Version, lockRetryFor)
 		}
 		t := time.NewTimer(d)

@@ -99,3 +99,61 @@ DROP SEQUENCE four_tries;
 		}
 	}
 }
+
+// A migration whose session is ended under it (the server restarted, or
+// an administrator terminated the backend) is tried again: its
+// transaction rolled back whole. TestUpgradeAndRollback's rollback failed
+// with "driver: bad connection" in 00085's Down when PostgreSQL 15.18
+// crashed in another backend, which ends every session.
+func TestLostConnectionIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	d := testdb.NewEmpty(t)
+	// The first try of each direction ends its own session, as a crash of
+	// another backend or pg_terminate_backend would; the sequence's count
+	// survives the rollback.
+	endOnFirstTry := func(seq, then string) string {
+		return `-- +goose StatementBegin
+DO $$ BEGIN
+    IF nextval('` + seq + `') = 1 THEN
+        PERFORM pg_terminate_backend(pg_backend_pid());
+    END IF;
+END $$;
+-- +goose StatementEnd
+` + then + "\n"
+	}
+	fsys := fstest.MapFS{
+		"00001_sequences.sql": {Data: []byte(`-- +goose Up
+CREATE SEQUENCE up_tries;
+CREATE SEQUENCE down_tries;
+-- +goose Down
+DROP SEQUENCE up_tries;
+DROP SEQUENCE down_tries;
+`)},
+		"00002_session_ends.sql": {Data: []byte("-- +goose Up\n" +
+			endOnFirstTry("up_tries", "CREATE TABLE probe_two (id int);") +
+			"-- +goose Down\n" +
+			endOnFirstTry("down_tries", "DROP TABLE probe_two;"))},
+	}
+	runner := migrate.Runner{FS: fsys}
+	applied, err := runner.Up(ctx, d.Owner)
+	if err != nil || len(applied) != 2 || applied[1] != 2 {
+		t.Fatalf("up: applied %v, err %v; want 1 and 2, 2 tried again after its session ended", applied, err)
+	}
+	tries := func(seq string) (n int64) {
+		t.Helper()
+		if err := d.Owner.QueryRow(`SELECT last_value FROM ` + seq).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var probe bool
+	if err := d.Owner.QueryRow(`SELECT to_regclass('probe_two') IS NOT NULL`).Scan(&probe); err != nil || !probe {
+		t.Errorf("after up: probe_two exists %v (%v), want it created by the second try", probe, err)
+	}
+	if done, err := runner.DownTo(ctx, d.Owner, 1); err != nil || len(done) != 1 || done[0] != 2 {
+		t.Fatalf("down-to 1: rolled back %v, err %v; want 2 after its session ended", done, err)
+	}
+	if up, down := tries("up_tries"), tries("down_tries"); up != 2 || down != 2 {
+		t.Errorf("tries of 00002's up %d, of its down %d; want 2 each", up, down)
+	}
+}
